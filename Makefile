@@ -1,0 +1,40 @@
+# floe: the two user commands are `make demo` and `make test`; the rest are helpers.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: demo test venv prereqs stack-up stack-down stack-status stack-env clean
+
+demo: venv
+	$(PY) -m hack.demo
+
+test: venv
+	@mkdir -p reports
+	$(PY) -m pytest $(PYTEST_ARGS) --junitxml=reports/junit.xml
+
+venv: prereqs $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	@touch $@
+
+prereqs:
+	@bash hack/prereqs.sh
+
+stack-up: venv
+	$(PY) -m hack.stack up
+
+stack-down: venv
+	$(PY) -m hack.stack down
+
+stack-status: venv
+	$(PY) -m hack.stack status
+
+stack-env: venv
+	@$(PY) -m hack.stack env
+
+clean:
+	rm -rf $(VENV) reports

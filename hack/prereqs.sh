@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the toolchains the local stack builds with, when the machine lacks them:
+# Java 17+ (Kafka, Spark, the registry), Maven (jars from Maven Central), Go (etcd,
+# kube-apiserver, kubectl, helm and the S3 server, from the Go module proxy) and openssl.
+set -euo pipefail
+
+missing=()
+command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
+command -v openssl >/dev/null || missing+=(openssl)
+command -v go >/dev/null || missing+=(golang-go)
+command -v python3 >/dev/null || missing+=(python3 python3-venv)
+
+if ((${#missing[@]})); then
+  echo "[prereqs] installing ${missing[*]}" >&2
+  if [[ $(id -u) -ne 0 ]]; then sudo=sudo; else sudo=; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+
+java_major=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+if ((java_major < 17)); then
+  echo "[prereqs] Java 17 or newer is needed (found $java_major)" >&2
+  exit 1
+fi
+# An older Go (from Debian) fetches the toolchain that hack/go's modules ask for from the Go
+# module proxy by itself (GOTOOLCHAIN=auto, Go's default).

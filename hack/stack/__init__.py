@@ -1,0 +1,149 @@
+"""The local stack of real components: ``python -m hack.stack up|down|status|env``.
+
+Tests and the demo use :func:`ensure_up` and :func:`connection_env`; fault tests use
+:func:`stop_component` and :func:`start_component` to restart a single component in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from . import components, paths, procs, provision
+from .components import COMPONENTS, WAVES, State
+from .procs import ComponentError
+
+
+def _log(message: str) -> None:
+    print(f"[stack] {message}", file=sys.stderr, flush=True)
+
+
+def load_state() -> State | None:
+    if not paths.STATE_FILE.exists():
+        return None
+    return json.loads(paths.STATE_FILE.read_text())
+
+
+def _save_state(state: State) -> None:
+    paths.RUN.mkdir(parents=True, exist_ok=True)
+    paths.STATE_FILE.write_text(json.dumps(state, indent=2))
+    paths.STATE_FILE.chmod(0o600)
+
+
+def health(state: State | None = None) -> dict[str, bool]:
+    state = state or load_state()
+    result = {}
+    for name, component in COMPONENTS.items():
+        try:
+            result[name] = bool(state) and procs.pid_of(name) is not None and component.healthy(state)
+        except Exception:
+            result[name] = False
+    return result
+
+
+def is_up() -> bool:
+    state = load_state()
+    return state is not None and all(health(state).values())
+
+
+def _start(state: State, names: list[str]) -> dict[str, float]:
+    timings: dict[str, float] = {}
+    started = []
+    for name in names:
+        component = COMPONENTS[name]
+        if procs.pid_of(name) is not None and component.healthy(state):
+            continue
+        procs.stop(name)
+        component.prepare(state)
+        procs.spawn(name, component.command(state), cwd=paths.RUN)
+        started.append(name)
+    for name in started:
+        timings[name] = procs.wait_healthy(name, lambda c=COMPONENTS[name]: c.healthy(state),
+                                           COMPONENTS[name].timeout)
+        _log(f"{name}: healthy after {timings[name]:.1f}s")
+    return timings
+
+
+def up() -> State:
+    """Provisions what is missing, then starts every component that is not running."""
+    started = time.monotonic()
+    provision.all_components()
+    state = load_state()
+    running = any(procs.pid_of(n) for n in COMPONENTS)
+    if state is None or (not running and not _ports_free(state)):
+        # First start, or another program took our ports: start over with fresh ports and data.
+        _wipe_run_dir()
+        state = components.new_state()
+        _save_state(state)
+    try:
+        for wave in WAVES:
+            _start(state, wave)
+    except ComponentError:
+        down()
+        raise
+    _log(f"stack up in {time.monotonic() - started:.1f}s; run directory {paths.RUN}")
+    return state
+
+
+def _wipe_run_dir() -> None:
+    if paths.RUN.exists():
+        shutil.rmtree(paths.RUN)
+    paths.RUN.mkdir(parents=True)
+
+
+def _ports_free(state: State) -> bool:
+    return not any(procs.port_open(p) for p in state["ports"].values())
+
+
+def down() -> None:
+    for wave in reversed(WAVES):
+        for name in wave:
+            if procs.stop(name):
+                _log(f"{name}: stopped")
+
+
+def ensure_up() -> tuple[State, bool]:
+    """Returns the running stack's state, starting it first if needed (second item True)."""
+    state = load_state()
+    if state is not None and all(health(state).values()):
+        return state, False
+    return up(), True
+
+
+def stop_component(name: str, *, kill: bool = False) -> None:
+    procs.stop(name, kill=kill)
+
+
+def start_component(name: str) -> float:
+    state = load_state()
+    assert state is not None, "the stack is not up"
+    return _start(state, [name]).get(name, 0.0)
+
+
+def connection_env(state: State) -> dict[str, str]:
+    """The connection settings of the running stack, as environment variables."""
+    ports = state["ports"]
+    s3 = state["s3"]
+    jars = provision.spark_jar_list()
+    path = os.pathsep.join([str(d) for d in paths.bin_dirs()] + [os.environ.get("PATH", "")])
+    return {
+        "FLOE_STACK_RUN": str(paths.RUN),
+        "FLOE_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports['kafka']}",
+        "FLOE_SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{ports['registry']}/apis/ccompat/v7",
+        "FLOE_S3_ENDPOINT": f"http://127.0.0.1:{ports['s3']}",
+        "FLOE_S3_ACCESS_KEY": s3["access_key"],
+        "FLOE_S3_SECRET_KEY": s3["secret_key"],
+        "FLOE_S3_BUCKET": s3["bucket"],
+        "FLOE_S3_REGION": s3["region"],
+        "FLOE_SPARK_JARS": ",".join(jars),
+        "FLOE_KUBE_SERVER": components.apiserver_url(state),
+        "FLOE_KUBE_NOBODY_TOKEN": state["tokens"]["nobody"],
+        "KUBECONFIG": str(components.kubeconfig_path()),
+        "PATH": path,
+    }
+
+
+__all__ = ["up", "down", "ensure_up", "health", "is_up", "load_state", "connection_env",
+           "stop_component", "start_component", "ComponentError", "paths", "State"]

@@ -1,0 +1,309 @@
+"""The local stack's components: how each is configured, started and probed.
+
+Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
+(versitygw on a local directory), etcd, kube-apiserver (RBAC, token authentication,
+service-account token signing) and kube-controller-manager (garbage collection, namespaces,
+CronJobs).  All listen on loopback ports picked free at the first ``up``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import ssl
+import subprocess
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import paths, procs
+
+State = dict[str, Any]
+
+_NO_VERIFY = ssl.create_default_context()
+_NO_VERIFY.check_hostname = False
+_NO_VERIFY.verify_mode = ssl.CERT_NONE
+
+
+def _http_ok(url: str, token: str | None = None, ok_codes: tuple[int, ...] = (200,)) -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=_NO_VERIFY) as response:
+            return response.status in ok_codes
+    except urllib.error.HTTPError as error:
+        return error.code in ok_codes
+
+
+def new_state() -> State:
+    names = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
+             "controller_manager"]
+    ports: dict[str, int] = {}
+    while len(ports) < len(names):
+        port = procs.free_port()
+        if port not in ports.values():
+            ports[names[len(ports)]] = port
+    return {
+        "ports": ports,
+        "kafka_cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
+        "tokens": {"admin": secrets.token_hex(16), "nobody": secrets.token_hex(16)},
+        "s3": {"access_key": "floe", "secret_key": secrets.token_hex(16), "bucket": "warehouse",
+               "region": "us-east-1"},
+    }
+
+
+@dataclass
+class Component:
+    name: str
+    prepare: Callable[[State], None]
+    command: Callable[[State], list[str]]
+    healthy: Callable[[State], bool]
+    timeout: float = 90.0
+
+
+# --- Kafka ---------------------------------------------------------------------------------
+
+def _kafka_dir() -> Path:
+    return paths.RUN / "kafka"
+
+
+def _kafka_prepare(state: State) -> None:
+    ports = state["ports"]
+    home = _kafka_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "server.properties").write_text("\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{ports['kafka_controller']}",
+        f"listeners=PLAINTEXT://127.0.0.1:{ports['kafka']},CONTROLLER://127.0.0.1:{ports['kafka_controller']}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{ports['kafka']}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={home / 'data'}",
+        "num.partitions=1",
+        "auto.create.topics.enable=true",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=4",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=4",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "log.retention.check.interval.ms=5000",
+        "",
+    ]))
+    (home / "log4j2.properties").write_text("\n".join([
+        "status = warn",
+        "appender.out.type = Console",
+        "appender.out.name = out",
+        "appender.out.layout.type = PatternLayout",
+        "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = WARN",
+        "rootLogger.appenderRef.out.ref = out",
+        "logger.server.name = kafka.server.KafkaRaftServer",
+        "logger.server.level = INFO",
+        "",
+    ]))
+    if not (home / "data" / "meta.properties").exists():
+        result = subprocess.run(
+            ["java", "-Xmx256m", "-cp", f"{paths.kafka_jars_dir()}/*",
+             f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+             "kafka.tools.StorageTool", "format", "-t", state["kafka_cluster_id"],
+             "-c", str(home / "server.properties")],
+            capture_output=True, text=True)
+        if result.returncode != 0:
+            raise procs.ComponentError(f"kafka: formatting the log directory failed:\n"
+                                       f"{result.stdout}\n{result.stderr}")
+
+
+def _kafka_command(state: State) -> list[str]:
+    home = _kafka_dir()
+    return ["java", "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+            "-cp", f"{paths.kafka_jars_dir()}/*", "kafka.Kafka", str(home / "server.properties")]
+
+
+def _kafka_healthy(state: State) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{state['ports']['kafka']}"})
+    return len(admin.list_topics(timeout=2).brokers) == 1
+
+
+# --- Schema registry -----------------------------------------------------------------------
+
+def _registry_command(state: State) -> list[str]:
+    return ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC",
+            f"-Dquarkus.http.port={state['ports']['registry']}", "-Dquarkus.http.host=127.0.0.1",
+            "-jar", str(paths.registry_dir() / "build" / "quarkus-app" / "quarkus-run.jar")]
+
+
+def _registry_healthy(state: State) -> bool:
+    return _http_ok(f"http://127.0.0.1:{state['ports']['registry']}/apis/ccompat/v7/subjects")
+
+
+# --- S3 ------------------------------------------------------------------------------------
+
+def _s3_root() -> Path:
+    return paths.RUN / "s3"
+
+
+def _s3_prepare(state: State) -> None:
+    # versitygw's posix backend serves each top-level directory as a bucket.
+    (_s3_root() / state["s3"]["bucket"]).mkdir(parents=True, exist_ok=True)
+
+
+def _s3_command(state: State) -> list[str]:
+    s3 = state["s3"]
+    return [str(paths.go_bin_dir("versitygw", paths.VERSITYGW_VERSION) / "versitygw"),
+            "--access", s3["access_key"], "--secret", s3["secret_key"], "--region", s3["region"],
+            "--port", f"127.0.0.1:{state['ports']['s3']}", "posix", str(_s3_root())]
+
+
+def _s3_healthy(state: State) -> bool:
+    # Unsigned requests are refused (403): the server answers, and authentication is on.
+    return _http_ok(f"http://127.0.0.1:{state['ports']['s3']}/", ok_codes=(403,))
+
+
+# --- etcd ----------------------------------------------------------------------------------
+
+def _etcd_command(state: State) -> list[str]:
+    ports = state["ports"]
+    peer = f"http://127.0.0.1:{ports['etcd_peer']}"
+    client = f"http://127.0.0.1:{ports['etcd']}"
+    return [str(paths.go_bin_dir("etcd", paths.ETCD_VERSION) / "etcd"),
+            "--name", "floe", "--data-dir", str(paths.RUN / "etcd"),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"floe={peer}", "--unsafe-no-fsync",
+            "--quota-backend-bytes", str(2 * 1024**3), "--log-level", "warn"]
+
+
+def _etcd_healthy(state: State) -> bool:
+    return _http_ok(f"http://127.0.0.1:{state['ports']['etcd']}/health")
+
+
+# --- kube-apiserver ------------------------------------------------------------------------
+
+def kube_dir() -> Path:
+    return paths.RUN / "kube"
+
+
+def kubeconfig_path() -> Path:
+    return kube_dir() / "kubeconfig"
+
+
+def apiserver_url(state: State) -> str:
+    return f"https://127.0.0.1:{state['ports']['apiserver']}"
+
+
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def _apiserver_prepare(state: State) -> None:
+    home = kube_dir()
+    (home / "certs").mkdir(parents=True, exist_ok=True)
+    key = home / "service-account.key"
+    if not key.exists():
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True,
+                       capture_output=True)
+        subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out",
+                        str(home / "service-account.pub")], check=True, capture_output=True)
+    tokens = state["tokens"]
+    # token,user,uid,"group1,group2"; "nobody" is authenticated but granted nothing.
+    (home / "tokens.csv").write_text(
+        f'{tokens["admin"]},floe-admin,floe-admin,"system:masters"\n'
+        f'{tokens["nobody"]},nobody,nobody\n')
+    home.joinpath("tokens.csv").chmod(0o600)
+    write_kubeconfig(kubeconfig_path(), apiserver_url(state), "floe-admin", tokens["admin"])
+
+
+def write_kubeconfig(path: Path, server: str, user: str, token: str) -> None:
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "floe-local",
+        "clusters": [{"name": "floe-local",
+                      "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "floe-local",
+                      "context": {"cluster": "floe-local", "user": user, "namespace": "default"}}],
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+
+
+def _apiserver_command(state: State) -> list[str]:
+    home = kube_dir()
+    return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{state['ports']['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={state['ports']['apiserver']}",
+            f"--cert-dir={home / 'certs'}",
+            f"--token-auth-file={home / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--anonymous-auth=false",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={home / 'service-account.pub'}",
+            f"--service-account-signing-key-file={home / 'service-account.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1"]
+
+
+def _apiserver_healthy(state: State) -> bool:
+    return _http_ok(f"{apiserver_url(state)}/readyz", token=state["tokens"]["admin"])
+
+
+# --- kube-controller-manager ---------------------------------------------------------------
+
+def _controller_manager_command(state: State) -> list[str]:
+    home = kube_dir()
+    return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig_path()}",
+            f"--authentication-kubeconfig={kubeconfig_path()}",
+            f"--authorization-kubeconfig={kubeconfig_path()}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={state['ports']['controller_manager']}",
+            f"--cert-dir={home / 'controller-manager-certs'}",
+            f"--service-account-private-key-file={home / 'service-account.key'}",
+            f"--root-ca-file={home / 'certs' / 'apiserver.crt'}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=false",
+            "--controllers=*,-nodeipam,-nodelifecycle,-persistentvolume-binder,-attachdetach,"
+            "-persistentvolume-expander,-cloud-node-lifecycle,-service-lb-controller,"
+            "-node-route-controller",
+            "--v=1"]
+
+
+def _controller_manager_healthy(state: State) -> bool:
+    return _http_ok(f"https://127.0.0.1:{state['ports']['controller_manager']}/healthz")
+
+
+def _nothing(state: State) -> None:
+    return None
+
+
+COMPONENTS: dict[str, Component] = {c.name: c for c in [
+    Component("kafka", _kafka_prepare, _kafka_command, _kafka_healthy),
+    Component("registry", _nothing, _registry_command, _registry_healthy),
+    Component("s3", _s3_prepare, _s3_command, _s3_healthy, timeout=30),
+    Component("etcd", _nothing, _etcd_command, _etcd_healthy, timeout=30),
+    Component("kube-apiserver", _apiserver_prepare, _apiserver_command, _apiserver_healthy),
+    Component("kube-controller-manager", _nothing, _controller_manager_command,
+              _controller_manager_healthy),
+]}
+
+# Components are started in waves; each wave's members start together and the next wave
+# waits for them to be healthy.
+WAVES: list[list[str]] = [
+    ["etcd", "kafka", "registry", "s3"],
+    ["kube-apiserver"],
+    ["kube-controller-manager"],
+]

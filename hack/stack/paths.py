@@ -1,0 +1,65 @@
+"""Where the local stack keeps its downloads, builds and run state, and which versions it uses.
+
+Everything lives outside the repository: downloads and builds under ``FLOE_CACHE``
+(default ``~/.cache/floe``), the running stack's state, data and logs under ``FLOE_RUN``
+(default ``$FLOE_CACHE/run``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HACK = REPO / "hack"
+
+CACHE = Path(os.environ.get("FLOE_CACHE", Path.home() / ".cache" / "floe")).expanduser()
+RUN = Path(os.environ.get("FLOE_RUN", CACHE / "run")).expanduser()
+STATE_FILE = RUN / "stack.json"
+LOGS = RUN / "logs"
+
+KUBERNETES_VERSION = "v1.35.4"
+ETCD_VERSION = "v3.6.8"
+HELM_VERSION = "v3.22.0"
+VERSITYGW_VERSION = "v1.8.0"
+ICEBERG_VERSION = "1.11.0"
+APICURIO_VERSION = "3.3.3"
+
+
+def kafka_version() -> str:
+    """The Kafka version pinned in hack/maven/kafka/pom.xml."""
+    text = (HACK / "maven" / "kafka" / "pom.xml").read_text()
+    return text.split("<kafka.version>", 1)[1].split("<", 1)[0]
+
+
+def pyspark_version() -> str:
+    """The installed pyspark version; the Kafka connector jar must match it exactly."""
+    from importlib.metadata import version
+
+    return version("pyspark")
+
+
+def go_bin_dir(name: str, version: str) -> Path:
+    return CACHE / "go" / f"{name}-{version}"
+
+
+def bin_dirs() -> list[Path]:
+    """Directories holding the stack's binaries (kubectl and helm among them), for PATH."""
+    return [
+        go_bin_dir("kube", KUBERNETES_VERSION),
+        go_bin_dir("etcd", ETCD_VERSION),
+        go_bin_dir("helm", HELM_VERSION),
+        go_bin_dir("versitygw", VERSITYGW_VERSION),
+    ]
+
+
+def kafka_jars_dir() -> Path:
+    return CACHE / "jars" / f"kafka-{kafka_version()}"
+
+
+def spark_jars_dir() -> Path:
+    return CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}"
+
+
+def registry_dir() -> Path:
+    return CACHE / "registry" / f"apicurio-{APICURIO_VERSION}"

@@ -1,0 +1,147 @@
+"""Fetches and builds the stack's components into the cache, once; later calls are no-ops.
+
+Go binaries are built through the Go module proxy from the small modules in ``hack/go``;
+jars are resolved from Maven Central with the poms in ``hack/maven``; the schema registry is
+built from Maven Central by ``hack/registry``.  A ``.complete`` marker in each target
+directory makes an interrupted download or build start over instead of being used half-done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import paths
+
+
+class ProvisionError(RuntimeError):
+    pass
+
+
+def _log(message: str) -> None:
+    print(f"[stack] {message}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+         what: str) -> None:
+    log_file = paths.CACHE / "logs" / f"provision-{what}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_file.open("w") as out:
+        result = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-30:])
+        raise ProvisionError(f"provisioning {what} failed ({' '.join(cmd)}):\n{tail}")
+    _log(f"{what}: done in {time.monotonic() - started:.0f}s")
+
+
+def _complete(target: Path) -> bool:
+    return (target / ".complete").exists()
+
+
+def _mark_complete(target: Path) -> None:
+    (target / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+def _fresh(target: Path) -> Path:
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    return target
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    return env
+
+
+def go_binaries() -> None:
+    kube = paths.go_bin_dir("kube", paths.KUBERNETES_VERSION)
+    if not _complete(kube):
+        _log(f"building kube-apiserver, kube-controller-manager and kubectl {paths.KUBERNETES_VERSION} "
+             "(first time only; several minutes on 2 cores)")
+        _fresh(kube)
+        _run(["go", "build", "-o", str(kube),
+              "k8s.io/kubernetes/cmd/kube-apiserver",
+              "k8s.io/kubernetes/cmd/kube-controller-manager",
+              "k8s.io/kubernetes/cmd/kubectl"],
+             cwd=paths.HACK / "go" / "kube", env=_go_env(), what="kubernetes")
+        _mark_complete(kube)
+
+    etcd = paths.go_bin_dir("etcd", paths.ETCD_VERSION)
+    if not _complete(etcd):
+        _log(f"building etcd {paths.ETCD_VERSION}")
+        _fresh(etcd)
+        _run(["go", "build", "-o", str(etcd / "etcd"),
+              "go.etcd.io/etcd/server/v3"],
+             cwd=paths.HACK / "go" / "etcd", env=_go_env(), what="etcd")
+        _mark_complete(etcd)
+
+    for name, version, package in (
+        ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm"),
+        ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw"),
+    ):
+        target = paths.go_bin_dir(name, version)
+        if _complete(target):
+            continue
+        _log(f"building {name} {version}")
+        _fresh(target)
+        env = _go_env()
+        env["GOBIN"] = str(target)
+        _run(["go", "install", f"{package}@{version}"],
+             env=env, what=name)
+        _mark_complete(target)
+
+
+def _maven_copy(pom: Path, target: Path, what: str, extra: list[str] | None = None) -> None:
+    if _complete(target):
+        return
+    _log(f"resolving {what} jars from Maven Central")
+    _fresh(target)
+    _run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+          "-DincludeScope=runtime", f"-DoutputDirectory={target}", *(extra or [])],
+         what=what)
+    _mark_complete(target)
+
+
+def kafka_jars() -> None:
+    _maven_copy(paths.HACK / "maven" / "kafka" / "pom.xml", paths.kafka_jars_dir(), "kafka")
+
+
+def spark_jars() -> None:
+    # pyspark already ships Spark itself and the libraries the connectors share with it
+    # (slf4j, compression codecs); leave those out so the classpath has one copy of each.
+    _maven_copy(paths.HACK / "maven" / "spark" / "pom.xml", paths.spark_jars_dir(), "spark",
+                [f"-Dspark.version={paths.pyspark_version()}",
+                 "-DexcludeArtifactIds=slf4j-api,lz4-java,snappy-java,zstd-jni,jsr305"])
+
+
+def spark_jar_list() -> list[str]:
+    spark_jars()
+    return sorted(str(p) for p in paths.spark_jars_dir().glob("*.jar"))
+
+
+def registry() -> None:
+    target = paths.registry_dir()
+    if _complete(target):
+        return
+    _log(f"building the Apicurio schema registry {paths.APICURIO_VERSION} from Maven Central "
+         "(first time only)")
+    _fresh(target)
+    _run(["mvn", "-q", "-B", "-f", str(paths.HACK / "registry" / "pom.xml"), "package",
+          f"-Dfloe.build.dir={target / 'build'}"], what="registry")
+    _mark_complete(target)
+
+
+def all_components() -> None:
+    started = time.monotonic()
+    go_binaries()
+    kafka_jars()
+    spark_jars()
+    registry()
+    _log(f"provisioned in {time.monotonic() - started:.0f}s")

@@ -1,0 +1,1 @@
+"""floe operator: reconciles KafkaIcebergTopic resources."""

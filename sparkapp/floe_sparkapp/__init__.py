@@ -1,0 +1,1 @@
+"""floe Spark job: lands a Kafka topic in an Iceberg table."""

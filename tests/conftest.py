@@ -1,0 +1,81 @@
+"""Shared fixtures: one local stack and one SparkSession per test run.
+
+Integration and e2e tests use the running stack (``python -m hack.stack up``) and start it
+when it is not up; a stack started here is stopped at the end unless FLOE_KEEP_STACK=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Stack:
+    state: dict[str, Any]
+    env: dict[str, str]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.env["FLOE_KAFKA_BOOTSTRAP"]
+
+    @property
+    def registry_url(self) -> str:
+        return self.env["FLOE_SCHEMA_REGISTRY_URL"]
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    from hack import stack as local_stack
+
+    state, started = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    os.environ.update(env)
+    yield Stack(state, env)
+    if started and os.environ.get("FLOE_KEEP_STACK") != "1":
+        local_stack.down()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
+    """A local SparkSession with the connector jars; catalogs are added per test."""
+    from pyspark.sql import SparkSession
+
+    scratch = tmp_path_factory.mktemp("spark")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("floe-tests")
+        .config("spark.jars", stack.env["FLOE_SPARK_JARS"])
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.extensions",
+                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(scratch / "local"))
+        .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A name unique to this test and run, usable for topics, subjects and tables."""
+    import uuid
+
+    base = "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:40]
+    return f"{base}_{uuid.uuid4().hex[:8]}"
