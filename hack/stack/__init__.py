@@ -50,7 +50,8 @@ def is_up() -> bool:
 
 def _start(state: State, names: list[str]) -> dict[str, float]:
     timings: dict[str, float] = {}
-    started = []
+    started: list[str] = []
+    spawned_at: dict[str, float] = {}
     for name in names:
         component = COMPONENTS[name]
         if procs.pid_of(name) is not None and component.healthy(state):
@@ -58,11 +59,13 @@ def _start(state: State, names: list[str]) -> dict[str, float]:
         procs.stop(name)
         component.prepare(state)
         procs.spawn(name, component.command(state), cwd=paths.RUN)
+        spawned_at[name] = time.monotonic()
         started.append(name)
     for name in started:
-        timings[name] = procs.wait_healthy(name, lambda c=COMPONENTS[name]: c.healthy(state),
-                                           COMPONENTS[name].timeout)
-        _log(f"{name}: healthy after {timings[name]:.1f}s")
+        procs.wait_healthy(name, lambda c=COMPONENTS[name]: c.healthy(state),
+                           COMPONENTS[name].timeout)
+        timings[name] = time.monotonic() - spawned_at[name]
+        _log(f"{name}: healthy {timings[name]:.1f}s after start")
     return timings
 
 
@@ -139,6 +142,7 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_S3_REGION": s3["region"],
         "FLOE_SPARK_JARS": ",".join(jars),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
+        "FLOE_KUBE_CA": str(components.ca_path()),
         "FLOE_KUBE_NOBODY_TOKEN": state["tokens"]["nobody"],
         "KUBECONFIG": str(components.kubeconfig_path()),
         "PATH": path,

@@ -132,7 +132,8 @@ def _kafka_command(state: State) -> list[str]:
 def _kafka_healthy(state: State) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{state['ports']['kafka']}"})
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{state['ports']['kafka']}",
+                         "log_level": 0})  # refused connections while it starts are expected
     return len(admin.list_topics(timeout=2).brokers) == 1
 
 
@@ -145,7 +146,7 @@ def _registry_command(state: State) -> list[str]:
 
 
 def _registry_healthy(state: State) -> bool:
-    return _http_ok(f"http://127.0.0.1:{state['ports']['registry']}/apis/ccompat/v7/subjects")
+    return _http_ok(f"http://127.0.0.1:{state['ports']['registry']}/health/ready")
 
 
 # --- S3 ------------------------------------------------------------------------------------
@@ -224,11 +225,16 @@ def _apiserver_prepare(state: State) -> None:
     write_kubeconfig(kubeconfig_path(), apiserver_url(state), "floe-admin", tokens["admin"])
 
 
+def ca_path() -> Path:
+    """The API server's serving certificate and its self-signed CA, made at its first start."""
+    return kube_dir() / "certs" / "apiserver.crt"
+
+
 def write_kubeconfig(path: Path, server: str, user: str, token: str) -> None:
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "floe-local",
         "clusters": [{"name": "floe-local",
-                      "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                      "cluster": {"server": server, "certificate-authority": str(ca_path())}}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "floe-local",
                       "context": {"cluster": "floe-local", "user": user, "namespace": "default"}}],
@@ -273,7 +279,7 @@ def _controller_manager_command(state: State) -> list[str]:
             f"--secure-port={state['ports']['controller_manager']}",
             f"--cert-dir={home / 'controller-manager-certs'}",
             f"--service-account-private-key-file={home / 'service-account.key'}",
-            f"--root-ca-file={home / 'certs' / 'apiserver.crt'}",
+            f"--root-ca-file={ca_path()}",
             "--leader-elect=false",
             "--use-service-account-credentials=false",
             "--controllers=*,-nodeipam,-nodelifecycle,-persistentvolume-binder,-attachdetach,"

@@ -23,7 +23,7 @@ ETCD_VERSION = "v3.6.8"
 HELM_VERSION = "v3.22.0"
 VERSITYGW_VERSION = "v1.8.0"
 ICEBERG_VERSION = "1.11.0"
-APICURIO_VERSION = "3.3.3"
+APICURIO_VERSION = "2.4.2.Final"
 
 
 def kafka_version() -> str:

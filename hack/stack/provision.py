@@ -114,11 +114,8 @@ def kafka_jars() -> None:
 
 
 def spark_jars() -> None:
-    # pyspark already ships Spark itself and the libraries the connectors share with it
-    # (slf4j, compression codecs); leave those out so the classpath has one copy of each.
     _maven_copy(paths.HACK / "maven" / "spark" / "pom.xml", paths.spark_jars_dir(), "spark",
-                [f"-Dspark.version={paths.pyspark_version()}",
-                 "-DexcludeArtifactIds=slf4j-api,lz4-java,snappy-java,zstd-jni,jsr305"])
+                [f"-Dspark.version={paths.pyspark_version()}"])
 
 
 def spark_jar_list() -> list[str]:

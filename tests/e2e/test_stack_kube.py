@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -17,7 +18,7 @@ def api_client(stack, token: str | None = None) -> client.ApiClient:
         return config.new_client_from_config(config_file=stack.env["KUBECONFIG"])
     configuration = client.Configuration()
     configuration.host = stack.env["FLOE_KUBE_SERVER"]
-    configuration.verify_ssl = False
+    configuration.ssl_ca_cert = stack.env["FLOE_KUBE_CA"]
     configuration.api_key = {"authorization": f"Bearer {token}"}
     return client.ApiClient(configuration)
 
@@ -115,7 +116,9 @@ def test_rbac_refuses_a_user_without_grants(stack, namespace):
     with pytest.raises(ApiException) as refused:
         nobody.list_namespaced_config_map(namespace)
     assert refused.value.status == 403
-    assert 'User "nobody" cannot list resource "configmaps"' in refused.value.body
+    assert json.loads(refused.value.body)["message"] == (
+        f'configmaps is forbidden: User "nobody" cannot list resource "configmaps" '
+        f'in API group "" in the namespace "{namespace}"')
 
     with pytest.raises(ApiException) as unauthenticated:
         client.CoreV1Api(api_client(stack, "not-a-token")).list_namespaced_config_map(namespace)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -28,8 +29,6 @@ def consume_all(bootstrap: str, topic: str, expected: int, *, isolation: str,
     })
     consumer.subscribe([topic])
     records = []
-    import time
-
     deadline = time.monotonic() + timeout
     idle_polls = 0
     while time.monotonic() < deadline:
@@ -76,6 +75,7 @@ def test_read_committed_hides_aborted_transactions(stack, unique_name):
         if batch % 2 == 0:
             producer.commit_transaction(30)
         else:
+            producer.flush(30)  # the records reach the log before the abort
             producer.abort_transaction(30)
 
     committed = consume_all(stack.bootstrap, topic, 10, isolation="read_committed")
