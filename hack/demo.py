@@ -73,6 +73,7 @@ def land_with_spark(env: dict[str, str], catalog, run_id: str) -> None:
              .config("spark.jars", env["FLOE_SPARK_JARS"])
              .config("spark.driver.memory", "1g")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
              .config("spark.sql.extensions",

@@ -57,6 +57,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config("spark.jars", stack.env["FLOE_SPARK_JARS"])
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.extensions",
