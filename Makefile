@@ -11,6 +11,7 @@ demo: venv
 
 test: venv
 	@mkdir -p reports
+	$(PY) -m hack.stack provision
 	$(PY) -m pytest $(PYTEST_ARGS) --junitxml=reports/junit.xml
 
 venv: prereqs $(VENV)/.installed
