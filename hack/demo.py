@@ -13,7 +13,6 @@ import os
 import random
 import sys
 import time
-import uuid
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -21,6 +20,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from floe_sparkapp.catalog import load_catalog, register_in
 from hack import stack
 from hack.stack import paths
 
@@ -64,7 +64,7 @@ def produce(env: dict[str, str]) -> None:
         f"(schema registered under '{TOPIC}-value')")
 
 
-def land_with_spark(env: dict[str, str], catalog, run_id: str) -> None:
+def land_with_spark(env: dict[str, str], catalog) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
@@ -80,7 +80,7 @@ def land_with_spark(env: dict[str, str], catalog, run_id: str) -> None:
                      "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    catalog.register_in(spark)
+    register_in(spark, catalog)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS demo.analytics")
     spark.sql("""
         CREATE TABLE IF NOT EXISTS demo.analytics.orders (
@@ -122,15 +122,16 @@ def main() -> int:
     os.environ.update(env)
     say(f"stack ready in {time.monotonic() - started:.0f}s")
 
-    from floe_sparkapp.catalog import SqliteCatalog
+    from floe_sparkapp.config import CatalogConfig
 
     demo_dir = paths.RUN / "demo"
-    catalog = SqliteCatalog(name="demo", database=demo_dir / "catalog.db",
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    catalog = CatalogConfig(name="demo", uri=f"jdbc:sqlite:{demo_dir / 'catalog.db'}",
                             warehouse=f"file://{demo_dir / 'warehouse'}")
     produce(env)
-    land_with_spark(env, catalog, uuid.uuid4().hex)
+    land_with_spark(env, catalog)
 
-    table = catalog.load_pyiceberg().load_table("analytics.orders")
+    table = load_catalog(catalog).load_table("analytics.orders")
     rows = table.scan().to_arrow().to_pylist()
     say(f"PyIceberg reads {len(rows)} rows from analytics.orders "
         f"(snapshot {table.current_snapshot().snapshot_id}); the latest {RECORDS}:")

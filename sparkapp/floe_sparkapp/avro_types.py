@@ -15,7 +15,8 @@ enum                                      string (the symbol)
 fixed(n)                                  fixed(n)
 decimal(p, s) on bytes or fixed           decimal(p, s); p > 38 cannot be mapped
 date                                      date
-time-millis, time-micros                  long (microseconds since midnight)
+time-millis                               int (milliseconds since midnight)
+time-micros                               long (microseconds since midnight)
 timestamp-millis, timestamp-micros        timestamptz
 local-timestamp-millis/-micros            timestamp (without zone)
 uuid on string or fixed(16)               uuid
@@ -138,7 +139,9 @@ class _Mapper:
             return DecimalType(precision, scale)
         if logical == "date" and base == "int":
             return DateType()
-        if logical in ("time-millis", "time-micros"):
+        if logical == "time-millis" and base == "int":
+            return IntegerType()
+        if logical == "time-micros" and base == "long":
             return LongType()
         if logical in ("timestamp-millis", "timestamp-micros"):
             return TimestamptzType()

@@ -1,79 +1,94 @@
 """One Iceberg catalog, seen the same way from Spark and from PyIceberg.
 
-The embedded default is a SQL catalog on SQLite: Spark uses Iceberg's ``JdbcCatalog`` and
-PyIceberg its ``SqlCatalog`` on the same database file, under the same catalog name (both
-key their ``iceberg_tables`` rows by it).  The warehouse is a local directory or an S3 bucket.
+The embedded default is a SQL catalog: Spark uses Iceberg's ``JdbcCatalog`` and PyIceberg
+its ``SqlCatalog`` on the same database, under the same catalog name (both key their
+``iceberg_tables`` rows by it).  Catalog properties are passed to both sides; the few that are
+spelled differently are translated here.  A warehouse on ``s3://`` uses Iceberg's S3FileIO.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
+from .config import CatalogConfig, ConfigError, env_values
 
-
-class S3Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    endpoint: str = Field(description="S3 endpoint URL, e.g. http://127.0.0.1:9000")
-    access_key_id: str
-    secret_access_key: str = Field(repr=False)
-    region: str = "us-east-1"
-    path_style_access: bool = True
+SPARK_TYPES = {"rest": "rest", "hive": "hive", "glue": "glue", "nessie": "nessie"}
 
 
-class SqliteCatalog(BaseModel):
-    """A SQL catalog on a SQLite file, with a local or S3 warehouse."""
+def properties(catalog: CatalogConfig) -> dict[str, str]:
+    """The catalog's properties with the values of ``propertiesFromEnv`` filled in."""
+    return {**catalog.properties,
+            **env_values(catalog.properties_from_env, f"catalog {catalog.name}")}
 
-    model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    database: Path
-    warehouse: str = Field(description="file:///path or s3://bucket/prefix")
-    s3: S3Settings | None = None
+def sqlalchemy_uri(jdbc_uri: str, props: dict[str, str]) -> str:
+    """PyIceberg's SqlCatalog takes a SQLAlchemy URI for the database Spark reaches by JDBC."""
+    rest = jdbc_uri.removeprefix("jdbc:")
+    if rest.startswith("sqlite:"):
+        path = rest.removeprefix("sqlite:").removeprefix("file:")
+        return f"sqlite:///{path}"
+    if rest.startswith("postgresql://"):
+        user, password = props.get("jdbc.user"), props.get("jdbc.password")
+        auth = ""
+        if user:
+            auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+        return f"postgresql+psycopg2://{auth}{rest.removeprefix('postgresql://')}"
+    raise ConfigError(f"catalog uri {jdbc_uri!r}: only jdbc:sqlite: and jdbc:postgresql:// "
+                      "databases are supported for the sql catalog")
 
-    def spark_conf(self) -> dict[str, str]:
-        """Spark settings that register this catalog under ``spark.sql.catalog.<name>``."""
-        prefix = f"spark.sql.catalog.{self.name}"
-        conf = {
-            prefix: "org.apache.iceberg.spark.SparkCatalog",
-            f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-            f"{prefix}.uri": f"jdbc:sqlite:{self.database}",
-            f"{prefix}.jdbc.schema-version": "V1",
-            f"{prefix}.warehouse": self.warehouse,
-        }
-        if self.s3 is not None:
-            conf.update({
-                f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-                f"{prefix}.s3.endpoint": self.s3.endpoint,
-                f"{prefix}.s3.path-style-access": str(self.s3.path_style_access).lower(),
-                f"{prefix}.s3.access-key-id": self.s3.access_key_id,
-                f"{prefix}.s3.secret-access-key": self.s3.secret_access_key,
-                f"{prefix}.client.region": self.s3.region,
-            })
-        return conf
 
-    def pyiceberg_properties(self) -> dict[str, str]:
-        props = {"uri": f"sqlite:///{self.database}", "warehouse": self.warehouse}
-        if self.s3 is not None:
-            props.update({
-                "s3.endpoint": self.s3.endpoint,
-                "s3.access-key-id": self.s3.access_key_id,
-                "s3.secret-access-key": self.s3.secret_access_key,
-                "s3.region": self.s3.region,
-                "s3.force-virtual-addressing": "false",
-            })
-        return props
+def spark_conf(catalog: CatalogConfig) -> dict[str, str]:
+    """Spark settings that register the catalog under ``spark.sql.catalog.<name>``."""
+    prefix = f"spark.sql.catalog.{catalog.name}"
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    if catalog.type == "sql":
+        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+        conf[f"{prefix}.jdbc.schema-version"] = "V1"
+    else:
+        conf[f"{prefix}.type"] = SPARK_TYPES[catalog.type]
+    if catalog.uri:
+        conf[f"{prefix}.uri"] = catalog.uri
+    if catalog.warehouse:
+        conf[f"{prefix}.warehouse"] = catalog.warehouse
+        if catalog.warehouse.startswith(("s3://", "s3a://")):
+            conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+    for key, value in properties(catalog).items():
+        conf[f"{prefix}.{key}"] = value
+    return conf
 
-    def load_pyiceberg(self):
-        """The same catalog opened with PyIceberg's SqlCatalog."""
+
+def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
+    props = properties(catalog)
+    result: dict[str, str] = dict(props)
+    if catalog.type == "sql":
+        result["uri"] = sqlalchemy_uri(catalog.uri or "", props)
+    else:
+        result["type"] = catalog.type
+        if catalog.uri:
+            result["uri"] = catalog.uri
+    if catalog.warehouse:
+        result["warehouse"] = catalog.warehouse
+    if props.get("s3.path-style-access") == "true":
+        result["s3.force-virtual-addressing"] = "false"
+    if "client.region" in props:
+        result.setdefault("s3.region", props["client.region"])
+    return result
+
+
+def load_catalog(catalog: CatalogConfig) -> Any:
+    """The catalog opened with PyIceberg."""
+    props = pyiceberg_properties(catalog)
+    if catalog.type == "sql":
         from pyiceberg.catalog.sql import SqlCatalog
 
-        self.database.parent.mkdir(parents=True, exist_ok=True)
-        return SqlCatalog(self.name, **self.pyiceberg_properties())
+        return SqlCatalog(catalog.name, **props)
+    from pyiceberg.catalog import load_catalog as load
 
-    def register_in(self, spark) -> None:
-        """Registers the catalog in a running SparkSession (catalogs load lazily by name)."""
-        self.database.parent.mkdir(parents=True, exist_ok=True)
-        for key, value in self.spark_conf().items():
-            spark.conf.set(key, value)
+    return load(catalog.name, **props)
+
+
+def register_in(spark: Any, catalog: CatalogConfig) -> None:
+    """Registers the catalog in a running SparkSession (catalogs load lazily by name)."""
+    for key, value in spark_conf(catalog).items():
+        spark.conf.set(key, value)

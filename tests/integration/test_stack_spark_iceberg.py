@@ -7,7 +7,8 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
-from floe_sparkapp.catalog import S3Settings, SqliteCatalog
+from floe_sparkapp.catalog import load_catalog, register_in
+from floe_sparkapp.config import CatalogConfig
 
 from .test_stack_kafka import create_topic
 
@@ -34,9 +35,9 @@ def test_kafka_source_to_iceberg_sql_catalog_read_back_by_pyiceberg(stack, spark
     topic = f"spark-{unique_name}"
     create_topic(stack.bootstrap, topic, partitions=2)
     produced = produce(stack.bootstrap, topic, 200)
-    catalog = SqliteCatalog(name="floe_smoke", database=tmp_path / "catalog.db",
+    catalog = CatalogConfig(name="floe_smoke", uri=f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
                             warehouse=f"file://{tmp_path / 'warehouse'}")
-    catalog.register_in(spark)
+    register_in(spark, catalog)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS floe_smoke.db")
     spark.sql(f"CREATE TABLE floe_smoke.db.{unique_name} (part INT, off BIGINT, value STRING) "
               "USING iceberg")
@@ -58,7 +59,7 @@ def test_kafka_source_to_iceberg_sql_catalog_read_back_by_pyiceberg(stack, spark
     query.awaitTermination(300)
     assert query.exception() is None
 
-    table = catalog.load_pyiceberg().load_table(f"db.{unique_name}")
+    table = load_catalog(catalog).load_table(f"db.{unique_name}")
     rows = table.scan().to_arrow().to_pylist()
     assert {(r["part"], r["off"]): r["value"].encode() for r in rows} == produced
     assert len(rows) == len(produced)
@@ -66,12 +67,15 @@ def test_kafka_source_to_iceberg_sql_catalog_read_back_by_pyiceberg(stack, spark
 
 def test_iceberg_table_on_s3(stack, spark, tmp_path, unique_name):
     env = stack.env
-    s3 = S3Settings(endpoint=env["FLOE_S3_ENDPOINT"], access_key_id=env["FLOE_S3_ACCESS_KEY"],
-                    secret_access_key=env["FLOE_S3_SECRET_KEY"], region=env["FLOE_S3_REGION"])
     prefix = f"smoke/{unique_name}"
-    catalog = SqliteCatalog(name="floe_s3", database=tmp_path / "catalog.db",
-                            warehouse=f"s3://{env['FLOE_S3_BUCKET']}/{prefix}", s3=s3)
-    catalog.register_in(spark)
+    catalog = CatalogConfig(
+        name="floe_s3", uri=f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+        warehouse=f"s3://{env['FLOE_S3_BUCKET']}/{prefix}",
+        properties={"s3.endpoint": env["FLOE_S3_ENDPOINT"], "s3.path-style-access": "true",
+                    "s3.access-key-id": env["FLOE_S3_ACCESS_KEY"],
+                    "client.region": env["FLOE_S3_REGION"]},
+        properties_from_env={"s3.secret-access-key": "FLOE_S3_SECRET_KEY"})
+    register_in(spark, catalog)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS floe_s3.db")
     rows = [(i, f"name-{i}") for i in range(50)]
     spark.createDataFrame(rows, "id INT, name STRING").writeTo("floe_s3.db.people").using("iceberg").create()
@@ -80,11 +84,13 @@ def test_iceberg_table_on_s3(stack, spark, tmp_path, unique_name):
     assert [(r.id, r.name) for r in back] == rows
 
     # The files are on the S3 server, not on local disk.
-    client = boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id=s3.access_key_id,
-                          aws_secret_access_key=s3.secret_access_key, region_name=s3.region)
+    client = boto3.client("s3", endpoint_url=env["FLOE_S3_ENDPOINT"],
+                          aws_access_key_id=env["FLOE_S3_ACCESS_KEY"],
+                          aws_secret_access_key=env["FLOE_S3_SECRET_KEY"],
+                          region_name=env["FLOE_S3_REGION"])
     keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(
         Bucket=env["FLOE_S3_BUCKET"], Prefix=prefix) for o in page.get("Contents", [])]
     assert any(k.endswith(".parquet") for k in keys)
     assert any(k.endswith(".metadata.json") for k in keys)
     # PyIceberg reads the same table through S3 too.
-    assert catalog.load_pyiceberg().load_table("db.people").scan().to_arrow().num_rows == 50
+    assert load_catalog(catalog).load_table("db.people").scan().to_arrow().num_rows == 50

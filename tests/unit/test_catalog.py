@@ -1,42 +1,54 @@
-"""The catalog settings Spark and PyIceberg are given for one SQL catalog."""
+"""The settings Spark and PyIceberg are given for one catalog."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from floe_sparkapp.catalog import S3Settings, SqliteCatalog
+from floe_sparkapp.catalog import pyiceberg_properties, spark_conf
+from floe_sparkapp.config import CatalogConfig, ConfigError
 
 pytestmark = pytest.mark.unit
 
 
-def test_spark_and_pyiceberg_name_the_same_database_and_warehouse():
-    catalog = SqliteCatalog(name="lake", database=Path("/data/cat.db"), warehouse="file:///data/wh")
+def test_sql_catalog_names_the_same_database_and_warehouse_on_both_sides():
+    catalog = CatalogConfig(type="sql", name="lake", uri="jdbc:sqlite:/data/cat.db",
+                            warehouse="file:///data/wh")
 
-    spark = catalog.spark_conf()
+    spark = spark_conf(catalog)
     assert spark["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
     assert spark["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
     assert spark["spark.sql.catalog.lake.uri"] == "jdbc:sqlite:/data/cat.db"
     assert spark["spark.sql.catalog.lake.jdbc.schema-version"] == "V1"
-    assert catalog.pyiceberg_properties() == {"uri": "sqlite:////data/cat.db",
-                                              "warehouse": "file:///data/wh"}
+    assert pyiceberg_properties(catalog) == {"uri": "sqlite:////data/cat.db",
+                                             "warehouse": "file:///data/wh"}
 
 
-def test_s3_warehouse_settings_reach_both_sides_and_the_secret_stays_out_of_repr():
-    s3 = S3Settings(endpoint="http://127.0.0.1:9000", access_key_id="ak",
-                    secret_access_key="topsecret")
-    catalog = SqliteCatalog(name="lake", database=Path("/c.db"), warehouse="s3://b/p", s3=s3)
+def test_s3_warehouse_uses_s3fileio_and_secrets_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("LAKE_SECRET", "topsecret")
+    catalog = CatalogConfig(
+        type="sql", name="lake", uri="jdbc:postgresql://db:5432/iceberg", warehouse="s3://b/p",
+        properties={"s3.endpoint": "http://s3:9000", "s3.path-style-access": "true",
+                    "s3.access-key-id": "ak", "jdbc.user": "floe"},
+        properties_from_env={"s3.secret-access-key": "LAKE_SECRET",
+                             "jdbc.password": "LAKE_SECRET"})
 
-    spark = catalog.spark_conf()
+    spark = spark_conf(catalog)
     assert spark["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
-    assert spark["spark.sql.catalog.lake.s3.path-style-access"] == "true"
     assert spark["spark.sql.catalog.lake.s3.secret-access-key"] == "topsecret"
-    assert catalog.pyiceberg_properties()["s3.endpoint"] == "http://127.0.0.1:9000"
-    assert "topsecret" not in repr(catalog)
+    py = pyiceberg_properties(catalog)
+    assert py["uri"] == "postgresql+psycopg2://floe:topsecret@db:5432/iceberg"
+    assert py["s3.force-virtual-addressing"] == "false"
+    assert "topsecret" not in catalog.model_dump_json()
+
+
+def test_a_missing_secret_variable_is_named():
+    catalog = CatalogConfig(type="sql", uri="jdbc:sqlite:/c.db", warehouse="file:///w",
+                            properties_from_env={"s3.secret-access-key": "NOT_SET_ANYWHERE"})
+    with pytest.raises(ConfigError, match="NOT_SET_ANYWHERE not set"):
+        spark_conf(catalog)
 
 
 def test_a_catalog_name_spark_cannot_address_is_refused():
     with pytest.raises(ValidationError, match="name"):
-        SqliteCatalog(name="my-lake", database=Path("/c.db"), warehouse="file:///w")
+        CatalogConfig(name="my-lake", uri="jdbc:sqlite:/c.db", warehouse="file:///w")

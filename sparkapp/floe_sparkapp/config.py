@@ -1,0 +1,169 @@
+"""The job config contract: what the operator renders into each SparkApplication's ConfigMap.
+
+The JSON form uses camelCase keys, like the KafkaIcebergTopic resource it comes from.
+Secrets never appear in it: credentials are named by environment variable (``...Env``
+fields), which the SparkApplication fills from Kubernetes Secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+
+
+class ConfigError(ValueError):
+    """A job config that cannot work; the message names each bad field and why."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True)
+
+
+class KafkaConfig(_Model):
+    bootstrap_servers: str = Field(min_length=1, description="host:port[,host:port...]")
+    topic: str = Field(pattern=KAFKA_TOPIC)
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where the very first start reads from; later starts continue "
+                                "from the table's committed offsets.")
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    consumer_group: str | None = Field(
+        None, description="Consumer group the committed offsets are reported to "
+                          "(default: floe.<writer>).")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra Kafka client settings (security.protocol, "
+                                          "sasl.mechanism, ...), without secrets.")
+    properties_from_env: dict[str, str] = Field(
+        default_factory=dict, description="Kafka client settings whose values are read from the "
+                                          "named environment variables (passwords, JAAS).")
+
+
+class SchemaRegistryConfig(_Model):
+    url: str = Field(pattern=r"^https?://")
+    subject: str = Field(min_length=1)
+    basic_auth_env: str | None = Field(
+        None, description="Environment variable holding user:password for the registry.")
+
+
+class ValueConfig(_Model):
+    format: Literal["avro", "json", "raw"] = "avro"
+    schema_registry: SchemaRegistryConfig | None = None
+
+    @model_validator(mode="after")
+    def _registry_for_schemas(self) -> ValueConfig:
+        if self.format in ("avro", "json") and self.schema_registry is None:
+            raise ValueError(f"format {self.format!r} needs schemaRegistry (url and subject) for "
+                             "the value schema; use format 'raw' to keep the bytes only")
+        return self
+
+
+class CatalogConfig(_Model):
+    type: Literal["sql", "rest", "hive", "glue", "nessie"] = "sql"
+    name: str = Field("floe", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                      description="Catalog name; PyIceberg and Spark must use the same one.")
+    uri: str | None = Field(None, description="jdbc:... for sql, http(s):// for rest, "
+                                              "thrift:// for hive")
+    warehouse: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict)
+    properties_from_env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _uri_for_type(self) -> CatalogConfig:
+        if self.type == "sql" and not (self.uri or "").startswith("jdbc:"):
+            raise ValueError("a sql catalog needs uri: jdbc:sqlite:/path or "
+                             "jdbc:postgresql://host:port/db")
+        if self.type == "sql" and not self.warehouse:
+            raise ValueError("a sql catalog needs warehouse (file:///path or s3://bucket/prefix)")
+        if self.type in ("rest", "hive", "nessie") and not self.uri:
+            raise ValueError(f"a {self.type} catalog needs uri")
+        return self
+
+
+class TableConfig(_Model):
+    catalog: CatalogConfig
+    identifier: str = Field(pattern=IDENTIFIER, description="namespace.table")
+    partitioning: Literal["hour", "day", "month", "none"] = "day"
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        return self.identifier.rsplit(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.identifier.rsplit(".", 1)[1]
+
+
+class CommitConfig(_Model):
+    interval_seconds: int = Field(60, ge=1, le=86_400)
+    max_records_per_commit: int = Field(500_000, ge=1)
+
+
+class DeadLetterConfig(_Model):
+    topic: str = Field(pattern=KAFKA_TOPIC)
+
+
+class JobConfig(_Model):
+    writer: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+                        description="namespace/name of the KafkaIcebergTopic; stable across "
+                                    "restarts and checkpoint loss")
+    generation: int = Field(1, ge=1)
+    kafka: KafkaConfig
+    value: ValueConfig
+    table: TableConfig
+    commit: CommitConfig = CommitConfig()
+    dead_letter: DeadLetterConfig | None = None
+    checkpoint_location: str = Field(min_length=1)
+
+    @property
+    def consumer_group(self) -> str:
+        return self.kafka.consumer_group or f"floe.{self.writer.replace('/', '.')}"
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        message = problem["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
+
+
+def parse_config(data: str | dict) -> JobConfig:
+    try:
+        if isinstance(data, str):
+            return JobConfig.model_validate_json(data)
+        return JobConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(f"invalid job config: {_describe(error)}") from None
+
+
+def load_config(path: str | Path) -> JobConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read job config {path}: {error.strerror}") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"job config {path} is not JSON: {error}") from None
+    return parse_config(text)
+
+
+def env_values(names: dict[str, str], what: str) -> dict[str, str]:
+    """Resolves ``{setting: ENV_NAME}`` to ``{setting: value}``; a missing variable is an error."""
+    missing = [env for env in names.values() if env not in os.environ]
+    if missing:
+        raise ConfigError(f"{what}: environment variable(s) {', '.join(sorted(missing))} not set")
+    return {key: os.environ[env] for key, env in names.items()}

@@ -1,0 +1,161 @@
+"""Spark transforms from Kafka source rows to table rows: lineage, decoding, raw fallback.
+
+Avro values are decoded in the JVM with ``from_avro``, once per writer schema id present in the
+batch, and projected by name onto the table's current value struct (missing fields null,
+widened types cast).  A value that cannot be decoded keeps its bytes in ``value_raw`` with the
+reason in ``value_error``; no record is dropped.  A null value (tombstone) is a row with a null
+value and no error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.avro.functions import from_avro
+
+HEADER_BYTES = 5  # Confluent wire format: magic byte 0, then a 4-byte big-endian schema id
+
+
+@dataclass(frozen=True)
+class WriterPlan:
+    """How records written with one registry schema id are decoded.
+
+    ``schema`` is the writer schema text when its records can be decoded into the table;
+    otherwise ``error`` says why they are kept raw (unknown id, breaking change, ...).
+    """
+
+    schema_id: int
+    schema: str | None = None
+    error: str | None = None
+
+
+def frame(df: DataFrame) -> DataFrame:
+    """Adds ``_schema_id`` (the framed writer schema id) and ``_frame_error``."""
+    value = F.col("value")
+    magic = F.substring(value, 1, 1)
+    error = (
+        F.when(value.isNull(), F.lit(None))
+        .when(F.length(value) < HEADER_BYTES,
+              F.format_string("value is %d bytes, shorter than the 5-byte Confluent header",
+                              F.length(value)))
+        .when(magic != F.lit(bytearray(b"\x00")),
+              F.concat(F.lit("not in the Confluent wire format: first byte 0x"), F.hex(magic),
+                       F.lit(", expected 0x00")))
+    )
+    schema_id = F.when(value.isNotNull() & error.isNull(),
+                       F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int"))
+    return df.withColumn("_frame_error", error).withColumn("_schema_id", schema_id)
+
+
+def project(col: Column, source: T.DataType, target: T.DataType) -> Column:
+    """Reshapes ``col`` of type ``source`` into ``target`` by field name, recursively."""
+    if source == target:
+        return col
+    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
+        present = {f.name: f.dataType for f in source.fields}
+        parts = [
+            (project(col.getField(f.name), present[f.name], f.dataType) if f.name in present
+             else F.lit(None).cast(f.dataType)).alias(f.name)
+            for f in target.fields
+        ]
+        return F.when(col.isNull(), F.lit(None).cast(target)).otherwise(F.struct(*parts))
+    if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
+        return F.transform(col, lambda x: project(x, source.elementType, target.elementType))
+    if isinstance(source, T.MapType) and isinstance(target, T.MapType):
+        return F.transform_values(col, lambda _, v: project(v, source.valueType, target.valueType))
+    return col.cast(target)
+
+
+def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
+                value_type: T.StructType) -> DataFrame:
+    """Adds ``value``, ``value_raw`` and ``value_error`` to framed rows (see :func:`frame`)."""
+    body = F.expr(f"substring(value, {HEADER_BYTES + 1})")
+    schema_id = F.col("_schema_id")
+    decoded = None
+    failure = None
+    for plan in plans.values():
+        matches = schema_id == F.lit(plan.schema_id)
+        if plan.schema is None:
+            failure = (failure if failure is not None else F).when(matches, F.lit(plan.error))
+            continue
+        raw, ok = _from_avro(body, plan.schema)
+        source_type = df.select(raw.alias("v")).schema["v"].dataType
+        value = project(raw, source_type, value_type)
+        decoded = (decoded if decoded is not None else F).when(matches, value)
+        failure = (failure if failure is not None else F).when(
+            matches & ~ok,
+            F.lit(f"Avro value could not be decoded with its writer schema id "
+                  f"{plan.schema_id} (truncated or corrupt)"))
+    decoded_col = decoded if decoded is not None else F.lit(None)
+    failure_col = failure if failure is not None else F.lit(None)
+    error = F.coalesce(F.col("_frame_error"),
+                       F.when(F.col("value").isNotNull(), failure_col.cast("string")))
+    return (df.withColumn("value_error", error)
+            .withColumn("value_raw", F.when(error.isNotNull(), F.col("value")))
+            .withColumn("_value", F.when(error.isNull(), decoded_col.cast(value_type))))
+
+
+OK_FIELD = "__floe_decoded"
+
+
+def _from_avro(body: Column, writer_schema: str) -> tuple[Column, Column]:
+    """Decodes with the writer schema; returns the value and whether decoding succeeded.
+
+    In PERMISSIVE mode Spark answers a record it cannot decode with a struct of nulls, which a
+    valid all-null record would also give.  Reading through a reader schema with one extra
+    field, defaulted to true, tells them apart: it is null only when decoding failed.
+    """
+    parsed = json.loads(writer_schema)
+    if isinstance(parsed, dict) and parsed.get("type") in ("record", "error"):
+        reader = {**parsed, "fields": [*parsed["fields"],
+                                       {"name": OK_FIELD, "type": "boolean", "default": True}]}
+        raw = from_avro(body, writer_schema, {"mode": "PERMISSIVE",
+                                              "avroSchema": json.dumps(reader)})
+        return raw, F.coalesce(raw.getField(OK_FIELD), F.lit(False))
+    raw = from_avro(body, writer_schema, {"mode": "PERMISSIVE"})
+    return raw, raw.isNotNull()
+
+
+def decode_json(df: DataFrame, value_type: T.StructType) -> DataFrame:
+    """JSON values parsed against the table's value struct; unparseable ones kept raw."""
+    corrupt = "__floe_corrupt"
+    with_corrupt = T.StructType([*value_type.fields, T.StructField(corrupt, T.StringType())])
+    parsed = F.from_json(F.col("value").cast("string"), with_corrupt,
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
+    error = F.when(F.col("value").isNotNull()
+                   & (parsed.isNull() | parsed.getField(corrupt).isNotNull()),
+                   F.lit("value is not a JSON object matching the table schema"))
+    return (df.withColumn("value_error", error)
+            .withColumn("value_raw", F.when(error.isNotNull(), F.col("value")))
+            .withColumn("_value", F.when(error.isNull(),
+                                         project(parsed, with_corrupt, value_type)))
+            .withColumn("_schema_id", F.lit(None).cast("int")))
+
+
+def decode_raw(df: DataFrame) -> DataFrame:
+    return (df.withColumn("value_raw", F.col("value"))
+            .withColumn("value_error", F.lit(None).cast("string"))
+            .withColumn("_schema_id", F.lit(None).cast("int")))
+
+
+def table_rows(df: DataFrame, has_value: bool) -> DataFrame:
+    """Selects the table's columns from decoded Kafka source rows."""
+    kafka = F.struct(
+        F.col("topic").alias("topic"),
+        F.col("partition").alias("partition"),
+        F.col("offset").alias("offset"),
+        F.col("timestamp").alias("timestamp"),
+        F.col("timestampType").alias("timestamp_type"),
+        F.col("headers").alias("headers"),
+        F.col("_schema_id").alias("schema_id"),
+    )
+    columns = [kafka.alias("kafka"), F.col("key")]
+    if has_value:
+        columns.append(F.col("_value").alias("value"))
+    columns += [F.col("value_raw"), F.col("value_error")]
+    return df.select(*columns)

@@ -1,0 +1,351 @@
+"""The streaming job: a Kafka topic into its Iceberg table, exactly once.
+
+:func:`start` prepares the table (created from the registry schema, evolved additively), picks
+the starting offsets (the table's committed offsets when there is no checkpoint) and starts a
+Structured Streaming query whose ``foreachBatch`` runs :class:`BatchWriter`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import catalog as catalogs
+from .avro_types import AvroMappingError, avro_to_iceberg
+from .commit import (
+    BranchCommitter,
+    Committed,
+    commit_with_retries,
+    last_commit,
+    merge_offsets,
+    summary_properties,
+)
+from .config import JobConfig, env_values
+from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
+from .evolution import BreakingChange, evolve_for_writer, value_struct
+from .layout import ensure_table
+from .registry import Registry
+
+log = logging.getLogger("floe.job")
+
+
+class DataLossError(RuntimeError):
+    """Kafka no longer has records the table has not got: never skipped silently."""
+
+
+def kafka_client_settings(config: JobConfig) -> dict[str, str]:
+    return {**config.kafka.properties,
+            **env_values(config.kafka.properties_from_env, "kafka.propertiesFromEnv")}
+
+
+def spark_catalog_conf(config: JobConfig) -> dict[str, str]:
+    conf = catalogs.spark_conf(config.table.catalog)
+    # The job changes the table through PyIceberg too (creation, evolution): never cache it.
+    conf[f"spark.sql.catalog.{config.table.catalog.name}.cache-enabled"] = "false"
+    return conf
+
+
+def build_session(config: JobConfig) -> SparkSession:
+    builder = SparkSession.builder.appName(f"floe {config.writer}")
+    builder = builder.config("spark.sql.extensions",
+                             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    for key, value in spark_catalog_conf(config).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _registry(config: JobConfig) -> Registry | None:
+    registry = config.value.schema_registry
+    return Registry(registry) if registry is not None and config.value.format != "raw" else None
+
+
+def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
+    """Creates the table when absent and evolves it to the subject's latest schema."""
+    value = None
+    if registry is not None:
+        latest = registry.latest()
+        value = avro_to_iceberg(latest.schema).struct
+    catalog = catalogs.load_catalog(config.table.catalog)
+    table, created = ensure_table(catalog, config.table, value)
+    if created:
+        log.info("created table %s", config.table.identifier)
+    elif value is not None:
+        try:
+            plan = evolve_for_writer(table, value)
+            if plan.needs_update:
+                log.info("evolved table %s: %s", config.table.identifier,
+                         "; ".join(str(c) for c in plan.changes))
+        except BreakingChange as change:
+            log.warning("table %s keeps its schema: %s", config.table.identifier, change)
+    return table
+
+
+def _checkpoint_exists(spark: SparkSession, location: str) -> bool:
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location.rstrip("/") + "/offsets")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0
+
+
+def starting_offsets(config: JobConfig, committed: Committed,
+                     partitions: list[int]) -> str:
+    """Spark's startingOffsets: the table's offsets where it has some, else the configured start."""
+    if not committed.offsets:
+        return config.kafka.starting_offsets
+    fallback = -2 if config.kafka.starting_offsets == "earliest" else -1
+    offsets = {str(p): committed.offsets.get(p, fallback) for p in sorted(set(partitions)
+                                                                           | set(committed.offsets))}
+    return json.dumps({config.kafka.topic: offsets})
+
+
+def topic_partitions(config: JobConfig) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
+                         **kafka_client_settings(config)})
+    metadata = admin.list_topics(config.kafka.topic, timeout=30)
+    topic = metadata.topics.get(config.kafka.topic)
+    if topic is None or topic.error is not None:
+        return []
+    return sorted(topic.partitions)
+
+
+def check_retention(config: JobConfig, committed: Committed) -> None:
+    """Fails when Kafka already deleted records after the table's committed offsets."""
+    if not committed.offsets:
+        return
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
+                         "group.id": config.consumer_group, "enable.auto.commit": False,
+                         **kafka_client_settings(config)})
+    try:
+        lost = []
+        for partition, offset in sorted(committed.offsets.items()):
+            low, _ = consumer.get_watermark_offsets(TopicPartition(config.kafka.topic, partition),
+                                                    timeout=30)
+            if low > offset:
+                lost.append(f"partition {partition}: the table has offsets below {offset}, "
+                            f"Kafka's earliest is {low} ({low - offset} records lost)")
+        if lost:
+            raise DataLossError(
+                f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "
+                f"table has not got; {'; '.join(lost)}. floe never skips records silently: "
+                "restore them or reset the table's offsets.")
+    finally:
+        consumer.close()
+
+
+@dataclass
+class BatchWriter:
+    """``foreachBatch`` function: decodes one micro-batch and commits it exactly once."""
+
+    config: JobConfig
+    spark: SparkSession
+    registry: Registry | None
+    committer: BranchCommitter = field(init=False)
+    plans: dict[int, WriterPlan] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
+                                         self.config.table.identifier)
+        self.catalog = catalogs.load_catalog(self.config.table.catalog)
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.config.table.catalog.name}.{self.config.table.identifier}"
+
+    def _plan(self, schema_id: int, table: Any) -> WriterPlan:
+        """How to decode records of one writer schema id (evolving the table if additive)."""
+        assert self.registry is not None
+        found = self.registry.by_id(schema_id)
+        if found is None:
+            return WriterPlan(schema_id, error=f"unknown schema id {schema_id}: the schema "
+                                               "registry has no schema with this id")
+        if found.schema_type.upper() != "AVRO":
+            return WriterPlan(schema_id, error=f"schema id {schema_id} is "
+                                               f"{found.schema_type}, not Avro")
+        try:
+            mapped = avro_to_iceberg(found.schema)
+        except AvroMappingError as error:
+            return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
+        if mapped.recursive_fields:
+            return WriterPlan(schema_id, error=(
+                f"schema id {schema_id} is recursive ({', '.join(mapped.recursive_fields)}); "
+                "recursive values are kept raw"))
+        try:
+            plan = evolve_for_writer(table, mapped.struct)
+        except BreakingChange as change:
+            return WriterPlan(schema_id, error=f"schema id {schema_id}: {change}")
+        if plan.needs_update:
+            log.info("schema id %d evolved table %s: %s", schema_id, self.table_name,
+                     "; ".join(str(c) for c in plan.changes))
+        return WriterPlan(schema_id, schema=found.schema)
+
+    def _decode(self, fresh: DataFrame, table: Any) -> DataFrame:
+        fmt = self.config.value.format
+        if fmt == "raw":
+            return table_rows(decode_raw(fresh), has_value=False)
+        value_type = self.spark.table(self.table_name).schema["value"].dataType
+        if fmt == "json":
+            return table_rows(decode_json(fresh, value_type), has_value=True)
+        framed = frame(fresh)
+        ids = [r[0] for r in framed.select("_schema_id").distinct().collect() if r[0] is not None]
+        changed = False
+        for schema_id in ids:
+            if schema_id not in self.plans:
+                before = table.schema().schema_id
+                self.plans[schema_id] = self._plan(schema_id, table)
+                table.refresh()
+                changed |= table.schema().schema_id != before
+        if changed:
+            value_type = self.spark.table(self.table_name).schema["value"].dataType
+            # Plans made against the older schema still decode; only the projection changed.
+        plans = {i: self.plans[i] for i in ids}
+        return table_rows(decode_avro(framed, plans, value_type), has_value=True)
+
+    def _dead_letters(self, rows: DataFrame) -> int:
+        if self.config.dead_letter is None:
+            return 0
+        bad = rows.filter(F.col("value_error").isNotNull())
+        count = bad.count()
+        if count == 0:
+            return 0
+        headers = F.concat(
+            F.coalesce(F.col("kafka.headers"), F.array().cast("array<struct<key:string,value:binary>>")),
+            F.array(
+                F.struct(F.lit("floe.error").alias("key"),
+                         F.encode(F.col("value_error"), "UTF-8").alias("value")),
+                F.struct(F.lit("floe.topic").alias("key"),
+                         F.encode(F.col("kafka.topic"), "UTF-8").alias("value")),
+                F.struct(F.lit("floe.partition").alias("key"),
+                         F.encode(F.col("kafka.partition").cast("string"), "UTF-8").alias("value")),
+                F.struct(F.lit("floe.offset").alias("key"),
+                         F.encode(F.col("kafka.offset").cast("string"), "UTF-8").alias("value")),
+            ))
+        writer = (bad.select(F.col("key"), F.col("value_raw").alias("value"),
+                             headers.alias("headers"))
+                  .write.format("kafka")
+                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
+                  .option("topic", self.config.dead_letter.topic)
+                  .option("includeHeaders", "true"))
+        for key, value in kafka_client_settings(self.config).items():
+            writer = writer.option(f"kafka.{key}", value)
+        writer.save()
+        return count
+
+    def _commit_consumer_group(self, offsets: dict[int, int]) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        try:
+            consumer = Consumer({"bootstrap.servers": self.config.kafka.bootstrap_servers,
+                                 "group.id": self.config.consumer_group,
+                                 "enable.auto.commit": False, **kafka_client_settings(self.config)})
+            try:
+                consumer.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
+                                         for p, o in sorted(offsets.items())], asynchronous=False)
+            finally:
+                consumer.close()
+        except Exception as error:  # lag tooling only; the table holds the truth
+            log.warning("could not commit offsets to consumer group %s: %s",
+                        self.config.consumer_group, error)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        batch = batch.persist()
+        try:
+            stats = batch.groupBy("partition").agg(
+                F.max("offset").alias("last"), F.max("timestamp").alias("latest"),
+                F.count(F.lit(1)).alias("rows")).collect()
+            if not stats:
+                return
+            batch_next = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
+            vtts = min(int(r["latest"].timestamp() * 1000) for r in stats)
+            outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0}
+            dead_lettered = False
+
+            def attempt() -> bool:
+                nonlocal dead_lettered
+                table = self.catalog.load_table(self.config.table.identifier)
+                base = table.current_snapshot().snapshot_id  # offsets below are read from here
+                committed = last_commit(table, self.config.writer)
+                known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
+                                       for x in (p, o)]) if committed.offsets else None
+                fresh = batch if known is None else batch.filter(
+                    F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
+                offsets = merge_offsets(committed.offsets, batch_next)
+                if offsets == committed.offsets:
+                    log.info("batch %d of %s: already committed in snapshot %s", batch_id,
+                             self.config.writer, committed.snapshot_id)
+                    return True
+                rows = self._decode(fresh, table).persist()
+                try:
+                    if not dead_lettered:
+                        outcome["dead_letters"] = self._dead_letters(rows)
+                        dead_lettered = True
+                    props = summary_properties(
+                        self.config.writer, self.config.kafka.topic, offsets,
+                        max(vtts, committed.vtts or 0), self.config.generation, batch_id)
+                    self.committer.commit(rows, base, props)
+                    outcome["written"] = rows.count()
+                    outcome["errors"] = rows.filter(F.col("value_error").isNotNull()).count()
+                finally:
+                    rows.unpersist()
+                outcome["offsets"] = offsets
+                return True
+
+            conflicts = commit_with_retries(attempt)
+            if "offsets" in outcome:
+                self._commit_consumer_group(outcome["offsets"])
+            log.info(json.dumps({
+                "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
+                "rows": outcome["written"], "decode_failures": outcome["errors"],
+                "dead_letters": outcome["dead_letters"], "conflicts": conflicts,
+                "seconds": round(time.monotonic() - started, 3)}))
+        finally:
+            batch.unpersist()
+
+
+def start(config: JobConfig, spark: SparkSession | None = None, *,
+          available_now: bool = False, query_name: str | None = None) -> Any:
+    """Starts the streaming query; returns it (``available_now`` stops once caught up)."""
+    spark = spark or build_session(config)
+    for key, value in spark_catalog_conf(config).items():
+        spark.conf.set(key, value)
+    registry = _registry(config)
+    table = prepare_table(config, registry)
+    committed = last_commit(table, config.writer)
+    check_retention(config, committed)
+    if _checkpoint_exists(spark, config.checkpoint_location):
+        start_at = config.kafka.starting_offsets  # ignored by Spark: the checkpoint decides
+    else:
+        start_at = starting_offsets(config, committed, topic_partitions(config))
+        if committed.offsets:
+            log.info("no checkpoint at %s: starting from the table's offsets %s",
+                     config.checkpoint_location, committed.offsets)
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+              .option("subscribe", config.kafka.topic)
+              .option("startingOffsets", start_at)
+              .option("kafka.isolation.level", config.kafka.isolation_level)
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "true")
+              .option("maxOffsetsPerTrigger", str(config.commit.max_records_per_commit)))
+    for key, value in kafka_client_settings(config).items():
+        reader = reader.option(f"kafka.{key}", value)
+    writer = (reader.load().writeStream
+              .foreachBatch(BatchWriter(config, spark, registry))
+              .option("checkpointLocation", config.checkpoint_location)
+              .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}"))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.commit.interval_seconds} seconds")
+    return writer.start()

@@ -1,0 +1,153 @@
+"""The table layout: one row per Kafka record, with its lineage, key and value.
+
+=============  ==============================================================================
+column         contents
+=============  ==============================================================================
+kafka          struct: topic, partition, offset, timestamp (timestamptz), timestamp_type,
+               headers (list of key/value), schema_id (the value's registry id, if framed)
+key            the key bytes, untouched
+value          struct from the registry schema; null when the value is null or undecodable
+               (absent when the format is ``raw``)
+value_raw      the value bytes when they could not be decoded, or always for ``raw``
+value_error    why decoding failed
+=============  ==============================================================================
+
+Partitioned by ``hour|day|month(kafka.timestamp)`` or not at all; data files sorted by
+``kafka.partition, kafka.offset``.  The operator and the job create the table through the same
+function, :func:`ensure_table`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform
+from pyiceberg.types import (
+    BinaryType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
+
+from .config import TableConfig
+
+DEFAULT_PROPERTIES = {
+    "format-version": "2",
+    "write.parquet.compression-codec": "zstd",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+    "write.distribution-mode": "none",
+}
+
+_TRANSFORMS = {"hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}
+
+
+def lineage_struct() -> StructType:
+    return StructType(
+        NestedField(101, "topic", StringType(), required=True),
+        NestedField(102, "partition", IntegerType(), required=True),
+        NestedField(103, "offset", LongType(), required=True),
+        NestedField(104, "timestamp", TimestamptzType(), required=True),
+        NestedField(105, "timestamp_type", IntegerType(), required=True),
+        NestedField(106, "headers", ListType(107, StructType(
+            NestedField(108, "key", StringType(), required=True),
+            NestedField(109, "value", BinaryType(), required=False),
+        ), element_required=True), required=False),
+        NestedField(110, "schema_id", IntegerType(), required=False,
+                    doc="registry id of the value's writer schema, when the value is framed"),
+    )
+
+
+def table_schema(value: StructType | None) -> Schema:
+    """The full table schema; ``value`` is the mapped registry schema, None for raw topics.
+
+    Field ids here are placeholders: creating the table assigns fresh ones.
+    """
+    fields = [
+        NestedField(1, "kafka", lineage_struct(), required=True, doc="Kafka lineage"),
+        NestedField(2, "key", BinaryType(), required=False, doc="the record key, untouched"),
+    ]
+    if value is not None:
+        fields.append(NestedField(3, "value", _offset_ids(value, 1000), required=False,
+                                  doc="the decoded value; null when null or undecodable"))
+    fields += [
+        NestedField(4, "value_raw", BinaryType(), required=False,
+                    doc="the value bytes when they could not be decoded"),
+        NestedField(5, "value_error", StringType(), required=False, doc="why decoding failed"),
+    ]
+    return Schema(*fields)
+
+
+def _offset_ids(struct: StructType, offset: int) -> StructType:
+    """Shifts the value struct's ids clear of the fixed columns' placeholder ids."""
+    from pyiceberg.schema import Schema as _Schema
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    counter = iter(range(offset, offset + 1_000_000))
+    return assign_fresh_schema_ids(_Schema(*struct.fields), lambda: next(counter)).as_struct()
+
+
+def partition_spec(schema: Schema, partitioning: str) -> PartitionSpec:
+    if partitioning == "none":
+        return UNPARTITIONED_PARTITION_SPEC
+    source = schema.find_field("kafka.timestamp")
+    return PartitionSpec(PartitionField(source_id=source.field_id, field_id=1000,
+                                        transform=_TRANSFORMS[partitioning],
+                                        name=f"kafka_timestamp_{partitioning}"))
+
+
+def sort_order(schema: Schema) -> SortOrder:
+    return SortOrder(
+        SortField(source_id=schema.find_field("kafka.partition").field_id,
+                  transform=IdentityTransform()),
+        SortField(source_id=schema.find_field("kafka.offset").field_id,
+                  transform=IdentityTransform()),
+    )
+
+
+def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> tuple[Any, bool]:
+    """Loads the table, creating it (and its namespace) when absent.
+
+    Returns the table and whether it was created by this call.  Safe to call concurrently:
+    losing a creation race to another writer is not an error.  A new table gets an empty root
+    snapshot on ``main``, so every commit of the job has a snapshot to build on.
+    """
+    try:
+        return _with_root_snapshot(catalog.load_table(table.identifier)), False
+    except NoSuchTableError:
+        pass
+    try:
+        catalog.create_namespace(table.namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    schema = table_schema(value)
+    try:
+        created = catalog.create_table(
+            table.identifier, schema=schema,
+            partition_spec=partition_spec(schema, table.partitioning),
+            sort_order=sort_order(schema),
+            properties={**DEFAULT_PROPERTIES, **table.properties})
+        return _with_root_snapshot(created), True
+    except TableAlreadyExistsError:
+        return _with_root_snapshot(catalog.load_table(table.identifier)), False
+
+
+def _with_root_snapshot(table: Any) -> Any:
+    if table.current_snapshot() is None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        try:
+            with table.transaction() as transaction:
+                with transaction.update_snapshot().fast_append():
+                    pass  # no files: an empty snapshot for the first commit to build on
+        except CommitFailedException:  # someone else made it first
+            table.refresh()
+    return table

@@ -1,0 +1,48 @@
+"""Schema registry look-ups, cached: writer schemas by id and the subject's latest version."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from .config import ConfigError, SchemaRegistryConfig
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    schema_id: int
+    schema: str  # the schema text (Avro JSON)
+    schema_type: str
+    version: int | None = None
+
+
+class Registry:
+    def __init__(self, config: SchemaRegistryConfig):
+        settings = {"url": config.url}
+        if config.basic_auth_env:
+            if config.basic_auth_env not in os.environ:
+                raise ConfigError(f"schemaRegistry.basicAuthEnv: environment variable "
+                                  f"{config.basic_auth_env} not set")
+            settings["basic.auth.user.info"] = os.environ[config.basic_auth_env]
+        self.config = config
+        self.client = SchemaRegistryClient(settings)
+        self.by_id = lru_cache(maxsize=1024)(self._by_id)
+
+    def _by_id(self, schema_id: int) -> RegisteredSchema | None:
+        """The writer schema with this id; None when the registry does not know it."""
+        try:
+            found = self.client.get_schema(schema_id)
+        except SchemaRegistryError as error:
+            if error.http_status_code == 404:
+                return None
+            raise
+        return RegisteredSchema(schema_id, found.schema_str, found.schema_type or "AVRO")
+
+    def latest(self) -> RegisteredSchema:
+        found = self.client.get_latest_version(self.config.subject)
+        return RegisteredSchema(found.schema_id, found.schema.schema_str,
+                                found.schema.schema_type or "AVRO", found.version)

@@ -1,0 +1,131 @@
+"""Helpers for tests of the ingestion job: topics, Avro producers, job configs, table reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from floe_sparkapp.catalog import load_catalog
+from floe_sparkapp.config import JobConfig, parse_config
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+class AvroProducer:
+    """Produces Avro values framed by the registry, remembering what landed where."""
+
+    def __init__(self, stack, topic: str):
+        self.topic = topic
+        self.registry = SchemaRegistryClient({"url": stack.registry_url})
+        self.producer = Producer({"bootstrap.servers": stack.bootstrap, "enable.idempotence": True,
+                                  "linger.ms": 5})
+        self.serializers: dict[str, AvroSerializer] = {}
+        self.sent: dict[tuple[int, int], dict[str, Any]] = {}
+
+    def _serializer(self, schema: dict) -> AvroSerializer:
+        text = json.dumps(schema)
+        if text not in self.serializers:
+            self.serializers[text] = AvroSerializer(self.registry, text)
+        return self.serializers[text]
+
+    def send(self, *, key: bytes | None, value: dict | None = None, schema: dict | None = None,
+             raw: bytes | None = None, headers: list[tuple[str, bytes]] | None = None,
+             partition: int | None = None) -> None:
+        payload = raw
+        if value is not None:
+            assert schema is not None
+            payload = self._serializer(schema)(value, SerializationContext(self.topic,
+                                                                           MessageField.VALUE))
+        record = {"key": key, "value": value, "payload": payload, "headers": headers or []}
+
+        def delivered(error, message):
+            assert error is None, error
+            self.sent[(message.partition(), message.offset())] = record
+
+        kwargs = {"partition": partition} if partition is not None else {}
+        self.producer.produce(self.topic, key=key, value=payload, headers=headers,
+                              on_delivery=delivered, **kwargs)
+
+    def flush(self) -> None:
+        assert self.producer.flush(60) == 0
+
+    def next_offsets(self) -> dict[int, int]:
+        result: dict[int, int] = {}
+        for partition, offset in self.sent:
+            result[partition] = max(result.get(partition, 0), offset + 1)
+        return result
+
+
+def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: str = "data/orders",
+               dead_letter: str | None = None, interval: int = 1, max_records: int = 100_000,
+               catalog_dir: Path | None = None) -> JobConfig:
+    catalog_dir = catalog_dir or tmp_path
+    # Spark keeps a catalog instance per name for the session: one name per catalog database.
+    catalog_name = "c" + hashlib.sha1(str(catalog_dir).encode()).hexdigest()[:10]
+    data: dict[str, Any] = {
+        "writer": writer,
+        "generation": 1,
+        "kafka": {"bootstrapServers": stack.bootstrap, "topic": topic},
+        "value": {"format": fmt},
+        "table": {
+            "catalog": {"type": "sql", "name": catalog_name,
+                        "uri": f"jdbc:sqlite:{catalog_dir / 'catalog.db'}",
+                        "warehouse": f"file://{catalog_dir / 'warehouse'}"},
+            "identifier": f"analytics.{topic.replace('-', '_')}",
+        },
+        "commit": {"intervalSeconds": interval, "maxRecordsPerCommit": max_records},
+        "checkpointLocation": str(tmp_path / "checkpoint"),
+    }
+    if fmt != "raw":
+        data["value"]["schemaRegistry"] = {"url": stack.registry_url, "subject": f"{topic}-value"}
+    if dead_letter:
+        data["deadLetter"] = {"topic": dead_letter}
+    return parse_config(data)
+
+
+def table_rows(config: JobConfig) -> list[dict[str, Any]]:
+    table = load_catalog(config.table.catalog).load_table(config.table.identifier)
+    return table.scan().to_arrow().to_pylist()
+
+
+def load_table(config: JobConfig):
+    return load_catalog(config.table.catalog).load_table(config.table.identifier)
+
+
+def group_offsets(stack, config: JobConfig, partitions: list[int]) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": config.consumer_group})
+    try:
+        committed = consumer.committed([TopicPartition(config.kafka.topic, p) for p in partitions],
+                                       timeout=30)
+        return {tp.partition: tp.offset for tp in committed}
+    finally:
+        consumer.close()
+
+
+def consume(stack, topic: str, expected: int, timeout: float = 30) -> list:
+    import time
+    import uuid
+
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    found = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(found) < expected:
+        message = consumer.poll(1.0)
+        if message is not None and not message.error():
+            found.append(message)
+    consumer.close()
+    return found

@@ -1,0 +1,172 @@
+"""The ingestion job end to end: Avro topic in, one row per record out, exactly once."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date, datetime, timezone
+from decimal import Decimal
+
+import pytest
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from floe_sparkapp.commit import last_commit
+from floe_sparkapp.job import start
+
+from .jobkit import (
+    AvroProducer, consume, create_topic, group_offsets, job_config, load_table, table_rows,
+)
+
+pytestmark = pytest.mark.integration
+
+LINE = {"type": "record", "name": "Line", "fields": [
+    {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}
+V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "item", "type": "string"},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                               "scale": 2}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+    {"name": "tags", "type": {"type": "map", "values": "string"}},
+    {"name": "lines", "type": {"type": "array", "items": LINE}},
+    {"name": "quantity", "type": "int"},
+]}
+V2 = {**V1, "fields": V1["fields"] + [{"name": "note", "type": ["null", "string"],
+                                       "default": None}]}
+
+
+def order(i: int, version: int) -> dict:
+    value = {
+        "id": i, "item": f"item-{i}", "status": "PAID" if i % 2 else "NEW",
+        "price": Decimal(i) / 4, "day": date(2026, 11, 1 + i % 20),
+        "at": datetime(2026, 11, 22, 10, i % 60, tzinfo=timezone.utc),
+        "ref": str(uuid.UUID(int=i)), "tags": {"n": str(i)},
+        "lines": [{"sku": f"s{i}", "qty": i % 7}], "quantity": i % 100,
+    }
+    if version == 2:
+        value["note"] = f"note {i}" if i % 3 else None
+    return value
+
+
+def normalize(value: dict | None) -> dict | None:
+    if value is None:
+        return None
+    out = dict(value)
+    out["price"] = Decimal(out["price"]).quantize(Decimal("0.01"))
+    if isinstance(out["ref"], bytes):
+        out["ref"] = str(uuid.UUID(bytes=out["ref"]))
+    out["ref"] = str(out["ref"])
+    out["tags"] = dict(out["tags"])
+    out["at"] = out["at"].astimezone(timezone.utc)
+    out.setdefault("note", None)
+    return out
+
+
+def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name):
+    topic = f"orders-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=3)
+    producer = AvroProducer(stack, topic)
+    for i in range(300):
+        version = 1 if i < 150 else 2
+        producer.send(key=f"k{i}".encode(), value=order(i, version), schema=V1 if version == 1 else V2,
+                      headers=[("trace", f"t{i}".encode())])
+    for i in range(5):  # tombstones
+        producer.send(key=f"gone{i}".encode(), raw=None)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+
+    query = start(config, spark, available_now=True)
+    query.awaitTermination(600)
+    assert query.exception() is None
+
+    rows = table_rows(config)
+    by_position = {(r["kafka"]["partition"], r["kafka"]["offset"]): r for r in rows}
+    assert len(rows) == len(producer.sent) == 305
+    assert set(by_position) == set(producer.sent)
+    for position, sent in producer.sent.items():
+        row = by_position[position]
+        assert row["key"] == sent["key"]
+        assert row["kafka"]["topic"] == topic
+        assert [(h["key"], h["value"]) for h in row["kafka"]["headers"] or []] == sent["headers"]
+        assert normalize(row["value"]) == normalize(sent["value"])
+        assert row["value_raw"] is None and row["value_error"] is None
+        if sent["value"] is None:
+            assert row["kafka"]["schema_id"] is None
+    schema_ids = {r["kafka"]["schema_id"] for r in rows if r["value"] is not None}
+    assert len(schema_ids) == 2  # two writer schema versions, one table schema
+
+    table = load_table(config)
+    committed = last_commit(table, config.writer)
+    assert committed.offsets == producer.next_offsets()
+    summary = table.snapshot_by_id(committed.snapshot_id).summary
+    assert summary.get("floe.writer") == "data/orders"
+    assert summary.get("floe.topic") == topic
+    assert group_offsets(stack, config, [0, 1, 2]) == producer.next_offsets()
+    assert [f.name for f in table.schema().find_field("value").field_type.fields][-1] == "note"
+
+    # A second run with nothing new commits nothing and lands no row twice.
+    snapshots = len(table.snapshots())
+    query = start(config, spark, available_now=True)
+    query.awaitTermination(300)
+    table.refresh()
+    assert len(table.snapshots()) == snapshots
+    assert len(table_rows(config)) == 305
+
+
+def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
+        stack, spark, tmp_path, unique_name):
+    topic = f"poison-{unique_name}".replace("_", "-")
+    dlq = f"{topic}.dlq"
+    create_topic(stack.bootstrap, topic, partitions=1)
+    create_topic(stack.bootstrap, dlq, partitions=1)
+    producer = AvroProducer(stack, topic)
+    producer.send(key=b"good-1", value=order(1, 1), schema=V1)
+    serialize = next(iter(producer.serializers.values()))
+    good = serialize(order(2, 1), SerializationContext(topic, MessageField.VALUE))
+    poison = {
+        b"bad-magic": b"\x01" + good[1:],
+        b"too-short": b"\x00\x00\x01",
+        b"unknown-id": b"\x00" + (987654).to_bytes(4, "big") + good[5:],
+        b"truncated": good[:12],
+        b"not-avro": b"\x00" + good[1:5] + b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+    }
+    for key, payload in poison.items():
+        producer.send(key=key, raw=payload, headers=[("origin", b"test")])
+    producer.send(key=b"good-2", value=order(2, 1), schema=V1)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic, dead_letter=dlq)
+
+    query = start(config, spark, available_now=True)
+    query.awaitTermination(600)
+    assert query.exception() is None
+
+    rows = {r["key"]: r for r in table_rows(config)}
+    assert len(rows) == 7
+    assert normalize(rows[b"good-1"]["value"]) == normalize(order(1, 1))
+    assert normalize(rows[b"good-2"]["value"]) == normalize(order(2, 1))
+    errors = {key: rows[key]["value_error"] for key in poison}
+    assert errors == {
+        b"bad-magic": "not in the Confluent wire format: first byte 0x01, expected 0x00",
+        b"too-short": "value is 3 bytes, shorter than the 5-byte Confluent header",
+        b"unknown-id": "unknown schema id 987654: the schema registry has no schema with this id",
+        b"truncated": errors[b"truncated"],
+        b"not-avro": errors[b"not-avro"],
+    }
+    schema_id = int.from_bytes(good[1:5], "big")
+    for key in (b"truncated", b"not-avro"):
+        assert errors[key] == (f"Avro value could not be decoded with its writer schema id "
+                               f"{schema_id} (truncated or corrupt)")
+    for key, payload in poison.items():
+        assert rows[key]["value"] is None
+        assert rows[key]["value_raw"] == payload
+
+    dead = {m.key(): m for m in consume(stack, dlq, expected=len(poison))}
+    assert set(dead) == set(poison)
+    for key, message in dead.items():
+        headers = dict(message.headers())
+        assert message.value() == poison[key]
+        assert headers["origin"] == b"test"
+        assert headers["floe.error"].decode() == errors[key]
+        assert headers["floe.topic"].decode() == topic

@@ -1,0 +1,115 @@
+"""Schema evolution of the value column: additive changes applied, breaking ones refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from floe_sparkapp.avro_types import avro_to_iceberg
+from floe_sparkapp.catalog import load_catalog
+from floe_sparkapp.config import CatalogConfig, TableConfig
+from floe_sparkapp.evolution import (
+    BreakingChange, apply_evolution, plan_evolution, required_fields_added, value_struct,
+)
+from floe_sparkapp.layout import ensure_table
+
+pytestmark = pytest.mark.unit
+
+
+def record(*fields):
+    return {"type": "record", "name": "Order", "fields": list(fields)}
+
+
+V1 = record({"name": "id", "type": "int"}, {"name": "price", "type": "float"},
+            {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                        "precision": 10, "scale": 2}},
+            {"name": "customer", "type": {"type": "record", "name": "C", "fields": [
+                {"name": "name", "type": "string"}]}})
+
+
+@pytest.fixture
+def table(tmp_path):
+    catalog = CatalogConfig(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                            warehouse=f"file://{tmp_path / 'wh'}")
+    created, _ = ensure_table(load_catalog(catalog),
+                              TableConfig(catalog=catalog, identifier="db.orders"),
+                              avro_to_iceberg(V1).struct)
+    return created
+
+
+def test_additive_changes_evolve_the_table_by_name_keeping_field_ids(table):
+    before = {f.name: f.field_id for f in value_struct(table).fields}
+    v2 = record({"name": "id", "type": "long"}, {"name": "price", "type": "double"},
+                {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                            "precision": 18, "scale": 2}},
+                {"name": "customer", "type": {"type": "record", "name": "C", "fields": [
+                    {"name": "name", "type": "string"},
+                    {"name": "email", "type": ["null", "string"], "default": None}]}},
+                {"name": "note", "type": ["null", "string"], "default": None})
+
+    plan = apply_evolution(table, avro_to_iceberg(v2).struct)
+
+    assert sorted(str(c) for c in plan.changes) == [
+        "value.amount: decimal(10, 2) widened to decimal(18, 2)",
+        "value.customer.email: new field of type string",
+        "value.id: int widened to long",
+        "value.note: new field of type string",
+        "value.price: float widened to double",
+    ]
+    table.refresh()
+    after = value_struct(table)
+    assert {f.name: f.field_id for f in after.fields if f.name in before} == before
+    assert str(after.field_by_name("id").field_type) == "long"
+    assert [f.name for f in after.field_by_name("customer").field_type.fields] == ["name", "email"]
+    # Applying the same schema again changes nothing.
+    snapshot_schema = table.schema().schema_id
+    assert not apply_evolution(table, avro_to_iceberg(v2).struct).needs_update
+    table.refresh()
+    assert table.schema().schema_id == snapshot_schema
+
+
+def test_a_dropped_field_keeps_its_column(table):
+    v2 = record({"name": "id", "type": "int"}, {"name": "price", "type": "float"},
+                {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                            "precision": 10, "scale": 2}})
+    plan = apply_evolution(table, avro_to_iceberg(v2).struct)
+    assert [str(c) for c in plan.changes] == [
+        "value.customer: no longer in the schema; the column is kept"]
+    table.refresh()
+    assert value_struct(table).field_by_name("customer") is not None
+
+
+@pytest.mark.parametrize("field, expected", [
+    ({"name": "id", "type": "string"}, "value.id: type changed from int to string"),
+    ({"name": "price", "type": "int"}, "value.price: type changed from float to int"),
+    ({"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                                 "scale": 3}},
+     "value.amount: type changed from decimal(10, 2) to decimal(10, 3)"),
+    ({"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8,
+                                 "scale": 2}},
+     "value.amount: decimal(10, 2) narrowed to decimal(8, 2)"),
+    ({"name": "customer", "type": "string"}, "value.customer: type changed from struct to string"),
+])
+def test_breaking_changes_are_refused_with_the_field_and_change(table, field, expected):
+    fields = [f for f in V1["fields"] if f["name"] != field["name"]] + [field]
+    schema_before = table.schema()
+
+    with pytest.raises(BreakingChange) as refused:
+        apply_evolution(table, avro_to_iceberg(record(*fields)).struct)
+
+    assert str(refused.value) == f"breaking schema change: {expected}"
+    table.refresh()
+    assert table.schema() == schema_before
+
+
+def test_narrowing_long_to_int_is_breaking():
+    wide = avro_to_iceberg(record({"name": "n", "type": "long"})).struct
+    narrow = avro_to_iceberg(record({"name": "n", "type": "int"})).struct
+    assert plan_evolution(wide, narrow).reason() == "value.n: long narrowed to int"
+
+
+def test_a_field_added_as_required_without_default_is_breaking_at_the_avro_level():
+    v2 = record(*V1["fields"], {"name": "must", "type": "string"},
+                {"name": "fine", "type": "string", "default": ""},
+                {"name": "maybe", "type": ["null", "int"]})
+    assert [str(c) for c in required_fields_added(V1, v2)] == [
+        "value.must: added as required without a default"]
