@@ -117,25 +117,35 @@ class BranchCommitter:
         """Appends ``rows`` on top of ``base_snapshot_id`` and moves ``main`` there, or raises
         CommitConflict when ``main`` is no longer at ``base_snapshot_id``."""
         branch = f"floe_{uuid.uuid4().hex[:16]}"
-        self._sql(f"ALTER TABLE {self.table_ref} CREATE BRANCH `{branch}` "
-                  f"AS OF VERSION {base_snapshot_id}")
+        created = False
         try:
+            self._sql(f"ALTER TABLE {self.table_ref} CREATE BRANCH `{branch}` "
+                      f"AS OF VERSION {base_snapshot_id}")
+            created = True
             writer = rows.writeTo(f"{self.table_ref}.branch_{branch}")
             for key, value in properties.items():
                 writer = writer.option(f"snapshot-property.{key}", value)
             writer.append()
-            try:
-                self._sql(f"CALL {self.catalog_name}.system.fast_forward("
-                          f"table => '{self.identifier}', branch => 'main', to => '{branch}')")
-            except Exception as error:  # py4j or analysis errors carry Iceberg's message
-                if _is_conflict(error):
-                    raise CommitConflict(str(error).splitlines()[0]) from None
-                raise
+            self._sql(f"CALL {self.catalog_name}.system.fast_forward("
+                      f"table => '{self.table_ref}', branch => 'main', to => '{branch}')")
+        except Exception as error:  # py4j or analysis errors carry Iceberg's message
+            if _is_conflict(error):
+                raise CommitConflict(str(error).splitlines()[0][:500]) from None
+            raise
         finally:
+            if created:
+                self._drop(branch)
+
+    def _drop(self, branch: str) -> None:
+        for _ in range(5):
             try:
                 self._sql(f"ALTER TABLE {self.table_ref} DROP BRANCH IF EXISTS `{branch}`")
-            except Exception:  # the branch is unreferenced garbage either way
-                log.warning("could not drop branch %s of %s", branch, self.table_ref)
+                return
+            except Exception as error:
+                if not _is_conflict(error):
+                    break
+        # Left behind, the branch only pins its snapshot until someone drops it.
+        log.warning("could not drop branch %s of %s", branch, self.table_ref)
 
 
 def commit_with_retries(attempt: Callable[[], bool], *, attempts: int = 10,

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -349,3 +350,41 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     else:
         writer = writer.trigger(processingTime=f"{config.commit.interval_seconds} seconds")
     return writer.start()
+
+
+# Spark 4.1's Kafka source throws this from its progress metrics right after it replays a batch
+# from the offset log (a restart after a crash between planning and committing a batch).  The
+# batch itself has run and been committed by then, so starting the query again moves on.
+_REPLAY_METRICS_BUG = "KafkaMicroBatchStream.metrics"
+
+
+def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: bool = False,
+        timeout: float | None = None, restarts: int = 3) -> None:
+    """Runs the query until it stops (``available_now``) or fails; raises what it failed with."""
+    for attempt in range(restarts + 1):
+        query = start(config, spark, available_now=available_now)
+        try:
+            finished = query.awaitTermination(timeout)
+        except StreamingQueryException:
+            finished = True
+        if not finished:
+            query.stop()
+        error = query.exception()
+        if error is None:
+            return
+        if _REPLAY_METRICS_BUG in _java_stack_trace(query):
+            log.warning("restarting the query after Spark's replay metrics failure "
+                        "(attempt %d of %d)", attempt + 1, restarts)
+            continue
+        raise error
+    raise RuntimeError(f"query kept failing after {restarts} restarts")
+
+
+def _java_stack_trace(query: Any) -> str:
+    failure = query._jsq.exception()
+    if not failure.isDefined():
+        return ""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    return str(jvm.org.apache.commons.lang3.exception.ExceptionUtils.getStackTrace(failure.get()))

@@ -129,3 +129,31 @@ def consume(stack, topic: str, expected: int, timeout: float = 30) -> list:
             found.append(message)
     consumer.close()
     return found
+
+
+def wait_for_rows(config: JobConfig, count: int, timeout: float = 180) -> list[dict[str, Any]]:
+    """Polls the table until it has at least ``count`` rows (or the timeout passes)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    rows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        try:
+            rows = table_rows(config)
+        except Exception:  # the table may not exist yet
+            rows = []
+        if len(rows) >= count:
+            return rows
+        time.sleep(1)
+    return rows
+
+
+def assert_exactly_once(rows: list[dict[str, Any]], sent: dict[tuple[int, int], Any]) -> None:
+    """The row set equals the produced set: each (partition, offset) once, none missing."""
+    positions = [(r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows]
+    duplicates = {p for p in positions if positions.count(p) > 1} if len(set(positions)) != len(positions) else set()
+    assert not duplicates, f"{len(duplicates)} records landed more than once, e.g. {sorted(duplicates)[:5]}"
+    missing = set(sent) - set(positions)
+    assert not missing, f"{len(missing)} records missing, e.g. {sorted(missing)[:5]}"
+    extra = set(positions) - set(sent)
+    assert not extra, f"{len(extra)} rows that were never produced, e.g. {sorted(extra)[:5]}"

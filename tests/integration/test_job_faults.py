@@ -1,0 +1,154 @@
+"""The fault matrix of the ingestion job: the table holds every produced record exactly once."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from floe_sparkapp.job import DataLossError, run, start
+
+from .jobkit import (
+    AvroProducer, assert_exactly_once, create_topic, job_config, table_rows, wait_for_rows,
+)
+from .test_job_roundtrip import V1, order
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+def run_once(config, spark):
+    run(config, spark, available_now=True, timeout=600)
+
+
+def produce_orders(producer: AvroProducer, start_at: int, count: int) -> None:
+    for i in range(start_at, start_at + count):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+
+
+@pytest.fixture
+def topic(stack, unique_name):
+    name = f"faults-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, name, partitions=3)
+    return name
+
+
+def test_lost_checkpoint_restarts_from_the_table_offsets(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 100)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+
+    shutil.rmtree(config.checkpoint_location)
+    produce_orders(producer, 100, 100)
+    run_once(config, spark)
+
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_replayed_batch_after_losing_the_last_commit_log_entry_is_a_no_op(
+        stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 120)
+    config = job_config(stack, tmp_path, topic, max_records=50)  # several batches
+    run_once(config, spark)
+    commits = sorted((tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    # Spark replays the last batch, which the table has already committed.
+    commits[-1].unlink()
+    commits[-1].with_name(f".{commits[-1].name}.crc").unlink(missing_ok=True)
+
+    produce_orders(producer, 120, 30)
+    run_once(config, spark)
+
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_aborted_transactions_never_land(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 20)
+    transactional = Producer({"bootstrap.servers": stack.bootstrap,
+                              "transactional.id": f"tx-{topic}"})
+    transactional.init_transactions(30)
+    serialize = next(iter(producer.serializers.values()))
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    context = SerializationContext(topic, MessageField.VALUE)
+    committed_keys = set()
+    for batch in range(6):
+        transactional.begin_transaction()
+        for i in range(10):
+            key = f"tx{batch}-{i}".encode()
+            transactional.produce(topic, key=key, value=serialize(order(1000 + i, 1), context))
+            if batch % 2 == 0:
+                committed_keys.add(key)
+        if batch % 2 == 0:
+            transactional.commit_transaction(30)
+        else:
+            transactional.flush(30)
+            transactional.abort_transaction(30)
+    produce_orders(producer, 20, 20)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+
+    rows = table_rows(config)
+    keys = [r["key"] for r in rows]
+    assert {k for k in keys if k.startswith(b"tx")} == committed_keys
+    assert len(keys) == len(set(keys)) == 40 + len(committed_keys)
+
+
+def test_a_second_writer_on_the_same_table_is_fenced(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 200)
+    first = job_config(stack, tmp_path / "a", topic, catalog_dir=tmp_path)
+    second = job_config(stack, tmp_path / "b", topic, catalog_dir=tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+
+    one = start(first, spark, query_name="first_writer")
+    wait_for_rows(first, 1)
+    two = start(second, spark, query_name="zombie_writer")  # same writer, its own checkpoint
+    stop = threading.Event()
+
+    def keep_producing():
+        i = 200
+        while not stop.is_set() and i < 1200:
+            produce_orders(producer, i, 50)
+            i += 50
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=keep_producing)
+    thread.start()
+    time.sleep(25)
+    stop.set()
+    thread.join()
+    wait_for_rows(first, len(producer.sent), timeout=120)
+    for query in (one, two):
+        query.stop()
+        assert query.exception() is None
+
+    assert_exactly_once(table_rows(first), producer.sent)
+
+
+def test_records_deleted_by_retention_fail_the_job_with_data_loss(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 60)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+    produce_orders(producer, 60, 60)
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    ends = producer.next_offsets()
+    deleted = admin.delete_records([TopicPartition(topic, p, o) for p, o in ends.items()])
+    for future in deleted.values():
+        future.result(timeout=30)
+
+    with pytest.raises(DataLossError) as lost:
+        start(config, spark, available_now=True)
+
+    message = str(lost.value)
+    assert message.startswith(f"DataLoss: topic {topic}: Kafka retention deleted records")
+    assert "records lost" in message
+    assert len(table_rows(config)) == 60
