@@ -26,11 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"floe: {error}", file=sys.stderr)
         return 2
 
-    from .job import DataLossError, start
+    from .job import DataLossError, run
 
     try:
-        query = start(config, available_now=args.available_now)
-        query.awaitTermination()
+        run(config, available_now=args.available_now)
     except DataLossError as error:
         print(f"floe: {error}", file=sys.stderr)
         return 3

@@ -152,3 +152,79 @@ def test_records_deleted_by_retention_fail_the_job_with_data_loss(stack, spark, 
     assert message.startswith(f"DataLoss: topic {topic}: Kafka retention deleted records")
     assert "records lost" in message
     assert len(table_rows(config)) == 60
+
+
+def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
+        stack, tmp_path, topic):
+    import json
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 50)
+    config = job_config(stack, tmp_path, topic, interval=2, max_records=300)
+    config_file = tmp_path / "job.json"
+    config_file.write_text(config.to_json())
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": (
+        f"--master local[2] --driver-memory 768m --conf spark.ui.enabled=false "
+        f"--jars {stack.env['FLOE_SPARK_JARS']} pyspark-shell")}
+    command = [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file)]
+    stop = threading.Event()
+
+    def keep_producing():
+        i = 50
+        while not stop.is_set():
+            produce_orders(producer, i, 20)
+            i += 20
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=keep_producing)
+    thread.start()
+    rng = random.Random(7)
+    kills = 0
+    log_file = (tmp_path / "job.log").open("w")
+    try:
+        for _ in range(10):
+            job = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+            time.sleep(rng.uniform(6, 22))  # during start-up, mid-batch or between batches
+            assert job.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+            kills += 1
+    finally:
+        stop.set()
+        thread.join()
+        log_file.close()
+    assert kills == 10
+
+    final = subprocess.run([*command, "--available-now"], env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
+    batches = [json.loads(line.split(" ", 4)[-1]) for line in
+               (final.stdout + final.stderr).splitlines() if '"event": "floe.batch"' in line]
+    assert batches, "the last run committed nothing"
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_broker_restart_while_streaming(stack, spark, tmp_path, topic):
+    from hack import stack as local_stack
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 100)
+    config = job_config(stack, tmp_path, topic, interval=1)
+    query = start(config, spark)
+    try:
+        wait_for_rows(config, 100)
+        local_stack.stop_component("kafka", kill=True)
+        time.sleep(3)
+        local_stack.start_component("kafka")
+        produce_orders(producer, 100, 200)
+        rows = wait_for_rows(config, 300, timeout=240)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert_exactly_once(rows, producer.sent)
