@@ -53,13 +53,27 @@ def bin_dirs() -> list[Path]:
     ]
 
 
+def source_hash(path: Path) -> str:
+    """A short hash of the files under ``path``: a changed build input gets a fresh build."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path.parent)).encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:8]
+
+
 def kafka_jars_dir() -> Path:
-    return CACHE / "jars" / f"kafka-{kafka_version()}"
+    pom = HACK / "maven" / "kafka" / "pom.xml"
+    return CACHE / "jars" / f"kafka-{kafka_version()}-{source_hash(pom)}"
 
 
 def spark_jars_dir() -> Path:
-    return CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}"
+    pom = HACK / "maven" / "spark" / "pom.xml"
+    return CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
 
 
 def registry_dir() -> Path:
-    return CACHE / "registry" / f"apicurio-{APICURIO_VERSION}"
+    return CACHE / "registry" / f"apicurio-{APICURIO_VERSION}-{source_hash(HACK / 'registry')}"

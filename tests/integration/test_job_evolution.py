@@ -1,0 +1,113 @@
+"""Schema changes in the registry while the job streams, and the other value formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from floe_sparkapp.job import run, start
+
+from .jobkit import AvroProducer, create_topic, job_config, load_table, table_rows, wait_for_rows
+from .test_job_roundtrip import V1, V2, normalize, order
+
+pytestmark = pytest.mark.integration
+
+
+def test_additive_version_adds_a_column_without_restart_and_breaking_one_is_kept_raw(
+        stack, spark, tmp_path, unique_name):
+    topic = f"evolve-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    for i in range(40):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic, interval=1)
+    query = start(config, spark)
+    try:
+        wait_for_rows(config, 40)
+        assert "note" not in [f.name for f in
+                              load_table(config).schema().find_field("value").field_type.fields]
+
+        for i in range(40, 80):  # a new optional field, registered by the producer
+            producer.send(key=f"v2-{i}".encode(), value=order(i, 2), schema=V2)
+        producer.flush()
+        wait_for_rows(config, 80)
+
+        # A breaking change: quantity becomes a string. The registry must be told to accept it.
+        subject = f"{topic}-value"
+        requests.put(f"{stack.registry_url}/config/{subject}",
+                     json={"compatibility": "NONE"}, timeout=10).raise_for_status()
+        v3 = {**V2, "fields": [f if f["name"] != "quantity" else {"name": "quantity",
+                                                                  "type": "string"}
+                               for f in V2["fields"]]}
+        for i in range(80, 90):
+            value = {**order(i, 2), "quantity": f"{i} pieces"}
+            producer.send(key=f"v3-{i}".encode(), value=value, schema=v3)
+        producer.flush()
+        rows = wait_for_rows(config, 90)
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    by_key = {r["key"].decode(): r for r in rows}
+    assert len(rows) == 90
+    assert by_key["v1-3"]["value"]["note"] is None  # older rows: the new column is null
+    assert normalize(by_key["v2-44"]["value"]) == normalize(order(44, 2))
+    breaking = by_key["v3-85"]
+    assert breaking["value"] is None
+    assert breaking["value_raw"] == producer.sent[next(
+        p for p, s in producer.sent.items() if s["key"] == b"v3-85")]["payload"]
+    assert breaking["value_error"].endswith(
+        "breaking schema change: value.quantity: type changed from int to string")
+    value_fields = load_table(config).schema().find_field("value").field_type
+    assert str(value_fields.field_by_name("quantity").field_type) == "int"  # table unchanged
+
+
+def test_json_values_are_parsed_against_the_table_schema(stack, spark, tmp_path, unique_name):
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    topic = f"json-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=1)
+    schema = {"type": "record", "name": "Event", "fields": [
+        {"name": "id", "type": "long"}, {"name": "kind", "type": "string"}]}
+    SchemaRegistryClient({"url": stack.registry_url}).register_schema(
+        f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
+    producer = Producer({"bootstrap.servers": stack.bootstrap})
+    payloads = [b'{"id": 1, "kind": "click"}', b'{"id": 2, "kind": "view", "extra": true}',
+                b"not json at all", None]
+    for i, payload in enumerate(payloads):
+        producer.produce(topic, key=str(i).encode(), value=payload)
+    producer.flush(30)
+    config = job_config(stack, tmp_path, topic, fmt="json")
+
+    run(config, spark, available_now=True, timeout=600)
+
+    rows = {r["key"]: r for r in table_rows(config)}
+    assert rows[b"0"]["value"] == {"id": 1, "kind": "click"}
+    assert rows[b"1"]["value"] == {"id": 2, "kind": "view"}
+    assert rows[b"2"]["value"] is None and rows[b"2"]["value_raw"] == b"not json at all"
+    assert rows[b"2"]["value_error"] == "value is not a JSON object matching the table schema"
+    assert rows[b"3"]["value"] is None and rows[b"3"]["value_error"] is None  # tombstone
+
+
+def test_raw_format_keeps_the_bytes(stack, spark, tmp_path, unique_name):
+    from confluent_kafka import Producer
+
+    topic = f"raw-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = Producer({"bootstrap.servers": stack.bootstrap})
+    values = {f"k{i}".encode(): bytes([i % 256]) * (i + 1) for i in range(50)}
+    for key, value in values.items():
+        producer.produce(topic, key=key, value=value)
+    producer.flush(30)
+    config = job_config(stack, tmp_path, topic, fmt="raw")
+
+    run(config, spark, available_now=True, timeout=600)
+
+    rows = table_rows(config)
+    assert {r["key"]: r["value_raw"] for r in rows} == values
+    assert all(r["value_error"] is None for r in rows)
+    assert "value" not in [f.name for f in load_table(config).schema().fields]
