@@ -1,9 +1,9 @@
 """`make demo`: an Avro topic landed in an Iceberg table on the local stack.
 
 Starts the stack (if it is not up), registers an Avro schema and produces orders to a topic,
-runs a Spark Structured Streaming query that decodes the Confluent-framed Avro values in the
-JVM and appends them with their Kafka lineage to an Iceberg table in the SQL catalog, then
-reads the table back with PyIceberg and prints it.
+runs floe's Spark job (``python -m floe_sparkapp run``) on it, which creates the table from the
+registry schema and commits the records exactly once with their Kafka lineage, then reads the
+table back with PyIceberg and prints it.  Run it again: only the new records are added.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -20,7 +21,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from floe_sparkapp.catalog import load_catalog, register_in
+from floe_sparkapp.catalog import load_catalog
+from floe_sparkapp.config import parse_config
 from hack import stack
 from hack.stack import paths
 
@@ -64,54 +66,22 @@ def produce(env: dict[str, str]) -> None:
         f"(schema registered under '{TOPIC}-value')")
 
 
-def land_with_spark(env: dict[str, str], catalog) -> None:
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
-
-    spark = (SparkSession.builder.master("local[2]").appName("floe-demo")
-             .config("spark.jars", env["FLOE_SPARK_JARS"])
-             .config("spark.driver.memory", "1g")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.extensions",
-                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register_in(spark, catalog)
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS demo.analytics")
-    spark.sql("""
-        CREATE TABLE IF NOT EXISTS demo.analytics.orders (
-          kafka STRUCT<topic: STRING, partition: INT, offset: BIGINT, timestamp: TIMESTAMP>,
-          key BINARY,
-          value STRUCT<order_id: BIGINT, customer: STRING, amount_cents: BIGINT, status: STRING>)
-        USING iceberg PARTITIONED BY (days(kafka.timestamp))""")
-
-    schema = json.dumps(ORDER_SCHEMA)
-    stream = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", env["FLOE_KAFKA_BOOTSTRAP"])
-        .option("subscribe", TOPIC)
-        .option("startingOffsets", "earliest")
-        .option("kafka.isolation.level", "read_committed")
-        .load()
-        .select(
-            F.struct(F.col("topic"), F.col("partition"), F.col("offset"),
-                     F.col("timestamp")).alias("kafka"),
-            F.col("key"),
-            # Confluent framing: magic byte and 4-byte schema id, then the Avro body.
-            from_avro(F.expr("substring(value, 6)"), schema).alias("value"),
-        )
-    )
-    query = (stream.writeStream.format("iceberg").outputMode("append")
-             .trigger(availableNow=True)
-             .option("checkpointLocation", str(paths.RUN / "demo" / "checkpoint"))
-             .toTable("demo.analytics.orders"))
-    query.awaitTermination()
-    spark.stop()
-    say("Spark landed the topic in Iceberg table demo.analytics.orders")
+def land_with_the_job(env: dict[str, str], config_file) -> None:
+    """Runs floe's Spark job as its own process, as a SparkApplication's driver would."""
+    spark_args = (f"--master local[2] --driver-memory 1g --conf spark.ui.enabled=false "
+                  f"--conf spark.ui.showConsoleProgress=false "
+                  f"--jars {env['FLOE_SPARK_JARS']} pyspark-shell")
+    command = [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file),
+               "--available-now"]
+    say("running: python -m floe_sparkapp run --config job.json --available-now")
+    result = subprocess.run(command, env={**os.environ, "PYSPARK_SUBMIT_ARGS": spark_args},
+                            capture_output=True, text=True)
+    for line in (result.stdout + result.stderr).splitlines():
+        if '"event": "floe.batch"' in line or "floe.job" in line and "created table" in line:
+            print(f"    {line.split(' ', 3)[-1]}")
+    if result.returncode != 0:
+        print(result.stdout[-4000:], result.stderr[-4000:], sep="\n")
+        raise SystemExit(f"the job failed with exit code {result.returncode}")
 
 
 def main() -> int:
@@ -122,19 +92,30 @@ def main() -> int:
     os.environ.update(env)
     say(f"stack ready in {time.monotonic() - started:.0f}s")
 
-    from floe_sparkapp.config import CatalogConfig
-
     demo_dir = paths.RUN / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
-    catalog = CatalogConfig(name="demo", uri=f"jdbc:sqlite:{demo_dir / 'catalog.db'}",
-                            warehouse=f"file://{demo_dir / 'warehouse'}")
+    config = parse_config({
+        "writer": "demo/orders",
+        "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"], "topic": TOPIC},
+        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
+                                                       "subject": f"{TOPIC}-value"}},
+        "table": {"catalog": {"type": "sql", "name": "demo",
+                              "uri": f"jdbc:sqlite:{demo_dir / 'catalog.db'}",
+                              "warehouse": f"file://{demo_dir / 'warehouse'}"},
+                  "identifier": "analytics.orders", "partitioning": "day"},
+        "checkpointLocation": str(demo_dir / "checkpoint"),
+    })
+    config_file = demo_dir / "job.json"
+    config_file.write_text(config.to_json())
     produce(env)
-    land_with_spark(env, catalog)
+    land_with_the_job(env, config_file)
 
-    table = load_catalog(catalog).load_table("analytics.orders")
+    table = load_catalog(config.table.catalog).load_table("analytics.orders")
     rows = table.scan().to_arrow().to_pylist()
-    say(f"PyIceberg reads {len(rows)} rows from analytics.orders "
-        f"(snapshot {table.current_snapshot().snapshot_id}); the latest {RECORDS}:")
+    summary = table.current_snapshot().summary
+    say(f"PyIceberg reads {len(rows)} rows from analytics.orders; snapshot "
+        f"{table.current_snapshot().snapshot_id} says floe.offsets={summary.get('floe.offsets')}")
+    say(f"the latest {RECORDS}:")
     rows.sort(key=lambda r: (r["kafka"]["timestamp"], r["kafka"]["partition"], r["kafka"]["offset"]))
     print(f"{'partition':>9} {'offset':>6}  {'order_id':>10} {'customer':<8} {'amount':>9} status")
     for row in rows[-RECORDS:]:

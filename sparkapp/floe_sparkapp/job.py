@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
+from . import metrics
 from .avro_types import AvroMappingError, avro_to_iceberg
 from .commit import (
     BranchCommitter,
@@ -264,12 +265,15 @@ class BatchWriter:
         try:
             stats = batch.groupBy("partition").agg(
                 F.max("offset").alias("last"), F.max("timestamp").alias("latest"),
-                F.count(F.lit(1)).alias("rows")).collect()
+                F.count(F.lit(1)).alias("rows"),
+                F.sum(F.coalesce(F.length("key"), F.lit(0))
+                      + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")).collect()
             if not stats:
                 return
             batch_next = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
             vtts = min(int(r["latest"].timestamp() * 1000) for r in stats)
-            outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0}
+            outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
+                                       "commit_seconds": 0.0}
             dead_lettered = False
 
             def attempt() -> bool:
@@ -294,7 +298,9 @@ class BatchWriter:
                     props = summary_properties(
                         self.config.writer, self.config.kafka.topic, offsets,
                         max(vtts, committed.vtts or 0), self.config.generation, batch_id)
+                    commit_started = time.monotonic()
                     self.committer.commit(rows, base, props)
+                    outcome["commit_seconds"] = time.monotonic() - commit_started
                     outcome["written"] = rows.count()
                     outcome["errors"] = rows.filter(F.col("value_error").isNotNull()).count()
                 finally:
@@ -305,11 +311,15 @@ class BatchWriter:
             conflicts = commit_with_retries(attempt)
             if "offsets" in outcome:
                 self._commit_consumer_group(outcome["offsets"])
+            seconds = time.monotonic() - started
+            input_bytes = sum(int(r["bytes"] or 0) for r in stats)
             log.info(json.dumps({
                 "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
-                "rows": outcome["written"], "decode_failures": outcome["errors"],
-                "dead_letters": outcome["dead_letters"], "conflicts": conflicts,
-                "seconds": round(time.monotonic() - started, 3)}))
+                "input_rows": sum(int(r["rows"]) for r in stats), "rows": outcome["written"],
+                "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
+                "decode_failures": outcome["errors"], "dead_letters": outcome["dead_letters"],
+                "conflicts": conflicts, "commit_seconds": round(outcome["commit_seconds"], 3),
+                "seconds": round(seconds, 3)}))
         finally:
             batch.unpersist()
 
@@ -320,6 +330,7 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     spark = spark or build_session(config)
     for key, value in spark_catalog_conf(config).items():
         spark.conf.set(key, value)
+    metrics.register(spark)
     registry = _registry(config)
     table = prepare_table(config, registry)
     committed = last_commit(table, config.writer)

@@ -113,6 +113,27 @@ def sort_order(schema: Schema) -> SortOrder:
     )
 
 
+class LayoutMismatch(ValueError):
+    """The table exists but is not laid out the way floe writes it."""
+
+
+def check_layout(existing: Any, table: TableConfig, value: StructType | None) -> None:
+    """Refuses an existing table that lacks floe's columns (it was made by something else)."""
+    names = {f.name for f in existing.schema().fields}
+    wanted = {"kafka", "key", "value_raw", "value_error"} | ({"value"} if value is not None else set())
+    missing = sorted(wanted - names)
+    if missing:
+        raise LayoutMismatch(
+            f"table {table.identifier} exists but is not a floe table: it has no column(s) "
+            f"{', '.join(missing)}. Point table.identifier at a new table, or drop this one.")
+    lineage = existing.schema().find_field("kafka").field_type
+    lineage_names = {f.name for f in getattr(lineage, "fields", [])}
+    missing = sorted({"topic", "partition", "offset", "timestamp"} - lineage_names)
+    if missing:
+        raise LayoutMismatch(
+            f"table {table.identifier} exists but its kafka column lacks {', '.join(missing)}")
+
+
 def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> tuple[Any, bool]:
     """Loads the table, creating it (and its namespace) when absent.
 
@@ -121,7 +142,9 @@ def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> 
     snapshot on ``main``, so every commit of the job has a snapshot to build on.
     """
     try:
-        return _with_root_snapshot(catalog.load_table(table.identifier)), False
+        existing = catalog.load_table(table.identifier)
+        check_layout(existing, table, value)
+        return _with_root_snapshot(existing), False
     except NoSuchTableError:
         pass
     try:

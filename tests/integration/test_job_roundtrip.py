@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 import uuid
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -64,7 +67,8 @@ def normalize(value: dict | None) -> dict | None:
     return out
 
 
-def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name):
+def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name, caplog):
+    caplog.set_level(logging.INFO)
     topic = f"orders-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=3)
     producer = AvroProducer(stack, topic)
@@ -105,6 +109,19 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     assert summary.get("floe.topic") == topic
     assert group_offsets(stack, config, [0, 1, 2]) == producer.next_offsets()
     assert [f.name for f in table.schema().find_field("value").field_type.fields][-1] == "note"
+
+    # The job reports its progress as structured log lines.
+    batches = [json.loads(r.getMessage()) for r in caplog.records if r.name == "floe.job"
+               and r.getMessage().startswith('{"event": "floe.batch"')]
+    assert sum(b["rows"] for b in batches) == 305
+    assert all(b["decode_failures"] == 0 and b["commit_seconds"] > 0 for b in batches)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+            '"floe.progress"' in r.getMessage() for r in caplog.records):
+        time.sleep(0.5)
+    progress = [json.loads(r.getMessage()) for r in caplog.records
+                if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage()]
+    assert sum(p["input_rows"] for p in progress) == 305
 
     # A second run with nothing new commits nothing and lands no row twice.
     snapshots = len(table.snapshots())

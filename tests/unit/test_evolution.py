@@ -113,3 +113,23 @@ def test_a_field_added_as_required_without_default_is_breaking_at_the_avro_level
                 {"name": "maybe", "type": ["null", "int"]})
     assert [str(c) for c in required_fields_added(V1, v2)] == [
         "value.must: added as required without a default"]
+
+
+def test_an_existing_table_that_is_not_floes_is_refused(tmp_path):
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from floe_sparkapp.layout import LayoutMismatch
+
+    catalog = CatalogConfig(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                            warehouse=f"file://{tmp_path / 'wh'}")
+    opened = load_catalog(catalog)
+    opened.create_namespace("db")
+    opened.create_table("db.other", Schema(NestedField(1, "id", LongType())))
+
+    with pytest.raises(LayoutMismatch) as refused:
+        ensure_table(opened, TableConfig(catalog=catalog, identifier="db.other"),
+                     avro_to_iceberg(V1).struct)
+    assert str(refused.value) == (
+        "table db.other exists but is not a floe table: it has no column(s) kafka, key, value, "
+        "value_error, value_raw. Point table.identifier at a new table, or drop this one.")

@@ -1,0 +1,90 @@
+"""The job config contract: round trip through JSON, and bad configs named field by field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from floe_sparkapp.config import ConfigError, load_config, parse_config
+
+pytestmark = pytest.mark.unit
+
+GOOD = {
+    "writer": "data/orders",
+    "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"},
+    "value": {"format": "avro",
+              "schemaRegistry": {"url": "http://registry:8081", "subject": "orders-value"}},
+    "table": {"catalog": {"type": "sql", "uri": "jdbc:sqlite:/data/c.db",
+                          "warehouse": "s3://lake/wh"},
+              "identifier": "analytics.orders"},
+    "checkpointLocation": "s3a://lake/checkpoints/data/orders",
+}
+
+
+def with_(path: str, value):
+    data = json.loads(json.dumps(GOOD))
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node[part]
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+def test_config_round_trips_through_json_with_defaults():
+    config = parse_config(GOOD)
+    again = parse_config(config.to_json())
+    assert again == config
+    assert config.commit.interval_seconds == 60
+    assert config.kafka.isolation_level == "read_committed"
+    assert config.table.partitioning == "day"
+    assert config.consumer_group == "floe.data.orders"
+    assert json.loads(config.to_json())["kafka"]["bootstrapServers"] == "kafka:9092"
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("kafka.topic", ..., "kafka.topic: Field required"),
+    ("kafka.topic", "bad topic!", "kafka.topic: String should match pattern"),
+    ("value.schemaRegistry", ..., "value: format 'avro' needs schemaRegistry (url and subject) "
+                                  "for the value schema; use format 'raw' to keep the bytes only"),
+    ("value.format", "protobuf", "value.format: Input should be 'avro', 'json' or 'raw'"),
+    ("table.identifier", "orders", "table.identifier: String should match pattern"),
+    ("table.catalog.uri", "sqlite:/c.db", "table.catalog: a sql catalog needs uri: "
+                                          "jdbc:sqlite:/path or jdbc:postgresql://host:port/db"),
+    ("table.partitioning", "week", "table.partitioning: Input should be 'hour', 'day', 'month' "
+                                   "or 'none'"),
+    ("writer", "orders", "writer: String should match pattern"),
+    ("kafka.brokers", "x", "kafka.brokers: Extra inputs are not permitted"),
+])
+def test_bad_configs_name_the_field_and_what_is_wrong(path, value, message):
+    with pytest.raises(ConfigError) as error:
+        parse_config(with_(path, value))
+    assert str(error.value).startswith("invalid job config: ")
+    assert message in str(error.value)
+
+
+def test_the_entry_point_refuses_a_bad_config_before_starting_spark(tmp_path):
+    bad = tmp_path / "job.json"
+    bad.write_text(json.dumps(with_("commit", {"intervalSeconds": 0})))
+
+    result = subprocess.run([sys.executable, "-m", "floe_sparkapp", "run", "--config", str(bad)],
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("floe: invalid job config: commit.intervalSeconds: "
+                                     "Input should be greater than or equal to 1")
+
+
+def test_a_missing_or_broken_file_is_reported(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read job config"):
+        load_config(tmp_path / "absent.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match="is not JSON"):
+        load_config(broken)
