@@ -51,6 +51,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     from pyspark.sql import SparkSession
 
     scratch = tmp_path_factory.mktemp("spark")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("floe-tests")

@@ -1,0 +1,161 @@
+"""Avro decoding inside the JVM (floe's ``from_avro`` path) against a Python decoder.
+
+Both decode the same Confluent-framed Avro values (about 100 bytes each, one writer schema)
+held in a DataFrame, on local[2], and write the decoded struct to Spark's ``noop`` sink:
+
+* jvm:    floe_sparkapp.decode.frame + decode_avro (from_avro, projection onto the table type)
+* python: mapInArrow with fastavro's schemaless_reader, building the same struct in Arrow
+
+Usage: python bench/decode_bench.py [--records N] [--repeat R]
+Writes bench/results/decode.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SCHEMA = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": "string"},
+    {"name": "item", "type": "string"},
+    {"name": "quantity", "type": "int"},
+    {"name": "price", "type": "double"},
+    {"name": "status", "type": {"type": "enum", "name": "Status",
+                                "symbols": ["NEW", "PAID", "SHIPPED"]}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "note", "type": ["null", "string"], "default": None},
+]}
+SCHEMA_ID = 1
+
+
+def make_values(count: int) -> list[bytes]:
+    import fastavro
+
+    parsed = fastavro.parse_schema(SCHEMA)
+    header = b"\x00" + SCHEMA_ID.to_bytes(4, "big")
+    values = []
+    for i in range(count):
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, {
+            "id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
+            "quantity": i % 50, "price": (i % 10_000) / 100, "status": ("NEW", "PAID", "SHIPPED")[i % 3],
+            "at": 1_795_000_000_000 + i, "note": None if i % 4 else "gift wrap please"})
+        values.append(header + buffer.getvalue())
+    return values
+
+
+def jvm_decode(df, value_type):
+    from floe_sparkapp.decode import WriterPlan, decode_avro, frame
+
+    plans = {SCHEMA_ID: WriterPlan(SCHEMA_ID, schema=json.dumps(SCHEMA))}
+    return decode_avro(frame(df), plans, value_type).select("_value", "value_error")
+
+
+def python_decode(df, value_type):
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    schema_text = json.dumps(SCHEMA)
+    out_type = T.StructType([T.StructField("_value", value_type),
+                             T.StructField("value_error", T.StringType())])
+
+    arrow_type = pa.schema([
+        pa.field("_value", pa.struct([
+            ("id", pa.int64()), ("customer", pa.string()), ("item", pa.string()),
+            ("quantity", pa.int32()), ("price", pa.float64()), ("status", pa.string()),
+            ("at", pa.timestamp("us", tz="UTC")), ("note", pa.string())])),
+        pa.field("value_error", pa.string())])
+
+    def decode(batches):
+        import fastavro
+
+        parsed = fastavro.parse_schema(json.loads(schema_text))
+        for batch in batches:
+            decoded, errors = [], []
+            for raw in batch.column("value").to_pylist():
+                try:
+                    decoded.append(fastavro.schemaless_reader(io.BytesIO(raw[5:]), parsed))
+                    errors.append(None)
+                except Exception as error:  # noqa: BLE001 - the reason goes to value_error
+                    decoded.append(None)
+                    errors.append(str(error))
+            yield pa.RecordBatch.from_pydict({"_value": decoded, "value_error": errors},
+                                             schema=arrow_type)
+
+    return df.select("value").mapInArrow(decode, out_type)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    from hack.stack import provision
+    from pyspark.sql import SparkSession
+    from pyspark.sql import types as T
+
+    jars = provision.spark_jar_list()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pyarrow
+    spark = (SparkSession.builder.master("local[2]").appName("floe-decode-bench")
+             .config("spark.jars", ",".join(jars)).config("spark.driver.memory", "2g")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    values = make_values(args.records)
+    average = statistics.mean(len(v) for v in values)
+    df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2).cache()
+    df.count()
+    value_type = T.StructType([
+        T.StructField("id", T.LongType()), T.StructField("customer", T.StringType()),
+        T.StructField("item", T.StringType()), T.StructField("quantity", T.IntegerType()),
+        T.StructField("price", T.DoubleType()), T.StructField("status", T.StringType()),
+        T.StructField("at", T.TimestampType()), T.StructField("note", T.StringType())])
+
+    results = {}
+    for name, decode in (("jvm_from_avro", jvm_decode), ("python_fastavro", python_decode)):
+        decoded = decode(df, value_type)
+        decoded.write.format("noop").mode("overwrite").save()  # warm-up
+        seconds = []
+        for _ in range(args.repeat):
+            started = time.perf_counter()
+            decoded.write.format("noop").mode("overwrite").save()
+            seconds.append(time.perf_counter() - started)
+        best = min(seconds)
+        results[name] = {"seconds": [round(s, 3) for s in seconds],
+                         "rows_per_second": round(args.records / best)}
+        print(f"{name:16} best {best:6.2f}s  {args.records / best:12,.0f} rows/s")
+    spark.stop()
+
+    results["jvm_over_python"] = round(results["jvm_from_avro"]["rows_per_second"]
+                                       / results["python_fastavro"]["rows_per_second"], 2)
+    record = {
+        "benchmark": "avro decode, JVM from_avro vs Python fastavro",
+        "command": f"python bench/decode_bench.py --records {args.records} --repeat {args.repeat}",
+        "records": args.records, "average_value_bytes": round(average, 1),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},
+        "spark": __import__("pyspark").__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
+    out = ROOT / "bench" / "results" / "decode.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"JVM / Python: {results['jvm_over_python']}x  -> {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
