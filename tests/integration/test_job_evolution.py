@@ -111,3 +111,31 @@ def test_raw_format_keeps_the_bytes(stack, spark, tmp_path, unique_name):
     assert {r["key"]: r["value_raw"] for r in rows} == values
     assert all(r["value_error"] is None for r in rows)
     assert "value" not in [f.name for f in load_table(config).schema().fields]
+
+
+def test_a_recursive_schema_does_not_stop_the_job_and_its_records_are_kept(
+        stack, spark, tmp_path, unique_name):
+    topic = f"tree-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=1)
+    node = {"type": "record", "name": "Node", "fields": [
+        {"name": "label", "type": "string"},
+        {"name": "children", "type": {"type": "array", "items": "Node"}}]}
+    producer = AvroProducer(stack, topic)
+    producer.send(key=b"first", value=order(1, 1), schema=V1)  # the table comes from V1
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+    run(config, spark, available_now=True, timeout=600)
+
+    producer.send(key=b"tree", value={"label": "root", "children": [
+        {"label": "leaf", "children": []}]}, schema=node)
+    producer.send(key=b"second", value=order(2, 1), schema=V1)
+    producer.flush()
+    run(config, spark, available_now=True, timeout=600)
+
+    rows = {r["key"]: r for r in table_rows(config)}
+    second = rows[b"second"]["value"]
+    assert normalize({k: second[k] for k in order(2, 1)}) == normalize(order(2, 1))
+    tree = rows[b"tree"]
+    sent = next(s for s in producer.sent.values() if s["key"] == b"tree")
+    assert tree["value"] is None and tree["value_raw"] == sent["payload"]
+    assert "is recursive (children[]); recursive values are kept raw" in tree["value_error"]
