@@ -90,7 +90,7 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
         failure = (failure if failure is not None else F).when(
             matches & ~ok,
             F.lit(f"Avro value could not be decoded with its writer schema id "
-                  f"{plan.schema_id} (truncated or corrupt)"))
+                  f"{plan.schema_id} (truncated, corrupt, or a value out of its type's range)"))
     decoded_col = decoded if decoded is not None else F.lit(None)
     failure_col = failure if failure is not None else F.lit(None)
     error = F.coalesce(F.col("_frame_error"),

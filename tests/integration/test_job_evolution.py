@@ -77,7 +77,7 @@ def test_json_values_are_parsed_against_the_table_schema(stack, spark, tmp_path,
         f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
     producer = Producer({"bootstrap.servers": stack.bootstrap})
     payloads = [b'{"id": 1, "kind": "click"}', b'{"id": 2, "kind": "view", "extra": true}',
-                b"not json at all", None]
+                b"not json at all", None, b'{"id": "not a number", "kind": "click"}']
     for i, payload in enumerate(payloads):
         producer.produce(topic, key=str(i).encode(), value=payload)
     producer.flush(30)
@@ -91,6 +91,9 @@ def test_json_values_are_parsed_against_the_table_schema(stack, spark, tmp_path,
     assert rows[b"2"]["value"] is None and rows[b"2"]["value_raw"] == b"not json at all"
     assert rows[b"2"]["value_error"] == "value is not a JSON object matching the table schema"
     assert rows[b"3"]["value"] is None and rows[b"3"]["value_error"] is None  # tombstone
+    # A value that does not fit its column is kept raw too.
+    assert rows[b"4"]["value"] is None and rows[b"4"]["value_raw"] == payloads[4]
+    assert rows[b"4"]["value_error"] == "value is not a JSON object matching the table schema"
 
 
 def test_raw_format_keeps_the_bytes(stack, spark, tmp_path, unique_name):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import time
@@ -9,6 +10,7 @@ import uuid
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
+import fastavro
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -142,7 +144,13 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
     producer.send(key=b"good-1", value=order(1, 1), schema=V1)
     serialize = next(iter(producer.serializers.values()))
     good = serialize(order(2, 1), SerializationContext(topic, MessageField.VALUE))
+    wide = {**V1, "fields": [f if f["name"] != "price" else {**f, "type": {
+        **f["type"], "precision": 30}} for f in V1["fields"]]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(wide),
+                               {**order(3, 1), "price": Decimal("123456789012345678.90")})
     poison = {
+        b"does-not-fit": good[:5] + body.getvalue(),
         b"bad-magic": b"\x01" + good[1:],
         b"too-short": b"\x00\x00\x01",
         b"unknown-id": b"\x00" + (987654).to_bytes(4, "big") + good[5:],
@@ -160,7 +168,7 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
     assert query.exception() is None
 
     rows = {r["key"]: r for r in table_rows(config)}
-    assert len(rows) == 7
+    assert len(rows) == 8
     assert normalize(rows[b"good-1"]["value"]) == normalize(order(1, 1))
     assert normalize(rows[b"good-2"]["value"]) == normalize(order(2, 1))
     errors = {key: rows[key]["value_error"] for key in poison}
@@ -170,11 +178,12 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
         b"unknown-id": "unknown schema id 987654: the schema registry has no schema with this id",
         b"truncated": errors[b"truncated"],
         b"not-avro": errors[b"not-avro"],
+        b"does-not-fit": errors[b"does-not-fit"],
     }
     schema_id = int.from_bytes(good[1:5], "big")
-    for key in (b"truncated", b"not-avro"):
+    for key in (b"truncated", b"not-avro", b"does-not-fit"):
         assert errors[key] == (f"Avro value could not be decoded with its writer schema id "
-                               f"{schema_id} (truncated or corrupt)")
+                               f"{schema_id} (truncated, corrupt, or a value out of its type's range)")
     for key, payload in poison.items():
         assert rows[key]["value"] is None
         assert rows[key]["value_raw"] == payload
