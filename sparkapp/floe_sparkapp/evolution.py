@@ -162,17 +162,26 @@ def apply_evolution(table: Any, incoming: StructType) -> EvolutionPlan:
 
     Idempotent: a plan with nothing to add or widen commits nothing.
     """
-    current = value_struct(table)
-    if current is None:
-        raise BreakingChange(EvolutionPlan((Change("value", "incompatible",
-                                                   "the table has no value column (raw)"),)))
+    current = _value_or_refuse(table)
     plan = plan_evolution(current, incoming)
     if not plan.is_additive:
         raise BreakingChange(plan)
     if plan.needs_update:
-        with table.update_schema() as update:
-            update.union_by_name(Schema(NestedField(1, "value", incoming, required=False)))
+        _union_value(table, incoming)
     return plan
+
+
+def _value_or_refuse(table: Any) -> StructType:
+    current = value_struct(table)
+    if current is None:
+        raise BreakingChange(EvolutionPlan((Change("value", "incompatible",
+                                                   "the table has no value column (raw)"),)))
+    return current
+
+
+def _union_value(table: Any, value: StructType) -> None:
+    with table.update_schema() as update:
+        update.union_by_name(Schema(NestedField(1, "value", value, required=False)))
 
 
 def _keep_wider(old: IcebergType, new: IcebergType) -> IcebergType:
@@ -199,15 +208,10 @@ def evolve_for_writer(table: Any, writer: StructType) -> EvolutionPlan:
     """What the job does on meeting a writer schema: evolve the table for its new fields and
     wider types, keep the table's wider types where the writer's are narrower (older data fits),
     and refuse incompatible types (BreakingChange) so those records are kept raw."""
-    current = value_struct(table)
-    if current is None:
-        raise BreakingChange(EvolutionPlan((Change("value", "incompatible",
-                                                   "the table has no value column (raw)"),)))
+    current = _value_or_refuse(table)
     plan = plan_evolution(current, writer)
     if not plan.decodable:
         raise BreakingChange(plan)
     if plan.needs_update:
-        merged = _keep_wider(current, writer)
-        with table.update_schema() as update:
-            update.union_by_name(Schema(NestedField(1, "value", merged, required=False)))
+        _union_value(table, _keep_wider(current, writer))
     return plan
