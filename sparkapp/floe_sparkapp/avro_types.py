@@ -25,7 +25,8 @@ array                                     list
 map                                       map<string, V>
 [null, T]                                 T (optional)
 [A, B, ...] (several non-null branches)   struct<member0: A, member1: B, ...>
-a record that contains itself             string: the recursive part as JSON text
+a field that refers back to an enclosing  no column: such values keep their bytes in
+record (recursion)                        value_raw, the rest of the record is decoded
 ========================================  =========================================
 """
 
@@ -67,7 +68,8 @@ PRIMITIVES: dict[str, IcebergType] = {
     "null": StringType(),
 }
 
-RECURSIVE_DOC = "recursive part of the record, kept as JSON text"
+class _Recursive(Exception):
+    """Raised while mapping a type that refers back to a record being expanded."""
 
 
 class AvroMappingError(ValueError):
@@ -94,8 +96,7 @@ class _Mapper:
             if definition is None:
                 raise AvroMappingError(f"{where}: unknown Avro type {schema!r}")
             if definition["type"] == "record" and _full_name(definition, namespace) in self.path:
-                self.recursive_fields.append(where)
-                return StringType()
+                raise _Recursive(where)
             return self.map(definition, where, namespace)
         if isinstance(schema, list):
             return self.union(schema, where, namespace)
@@ -173,9 +174,13 @@ class _Mapper:
             for field_id, avro_field in zip(ids, schema.get("fields", [])):
                 name = avro_field["name"]
                 child = f"{where}.{name}" if where else name
-                fields.append(NestedField(field_id, name,
-                                          self.map(avro_field["type"], child, own_namespace),
-                                          required=False, doc=avro_field.get("doc")))
+                try:
+                    mapped = self.map(avro_field["type"], child, own_namespace)
+                except _Recursive:
+                    self.recursive_fields.append(child)
+                    continue
+                fields.append(NestedField(field_id, name, mapped, required=False,
+                                          doc=avro_field.get("doc")))
             return StructType(*fields)
         finally:
             self.path.pop()
@@ -191,7 +196,7 @@ def _full_name(schema: dict[str, Any], namespace: str | None) -> str:
 
 @dataclass(frozen=True)
 class MappedValue:
-    """The Iceberg struct for a value schema, and where recursion was cut (kept as JSON)."""
+    """The Iceberg struct for a value schema, and the recursive fields left out of it."""
 
     struct: StructType
     recursive_fields: tuple[str, ...]

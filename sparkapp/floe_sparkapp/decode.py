@@ -32,6 +32,7 @@ class WriterPlan:
     schema_id: int
     schema: str | None = None
     error: str | None = None
+    recursive_fields: tuple[str, ...] = ()
 
 
 def frame(df: DataFrame) -> DataFrame:
@@ -78,32 +79,40 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
     schema_id = F.col("_schema_id")
     decoded = None
     failure = None
+    partial = None  # decoded, but recursive fields left out: the full bytes stay in value_raw
     for plan in plans.values():
         matches = schema_id == F.lit(plan.schema_id)
         if plan.schema is None:
             failure = (failure if failure is not None else F).when(matches, F.lit(plan.error))
             continue
-        raw, ok = _from_avro(body, plan.schema)
+        raw, ok = _from_avro(body, plan.schema, cut_recursion=bool(plan.recursive_fields))
         source_type = df.select(raw.alias("v")).schema["v"].dataType
         value = project(raw, source_type, value_type)
         decoded = (decoded if decoded is not None else F).when(matches, value)
+        if plan.recursive_fields:
+            partial = (partial if partial is not None else F).when(matches & ok, F.lit(
+                f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
+                f"{plan.schema_id} are not columns; the full value is in value_raw"))
         failure = (failure if failure is not None else F).when(
             matches & ~ok,
             F.lit(f"Avro value could not be decoded with its writer schema id "
                   f"{plan.schema_id} (truncated, corrupt, or a value out of its type's range)"))
     decoded_col = decoded if decoded is not None else F.lit(None)
     failure_col = failure if failure is not None else F.lit(None)
+    partial_col = partial if partial is not None else F.lit(None)
     error = F.coalesce(F.col("_frame_error"),
                        F.when(F.col("value").isNotNull(), failure_col.cast("string")))
-    return (df.withColumn("value_error", error)
-            .withColumn("value_raw", F.when(error.isNotNull(), F.col("value")))
+    note = F.when(error.isNull() & F.col("value").isNotNull(), partial_col.cast("string"))
+    return (df.withColumn("value_error", F.coalesce(error, note))
+            .withColumn("value_raw", F.when(error.isNotNull() | note.isNotNull(), F.col("value")))
             .withColumn("_value", F.when(error.isNull(), decoded_col.cast(value_type))))
 
 
 OK_FIELD = "__floe_decoded"
 
 
-def _from_avro(body: Column, writer_schema: str) -> tuple[Column, Column]:
+def _from_avro(body: Column, writer_schema: str, *,
+               cut_recursion: bool = False) -> tuple[Column, Column]:
     """Decodes with the writer schema; returns the value and whether decoding succeeded.
 
     In PERMISSIVE mode Spark answers a record it cannot decode with a struct of nulls, which a
@@ -111,13 +120,15 @@ def _from_avro(body: Column, writer_schema: str) -> tuple[Column, Column]:
     field, defaulted to true, tells them apart: it is null only when decoding failed.
     """
     parsed = json.loads(writer_schema)
+    options = {"mode": "PERMISSIVE"}
+    if cut_recursion:
+        options["recursiveFieldMaxDepth"] = "1"  # Spark leaves recursive fields out
     if isinstance(parsed, dict) and parsed.get("type") in ("record", "error"):
         reader = {**parsed, "fields": [*parsed["fields"],
                                        {"name": OK_FIELD, "type": "boolean", "default": True}]}
-        raw = from_avro(body, writer_schema, {"mode": "PERMISSIVE",
-                                              "avroSchema": json.dumps(reader)})
+        raw = from_avro(body, writer_schema, {**options, "avroSchema": json.dumps(reader)})
         return raw, F.coalesce(raw.getField(OK_FIELD), F.lit(False))
-    raw = from_avro(body, writer_schema, {"mode": "PERMISSIVE"})
+    raw = from_avro(body, writer_schema, options)
     return raw, raw.isNotNull()
 
 

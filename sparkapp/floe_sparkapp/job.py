@@ -145,6 +145,12 @@ def check_retention(config: JobConfig, committed: Committed) -> None:
         consumer.close()
 
 
+def _undecodable(rows: DataFrame) -> Any:
+    """Rows whose value could not be decoded (not those decoded but for recursive fields)."""
+    failed = F.col("value_error").isNotNull()
+    return failed & F.col("value").isNull() if "value" in rows.columns else failed
+
+
 @dataclass
 class BatchWriter:
     """``foreachBatch`` function: decodes one micro-batch and commits it exactly once."""
@@ -178,10 +184,6 @@ class BatchWriter:
             mapped = avro_to_iceberg(found.schema)
         except AvroMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
-        if mapped.recursive_fields:
-            return WriterPlan(schema_id, error=(
-                f"schema id {schema_id} is recursive ({', '.join(mapped.recursive_fields)}); "
-                "recursive values are kept raw"))
         try:
             plan = evolve_for_writer(table, mapped.struct)
         except BreakingChange as change:
@@ -189,7 +191,8 @@ class BatchWriter:
         if plan.needs_update:
             log.info("schema id %d evolved table %s: %s", schema_id, self.table_name,
                      "; ".join(str(c) for c in plan.changes))
-        return WriterPlan(schema_id, schema=found.schema)
+        return WriterPlan(schema_id, schema=found.schema,
+                          recursive_fields=mapped.recursive_fields)
 
     def _decode(self, fresh: DataFrame, table: Any) -> DataFrame:
         fmt = self.config.value.format
@@ -216,7 +219,7 @@ class BatchWriter:
     def _dead_letters(self, rows: DataFrame) -> int:
         if self.config.dead_letter is None:
             return 0
-        bad = rows.filter(F.col("value_error").isNotNull())
+        bad = rows.filter(_undecodable(rows))
         count = bad.count()
         if count == 0:
             return 0
@@ -302,7 +305,7 @@ class BatchWriter:
                     self.committer.commit(rows, base, props)
                     outcome["commit_seconds"] = time.monotonic() - commit_started
                     outcome["written"] = rows.count()
-                    outcome["errors"] = rows.filter(F.col("value_error").isNotNull()).count()
+                    outcome["errors"] = rows.filter(_undecodable(rows)).count()
                 finally:
                     rows.unpersist()
                 outcome["offsets"] = offsets

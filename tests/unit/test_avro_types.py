@@ -105,20 +105,21 @@ def test_field_ids_are_unique():
     assert min(ids) == 10 and max(ids) == mapped.last_field_id
 
 
-def test_a_recursive_record_keeps_the_recursive_part_as_json_text():
+def test_recursive_fields_are_left_out_and_named():
     schema = {"type": "record", "name": "Node", "fields": [
         {"name": "label", "type": "string"},
         {"name": "children", "type": {"type": "array", "items": "Node"}},
         {"name": "parent", "type": ["null", "Node"], "default": None},
+        {"name": "meta", "type": {"type": "record", "name": "Meta", "fields": [
+            {"name": "owner", "type": "string"}, {"name": "up", "type": ["null", "Node"]}]}},
     ]}
 
     mapped = avro_to_iceberg(schema)
 
     types = field_types(mapped.struct)
-    assert types["label"] == StringType()
-    assert types["children"].element_type == StringType()
-    assert types["parent"] == StringType()
-    assert mapped.recursive_fields == ("children[]", "parent")
+    assert list(types) == ["label", "meta"]
+    assert field_types(types["meta"]) == {"owner": StringType()}
+    assert mapped.recursive_fields == ("children", "parent", "meta.up")
 
 
 def test_a_top_level_primitive_becomes_a_single_value_field():
