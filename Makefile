@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv prereqs stack-up stack-down stack-status stack-env clean
+.PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean
 
 demo: venv
 	$(PY) -m hack.demo
@@ -24,6 +24,9 @@ $(VENV)/.installed: pyproject.toml
 
 prereqs:
 	@bash hack/prereqs.sh
+
+crds: venv
+	$(PY) -m floe_operator.crd > crds/floe.dev_kafkaicebergtopics.yaml
 
 stack-up: venv
 	$(PY) -m hack.stack up

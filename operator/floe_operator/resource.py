@@ -1,0 +1,176 @@
+"""The KafkaIcebergTopic resource: the spec users write, as pydantic models.
+
+The CRD's schema is generated from these models (``python -m floe_operator.crd``), so the API
+server and the operator check a spec against the same rules: structure, enums, patterns and
+defaults in the OpenAPI schema, cross-field rules as CEL (``x-kubernetes-validations``).
+Secrets are only ever referenced by name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "floe.dev"
+VERSION = "v1alpha1"
+KIND = "KafkaIcebergTopic"
+PLURAL = "kafkaicebergtopics"
+SINGULAR = "kafkaicebergtopic"
+SHORT_NAMES = ["kit"]
+
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$"
+
+
+def _rules(*rules: tuple[str, ...]) -> dict:
+    """CEL rules: (rule, message[, fieldPath[, reason]]) each; fieldPath points the error at
+    the field to change."""
+    validations = []
+    for rule, message, *where in rules:
+        entry = {"rule": rule, "message": message}
+        if where:
+            entry["fieldPath"] = where[0]
+        if len(where) > 1:
+            entry["reason"] = where[1]
+        validations.append(entry)
+    return {"x-kubernetes-validations": validations}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class SecretRef(_Model):
+    name: str = Field(min_length=1, max_length=253,
+                      description="Name of a Secret in the resource's namespace.")
+
+
+class KafkaSpec(_Model):
+    bootstrap_servers: str = Field(min_length=1, description="host:port[,host:port...]")
+    topic: str = Field(pattern=KAFKA_TOPIC, description="The topic to land.")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where the very first start reads from; later starts continue "
+                                "from the offsets committed in the table.")
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    consumer_group: str | None = Field(
+        None, description="Consumer group the committed offsets are reported to "
+                          "(default: floe.<namespace>.<name>).")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra Kafka client settings, without secrets.")
+    auth_secret_ref: SecretRef | None = Field(
+        None, description="Secret whose keys are Kafka client settings with secret values "
+                          "(for example sasl.jaas.config).")
+
+
+class SchemaRegistrySpec(_Model):
+    url: str = Field(pattern=r"^https?://", description="Confluent-compatible registry URL.")
+    subject: str = Field(min_length=1, description="Subject of the value schema.")
+    auth_secret_ref: SecretRef | None = Field(
+        None, description="Secret with key basic.auth.user.info (user:password).")
+
+
+class ValueSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("self.format == 'raw' || has(self.schemaRegistry)",
+         "schemaRegistry is required when format is avro or json: the table schema comes from "
+         "the registry (use format raw to keep the bytes only)",
+         ".schemaRegistry", "FieldValueRequired"),
+    ))
+
+    format: Literal["avro", "json", "raw"] = "avro"
+    schema_registry: SchemaRegistrySpec | None = None
+
+
+class CatalogSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("self.type != 'sql' || (has(self.uri) && self.uri.startsWith('jdbc:'))",
+         "a sql catalog needs uri: jdbc:postgresql://host:port/db or jdbc:sqlite:/path",
+         ".uri"),
+        ("self.type != 'sql' || has(self.warehouse)",
+         "a sql catalog needs warehouse: s3://bucket/prefix or file:///path",
+         ".warehouse", "FieldValueRequired"),
+        ("!(self.type in ['rest', 'hive', 'nessie']) || has(self.uri)",
+         "rest, hive and nessie catalogs need uri", ".uri", "FieldValueRequired"),
+    ))
+
+    type: Literal["sql", "rest", "hive", "glue", "nessie"] = "sql"
+    name: str = Field("floe", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                      description="Catalog name; every engine must use the same one.")
+    uri: str | None = None
+    warehouse: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict,
+                                       description="Iceberg catalog properties, without secrets.")
+    secret_ref: SecretRef | None = Field(
+        None, description="Secret whose keys are catalog properties with secret values "
+                          "(jdbc.password, s3.secret-access-key, token, ...).")
+
+
+class TableSpec(_Model):
+    catalog: CatalogSpec
+    identifier: str = Field(pattern=IDENTIFIER, description="namespace.table")
+    partitioning: Literal["hour", "day", "month", "none"] = Field(
+        "day", description="Time partitioning on kafka.timestamp.")
+    properties: dict[str, str] = Field(default_factory=dict,
+                                       description="Iceberg table properties.")
+    deletion_policy: Literal["Retain", "Delete"] = Field(
+        "Retain", description="What deleting the resource does to the table.")
+
+
+class CommitSpec(_Model):
+    interval: str = Field("60s", pattern=DURATION,
+                          description="How often a snapshot is committed, e.g. 10s, 1m.")
+    max_records_per_commit: int = Field(500_000, ge=1, le=100_000_000)
+
+
+class SchemaEvolutionSpec(_Model):
+    mode: Literal["additive", "none"] = Field(
+        "additive", description="additive: new optional fields and wider types evolve the "
+                                "table; breaking changes wait for approval. none: never evolve.")
+
+
+class DeadLetterSpec(_Model):
+    topic: str = Field(pattern=KAFKA_TOPIC)
+
+
+class ResourcesSpec(_Model):
+    cores: int = Field(1, ge=1, le=64)
+    memory: str = Field("1g", pattern=QUANTITY)
+
+
+class ExecutorSpec(ResourcesSpec):
+    instances: int = Field(1, ge=1, le=1000)
+
+
+class SparkSpec(_Model):
+    image: str | None = Field(None, description="Spark job image (default: the operator's).")
+    spark_version: str = "4.1.1"
+    service_account: str | None = Field(
+        None, description="ServiceAccount of the driver (default: floe-spark).")
+    driver: ResourcesSpec = ResourcesSpec()
+    executor: ExecutorSpec = ExecutorSpec()
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
+
+
+class KafkaIcebergTopicSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("!has(self.deadLetter) || self.deadLetter.topic != self.kafka.topic",
+         "deadLetter.topic must differ from kafka.topic", ".deadLetter.topic"),
+        ("self.kafka.topic == oldSelf.kafka.topic",
+         "kafka.topic cannot change: create a new resource for another topic", ".kafka.topic"),
+        ("self.table.identifier == oldSelf.table.identifier",
+         "table.identifier cannot change: create a new resource for another table",
+         ".table.identifier"),
+    ))
+
+    kafka: KafkaSpec
+    value: ValueSpec
+    table: TableSpec
+    commit: CommitSpec = CommitSpec()
+    schema_evolution: SchemaEvolutionSpec = SchemaEvolutionSpec()
+    dead_letter: DeadLetterSpec | None = None
+    spark: SparkSpec = SparkSpec()
+    suspend: bool = Field(False, description="Stop the job, keep the table and checkpoint.")

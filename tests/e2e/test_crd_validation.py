@@ -1,0 +1,153 @@
+"""The KafkaIcebergTopic CRD on the real API server: defaults, and specs it refuses."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.e2e
+
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "floe.dev_kafkaicebergtopics.yaml"
+ARGS = ("floe.dev", "v1alpha1")
+
+VALID = {
+    "apiVersion": "floe.dev/v1alpha1",
+    "kind": "KafkaIcebergTopic",
+    "metadata": {"name": "orders"},
+    "spec": {
+        "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"},
+        "value": {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
+                                                       "subject": "orders-value"}},
+        "table": {"catalog": {"uri": "jdbc:postgresql://pg:5432/iceberg",
+                              "warehouse": "s3://lake/wh"},
+                  "identifier": "analytics.orders"},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def api(stack):
+    admin = config.new_client_from_config(config_file=stack.env["KUBECONFIG"])
+    extensions = client.ApiextensionsV1Api(admin)
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    try:
+        extensions.create_custom_resource_definition(crd)
+    except ApiException as error:
+        assert error.status == 409
+        current = extensions.read_custom_resource_definition(crd["metadata"]["name"])
+        crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+    deadline = time.monotonic() + 30
+    while True:
+        status = extensions.read_custom_resource_definition(crd["metadata"]["name"]).status
+        if any(c.type == "Established" and c.status == "True" for c in status.conditions or []):
+            break
+        assert time.monotonic() < deadline, "the CRD was not established"
+        time.sleep(0.3)
+    return client.CustomObjectsApi(admin)
+
+
+@pytest.fixture
+def namespace(stack, unique_name):
+    core = client.CoreV1Api(config.new_client_from_config(config_file=stack.env["KUBECONFIG"]))
+    name = unique_name.replace("_", "-")[:50]
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+def create(api, namespace, body):
+    return api.create_namespaced_custom_object(*ARGS, namespace, "kafkaicebergtopics", body)
+
+
+def refusal(api, namespace, body) -> str:
+    with pytest.raises(ApiException) as refused:
+        create(api, namespace, body)
+    assert refused.value.status == 422
+    return json.loads(refused.value.body)["message"]
+
+
+def changed(path: str, value):
+    body = copy.deepcopy(VALID)
+    *parents, last = path.split(".")
+    node = body
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return body
+
+
+def test_a_valid_resource_is_accepted_with_defaults(api, namespace):
+    created = create(api, namespace, VALID)
+    spec = created["spec"]
+    assert spec["table"]["partitioning"] == "day"
+    assert spec["table"]["deletionPolicy"] == "Retain"
+    assert spec["table"]["catalog"]["type"] == "sql"
+    assert spec["commit"] == {"interval": "60s", "maxRecordsPerCommit": 500000}
+    assert spec["kafka"]["isolationLevel"] == "read_committed"
+    assert spec["spark"]["executor"] == {"cores": 1, "instances": 1, "memory": "1g"}
+    assert spec["suspend"] is False
+
+
+PREFIX = 'KafkaIcebergTopic.floe.dev "orders" is invalid: '
+
+
+SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not checked because "
+                 "the object was invalid; correct the existing errors to complete validation")
+
+
+@pytest.mark.parametrize("body, message", [
+    (changed("spec.value.schemaRegistry", ...),
+     "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is avro "
+     "or json: the table schema comes from the registry (use format raw to keep the bytes only)"),
+    (changed("spec.table.catalog.uri", "postgresql://pg/iceberg"),
+     "spec.table.catalog.uri: Invalid value: a sql catalog needs uri: "
+     "jdbc:postgresql://host:port/db or jdbc:sqlite:/path"),
+    (changed("spec.table.catalog.warehouse", ...),
+     "spec.table.catalog.warehouse: Required value: a sql catalog needs warehouse: "
+     "s3://bucket/prefix or file:///path"),
+    (changed("spec.table.catalog", {"type": "rest"}),
+     "spec.table.catalog.uri: Required value: rest, hive and nessie catalogs need uri"),
+    (changed("spec.deadLetter", {"topic": "orders"}),
+     "spec.deadLetter.topic: Invalid value: deadLetter.topic must differ from kafka.topic"),
+    (changed("spec.table.partitioning", "week"),
+     '[spec.table.partitioning: Unsupported value: "week": supported values: "hour", "day", '
+     '"month", "none"' + SKIPPED_RULES + "]"),
+    (changed("spec.commit", {"interval": "often"}),
+     'spec.commit.interval: Invalid value: "often": spec.commit.interval in body should match '
+     "'^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$'"),
+    (changed("spec.table.identifier", "orders"),
+     'spec.table.identifier: Invalid value: "orders": spec.table.identifier in body should '
+     "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
+    (changed("spec.kafka.topic", ...), "[spec.kafka.topic: Required value" + SKIPPED_RULES + "]"),
+])
+def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
+        api, namespace, body, message):
+    assert refusal(api, namespace, body) == PREFIX + message
+
+
+def test_the_topic_and_the_table_cannot_change(api, namespace):
+    create(api, namespace, VALID)
+    for path, value, message in [
+        ("spec.kafka.topic", "payments",
+         "spec.kafka.topic: Invalid value: kafka.topic cannot change: create a new resource "
+         "for another topic"),
+        ("spec.table.identifier", "analytics.payments",
+         "spec.table.identifier: Invalid value: table.identifier cannot change: create a new "
+         "resource for another table"),
+    ]:
+        with pytest.raises(ApiException) as refused:
+            api.patch_namespaced_custom_object(*ARGS, namespace, "kafkaicebergtopics", "orders",
+                                               changed(path, value))
+        assert refused.value.status == 422
+        assert json.loads(refused.value.body)["message"] == PREFIX + message

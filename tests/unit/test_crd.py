@@ -1,0 +1,55 @@
+"""The CRD in crds/ is generated from the resource models and kept in step with them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from floe_operator.crd import render
+from floe_operator.resource import KafkaIcebergTopicSpec
+
+pytestmark = pytest.mark.unit
+
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "floe.dev_kafkaicebergtopics.yaml"
+
+
+def test_crds_directory_is_up_to_date():
+    assert CRD_FILE.read_text() == render(), (
+        "crds/ is stale: run `python -m floe_operator.crd > crds/floe.dev_kafkaicebergtopics.yaml`")
+
+
+def test_the_schema_is_structural():
+    schema = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    def walk(node, path):
+        assert "$ref" not in node and "anyOf" not in node, path
+        if (node.get("type") == "object" and path != ".metadata"
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            assert "properties" in node or "additionalProperties" in node, path
+        for name, child in node.get("properties", {}).items():
+            walk(child, f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.*")
+
+    walk(schema, "")
+
+
+def test_the_designs_example_spec_parses_with_defaults():
+    spec = KafkaIcebergTopicSpec.model_validate({
+        "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders",
+                  "authSecretRef": {"name": "kafka-auth"}},
+        "value": {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
+                                                       "subject": "orders-value"}},
+        "table": {"catalog": {"type": "sql", "uri": "jdbc:postgresql://pg:5432/iceberg",
+                              "warehouse": "s3://lake/wh", "secretRef": {"name": "lake"}},
+                  "identifier": "analytics.orders"},
+        "commit": {"interval": "60s", "maxRecordsPerCommit": 500000},
+        "deadLetter": {"topic": "orders.dlq"},
+    })
+    assert spec.table.partitioning == "day"
+    assert spec.table.deletion_policy == "Retain"
+    assert spec.schema_evolution.mode == "additive"
+    assert spec.spark.executor.instances == 1
+    assert spec.suspend is False
