@@ -153,6 +153,10 @@ class SparkSpec(_Model):
     driver: ResourcesSpec = ResourcesSpec()
     executor: ExecutorSpec = ExecutorSpec()
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
+    checkpoint_location: str | None = Field(
+        None, description="Where Spark keeps the query's checkpoint (default: "
+                          "<warehouse>/_floe/checkpoints/<namespace>/<name>). Losing it loses "
+                          "nothing: the job resumes from the table's offsets.")
 
 
 class KafkaIcebergTopicSpec(_Model):

@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from .config import CatalogConfig, ConfigError, env_values
+from .config import CatalogConfig, ConfigError, dir_values, env_values
 
 SPARK_TYPES = {"rest": "rest", "hive": "hive", "glue": "glue", "nessie": "nessie"}
 
 
 def properties(catalog: CatalogConfig) -> dict[str, str]:
-    """The catalog's properties with the values of ``propertiesFromEnv`` filled in."""
+    """The catalog's properties with the secret ones (from files or the environment) added."""
     return {**catalog.properties,
+            **dir_values(catalog.properties_dir, f"catalog {catalog.name} propertiesDir"),
             **env_values(catalog.properties_from_env, f"catalog {catalog.name}")}
 
 

@@ -44,6 +44,9 @@ class KafkaConfig(_Model):
     properties_from_env: dict[str, str] = Field(
         default_factory=dict, description="Kafka client settings whose values are read from the "
                                           "named environment variables (passwords, JAAS).")
+    properties_dir: str | None = Field(
+        None, description="Directory whose files are Kafka client settings (file name = setting, "
+                          "content = value), e.g. a mounted Secret.")
 
 
 class SchemaRegistryConfig(_Model):
@@ -51,6 +54,8 @@ class SchemaRegistryConfig(_Model):
     subject: str = Field(min_length=1)
     basic_auth_env: str | None = Field(
         None, description="Environment variable holding user:password for the registry.")
+    basic_auth_file: str | None = Field(
+        None, description="File holding user:password for the registry (a mounted Secret key).")
 
 
 class ValueConfig(_Model):
@@ -74,6 +79,8 @@ class CatalogConfig(_Model):
     warehouse: str | None = None
     properties: dict[str, str] = Field(default_factory=dict)
     properties_from_env: dict[str, str] = Field(default_factory=dict)
+    properties_dir: str | None = Field(
+        None, description="Directory whose files are catalog properties (a mounted Secret).")
 
     @model_validator(mode="after")
     def _uri_for_type(self) -> CatalogConfig:
@@ -167,3 +174,17 @@ def env_values(names: dict[str, str], what: str) -> dict[str, str]:
     if missing:
         raise ConfigError(f"{what}: environment variable(s) {', '.join(sorted(missing))} not set")
     return {key: os.environ[env] for key, env in names.items()}
+
+
+def dir_values(directory: str | None, what: str) -> dict[str, str]:
+    """Settings from a directory of files (a mounted Secret: file name = key, content = value).
+
+    Kubernetes' own bookkeeping entries (names starting with a dot) are skipped.
+    """
+    if not directory:
+        return {}
+    path = Path(directory)
+    if not path.is_dir():
+        raise ConfigError(f"{what}: directory {directory} does not exist")
+    return {entry.name: entry.read_text().strip() for entry in sorted(path.iterdir())
+            if not entry.name.startswith(".") and entry.is_file()}

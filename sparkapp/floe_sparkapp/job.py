@@ -28,9 +28,9 @@ from .commit import (
     merge_offsets,
     summary_properties,
 )
-from .config import JobConfig, env_values
+from .config import JobConfig, dir_values, env_values
 from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
-from .evolution import BreakingChange, evolve_for_writer, value_struct
+from .evolution import BreakingChange, evolve_for_writer
 from .layout import ensure_table
 from .registry import Registry
 
@@ -43,6 +43,7 @@ class DataLossError(RuntimeError):
 
 def kafka_client_settings(config: JobConfig) -> dict[str, str]:
     return {**config.kafka.properties,
+            **dir_values(config.kafka.properties_dir, "kafka.propertiesDir"),
             **env_values(config.kafka.properties_from_env, "kafka.propertiesFromEnv")}
 
 

@@ -28,6 +28,12 @@ class Registry:
                 raise ConfigError(f"schemaRegistry.basicAuthEnv: environment variable "
                                   f"{config.basic_auth_env} not set")
             settings["basic.auth.user.info"] = os.environ[config.basic_auth_env]
+        elif config.basic_auth_file:
+            try:
+                settings["basic.auth.user.info"] = open(config.basic_auth_file).read().strip()
+            except OSError as error:
+                raise ConfigError(f"schemaRegistry.basicAuthFile: cannot read "
+                                  f"{config.basic_auth_file}: {error.strerror}") from None
         self.config = config
         self.client = SchemaRegistryClient(settings)
         self.by_id = lru_cache(maxsize=1024)(self._by_id)

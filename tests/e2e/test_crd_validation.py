@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
-import time
-from pathlib import Path
 
 import pytest
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from .kube import FLOE_CRD, admin_client, install_crd
 
 pytestmark = pytest.mark.e2e
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "floe.dev_kafkaicebergtopics.yaml"
 ARGS = ("floe.dev", "v1alpha1")
 
 VALID = {
@@ -34,33 +32,11 @@ VALID = {
 
 @pytest.fixture(scope="module")
 def api(stack):
-    admin = config.new_client_from_config(config_file=stack.env["KUBECONFIG"])
-    extensions = client.ApiextensionsV1Api(admin)
-    crd = yaml.safe_load(CRD_FILE.read_text())
-    try:
-        extensions.create_custom_resource_definition(crd)
-    except ApiException as error:
-        assert error.status == 409
-        current = extensions.read_custom_resource_definition(crd["metadata"]["name"])
-        crd["metadata"]["resourceVersion"] = current.metadata.resource_version
-        extensions.replace_custom_resource_definition(crd["metadata"]["name"], crd)
-    deadline = time.monotonic() + 30
-    while True:
-        status = extensions.read_custom_resource_definition(crd["metadata"]["name"]).status
-        if any(c.type == "Established" and c.status == "True" for c in status.conditions or []):
-            break
-        assert time.monotonic() < deadline, "the CRD was not established"
-        time.sleep(0.3)
+    admin = admin_client(stack)
+    install_crd(admin, FLOE_CRD)
     return client.CustomObjectsApi(admin)
 
 
-@pytest.fixture
-def namespace(stack, unique_name):
-    core = client.CoreV1Api(config.new_client_from_config(config_file=stack.env["KUBECONFIG"]))
-    name = unique_name.replace("_", "-")[:50]
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
 
 
 def create(api, namespace, body):

@@ -23,13 +23,6 @@ def api_client(stack, token: str | None = None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-@pytest.fixture
-def namespace(stack, unique_name):
-    core = client.CoreV1Api(api_client(stack))
-    name = unique_name.replace("_", "-")[:50]
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
 
 
 def test_configmap_create_read_patch_delete(stack, namespace):

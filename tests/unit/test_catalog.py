@@ -52,3 +52,15 @@ def test_a_missing_secret_variable_is_named():
 def test_a_catalog_name_spark_cannot_address_is_refused():
     with pytest.raises(ValidationError, match="name"):
         CatalogConfig(name="my-lake", uri="jdbc:sqlite:/c.db", warehouse="file:///w")
+
+
+def test_secret_properties_come_from_a_mounted_secret_directory(tmp_path):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "s3.secret-access-key").write_text("fromfile\n")
+    (secret / "..data").mkdir()  # Kubernetes' bookkeeping in a Secret volume
+    catalog = CatalogConfig(uri="jdbc:sqlite:/c.db", warehouse="s3://b/w",
+                            properties_dir=str(secret))
+
+    assert spark_conf(catalog)["spark.sql.catalog.floe.s3.secret-access-key"] == "fromfile"
+    assert "..data" not in "".join(spark_conf(catalog))

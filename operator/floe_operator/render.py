@@ -1,0 +1,192 @@
+"""Pure functions from a KafkaIcebergTopic to the children the operator keeps in place.
+
+Each resource gets a ConfigMap holding the job config and a SparkApplication
+(sparkoperator.k8s.io/v1beta2) running ``python -m floe_sparkapp run`` on it; both are named
+after the resource, owned by it, and mount the referenced Secrets as files.  Nothing here talks
+to the API server.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from floe_sparkapp.config import JobConfig, parse_config
+
+from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec
+from .settings import OperatorSettings
+
+JOB_CONFIG_KEY = "job.json"
+JOB_CONFIG_DIR = "/etc/floe/job"
+KAFKA_SECRET_DIR = "/etc/floe/secrets/kafka"
+CATALOG_SECRET_DIR = "/etc/floe/secrets/catalog"
+REGISTRY_SECRET_DIR = "/etc/floe/secrets/registry"
+SPARK_API = "sparkoperator.k8s.io/v1beta2"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> int:
+    """'90s', '1m30s', '2h' as whole seconds (at least 1)."""
+    total = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+    return max(1, round(total))
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A KafkaIcebergTopic as the render functions need it."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: KafkaIcebergTopicSpec
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Topic:
+        meta = body["metadata"]
+        return cls(meta["namespace"], meta["name"], meta.get("uid", ""),
+                   int(meta.get("generation", 1)),
+                   KafkaIcebergTopicSpec.model_validate(body.get("spec", {})))
+
+    @property
+    def child_name(self) -> str:
+        return f"floe-{self.name}"[:63].rstrip("-.")
+
+    @property
+    def writer(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def owner_reference(topic: Topic) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": topic.name,
+            "uid": topic.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _labels(topic: Topic) -> dict[str, str]:
+    return {**MANAGED_BY, "app.kubernetes.io/name": "floe-job",
+            "app.kubernetes.io/instance": topic.name, f"{GROUP}/topic": topic.name}
+
+
+def checkpoint_location(topic: Topic, settings: OperatorSettings) -> str:
+    spec = topic.spec
+    if spec.spark.checkpoint_location:
+        return spec.spark.checkpoint_location
+    root = settings.checkpoint_root or (
+        f"{spec.table.catalog.warehouse.rstrip('/')}/_floe/checkpoints"
+        if spec.table.catalog.warehouse else None)
+    if root is None:
+        raise ValueError("spec.spark.checkpointLocation is required when the catalog has no "
+                         "warehouse and the operator has no checkpoint root")
+    if root.startswith("s3://"):
+        root = "s3a://" + root[len("s3://"):]  # Spark's checkpoints go through Hadoop's S3A
+    return f"{root}/{topic.namespace}/{topic.name}"
+
+
+def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
+    """The job config contract rendered from the resource (secrets as mounted files)."""
+    spec = topic.spec
+    kafka: dict[str, Any] = {
+        "bootstrapServers": spec.kafka.bootstrap_servers, "topic": spec.kafka.topic,
+        "startingOffsets": spec.kafka.starting_offsets,
+        "isolationLevel": spec.kafka.isolation_level, "properties": spec.kafka.properties,
+    }
+    if spec.kafka.consumer_group:
+        kafka["consumerGroup"] = spec.kafka.consumer_group
+    if spec.kafka.auth_secret_ref:
+        kafka["propertiesDir"] = KAFKA_SECRET_DIR
+    value: dict[str, Any] = {"format": spec.value.format}
+    registry = spec.value.schema_registry
+    if registry is not None:
+        value["schemaRegistry"] = {"url": registry.url, "subject": registry.subject}
+        if registry.auth_secret_ref:
+            value["schemaRegistry"]["basicAuthFile"] = f"{REGISTRY_SECRET_DIR}/basic.auth.user.info"
+    catalog = spec.table.catalog
+    catalog_config: dict[str, Any] = {"type": catalog.type, "name": catalog.name,
+                                      "properties": catalog.properties}
+    for key in ("uri", "warehouse"):
+        if getattr(catalog, key):
+            catalog_config[key] = getattr(catalog, key)
+    if catalog.secret_ref:
+        catalog_config["propertiesDir"] = CATALOG_SECRET_DIR
+    data: dict[str, Any] = {
+        "writer": topic.writer,
+        "generation": topic.generation,
+        "kafka": kafka,
+        "value": value,
+        "table": {"catalog": catalog_config, "identifier": spec.table.identifier,
+                  "partitioning": spec.table.partitioning, "properties": spec.table.properties},
+        "commit": {"intervalSeconds": duration_seconds(spec.commit.interval),
+                   "maxRecordsPerCommit": spec.commit.max_records_per_commit},
+        "checkpointLocation": checkpoint_location(topic, settings),
+    }
+    if spec.dead_letter:
+        data["deadLetter"] = {"topic": spec.dead_letter.topic}
+    return parse_config(data)
+
+
+def config_map(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": f"{topic.child_name}-job", "namespace": topic.namespace,
+                     "labels": _labels(topic), "ownerReferences": [owner_reference(topic)]},
+        "data": {JOB_CONFIG_KEY: job_config(topic, settings).to_json()},
+    }
+
+
+def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
+    spec = topic.spec
+    refs = [(spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
+            (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
+            (spec.value.schema_registry.auth_secret_ref if spec.value.schema_registry else None,
+             REGISTRY_SECRET_DIR)]
+    return [{"name": ref.name, "path": path, "secretType": "Generic"}
+            for ref, path in refs if ref is not None]
+
+
+def spark_application(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
+    spec = topic.spec
+    labels = _labels(topic)
+    secrets = _secret_mounts(topic)
+    pod_common: dict[str, Any] = {
+        "labels": labels,
+        "configMaps": [{"name": f"{topic.child_name}-job", "path": JOB_CONFIG_DIR}],
+    }
+    if secrets:
+        pod_common["secrets"] = secrets
+    return {
+        "apiVersion": SPARK_API, "kind": "SparkApplication",
+        "metadata": {"name": topic.child_name, "namespace": topic.namespace, "labels": labels,
+                     "annotations": {f"{GROUP}/generation": str(topic.generation)},
+                     "ownerReferences": [owner_reference(topic)]},
+        "spec": {
+            "type": "Python",
+            "pythonVersion": "3",
+            "mode": "cluster",
+            "image": spec.spark.image or settings.spark_image,
+            "imagePullPolicy": "IfNotPresent",
+            "mainApplicationFile": settings.job_main_file,
+            "arguments": ["run", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"],
+            "sparkVersion": spec.spark.spark_version,
+            "sparkConf": {"spark.ui.showConsoleProgress": "false", **spec.spark.conf},
+            "restartPolicy": {"type": "OnFailure", "onFailureRetries": 3,
+                              "onFailureRetryInterval": 10,
+                              "onSubmissionFailureRetries": 3,
+                              "onSubmissionFailureRetryInterval": 20},
+            "driver": {
+                **pod_common,
+                "cores": spec.spark.driver.cores,
+                "memory": spec.spark.driver.memory,
+                "serviceAccount": spec.spark.service_account or settings.spark_service_account,
+            },
+            "executor": {
+                **pod_common,
+                "instances": spec.spark.executor.instances,
+                "cores": spec.spark.executor.cores,
+                "memory": spec.spark.executor.memory,
+            },
+        },
+    }

@@ -1,0 +1,20 @@
+"""The operator's own settings, from FLOE_* environment variables, validated at start-up."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLOE_", extra="ignore")
+
+    spark_image: str = Field("floe/floe-spark:0.1.0",
+                             description="Default image of the Spark job.")
+    spark_service_account: str = Field("floe-spark",
+                                       description="Default ServiceAccount of Spark drivers.")
+    job_main_file: str = Field("local:///opt/floe/floe_job.py",
+                               description="The job's entry point inside the image.")
+    checkpoint_root: str | None = Field(
+        None, description="Root for checkpoints when a resource names none "
+                          "(default: the table's warehouse).")

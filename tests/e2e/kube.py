@@ -1,0 +1,48 @@
+"""Helpers for tests against the local kube-apiserver."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+FLOE_CRD = ROOT / "crds" / "floe.dev_kafkaicebergtopics.yaml"
+SPARK_CRD = ROOT / "hack" / "spark-operator" / "sparkapplication-crd.yaml"
+
+
+def admin_client(stack) -> client.ApiClient:
+    return config.new_client_from_config(config_file=stack.env["KUBECONFIG"])
+
+
+def install_crd(api_client: client.ApiClient, path: Path) -> None:
+    """Creates or replaces a CRD and waits until it is served."""
+    extensions = client.ApiextensionsV1Api(api_client)
+    crd = yaml.safe_load(path.read_text())
+    name = crd["metadata"]["name"]
+    try:
+        extensions.create_custom_resource_definition(crd)
+    except ApiException as error:
+        assert error.status == 409, error
+        crd["metadata"]["resourceVersion"] = (
+            extensions.read_custom_resource_definition(name).metadata.resource_version)
+        extensions.replace_custom_resource_definition(name, crd)
+    deadline = time.monotonic() + 30
+    while True:
+        status = extensions.read_custom_resource_definition(name).status
+        if any(c.type == "Established" and c.status == "True" for c in status.conditions or []):
+            return
+        assert time.monotonic() < deadline, f"CRD {name} not established"
+        time.sleep(0.3)
+
+
+def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
