@@ -1,0 +1,126 @@
+"""The local SparkApplication runner runs what the operator renders, and reports like
+spark-operator: the job lands rows, a killed driver is FAILED and resubmitted, nothing is lost."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from kubernetes import client
+
+from floe_operator.render import Topic, config_map, job_config, spark_application
+from floe_operator.settings import OperatorSettings
+from floe_sparkapp.catalog import load_catalog
+
+from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
+from ..integration.test_job_roundtrip import V1, order
+from .kube import FLOE_CRD, ROOT, SPARK_CRD, admin_client, install_crd, wait_until
+
+pytestmark = pytest.mark.e2e
+
+ARGS = ("sparkoperator.k8s.io", "v1beta2")
+
+
+@pytest.fixture
+def runner(stack, tmp_path):
+    log = (tmp_path / "runner.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "hack" / "spark-operator" / "runner.py")],
+        env={**os.environ, "FLOE_RUNNER_DIR": str(tmp_path / "runner")},
+        stdout=log, stderr=subprocess.STDOUT)
+    yield process
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    log.close()
+
+
+def state_of(custom, namespace, name):
+    app = custom.get_namespaced_custom_object(*ARGS, namespace, "sparkapplications", name)
+    return app.get("status", {})
+
+
+def test_a_rendered_application_runs_and_a_killed_driver_is_resubmitted_without_loss(
+        stack, runner, namespace, tmp_path, unique_name):
+    admin = admin_client(stack)
+    install_crd(admin, FLOE_CRD)
+    install_crd(admin, SPARK_CRD)
+    custom = client.CustomObjectsApi(admin)
+    core = client.CoreV1Api(admin)
+    kafka_topic = f"runner-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    for i in range(100):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="lake"),
+        data={"floe.test-marker": base64.b64encode(b"mounted").decode()}))
+    body = {
+        "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "kafka": {"bootstrapServers": stack.bootstrap, "topic": kafka_topic},
+            "value": {"format": "avro", "schemaRegistry": {"url": stack.registry_url,
+                                                           "subject": f"{kafka_topic}-value"}},
+            "table": {"catalog": {"name": "runner", "uri": f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                                  "warehouse": f"file://{tmp_path / 'wh'}",
+                                  "secretRef": {"name": "lake"}},
+                      "identifier": "analytics.orders"},
+            "commit": {"interval": "2s"},
+            "spark": {"checkpointLocation": str(tmp_path / "checkpoint")},
+        },
+    }
+    created = custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                     "kafkaicebergtopics", body)
+    topic = Topic.from_body(created)
+    core.create_namespaced_config_map(namespace, config_map(topic, OperatorSettings()))
+    custom.create_namespaced_custom_object(*ARGS, namespace, "sparkapplications",
+                                           spark_application(topic, OperatorSettings()))
+    # The test reads the table itself, without the driver's mounted Secret.
+    catalog = load_catalog(job_config(topic, OperatorSettings()).table.catalog.model_copy(
+        update={"properties_dir": None}))
+
+    def rows():
+        try:
+            return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
+        except Exception:
+            return []
+
+    assert wait_until(lambda: state_of(custom, namespace, "floe-orders")
+                      .get("applicationState", {}).get("state") == "RUNNING", timeout=60)
+    assert wait_until(lambda: len(rows()) >= 100, timeout=180), runner_log(tmp_path)
+
+    pid = int(state_of(custom, namespace, "floe-orders")["sparkApplicationId"].split("-")[1])
+    os.killpg(pid, signal.SIGKILL)
+    assert wait_until(lambda: state_of(custom, namespace, "floe-orders")
+                      .get("executionAttempts") == 2, timeout=60), runner_log(tmp_path)
+    for i in range(100, 150):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    assert wait_until(lambda: len(rows()) >= 150, timeout=180), runner_log(tmp_path)
+    status = state_of(custom, namespace, "floe-orders")
+    assert status["applicationState"]["state"] == "RUNNING"
+    assert status["submissionAttempts"] == 2
+    assert_exactly_once(rows(), producer.sent)
+
+    # Deleting the application stops its driver.
+    driver = int(status["sparkApplicationId"].split("-")[1])
+    custom.delete_namespaced_custom_object(*ARGS, namespace, "sparkapplications", "floe-orders")
+    assert wait_until(lambda: not _alive(driver), timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def runner_log(tmp_path) -> str:
+    logs = [tmp_path / "runner.log", *sorted((tmp_path / "runner").rglob("driver.log"))]
+    return "\n".join(p.read_text(errors="replace")[-3000:] for p in logs if p.exists())
