@@ -21,9 +21,11 @@ class RegisteredSchema:
 
 
 class Registry:
-    def __init__(self, config: SchemaRegistryConfig):
+    def __init__(self, config: SchemaRegistryConfig, user_info: str | None = None):
         settings = {"url": config.url}
-        if config.basic_auth_env:
+        if user_info:
+            settings["basic.auth.user.info"] = user_info
+        elif config.basic_auth_env:
             if config.basic_auth_env not in os.environ:
                 raise ConfigError(f"schemaRegistry.basicAuthEnv: environment variable "
                                   f"{config.basic_auth_env} not set")

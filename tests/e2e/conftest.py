@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from contextlib import closing
+import socket
+
 import pytest
 from kubernetes import client
 
-from .kube import admin_client
+from .kube import FLOE_CRD, ROOT, SPARK_CRD, admin_client, install_crd
 
 
 @pytest.fixture
@@ -16,3 +23,48 @@ def namespace(stack, unique_name):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+def _background(command: list[str], log_path, env: dict[str, str] | None = None):
+    log = log_path.open("w")
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    return process, log
+
+
+def _stop(process: subprocess.Popen, log) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    log.close()
+
+
+@pytest.fixture
+def runner(stack, tmp_path):
+    """The local spark-operator stand-in, running SparkApplications as local drivers."""
+    install_crd(admin_client(stack), SPARK_CRD)
+    process, log = _background([sys.executable, str(ROOT / "hack" / "spark-operator" / "runner.py")],
+                               tmp_path / "runner.log", {"FLOE_RUNNER_DIR": str(tmp_path / "runner")})
+    yield process
+    _stop(process, log)
+
+
+def free_port() -> int:
+    with closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def operator(stack, tmp_path):
+    """The floe operator as a real process, with the admin identity."""
+    install_crd(admin_client(stack), FLOE_CRD)
+    port = free_port()
+    process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
+                               {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz"})
+    yield process
+    _stop(process, log)

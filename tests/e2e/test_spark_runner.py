@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from kubernetes import client
@@ -18,24 +16,11 @@ from floe_sparkapp.catalog import load_catalog
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import V1, order
-from .kube import FLOE_CRD, ROOT, SPARK_CRD, admin_client, install_crd, wait_until
+from .kube import FLOE_CRD, SPARK_CRD, admin_client, install_crd, wait_until
 
 pytestmark = pytest.mark.e2e
 
 ARGS = ("sparkoperator.k8s.io", "v1beta2")
-
-
-@pytest.fixture
-def runner(stack, tmp_path):
-    log = (tmp_path / "runner.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "hack" / "spark-operator" / "runner.py")],
-        env={**os.environ, "FLOE_RUNNER_DIR": str(tmp_path / "runner")},
-        stdout=log, stderr=subprocess.STDOUT)
-    yield process
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=30)
-    log.close()
 
 
 def state_of(custom, namespace, name):

@@ -1,0 +1,190 @@
+"""kopf handlers: thin adapters from events on KafkaIcebergTopics to reconcile().
+
+Run: ``python -m floe_operator`` (or ``kopf run -m floe_operator.handlers``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
+from floe_sparkapp.catalog import load_catalog
+from floe_sparkapp.config import SchemaRegistryConfig
+from floe_sparkapp.evolution import BreakingChange, apply_evolution
+from floe_sparkapp.layout import LayoutMismatch, ensure_table
+from floe_sparkapp.registry import Registry
+
+from . import kube, observe, render
+from .resource import GROUP, PLURAL, VERSION
+from .settings import OperatorSettings
+from .status import Observation, status
+
+FINALIZER = f"{GROUP}/finalizer"
+RESOURCE = (GROUP, VERSION, PLURAL)
+
+
+@functools.lru_cache(maxsize=1)
+def settings() -> OperatorSettings:
+    return OperatorSettings()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration")
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 60
+
+
+def _invalid(error: ValidationError) -> str:
+    problems = []
+    for problem in error.errors():
+        where = ".".join(str(p) for p in problem["loc"])
+        problems.append(f"spec.{where}: {problem['msg'].removeprefix('Value error, ')}")
+    return "; ".join(problems)
+
+
+def _ensure_table(topic: render.Topic, observed: Observation, logger: Any) -> None:
+    """Creates the table from the registry's latest schema when absent; evolves it additively."""
+    spec = topic.spec
+    try:
+        value = None
+        registry_config = spec.value.schema_registry
+        if registry_config is not None and spec.value.format != "raw":
+            user_info = None
+            if registry_config.auth_secret_ref:
+                user_info = kube.secret_data(topic.namespace, registry_config.auth_secret_ref.name
+                                             ).get("basic.auth.user.info")
+            latest = Registry(SchemaRegistryConfig(url=registry_config.url,
+                                                   subject=registry_config.subject),
+                              user_info).latest()
+            value = avro_to_iceberg(latest.schema).struct
+            observed.registry_version = latest.version
+        catalog = load_catalog(observe.catalog_config(topic))
+        table, created = ensure_table(catalog, _table_config(topic), value)
+        if created:
+            logger.info("created table %s", spec.table.identifier)
+        if value is not None and spec.schema_evolution.mode == "additive":
+            try:
+                plan = apply_evolution(table, value)
+                observed.schema_in_sync = True
+                observed.schema_message = f"table matches registry version {observed.registry_version}"
+                if plan.needs_update:
+                    logger.info("evolved table %s: %s", spec.table.identifier,
+                                "; ".join(str(c) for c in plan.changes))
+            except BreakingChange as change:
+                observed.schema_in_sync = False
+                observed.schema_message = (f"registry version {observed.registry_version}: "
+                                           f"{change}; the table keeps its schema")
+    except (LayoutMismatch, AvroMappingError) as error:
+        observed.table_error = str(error)
+    except kopf.TemporaryError:
+        raise
+    except Exception as error:  # catalog or registry unreachable: report, retry on the timer
+        observed.table_error = f"{type(error).__name__}: {error}"[:500]
+
+
+def _table_config(topic: render.Topic):
+    from floe_sparkapp.config import TableConfig
+
+    spec = topic.spec.table
+    return TableConfig(catalog=observe.catalog_config(topic), identifier=spec.identifier,
+                       partitioning=spec.partitioning, properties=spec.properties)
+
+
+def _ensure_job(topic: render.Topic, observed: Observation, logger: Any) -> None:
+    name = topic.child_name
+    observed.app_name = name
+    if topic.spec.suspend:
+        kube.delete_spark_application(topic.namespace, name)
+        return
+    kube.apply_config_map(render.config_map(topic, settings()))
+    desired = render.spark_application(topic, settings())
+    app = kube.get_spark_application(topic.namespace, name)
+    rendered_for = ((app or {}).get("metadata", {}).get("annotations", {})
+                    .get(f"{GROUP}/generation"))
+    if app is not None and rendered_for != str(topic.generation):
+        logger.info("spec changed (generation %s -> %s): restarting the job", rendered_for,
+                    topic.generation)
+        kube.delete_spark_application(topic.namespace, name)
+        app = None
+    if app is None:
+        if kube.create_spark_application(desired):
+            logger.info("created SparkApplication %s", name)
+        app = kube.get_spark_application(topic.namespace, name)
+    app_status = (app or {}).get("status", {})
+    observed.app_state = app_status.get("applicationState", {}).get("state", "")
+    observed.app_error = app_status.get("applicationState", {}).get("errorMessage") or None
+    observed.app_attempts = int(app_status.get("executionAttempts", 0) or 0)
+
+
+def _observe_progress(topic: render.Topic, observed: Observation) -> None:
+    try:
+        table = observe.table_state(topic)
+    except Exception as error:  # noqa: BLE001 - reported on the status
+        observed.table_error = observed.table_error or f"{type(error).__name__}: {error}"[:500]
+        return
+    observed.table_exists = table.exists
+    observed.snapshot_id = table.snapshot_id
+    observed.committed_at_ms = table.committed_at_ms
+    observed.schema_id = table.schema_id
+    observed.vtts_ms = table.vtts_ms
+    observed.now_ms = observe.now_ms()
+    try:
+        observed.offsets = observe.as_status_offsets(table.offsets, observe.end_offsets(topic))
+    except Exception:  # noqa: BLE001 - Kafka unreachable: keep the last offsets on the status
+        observed.offsets = None
+
+
+def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
+    generation = int(body["metadata"].get("generation", 1))
+    previous = dict(body.get("status") or {})
+    try:
+        topic = render.Topic.from_body(dict(body))
+        render.job_config(topic, settings())  # a spec that cannot be rendered is invalid too
+    except (ValidationError, ValueError) as error:
+        message = _invalid(error) if isinstance(error, ValidationError) else str(error)
+        patch.status.update(status(Observation(generation, invalid_spec=message), previous))
+        logger.warning("invalid spec: %s", message)
+        return
+    observed = Observation(generation, suspended=topic.spec.suspend)
+    _ensure_table(topic, observed, logger)
+    _ensure_job(topic, observed, logger)
+    _observe_progress(topic, observed)
+    patch.status.update(status(observed, previous))
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+def on_change(**kwargs: Any) -> None:
+    reconcile(**kwargs)
+
+
+@kopf.timer(*RESOURCE, interval=10, initial_delay=5, idle=0)
+def refresh(**kwargs: Any) -> None:
+    reconcile(**kwargs)
+
+
+@kopf.on.delete(*RESOURCE)
+def on_delete(body: Any, logger: Any, **_: Any) -> None:
+    try:
+        topic = render.Topic.from_body(dict(body))
+    except ValidationError:
+        return  # nothing was ever created for an invalid spec
+    kube.delete_spark_application(topic.namespace, topic.child_name)
+    if topic.spec.table.deletion_policy == "Delete":
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            load_catalog(observe.catalog_config(topic)).purge_table(topic.spec.table.identifier)
+            logger.info("deletionPolicy Delete: dropped table %s", topic.spec.table.identifier)
+        except NoSuchTableError:
+            pass

@@ -1,0 +1,94 @@
+"""The one module that talks to the Kubernetes API.
+
+Creation is idempotent (409 is success, then the object is brought to the desired spec), reads
+of missing objects answer None, and API trouble becomes ``kopf.TemporaryError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from .render import SPARK_API
+
+SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
+SPARK_PLURAL = "sparkapplications"
+
+
+@functools.lru_cache(maxsize=1)
+def _api() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(_api())
+
+
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(_api())
+
+
+def _temporary(what: str, error: ApiException) -> kopf.TemporaryError:
+    return kopf.TemporaryError(f"{what}: {error.status} {error.reason}", delay=10)
+
+
+def apply_config_map(body: dict[str, Any]) -> None:
+    meta = body["metadata"]
+    try:
+        core().create_namespaced_config_map(meta["namespace"], body)
+    except ApiException as error:
+        if error.status != 409:
+            raise _temporary(f"creating ConfigMap {meta['name']}", error) from None
+        core().replace_namespaced_config_map(meta["name"], meta["namespace"], body)
+
+
+def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return custom().get_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
+                                                     SPARK_PLURAL, name)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise _temporary(f"reading SparkApplication {name}", error) from None
+
+
+def create_spark_application(body: dict[str, Any]) -> bool:
+    """Creates the application; False if one by that name exists already."""
+    meta = body["metadata"]
+    try:
+        custom().create_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, meta["namespace"],
+                                                 SPARK_PLURAL, body)
+        return True
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        raise _temporary(f"creating SparkApplication {meta['name']}", error) from None
+
+
+def delete_spark_application(namespace: str, name: str) -> None:
+    try:
+        custom().delete_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
+                                                 SPARK_PLURAL, name)
+    except ApiException as error:
+        if error.status != 404:
+            raise _temporary(f"deleting SparkApplication {name}", error) from None
+
+
+def secret_data(namespace: str, name: str) -> dict[str, str]:
+    """A Secret's keys and values (never logged, never put on a status)."""
+    try:
+        secret = core().read_namespaced_secret(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            raise kopf.TemporaryError(f"Secret {name} not found in {namespace}", delay=30) from None
+        raise _temporary(f"reading Secret {name}", error) from None
+    return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}

@@ -1,0 +1,86 @@
+"""What the operator looks at to write the status: the table's commits and Kafka's offsets.
+
+The operator opens the table with PyIceberg and Kafka with confluent-kafka, with the
+credentials from the resource's Secret references (read into memory, never written anywhere).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from floe_sparkapp.catalog import load_catalog
+from floe_sparkapp.commit import last_commit
+from floe_sparkapp.config import CatalogConfig
+
+from . import kube
+from .render import Topic
+
+
+@dataclass(frozen=True)
+class TableState:
+    exists: bool
+    snapshot_id: int | None = None
+    committed_at_ms: int | None = None
+    schema_id: int | None = None
+    offsets: dict[int, int] = field(default_factory=dict)
+    vtts_ms: int | None = None
+
+
+def catalog_config(topic: Topic) -> CatalogConfig:
+    spec = topic.spec.table.catalog
+    properties = dict(spec.properties)
+    if spec.secret_ref:
+        properties.update(kube.secret_data(topic.namespace, spec.secret_ref.name))
+    return CatalogConfig(type=spec.type, name=spec.name, uri=spec.uri, warehouse=spec.warehouse,
+                         properties=properties)
+
+
+def kafka_settings(topic: Topic) -> dict[str, str]:
+    settings = {"bootstrap.servers": topic.spec.kafka.bootstrap_servers,
+                **topic.spec.kafka.properties}
+    if topic.spec.kafka.auth_secret_ref:
+        settings.update(kube.secret_data(topic.namespace, topic.spec.kafka.auth_secret_ref.name))
+    return settings
+
+
+def table_state(topic: Topic) -> TableState:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = load_catalog(catalog_config(topic)).load_table(topic.spec.table.identifier)
+    except NoSuchTableError:
+        return TableState(exists=False)
+    committed = last_commit(table, topic.writer)
+    snapshot = table.snapshot_by_id(committed.snapshot_id) if committed.snapshot_id else None
+    return TableState(
+        exists=True, snapshot_id=committed.snapshot_id,
+        committed_at_ms=snapshot.timestamp_ms if snapshot else None,
+        schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts)
+
+
+def end_offsets(topic: Topic, timeout: float = 10) -> dict[int, int]:
+    """The next offset Kafka would assign, per partition (the latest offsets)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka_settings(topic), "group.id": f"floe-operator-{topic.writer}",
+                         "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(topic.spec.kafka.topic, timeout=timeout)
+        partitions = metadata.topics[topic.spec.kafka.topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic.spec.kafka.topic, p),
+                                                  timeout=timeout)[1]
+                for p in sorted(partitions)}
+    finally:
+        consumer.close()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def as_status_offsets(committed: dict[int, int], latest: dict[int, int]) -> dict[str, Any]:
+    lag = sum(max(0, end - committed.get(p, 0)) for p, end in latest.items())
+    return {"committed": {str(p): o for p, o in sorted(committed.items())},
+            "latest": {str(p): o for p, o in sorted(latest.items())}, "lag": lag}

@@ -1,0 +1,162 @@
+"""The resource's status, computed from what the operator observed (pure functions).
+
+Conditions follow the Kubernetes API conventions: every type is present from the first visit
+(Unknown until known), reasons are CamelCase, and ``lastTransitionTime`` only moves when the
+condition's status changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync")
+
+RUNNING_STATES = {"RUNNING"}
+STARTING_STATES = {"", "NEW", "SUBMITTED", "PENDING_RERUN", "INVALIDATING", "SUCCEEDING",
+                   "FAILING"}
+FAILED_STATES = {"FAILED", "SUBMISSION_FAILED", "UNKNOWN"}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+
+
+@dataclass
+class Observation:
+    """Everything one visit learned; None where it could not be learned."""
+
+    generation: int
+    suspended: bool = False
+    invalid_spec: str | None = None
+    app_state: str | None = None  # SparkApplication .status.applicationState.state
+    app_error: str | None = None
+    app_attempts: int = 0
+    app_name: str | None = None
+    table_exists: bool | None = None
+    table_error: str | None = None
+    snapshot_id: int | None = None
+    committed_at_ms: int | None = None
+    schema_id: int | None = None
+    registry_version: int | None = None
+    schema_in_sync: bool | None = None
+    schema_message: str = ""
+    offsets: dict[str, Any] | None = None
+    vtts_ms: int | None = None
+    now_ms: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def conditions(observed: Observation) -> list[Condition]:
+    if observed.invalid_spec:
+        message = observed.invalid_spec
+        return [Condition("Ready", "False", "InvalidSpec", message),
+                Condition("JobRunning", "False", "InvalidSpec", message),
+                Condition("TableReady", "Unknown", "InvalidSpec", message),
+                Condition("SchemaInSync", "Unknown", "InvalidSpec", message)]
+
+    if observed.table_exists:
+        table = Condition("TableReady", "True", "TableExists",
+                          f"table has schema {observed.schema_id}")
+    elif observed.table_error:
+        table = Condition("TableReady", "False", "CatalogUnavailable", observed.table_error)
+    else:
+        table = Condition("TableReady", "Unknown", "Pending", "the table is being created")
+
+    state = observed.app_state or ""
+    if observed.suspended:
+        job = Condition("JobRunning", "False", "Suspended", "spec.suspend is true")
+    elif state in RUNNING_STATES:
+        job = Condition("JobRunning", "True", "Running", f"SparkApplication {observed.app_name} "
+                                                         "is running")
+    elif state in FAILED_STATES:
+        job = Condition("JobRunning", "False", "JobFailed",
+                        (observed.app_error or state)[:1000])
+    elif state == "COMPLETED":
+        job = Condition("JobRunning", "False", "JobCompleted", "the job stopped")
+    else:
+        job = Condition("JobRunning", "False", "Starting",
+                        f"SparkApplication {observed.app_name} is {state or 'being created'}")
+
+    if observed.schema_in_sync is None:
+        schema = Condition("SchemaInSync", "Unknown", "Pending", observed.schema_message or
+                           "the registry has not been compared with the table yet")
+    elif observed.schema_in_sync:
+        schema = Condition("SchemaInSync", "True", "InSync", observed.schema_message)
+    else:
+        schema = Condition("SchemaInSync", "False", "BreakingChange", observed.schema_message)
+
+    if observed.suspended:
+        ready = Condition("Ready", "False", "Suspended", "spec.suspend is true")
+    elif table.status == "True" and job.status == "True":
+        ready = Condition("Ready", "True", "Landing", "the job is running and the table exists")
+    else:
+        failing = next((c for c in (table, job) if c.status != "True"), job)
+        ready = Condition("Ready", "False", failing.reason, failing.message)
+    return [ready, job, table, schema]
+
+
+def phase(observed: Observation, ready: Condition) -> str:
+    if observed.invalid_spec:
+        return "Failed"
+    if observed.suspended:
+        return "Suspended"
+    if ready.status == "True":
+        return "Running"
+    if (observed.app_state or "") in FAILED_STATES:
+        return "Degraded"
+    return "Pending"
+
+
+def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condition],
+                     generation: int) -> list[dict[str, Any]]:
+    before = {c.get("type"): c for c in previous or []}
+    merged = []
+    for condition in current:
+        old = before.get(condition.type)
+        moved = old is None or old.get("status") != condition.status
+        merged.append({
+            "type": condition.type, "status": condition.status, "reason": condition.reason,
+            "message": condition.message, "observedGeneration": generation,
+            "lastTransitionTime": _now() if moved else old.get("lastTransitionTime", _now()),
+        })
+    return merged
+
+
+def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, Any]:
+    current = conditions(observed)
+    result: dict[str, Any] = {
+        "observedGeneration": observed.generation,
+        "phase": phase(observed, current[0]),
+        "conditions": merge_conditions((previous or {}).get("conditions"), current,
+                                       observed.generation),
+    }
+    if observed.app_name:
+        result["sparkApplication"] = {"name": observed.app_name, "state": observed.app_state or "",
+                                      "attempts": observed.app_attempts}
+        if observed.app_error:
+            result["sparkApplication"]["lastFailure"] = observed.app_error[:1000]
+    if observed.table_exists:
+        table: dict[str, Any] = {"schemaId": observed.schema_id}
+        if observed.snapshot_id is not None:
+            table["snapshotId"] = str(observed.snapshot_id)
+        if observed.committed_at_ms is not None:
+            table["committedAt"] = dt.datetime.fromtimestamp(
+                observed.committed_at_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if observed.registry_version is not None:
+            table["registryVersion"] = observed.registry_version
+        result["table"] = table
+    if observed.offsets is not None:
+        result["offsets"] = observed.offsets
+    if observed.vtts_ms is not None and observed.now_ms:
+        result["freshnessSeconds"] = max(0, (observed.now_ms - observed.vtts_ms) // 1000)
+    return result
