@@ -99,7 +99,52 @@ def _table_config(topic: render.Topic):
                        partitioning=spec.partitioning, properties=spec.properties)
 
 
-def _ensure_job(topic: render.Topic, observed: Observation, logger: Any) -> None:
+FAILED = ("FAILED", "SUBMISSION_FAILED")
+
+
+def failover_delay(failovers: int) -> int:
+    """Seconds to wait before recreating a failed job: 10 s, doubling, at most 5 minutes."""
+    return min(300, 10 * 2 ** failovers)
+
+
+def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
+              previous: dict[str, Any], logger: Any) -> dict[str, Any] | None:
+    """Recreates an application that ended FAILED, with exponential backoff."""
+    record = previous.get("sparkApplication", {})
+    failovers = int(record.get("failovers", 0))
+    last = record.get("lastFailoverTime")
+    waited = observe.now_ms() / 1000 - (_epoch(last) if last else 0)
+    observed.extra["failovers"] = failovers
+    observed.extra["lastFailoverTime"] = last
+    if waited < failover_delay(failovers):
+        return app
+    error = (app.get("status", {}).get("applicationState", {}).get("errorMessage") or "")
+    logger.warning("job failed (%s); recreating it (failover %d): %s",
+                   app.get("status", {}).get("applicationState", {}).get("state"),
+                   failovers + 1, error.splitlines()[0][:300] if error else "no message")
+    kube.delete_spark_application(topic.namespace, topic.child_name)
+    kube.create_spark_application(render.spark_application(topic, settings()))
+    observed.extra["failovers"] = failovers + 1
+    observed.extra["lastFailoverTime"] = _iso_now()
+    observed.extra["lastFailure"] = error[:1000]
+    return kube.get_spark_application(topic.namespace, topic.child_name)
+
+
+def _epoch(text: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=dt.timezone.utc).timestamp()
+
+
+def _iso_now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, Any],
+                logger: Any) -> None:
     name = topic.child_name
     observed.app_name = name
     if topic.spec.suspend:
@@ -119,6 +164,13 @@ def _ensure_job(topic: render.Topic, observed: Observation, logger: Any) -> None
         if kube.create_spark_application(desired):
             logger.info("created SparkApplication %s", name)
         app = kube.get_spark_application(topic.namespace, name)
+    state = (app or {}).get("status", {}).get("applicationState", {}).get("state", "")
+    if app is not None and state in FAILED:
+        app = _failover(topic, app, observed, previous, logger)
+    else:
+        record = previous.get("sparkApplication", {})
+        observed.extra.update({k: record[k] for k in ("failovers", "lastFailoverTime",
+                                                      "lastFailure") if k in record})
     app_status = (app or {}).get("status", {})
     observed.app_state = app_status.get("applicationState", {}).get("state", "")
     observed.app_error = app_status.get("applicationState", {}).get("errorMessage") or None
@@ -156,7 +208,7 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
         return
     observed = Observation(generation, suspended=topic.spec.suspend)
     _ensure_table(topic, observed, logger)
-    _ensure_job(topic, observed, logger)
+    _ensure_job(topic, observed, previous, logger)
     _observe_progress(topic, observed)
     patch.status.update(status(observed, previous))
 

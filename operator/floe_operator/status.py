@@ -145,6 +145,9 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
                                       "attempts": observed.app_attempts}
         if observed.app_error:
             result["sparkApplication"]["lastFailure"] = observed.app_error[:1000]
+        for key in ("failovers", "lastFailoverTime", "lastFailure"):
+            if observed.extra.get(key) is not None:
+                result["sparkApplication"][key] = observed.extra[key]
     if observed.table_exists:
         table: dict[str, Any] = {"schemaId": observed.schema_id}
         if observed.snapshot_id is not None:

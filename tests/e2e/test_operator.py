@@ -112,3 +112,63 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
     apps = custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
                                                 "sparkapplications")["items"]
     assert apps == []
+
+
+def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss(
+        stack, operator, runner, namespace, tmp_path, unique_name):
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.config import CatalogConfig
+
+    from ..integration.jobkit import assert_exactly_once
+
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"roll-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+        producer.flush()
+
+    def current_status() -> dict:
+        return custom.get_namespaced_custom_object(*args).get("status", {})
+
+    def landed() -> bool:
+        offsets = current_status().get("offsets", {})
+        expected = {str(p): o for p, o in producer.next_offsets().items()}
+        return offsets.get("committed") == expected
+
+    def app():
+        items = custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
+                                                     "sparkapplications")["items"]
+        return items[0] if items else None
+
+    produce(0, 60)
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
+    assert wait_until(landed, timeout=240), logs(tmp_path)
+    first_uid = app()["metadata"]["uid"]
+
+    custom.patch_namespaced_custom_object(*args, {"spec": {"commit": {"interval": "3s"}}})
+    assert wait_until(lambda: (app() or {}).get("metadata", {}).get("annotations", {})
+                      .get("floe.dev/generation") == "2", timeout=60), logs(tmp_path)
+    assert app()["metadata"]["uid"] != first_uid  # the job was restarted with the new spec
+    produce(60, 40)
+    assert wait_until(landed, timeout=240), logs(tmp_path)
+    assert current_status()["observedGeneration"] == 2
+
+    custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": True}})
+    assert wait_until(lambda: current_status().get("phase") == "Suspended" and app() is None,
+                      timeout=60), logs(tmp_path)
+    committed_while_suspended = current_status()["offsets"]["committed"]
+    produce(100, 40)
+    assert wait_until(lambda: current_status()["offsets"]["lag"] == 40, timeout=60)
+    assert current_status()["offsets"]["committed"] == committed_while_suspended
+
+    custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": False}})
+    assert wait_until(landed, timeout=240), logs(tmp_path)
+    catalog = CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                            warehouse=f"file://{tmp_path / 'wh'}")
+    rows = load_catalog(catalog).load_table("analytics.orders").scan().to_arrow().to_pylist()
+    assert_exactly_once(rows, producer.sent)
