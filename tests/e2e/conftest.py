@@ -68,3 +68,28 @@ def operator(stack, tmp_path):
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz"})
     yield process
     _stop(process, log)
+
+
+@pytest.fixture
+def operator_control(stack, tmp_path):
+    """Starts and kills the operator process at will (for fault tests)."""
+    install_crd(admin_client(stack), FLOE_CRD)
+    running: list = []
+
+    class Control:
+        def start(self) -> None:
+            port = free_port()
+            running.append(_background([sys.executable, "-m", "floe_operator"],
+                                       tmp_path / f"operator-{len(running)}.log",
+                                       {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz"}))
+
+        def kill(self) -> None:
+            process, log = running[-1]
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            log.close()
+
+    yield Control()
+    for process, log in running:
+        _stop(process, log)
