@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.config import SchemaRegistryConfig
-from floe_sparkapp.evolution import BreakingChange, apply_evolution
+from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 from floe_sparkapp.registry import Registry
 
@@ -25,6 +25,7 @@ from .settings import OperatorSettings
 from .status import Observation, status
 
 FINALIZER = f"{GROUP}/finalizer"
+APPROVAL = f"{GROUP}/approve-schema-version"
 RESOURCE = (GROUP, VERSION, PLURAL)
 
 
@@ -51,7 +52,8 @@ def _invalid(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _ensure_table(topic: render.Topic, observed: Observation, logger: Any) -> None:
+def _ensure_table(topic: render.Topic, observed: Observation, logger: Any,
+                  approved: str | None = None) -> None:
     """Creates the table from the registry's latest schema when absent; evolves it additively."""
     spec = topic.spec
     try:
@@ -80,9 +82,19 @@ def _ensure_table(topic: render.Topic, observed: Observation, logger: Any) -> No
                     logger.info("evolved table %s: %s", spec.table.identifier,
                                 "; ".join(str(c) for c in plan.changes))
             except BreakingChange as change:
-                observed.schema_in_sync = False
-                observed.schema_message = (f"registry version {observed.registry_version}: "
-                                           f"{change}; the table keeps its schema")
+                version = observed.registry_version
+                if approved is not None and approved == str(version):
+                    renamed = apply_approved_breaking(table, value, int(version))
+                    observed.schema_in_sync = True
+                    observed.schema_message = (f"applied approved registry version {version}: "
+                                               f"{'; '.join(renamed) or 'no column renamed'}")
+                    logger.info("schema: %s", observed.schema_message)
+                else:
+                    observed.schema_in_sync = False
+                    observed.schema_message = (
+                        f"registry version {version}: {change}; the table keeps its schema and "
+                        f"those records land in value_raw until the annotation {APPROVAL}: "
+                        f'"{version}" approves the change')
     except (LayoutMismatch, AvroMappingError) as error:
         observed.table_error = str(error)
     except kopf.TemporaryError:
@@ -207,7 +219,8 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
         logger.warning("invalid spec: %s", message)
         return
     observed = Observation(generation, suspended=topic.spec.suspend)
-    _ensure_table(topic, observed, logger)
+    approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
+    _ensure_table(topic, observed, logger, approved)
     _ensure_job(topic, observed, previous, logger)
     _observe_progress(topic, observed)
     patch.status.update(status(observed, previous))

@@ -215,3 +215,28 @@ def evolve_for_writer(table: Any, writer: StructType) -> EvolutionPlan:
     if plan.needs_update:
         _union_value(table, _keep_wider(current, writer))
     return plan
+
+
+def apply_approved_breaking(table: Any, incoming: StructType, version: int) -> list[str]:
+    """Applies an approved breaking version: each column whose type changed incompatibly is
+    renamed to ``<name>_before_v<version>`` (its data stays there) and the new type takes the
+    name; then the version's additive changes are applied.  Returns what was renamed.
+
+    A changed type inside a list or map cannot be renamed apart and stays refused.
+    """
+    current = _value_or_refuse(table)
+    plan = plan_evolution(current, incoming)
+    incompatible = [c for c in plan.changes if c.kind == "incompatible"]
+    nested = [c for c in incompatible if "[" in c.path or "{" in c.path]
+    if nested:
+        raise BreakingChange(EvolutionPlan(tuple(nested)))
+    renamed = []
+    if incompatible:
+        with table.update_schema() as update:
+            for change in incompatible:
+                leaf = change.path.rsplit(".", 1)[-1]
+                update.rename_column(change.path, f"{leaf}_before_v{version}")
+                renamed.append(f"{change.path} -> {leaf}_before_v{version}")
+    table.refresh()
+    evolve_for_writer(table, incoming)
+    return renamed

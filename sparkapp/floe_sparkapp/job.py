@@ -205,16 +205,19 @@ class BatchWriter:
         framed = frame(fresh)
         ids = [r[0] for r in framed.select("_schema_id").distinct().collect() if r[0] is not None]
         changed = False
+        plans = {}
         for schema_id in ids:
-            if schema_id not in self.plans:
+            plan = self.plans.get(schema_id)
+            if plan is None:
                 before = table.schema().schema_id
-                self.plans[schema_id] = self._plan(schema_id, table)
+                plan = self._plan(schema_id, table)
+                if plan.error is None:  # refused ones are looked at again: an approval may come
+                    self.plans[schema_id] = plan
                 table.refresh()
                 changed |= table.schema().schema_id != before
-        if changed:
+            plans[schema_id] = plan
+        if changed:  # plans made against the older schema still decode; the projection changed
             value_type = self.spark.table(self.table_name).schema["value"].dataType
-            # Plans made against the older schema still decode; only the projection changed.
-        plans = {i: self.plans[i] for i in ids}
         return table_rows(decode_avro(framed, plans, value_type), has_value=True)
 
     def _dead_letters(self, rows: DataFrame) -> int:

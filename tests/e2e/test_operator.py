@@ -172,3 +172,84 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
                             warehouse=f"file://{tmp_path / 'wh'}")
     rows = load_catalog(catalog).load_table("analytics.orders").scan().to_arrow().to_pylist()
     assert_exactly_once(rows, producer.sent)
+
+
+def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approval(
+        stack, operator, runner, namespace, tmp_path, unique_name):
+    import json
+
+    import requests
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.config import CatalogConfig
+
+    from ..integration.test_job_roundtrip import V2
+
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"schema-{unique_name}".replace("_", "-")
+    subject = f"{kafka_topic}-value"
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+    for i in range(20):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
+    catalog = load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                                         warehouse=f"file://{tmp_path / 'wh'}"))
+
+    def value_fields() -> dict[str, str]:
+        try:
+            table = catalog.load_table("analytics.orders")
+        except Exception:
+            return {}
+        return {f.name: str(f.field_type) for f in
+                table.schema().find_field("value").field_type.fields}
+
+    def schema_condition() -> dict:
+        state = custom.get_namespaced_custom_object(*args).get("status", {})
+        return {c["type"]: c for c in state.get("conditions", [])}.get("SchemaInSync", {})
+
+    assert wait_until(lambda: schema_condition().get("status") == "True", timeout=120), logs(tmp_path)
+    registry = SchemaRegistryClient({"url": stack.registry_url})
+
+    # An additive version: the table evolves with no manual step.
+    registry.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
+    assert wait_until(lambda: "note" in value_fields(), timeout=60), logs(tmp_path)
+    assert wait_until(lambda: custom.get_namespaced_custom_object(*args)["status"]["table"]
+                      .get("registryVersion") == 2, timeout=60)
+
+    # A breaking version: condition set, nothing changed until approved.
+    requests.put(f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"},
+                 timeout=10).raise_for_status()
+    v3 = {**V2, "fields": [f if f["name"] != "quantity" else {"name": "quantity", "type": "string"}
+                           for f in V2["fields"]]}
+    registry.register_schema(subject, Schema(json.dumps(v3), "AVRO"))
+    assert wait_until(lambda: schema_condition().get("reason") == "BreakingChange", timeout=60)
+    condition = schema_condition()
+    assert condition["status"] == "False"
+    assert condition["message"] == (
+        "registry version 3: breaking schema change: value.quantity: type changed from int to "
+        "string; the table keeps its schema and those records land in value_raw until the "
+        'annotation floe.dev/approve-schema-version: "3" approves the change')
+    assert value_fields()["quantity"] == "int"
+
+    custom.patch_namespaced_custom_object(*args, {"metadata": {"annotations": {
+        "floe.dev/approve-schema-version": "3"}}})
+    assert wait_until(lambda: value_fields().get("quantity") == "string", timeout=60), logs(tmp_path)
+    assert value_fields()["quantity_before_v3"] == "int"
+    assert wait_until(lambda: schema_condition().get("status") == "True", timeout=60)
+    assert schema_condition()["message"] == (
+        "applied approved registry version 3: value.quantity -> quantity_before_v3")
+
+    # Records of the approved version now decode into the table.
+    producer.send(key=b"v3", value={**order(99, 2), "quantity": "a dozen"}, schema=v3)
+    producer.flush()
+
+    def v3_row():
+        rows = catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
+        return next((r for r in rows if r["key"] == b"v3"), None)
+
+    assert wait_until(lambda: v3_row() is not None, timeout=120), logs(tmp_path)
+    assert v3_row()["value"]["quantity"] == "a dozen" and v3_row()["value_error"] is None

@@ -133,3 +133,19 @@ def test_an_existing_table_that_is_not_floes_is_refused(tmp_path):
     assert str(refused.value) == (
         "table db.other exists but is not a floe table: it has no column(s) kafka, key, value, "
         "value_error, value_raw. Point table.identifier at a new table, or drop this one.")
+
+
+def test_an_approved_breaking_version_keeps_the_old_column_under_a_new_name(table):
+    fields = [f for f in V1["fields"] if f["name"] != "id"] + [{"name": "id", "type": "string"}]
+    old_id = value_struct(table).field_by_name("id").field_id
+
+    from floe_sparkapp.evolution import apply_approved_breaking
+
+    renamed = apply_approved_breaking(table, avro_to_iceberg(record(*fields)).struct, version=3)
+
+    assert renamed == ["value.id -> id_before_v3"]
+    table.refresh()
+    value = value_struct(table)
+    assert value.field_by_name("id_before_v3").field_id == old_id  # the old data stays
+    assert str(value.field_by_name("id").field_type) == "string"
+    assert plan_evolution(value, avro_to_iceberg(record(*fields)).struct).decodable
