@@ -1,9 +1,10 @@
-"""`make demo`: an Avro topic landed in an Iceberg table on the local stack.
+"""`make demo`: from `kubectl apply` of a KafkaIcebergTopic to rows in an Iceberg table.
 
 Starts the stack (if it is not up), registers an Avro schema and produces orders to a topic,
-runs floe's Spark job (``python -m floe_sparkapp run``) on it, which creates the table from the
-registry schema and commits the records exactly once with their Kafka lineage, then reads the
-table back with PyIceberg and prints it.  Run it again: only the new records are added.
+installs the CRDs, starts floe's operator and the local SparkApplication runner (the stand-in
+for spark-operator), applies examples/orders.yaml pointed at the local stack, waits until
+`kubectl wait --for=condition=Ready` returns and the lag is 0, shows `kubectl get kit`, and
+reads the table back with PyIceberg.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -66,22 +69,45 @@ def produce(env: dict[str, str]) -> None:
         f"(schema registered under '{TOPIC}-value')")
 
 
-def land_with_the_job(env: dict[str, str], config_file) -> None:
-    """Runs floe's Spark job as its own process, as a SparkApplication's driver would."""
-    spark_args = (f"--master local[2] --driver-memory 1g --conf spark.ui.enabled=false "
-                  f"--conf spark.ui.showConsoleProgress=false "
-                  f"--jars {env['FLOE_SPARK_JARS']} pyspark-shell")
-    command = [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file),
-               "--available-now"]
-    say("running: python -m floe_sparkapp run --config job.json --available-now")
-    result = subprocess.run(command, env={**os.environ, "PYSPARK_SUBMIT_ARGS": spark_args},
-                            capture_output=True, text=True)
-    for line in (result.stdout + result.stderr).splitlines():
-        if '"event": "floe.batch"' in line or "floe.job" in line and "created table" in line:
-            print(f"    {line.split(' ', 3)[-1]}")
-    if result.returncode != 0:
-        print(result.stdout[-4000:], result.stderr[-4000:], sep="\n")
-        raise SystemExit(f"the job failed with exit code {result.returncode}")
+def start_background(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    log = (paths.RUN / "demo" / f"{name}.log").open("w")
+    return subprocess.Popen(command, env={**os.environ, **env}, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kubectl(*args: str, check: bool = True) -> str:
+    result = subprocess.run(["kubectl", *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
+
+
+def local_resource(env: dict[str, str], demo_dir) -> str:
+    """examples/orders.yaml with the local stack's addresses and an embedded SQLite catalog."""
+    import yaml
+
+    resource = yaml.safe_load((paths.REPO / "examples" / "orders.yaml").read_text())
+    resource["metadata"]["namespace"] = "demo"
+    spec = resource["spec"]
+    spec["kafka"]["bootstrapServers"] = env["FLOE_KAFKA_BOOTSTRAP"]
+    spec["value"]["schemaRegistry"]["url"] = env["FLOE_SCHEMA_REGISTRY_URL"]
+    spec["table"]["catalog"] = {"type": "sql", "name": "demo",
+                                "uri": f"jdbc:sqlite:{demo_dir / 'catalog.db'}",
+                                "warehouse": f"file://{demo_dir / 'warehouse'}"}
+    spec["commit"]["interval"] = "5s"
+    spec["spark"] = {"checkpointLocation": str(demo_dir / "checkpoint")}
+    path = demo_dir / "orders.yaml"
+    path.write_text(yaml.safe_dump(resource, sort_keys=False))
+    return str(path)
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(2)
+    return False
 
 
 def main() -> int:
@@ -93,23 +119,46 @@ def main() -> int:
     say(f"stack ready in {time.monotonic() - started:.0f}s")
 
     demo_dir = paths.RUN / "demo"
-    demo_dir.mkdir(parents=True, exist_ok=True)
-    config = parse_config({
-        "writer": "demo/orders",
-        "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"], "topic": TOPIC},
-        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
-                                                       "subject": f"{TOPIC}-value"}},
-        "table": {"catalog": {"type": "sql", "name": "demo",
-                              "uri": f"jdbc:sqlite:{demo_dir / 'catalog.db'}",
-                              "warehouse": f"file://{demo_dir / 'warehouse'}"},
-                  "identifier": "analytics.orders", "partitioning": "day"},
-        "checkpointLocation": str(demo_dir / "checkpoint"),
-    })
-    config_file = demo_dir / "job.json"
-    config_file.write_text(config.to_json())
+    if demo_dir.exists():
+        shutil.rmtree(demo_dir)
+    demo_dir.mkdir(parents=True)
     produce(env)
-    land_with_the_job(env, config_file)
 
+    say("installing the CRDs, starting floe's operator and the local SparkApplication runner")
+    kubectl("apply", "-f", str(paths.REPO / "crds"))
+    kubectl("apply", "-f", str(paths.HACK / "spark-operator" / "sparkapplication-crd.yaml"))
+    kubectl("wait", "--for=condition=Established", "crd/kafkaicebergtopics.floe.dev",
+            "crd/sparkapplications.sparkoperator.k8s.io")
+    kubectl("delete", "namespace", "demo", "--ignore-not-found", "--wait=true")
+    kubectl("create", "namespace", "demo")
+    processes = [
+        start_background("runner", [sys.executable, str(paths.HACK / "spark-operator" / "runner.py")],
+                         {"FLOE_RUNNER_DIR": str(demo_dir / "runner")}),
+        start_background("operator", [sys.executable, "-m", "floe_operator"],
+                         {"FLOE_LIVENESS": "http://127.0.0.1:0/healthz"}),
+    ]
+    try:
+        manifest = local_resource(env, demo_dir)
+        say(f"kubectl apply -f {manifest}   (examples/orders.yaml, pointed at the local stack)")
+        print(kubectl("apply", "-f", manifest), end="")
+        say("kubectl wait --for=condition=Ready kit/orders")
+        if not wait_for(lambda: "condition met" in kubectl(
+                "wait", "--for=condition=Ready", "-n", "demo", "kit/orders", "--timeout=10s",
+                check=False), timeout=300):
+            raise SystemExit("the topic did not become Ready; see the logs in "
+                             f"{demo_dir}/operator.log and {demo_dir}/runner")
+        wait_for(lambda: kubectl("get", "kit", "orders", "-n", "demo", "-o",
+                                 "jsonpath={.status.offsets.lag}") == "0", timeout=180)
+        say("kubectl get kit -n demo")
+        print(kubectl("get", "kit", "-n", "demo"), end="")
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=60)
+
+    config = parse_config(json.loads(kubectl(
+        "get", "configmap", "floe-orders-job", "-n", "demo", "-o", "json"))["data"]["job.json"])
     table = load_catalog(config.table.catalog).load_table("analytics.orders")
     rows = table.scan().to_arrow().to_pylist()
     summary = table.current_snapshot().summary
