@@ -6,13 +6,15 @@ local mode, the way spark-operator would run it in a pod:
 
 * ConfigMaps and Secrets named in ``spec.driver`` are written to a directory per application
   and the mount paths in the arguments and in the mounted files are translated to it;
-* ``status.applicationState.state`` goes SUBMITTED -> RUNNING -> COMPLETED | FAILED, with
+* ``status.applicationState.state`` goes SUBMITTED -> RUNNING -> COMPLETED | FAILING ->
+  PENDING_RERUN -> ... | FAILED (retries spent), with
   ``submissionAttempts``, ``executionAttempts``, ``lastSubmissionAttemptTime``,
   ``terminationTime`` and an ``errorMessage`` holding the tail of the driver's log;
 * ``restartPolicy`` OnFailure/Always resubmits after the retry interval, up to the retries;
 * a changed spec resubmits; a deleted application has its driver killed.
 
-Run: ``python hack/spark-operator/runner.py`` with KUBECONFIG and FLOE_SPARK_JARS set.
+Run: ``python hack/spark-operator/runner.py`` with KUBECONFIG and FLOE_SPARK_JARS set
+(FLOE_RUNNER_NAMESPACE limits it to one namespace).
 """
 
 from __future__ import annotations
@@ -157,11 +159,14 @@ class Runner:
             if code == 0:
                 self._status(driver, "COMPLETED", terminationTime=_now())
                 return
-            self._status(driver, "FAILED", f"driver exited with code {code}:\n{tail}",
-                         terminationTime=_now())
-        policy = spec.get("restartPolicy", {})
-        retries = policy.get("onFailureRetries", 0)
-        if policy.get("type") in ("OnFailure", "Always") and driver.executions <= retries:
+            policy = spec.get("restartPolicy", {})
+            retries = policy.get("onFailureRetries", 0)
+            retrying = (policy.get("type") in ("OnFailure", "Always")
+                        and driver.executions <= retries)
+            # Like spark-operator: FAILING while retries are left, FAILED once they are spent.
+            self._status(driver, "FAILING" if retrying else "FAILED",
+                         f"driver exited with code {code}:\n{tail}", terminationTime=_now())
+        if retrying:
             time.sleep(policy.get("onFailureRetryInterval", 5))
             if (driver.namespace, driver.name) in self.drivers and not driver.stopping:
                 self._status(driver, "PENDING_RERUN")
@@ -195,13 +200,17 @@ class Runner:
         log.info("submitting %s/%s (generation %d)", *key, generation)
         self._submit(driver, app["spec"])
 
-    def run(self) -> None:
+    def run(self, namespace: str | None = None) -> None:
         resource_version = ""
+        if namespace:
+            lister, scope = self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+        else:
+            lister, scope = self.custom.list_cluster_custom_object, (GROUP, VERSION)
         while True:
             try:
-                stream = watch.Watch().stream(
-                    self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                    resource_version=resource_version, timeout_seconds=60)
+                stream = watch.Watch().stream(lister, *scope, PLURAL,
+                                              resource_version=resource_version,
+                                              timeout_seconds=60)
                 for event in stream:
                     app = event["object"]
                     resource_version = app["metadata"]["resourceVersion"]
@@ -225,7 +234,7 @@ def main() -> int:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    runner.run()
+    runner.run(os.environ.get("FLOE_RUNNER_NAMESPACE") or None)
     return 0
 
 

@@ -9,7 +9,12 @@ import kopf
 
 
 def main() -> int:
+    import logging
+
     from . import handlers  # noqa: F401 - registers the handlers
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     namespaces = [n for n in os.environ.get("FLOE_NAMESPACES", "").split(",") if n]
     kopf.run(clusterwide=not namespaces, namespaces=namespaces,

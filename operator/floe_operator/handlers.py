@@ -120,20 +120,24 @@ def failover_delay(failovers: int) -> int:
 
 
 def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
-              previous: dict[str, Any], logger: Any) -> dict[str, Any] | None:
+              previous: dict[str, Any], logger: Any, body: Any) -> dict[str, Any] | None:
     """Recreates an application that ended FAILED, with exponential backoff."""
     record = previous.get("sparkApplication", {})
     failovers = int(record.get("failovers", 0))
     last = record.get("lastFailoverTime")
-    waited = observe.now_ms() / 1000 - (_epoch(last) if last else 0)
+    ended = app.get("status", {}).get("terminationTime")
+    since = max([_epoch(t) for t in (last, ended) if t] or [0])
+    waited = observe.now_ms() / 1000 - since
     observed.extra["failovers"] = failovers
     observed.extra["lastFailoverTime"] = last
     if waited < failover_delay(failovers):
         return app
     error = (app.get("status", {}).get("applicationState", {}).get("errorMessage") or "")
-    logger.warning("job failed (%s); recreating it (failover %d): %s",
-                   app.get("status", {}).get("applicationState", {}).get("state"),
-                   failovers + 1, error.splitlines()[0][:300] if error else "no message")
+    message = (f"job failed ({app.get('status', {}).get('applicationState', {}).get('state')}); "
+               f"recreating it (failover {failovers + 1}): "
+               f"{error.splitlines()[0][:300] if error else 'no message'}")
+    logger.warning(message)
+    kopf.warn(body, reason="Failover", message=message)
     kube.delete_spark_application(topic.namespace, topic.child_name)
     kube.create_spark_application(render.spark_application(topic, settings()))
     observed.extra["failovers"] = failovers + 1
@@ -156,7 +160,7 @@ def _iso_now() -> str:
 
 
 def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, Any],
-                logger: Any) -> None:
+                logger: Any, body: Any) -> None:
     name = topic.child_name
     observed.app_name = name
     if topic.spec.suspend:
@@ -168,17 +172,19 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
     rendered_for = ((app or {}).get("metadata", {}).get("annotations", {})
                     .get(f"{GROUP}/generation"))
     if app is not None and rendered_for != str(topic.generation):
-        logger.info("spec changed (generation %s -> %s): restarting the job", rendered_for,
-                    topic.generation)
+        message = f"spec changed (generation {rendered_for} -> {topic.generation}): restarting the job"
+        logger.info(message)
+        kopf.info(body, reason="JobRestarted", message=message)
         kube.delete_spark_application(topic.namespace, name)
         app = None
     if app is None:
         if kube.create_spark_application(desired):
             logger.info("created SparkApplication %s", name)
+            kopf.info(body, reason="JobCreated", message=f"created SparkApplication {name}")
         app = kube.get_spark_application(topic.namespace, name)
     state = (app or {}).get("status", {}).get("applicationState", {}).get("state", "")
     if app is not None and state in FAILED:
-        app = _failover(topic, app, observed, previous, logger)
+        app = _failover(topic, app, observed, previous, logger, body)
     else:
         record = previous.get("sparkApplication", {})
         observed.extra.update({k: record[k] for k in ("failovers", "lastFailoverTime",
@@ -221,7 +227,7 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
     observed = Observation(generation, suspended=topic.spec.suspend)
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     _ensure_table(topic, observed, logger, approved)
-    _ensure_job(topic, observed, previous, logger)
+    _ensure_job(topic, observed, previous, logger, body)
     _observe_progress(topic, observed)
     patch.status.update(status(observed, previous))
 

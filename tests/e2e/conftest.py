@@ -44,11 +44,12 @@ def _stop(process: subprocess.Popen, log) -> None:
 
 
 @pytest.fixture
-def runner(stack, tmp_path):
-    """The local spark-operator stand-in, running SparkApplications as local drivers."""
+def runner(stack, tmp_path, namespace):
+    """The local spark-operator stand-in for the test's namespace."""
     install_crd(admin_client(stack), SPARK_CRD)
     process, log = _background([sys.executable, str(ROOT / "hack" / "spark-operator" / "runner.py")],
-                               tmp_path / "runner.log", {"FLOE_RUNNER_DIR": str(tmp_path / "runner")})
+                               tmp_path / "runner.log", {"FLOE_RUNNER_DIR": str(tmp_path / "runner"),
+                                                         "FLOE_RUNNER_NAMESPACE": namespace})
     yield process
     _stop(process, log)
 
@@ -60,18 +61,19 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def operator(stack, tmp_path):
-    """The floe operator as a real process, with the admin identity."""
+def operator(stack, tmp_path, namespace):
+    """The floe operator as a real process (admin identity), watching the test's namespace."""
     install_crd(admin_client(stack), FLOE_CRD)
     port = free_port()
     process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
-                               {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz"})
+                               {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
+                                "FLOE_NAMESPACES": namespace})
     yield process
     _stop(process, log)
 
 
 @pytest.fixture
-def operator_control(stack, tmp_path):
+def operator_control(stack, tmp_path, namespace):
     """Starts and kills the operator process at will (for fault tests)."""
     install_crd(admin_client(stack), FLOE_CRD)
     running: list = []
@@ -81,7 +83,8 @@ def operator_control(stack, tmp_path):
             port = free_port()
             running.append(_background([sys.executable, "-m", "floe_operator"],
                                        tmp_path / f"operator-{len(running)}.log",
-                                       {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz"}))
+                                       {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
+                                        "FLOE_NAMESPACES": namespace}))
 
         def kill(self) -> None:
             process, log = running[-1]

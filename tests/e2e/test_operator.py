@@ -253,3 +253,115 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
 
     assert wait_until(lambda: v3_row() is not None, timeout=120), logs(tmp_path)
     assert v3_row()["value"]["quantity"] == "a dozen" and v3_row()["value_error"] is None
+
+
+def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
+        stack, operator, runner, namespace, tmp_path, unique_name):
+    import os
+    import signal
+
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.config import CatalogConfig
+
+    from ..integration.jobkit import assert_exactly_once
+
+    admin = admin_client(stack)
+    custom = client.CustomObjectsApi(admin)
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"fail-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    for i in range(50):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
+
+    def app_status() -> dict:
+        try:
+            return custom.get_namespaced_custom_object(
+                "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications",
+                "floe-orders").get("status", {})
+        except client.ApiException:
+            return {}
+
+    # spark-operator's policy resubmits three times; the fourth death leaves it FAILED.
+    for attempt in range(1, 5):
+        assert wait_until(lambda: app_status().get("executionAttempts") == attempt and
+                          app_status().get("applicationState", {}).get("state") == "RUNNING",
+                          timeout=120), logs(tmp_path)
+        os.killpg(int(app_status()["sparkApplicationId"].split("-")[1]), signal.SIGKILL)
+
+    def failed_over() -> dict:
+        record = custom.get_namespaced_custom_object(*args).get("status", {}).get(
+            "sparkApplication", {})
+        return record if record.get("failovers") == 1 else {}
+
+    assert wait_until(lambda: bool(failed_over()), timeout=120), logs(tmp_path)
+    assert "driver exited with code -9" in failed_over()["lastFailure"]
+    assert wait_until(lambda: app_status().get("applicationState", {}).get("state") == "RUNNING",
+                      timeout=120), logs(tmp_path)
+    def failover_event():
+        events = client.CoreV1Api(admin).list_namespaced_event(
+            namespace, field_selector="involvedObject.name=orders").items
+        return next((e for e in events if e.reason == "Failover"), None)
+
+    assert wait_until(lambda: failover_event() is not None, timeout=30)
+    assert failover_event().type == "Warning"
+    assert "recreating it (failover 1)" in failover_event().message
+
+    for i in range(50, 80):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    catalog = load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                                         warehouse=f"file://{tmp_path / 'wh'}"))
+
+    def rows():
+        try:
+            return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
+        except Exception:
+            return []
+
+    assert wait_until(lambda: len(rows()) >= 80, timeout=180), logs(tmp_path)
+    assert_exactly_once(rows(), producer.sent)
+
+
+def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
+        stack, operator, namespace, tmp_path, unique_name):
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.config import CatalogConfig
+
+    custom = client.CustomObjectsApi(admin_client(stack))
+    kafka_topic = f"del-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+    producer.send(key=b"k", value=order(1, 1), schema=V1)
+    producer.flush()
+    catalog = load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                                         warehouse=f"file://{tmp_path / 'wh'}"))
+
+    def exists(identifier: str) -> bool:
+        return catalog.table_exists(identifier)
+
+    for name, policy in (("kept", "Retain"), ("dropped", "Delete")):
+        body = topic_body(stack, tmp_path, kafka_topic)
+        body["metadata"]["name"] = name
+        body["spec"]["table"]["identifier"] = f"analytics.{name}"
+        body["spec"]["table"]["deletionPolicy"] = policy
+        body["spec"]["spark"]["checkpointLocation"] = str(tmp_path / f"checkpoint-{name}")
+        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                               "kafkaicebergtopics", body)
+        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(tmp_path)
+        custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                               "kafkaicebergtopics", name)
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                    "kafkaicebergtopics", name)
+                return False
+            except client.ApiException as error:
+                return error.status == 404
+
+        assert wait_until(gone, timeout=60), logs(tmp_path)
+    assert exists("analytics.kept")
+    assert not exists("analytics.dropped")
