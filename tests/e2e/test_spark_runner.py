@@ -17,6 +17,7 @@ from floe_sparkapp.catalog import load_catalog
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import V1, order
 from .kube import FLOE_CRD, SPARK_CRD, admin_client, install_crd, wait_until
+from .test_operator import topic_body
 
 pytestmark = pytest.mark.e2e
 
@@ -44,21 +45,8 @@ def test_a_rendered_application_runs_and_a_killed_driver_is_resubmitted_without_
     core.create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="lake"),
         data={"floe.test-marker": base64.b64encode(b"mounted").decode()}))
-    body = {
-        "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
-        "metadata": {"name": "orders"},
-        "spec": {
-            "kafka": {"bootstrapServers": stack.bootstrap, "topic": kafka_topic},
-            "value": {"format": "avro", "schemaRegistry": {"url": stack.registry_url,
-                                                           "subject": f"{kafka_topic}-value"}},
-            "table": {"catalog": {"name": "runner", "uri": f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                                  "warehouse": f"file://{tmp_path / 'wh'}",
-                                  "secretRef": {"name": "lake"}},
-                      "identifier": "analytics.orders"},
-            "commit": {"interval": "2s"},
-            "spark": {"checkpointLocation": str(tmp_path / "checkpoint")},
-        },
-    }
+    body = topic_body(stack, tmp_path, kafka_topic)
+    body["spec"]["table"]["catalog"]["secretRef"] = {"name": "lake"}
     created = custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                      "kafkaicebergtopics", body)
     topic = Topic.from_body(created)
