@@ -117,13 +117,14 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
                and r.getMessage().startswith('{"event": "floe.batch"')]
     assert sum(b["rows"] for b in batches) == 305
     assert all(b["decode_failures"] == 0 and b["commit_seconds"] > 0 for b in batches)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(
-            '"floe.progress"' in r.getMessage() for r in caplog.records):
+    def progress_rows() -> int:  # the listener's events arrive asynchronously
+        return sum(json.loads(r.getMessage())["input_rows"] for r in caplog.records
+                   if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage())
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and progress_rows() < 305:
         time.sleep(0.5)
-    progress = [json.loads(r.getMessage()) for r in caplog.records
-                if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage()]
-    assert sum(p["input_rows"] for p in progress) == 305
+    assert progress_rows() == 305
 
     # A second run with nothing new commits nothing and lands no row twice.
     snapshots = len(table.snapshots())
