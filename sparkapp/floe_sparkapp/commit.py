@@ -148,9 +148,9 @@ class BranchCommitter:
         log.warning("could not drop branch %s of %s", branch, self.table_ref)
 
 
-def commit_with_retries(attempt: Callable[[], bool], *, attempts: int = 10,
+def commit_with_retries(attempt: Callable[[], None], *, attempts: int = 10,
                         backoff_seconds: float = 0.5) -> int:
-    """Runs ``attempt`` until it returns True (committed or nothing to do).
+    """Runs ``attempt`` until it finishes without a CommitConflict (committed or nothing to do).
 
     Returns the number of conflicts seen; raises CommitFailed after ``attempts`` conflicts.
     """

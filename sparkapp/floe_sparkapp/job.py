@@ -42,9 +42,19 @@ class DataLossError(RuntimeError):
 
 
 def kafka_client_settings(config: JobConfig) -> dict[str, str]:
+    """Extra Kafka client settings: the plain ones and the secret ones (files, environment)."""
     return {**config.kafka.properties,
             **dir_values(config.kafka.properties_dir, "kafka.propertiesDir"),
             **env_values(config.kafka.properties_from_env, "kafka.propertiesFromEnv")}
+
+
+def _consumer(config: JobConfig) -> Any:
+    """A confluent-kafka consumer of the job's consumer group (no subscription)."""
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
+                     "group.id": config.consumer_group, "enable.auto.commit": False,
+                     **kafka_client_settings(config)})
 
 
 def spark_catalog_conf(config: JobConfig) -> dict[str, str]:
@@ -124,11 +134,9 @@ def check_retention(config: JobConfig, committed: Committed) -> None:
     """Fails when Kafka already deleted records after the table's committed offsets."""
     if not committed.offsets:
         return
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
-                         "group.id": config.consumer_group, "enable.auto.commit": False,
-                         **kafka_client_settings(config)})
+    consumer = _consumer(config)
     try:
         lost = []
         for partition, offset in sorted(committed.offsets.items()):
@@ -220,13 +228,8 @@ class BatchWriter:
             value_type = self.spark.table(self.table_name).schema["value"].dataType
         return table_rows(decode_avro(framed, plans, value_type), has_value=True)
 
-    def _dead_letters(self, rows: DataFrame) -> int:
-        if self.config.dead_letter is None:
-            return 0
-        bad = rows.filter(_undecodable(rows))
-        count = bad.count()
-        if count == 0:
-            return 0
+    def _dead_letters(self, bad: DataFrame) -> None:
+        """Sends undecodable rows to the dead-letter topic, with why and where from."""
         headers = F.concat(
             F.coalesce(F.col("kafka.headers"), F.array().cast("array<struct<key:string,value:binary>>")),
             F.array(
@@ -248,15 +251,12 @@ class BatchWriter:
         for key, value in kafka_client_settings(self.config).items():
             writer = writer.option(f"kafka.{key}", value)
         writer.save()
-        return count
 
     def _commit_consumer_group(self, offsets: dict[int, int]) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         try:
-            consumer = Consumer({"bootstrap.servers": self.config.kafka.bootstrap_servers,
-                                 "group.id": self.config.consumer_group,
-                                 "enable.auto.commit": False, **kafka_client_settings(self.config)})
+            consumer = _consumer(self.config)
             try:
                 consumer.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
                                          for p, o in sorted(offsets.items())], asynchronous=False)
@@ -283,7 +283,7 @@ class BatchWriter:
                                        "commit_seconds": 0.0}
             dead_lettered = False
 
-            def attempt() -> bool:
+            def attempt() -> None:
                 nonlocal dead_lettered
                 table = self.catalog.load_table(self.config.table.identifier)
                 base = table.current_snapshot().snapshot_id  # offsets below are read from here
@@ -296,12 +296,15 @@ class BatchWriter:
                 if offsets == committed.offsets:
                     log.info("batch %d of %s: already committed in snapshot %s", batch_id,
                              self.config.writer, committed.snapshot_id)
-                    return True
+                    return
                 rows = self._decode(fresh, table).persist()
                 try:
-                    if not dead_lettered:
-                        outcome["dead_letters"] = self._dead_letters(rows)
-                        dead_lettered = True
+                    bad = rows.filter(_undecodable(rows))
+                    errors = bad.count()
+                    if not dead_lettered and self.config.dead_letter is not None and errors:
+                        self._dead_letters(bad)
+                        outcome["dead_letters"] = errors
+                    dead_lettered = True
                     props = summary_properties(
                         self.config.writer, self.config.kafka.topic, offsets,
                         max(vtts, committed.vtts or 0), self.config.generation, batch_id)
@@ -309,11 +312,10 @@ class BatchWriter:
                     self.committer.commit(rows, base, props)
                     outcome["commit_seconds"] = time.monotonic() - commit_started
                     outcome["written"] = rows.count()
-                    outcome["errors"] = rows.filter(_undecodable(rows)).count()
+                    outcome["errors"] = errors
                 finally:
                     rows.unpersist()
                 outcome["offsets"] = offsets
-                return True
 
             conflicts = commit_with_retries(attempt)
             if "offsets" in outcome:
