@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.config import SchemaRegistryConfig
+from floe_sparkapp.config import CatalogConfig, SchemaRegistryConfig, TableConfig
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 from floe_sparkapp.registry import Registry
@@ -22,7 +22,7 @@ from floe_sparkapp.registry import Registry
 from . import kube, observe, render
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
-from .status import Observation, status
+from .status import Observation, now_iso, status
 
 FINALIZER = f"{GROUP}/finalizer"
 APPROVAL = f"{GROUP}/approve-schema-version"
@@ -52,8 +52,8 @@ def _invalid(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _ensure_table(topic: render.Topic, observed: Observation, logger: Any,
-                  approved: str | None = None) -> None:
+def _ensure_table(topic: render.Topic, catalog_config: CatalogConfig, observed: Observation,
+                  logger: Any, approved: str | None = None) -> None:
     """Creates the table from the registry's latest schema when absent; evolves it additively."""
     spec = topic.spec
     try:
@@ -69,8 +69,8 @@ def _ensure_table(topic: render.Topic, observed: Observation, logger: Any,
                               user_info).latest()
             value = avro_to_iceberg(latest.schema).struct
             observed.registry_version = latest.version
-        catalog = load_catalog(observe.catalog_config(topic))
-        table, created = ensure_table(catalog, _table_config(topic), value)
+        catalog = load_catalog(catalog_config)
+        table, created = ensure_table(catalog, _table_config(topic, catalog_config), value)
         if created:
             logger.info("created table %s", spec.table.identifier)
         if value is not None and spec.schema_evolution.mode == "additive":
@@ -103,11 +103,9 @@ def _ensure_table(topic: render.Topic, observed: Observation, logger: Any,
         observed.table_error = f"{type(error).__name__}: {error}"[:500]
 
 
-def _table_config(topic: render.Topic):
-    from floe_sparkapp.config import TableConfig
-
+def _table_config(topic: render.Topic, catalog_config: CatalogConfig) -> TableConfig:
     spec = topic.spec.table
-    return TableConfig(catalog=observe.catalog_config(topic), identifier=spec.identifier,
+    return TableConfig(catalog=catalog_config, identifier=spec.identifier,
                        partitioning=spec.partitioning, properties=spec.properties)
 
 
@@ -141,7 +139,7 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     kube.delete_spark_application(topic.namespace, topic.child_name)
     kube.create_spark_application(render.spark_application(topic, settings()))
     observed.extra["failovers"] = failovers + 1
-    observed.extra["lastFailoverTime"] = _iso_now()
+    observed.extra["lastFailoverTime"] = now_iso()
     observed.extra["lastFailure"] = error[:1000]
     return kube.get_spark_application(topic.namespace, topic.child_name)
 
@@ -151,12 +149,6 @@ def _epoch(text: str) -> float:
 
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=dt.timezone.utc).timestamp()
-
-
-def _iso_now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, Any],
@@ -195,9 +187,10 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
     observed.app_attempts = int(app_status.get("executionAttempts", 0) or 0)
 
 
-def _observe_progress(topic: render.Topic, observed: Observation) -> None:
+def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
+                      observed: Observation) -> None:
     try:
-        table = observe.table_state(topic)
+        table = observe.table_state(topic, catalog_config)
     except Exception as error:  # noqa: BLE001 - reported on the status
         observed.table_error = observed.table_error or f"{type(error).__name__}: {error}"[:500]
         return
@@ -226,9 +219,10 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
         return
     observed = Observation(generation, suspended=topic.spec.suspend)
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
-    _ensure_table(topic, observed, logger, approved)
+    catalog_config = observe.catalog_config(topic)  # reads the catalog Secret once per visit
+    _ensure_table(topic, catalog_config, observed, logger, approved)
     _ensure_job(topic, observed, previous, logger, body)
-    _observe_progress(topic, observed)
+    _observe_progress(topic, catalog_config, observed)
     patch.status.update(status(observed, previous))
 
 

@@ -45,11 +45,11 @@ def kafka_settings(topic: Topic) -> dict[str, str]:
     return settings
 
 
-def table_state(topic: Topic) -> TableState:
+def table_state(topic: Topic, catalog: CatalogConfig) -> TableState:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        table = load_catalog(catalog_config(topic)).load_table(topic.spec.table.identifier)
+        table = load_catalog(catalog).load_table(topic.spec.table.identifier)
     except NoSuchTableError:
         return TableState(exists=False)
     committed = last_commit(table, topic.writer)

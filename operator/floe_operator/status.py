@@ -19,7 +19,7 @@ STARTING_STATES = {"", "NEW", "SUBMITTED", "PENDING_RERUN", "INVALIDATING", "SUC
 FAILED_STATES = {"FAILED", "SUBMISSION_FAILED", "UNKNOWN"}
 
 
-def _now() -> str:
+def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -127,7 +127,7 @@ def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condit
         merged.append({
             "type": condition.type, "status": condition.status, "reason": condition.reason,
             "message": condition.message, "observedGeneration": generation,
-            "lastTransitionTime": _now() if moved else old.get("lastTransitionTime", _now()),
+            "lastTransitionTime": now_iso() if moved else old.get("lastTransitionTime", now_iso()),
         })
     return merged
 
