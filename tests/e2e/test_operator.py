@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 
 import pytest
+import requests
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kubernetes import client
 
-from ..integration.jobkit import AvroProducer, create_topic
-from ..integration.test_job_roundtrip import V1, order
+from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
+from ..integration.test_job_roundtrip import V1, V2, order, produce_orders
 from .kube import SPARK_CRD, admin_client, install_crd, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -31,6 +36,23 @@ def topic_body(stack, tmp_path, kafka_topic: str) -> dict:
     }
 
 
+def topic_catalog(tmp_path):
+    """The catalog topic_body points at, opened with PyIceberg."""
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.config import CatalogConfig
+
+    return load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                                      warehouse=f"file://{tmp_path / 'wh'}"))
+
+
+def orders_rows(catalog) -> list[dict]:
+    """The rows of analytics.orders, or none while it cannot be read yet (polled by tests)."""
+    try:
+        return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
+    except Exception:  # not created yet, or the catalog busy with a commit
+        return []
+
+
 def logs(tmp_path) -> str:
     files = [tmp_path / "operator.log", tmp_path / "runner.log",
              *sorted((tmp_path / "runner").rglob("driver.log"))]
@@ -44,9 +66,7 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
     kafka_topic = f"op-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
-    for i in range(120):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    produce_orders(producer, 0, 120)
 
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics",
@@ -116,21 +136,11 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
 
 def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss(
         stack, operator, runner, namespace, tmp_path, unique_name):
-    from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.config import CatalogConfig
-
-    from ..integration.jobkit import assert_exactly_once
-
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"roll-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
-
-    def produce(start: int, count: int) -> None:
-        for i in range(start, start + count):
-            producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-        producer.flush()
 
     def current_status() -> dict:
         return custom.get_namespaced_custom_object(*args).get("status", {})
@@ -145,7 +155,7 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
                                                      "sparkapplications")["items"]
         return items[0] if items else None
 
-    produce(0, 60)
+    produce_orders(producer, 0, 60)
     custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
     assert wait_until(landed, timeout=240), logs(tmp_path)
     first_uid = app()["metadata"]["uid"]
@@ -154,7 +164,7 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
     assert wait_until(lambda: (app() or {}).get("metadata", {}).get("annotations", {})
                       .get("floe.dev/generation") == "2", timeout=60), logs(tmp_path)
     assert app()["metadata"]["uid"] != first_uid  # the job was restarted with the new spec
-    produce(60, 40)
+    produce_orders(producer, 60, 40)
     assert wait_until(landed, timeout=240), logs(tmp_path)
     assert current_status()["observedGeneration"] == 2
 
@@ -162,42 +172,26 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
     assert wait_until(lambda: current_status().get("phase") == "Suspended" and app() is None,
                       timeout=60), logs(tmp_path)
     committed_while_suspended = current_status()["offsets"]["committed"]
-    produce(100, 40)
+    produce_orders(producer, 100, 40)
     assert wait_until(lambda: current_status()["offsets"]["lag"] == 40, timeout=60)
     assert current_status()["offsets"]["committed"] == committed_while_suspended
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": False}})
     assert wait_until(landed, timeout=240), logs(tmp_path)
-    catalog = CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                            warehouse=f"file://{tmp_path / 'wh'}")
-    rows = load_catalog(catalog).load_table("analytics.orders").scan().to_arrow().to_pylist()
-    assert_exactly_once(rows, producer.sent)
+    assert_exactly_once(orders_rows(topic_catalog(tmp_path)), producer.sent)
 
 
 def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approval(
         stack, operator, runner, namespace, tmp_path, unique_name):
-    import json
-
-    import requests
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-    from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.config import CatalogConfig
-
-    from ..integration.test_job_roundtrip import V2
-
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"schema-{unique_name}".replace("_", "-")
     subject = f"{kafka_topic}-value"
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     producer = AvroProducer(stack, kafka_topic)
-    for i in range(20):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    produce_orders(producer, 0, 20)
     custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
-    catalog = load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                                         warehouse=f"file://{tmp_path / 'wh'}"))
+    catalog = topic_catalog(tmp_path)
 
     def value_fields() -> dict[str, str]:
         try:
@@ -248,8 +242,7 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
     producer.flush()
 
     def v3_row():
-        rows = catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
-        return next((r for r in rows if r["key"] == b"v3"), None)
+        return next((r for r in orders_rows(catalog) if r["key"] == b"v3"), None)
 
     assert wait_until(lambda: v3_row() is not None, timeout=120), logs(tmp_path)
     assert v3_row()["value"]["quantity"] == "a dozen" and v3_row()["value_error"] is None
@@ -257,23 +250,13 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
 
 def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
         stack, operator, runner, namespace, tmp_path, unique_name):
-    import os
-    import signal
-
-    from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.config import CatalogConfig
-
-    from ..integration.jobkit import assert_exactly_once
-
     admin = admin_client(stack)
     custom = client.CustomObjectsApi(admin)
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"fail-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
-    for i in range(50):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    produce_orders(producer, 0, 50)
     custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
 
     def app_status() -> dict:
@@ -309,35 +292,21 @@ def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
     assert failover_event().type == "Warning"
     assert "recreating it (failover 1)" in failover_event().message
 
-    for i in range(50, 80):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
-    catalog = load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                                         warehouse=f"file://{tmp_path / 'wh'}"))
-
-    def rows():
-        try:
-            return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
-        except Exception:
-            return []
-
-    assert wait_until(lambda: len(rows()) >= 80, timeout=180), logs(tmp_path)
-    assert_exactly_once(rows(), producer.sent)
+    produce_orders(producer, 50, 30)
+    catalog = topic_catalog(tmp_path)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180), logs(tmp_path)
+    assert_exactly_once(orders_rows(catalog), producer.sent)
 
 
 def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
         stack, operator, namespace, tmp_path, unique_name):
-    from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.config import CatalogConfig
-
     custom = client.CustomObjectsApi(admin_client(stack))
     kafka_topic = f"del-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     producer = AvroProducer(stack, kafka_topic)
     producer.send(key=b"k", value=order(1, 1), schema=V1)
     producer.flush()
-    catalog = load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                                         warehouse=f"file://{tmp_path / 'wh'}"))
+    catalog = topic_catalog(tmp_path)
 
     def exists(identifier: str) -> bool:
         return catalog.table_exists(identifier)

@@ -10,14 +10,13 @@ import signal
 import pytest
 from kubernetes import client
 
-from floe_operator.render import Topic, config_map, job_config, spark_application
+from floe_operator.render import Topic, config_map, spark_application
 from floe_operator.settings import OperatorSettings
-from floe_sparkapp.catalog import load_catalog
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
-from ..integration.test_job_roundtrip import V1, order
+from ..integration.test_job_roundtrip import produce_orders
 from .kube import FLOE_CRD, SPARK_CRD, admin_client, install_crd, wait_until
-from .test_operator import topic_body
+from .test_operator import logs, orders_rows, topic_body, topic_catalog
 
 pytestmark = pytest.mark.e2e
 
@@ -39,9 +38,7 @@ def test_a_rendered_application_runs_and_a_killed_driver_is_resubmitted_without_
     kafka_topic = f"runner-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
-    for i in range(100):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    produce_orders(producer, 0, 100)
     core.create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="lake"),
         data={"floe.test-marker": base64.b64encode(b"mounted").decode()}))
@@ -53,32 +50,22 @@ def test_a_rendered_application_runs_and_a_killed_driver_is_resubmitted_without_
     core.create_namespaced_config_map(namespace, config_map(topic, OperatorSettings()))
     custom.create_namespaced_custom_object(*ARGS, namespace, "sparkapplications",
                                            spark_application(topic, OperatorSettings()))
-    # The test reads the table itself, without the driver's mounted Secret.
-    catalog = load_catalog(job_config(topic, OperatorSettings()).table.catalog.model_copy(
-        update={"properties_dir": None}))
-
-    def rows():
-        try:
-            return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
-        except Exception:
-            return []
+    catalog = topic_catalog(tmp_path)  # read by the test without the driver's mounted Secret
 
     assert wait_until(lambda: state_of(custom, namespace, "floe-orders")
                       .get("applicationState", {}).get("state") == "RUNNING", timeout=60)
-    assert wait_until(lambda: len(rows()) >= 100, timeout=180), runner_log(tmp_path)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 100, timeout=180), logs(tmp_path)
 
     pid = int(state_of(custom, namespace, "floe-orders")["sparkApplicationId"].split("-")[1])
     os.killpg(pid, signal.SIGKILL)
     assert wait_until(lambda: state_of(custom, namespace, "floe-orders")
-                      .get("executionAttempts") == 2, timeout=60), runner_log(tmp_path)
-    for i in range(100, 150):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
-    assert wait_until(lambda: len(rows()) >= 150, timeout=180), runner_log(tmp_path)
+                      .get("executionAttempts") == 2, timeout=60), logs(tmp_path)
+    produce_orders(producer, 100, 50)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 150, timeout=180), logs(tmp_path)
     status = state_of(custom, namespace, "floe-orders")
     assert status["applicationState"]["state"] == "RUNNING"
     assert status["submissionAttempts"] == 2
-    assert_exactly_once(rows(), producer.sent)
+    assert_exactly_once(orders_rows(catalog), producer.sent)
 
     # Deleting the application stops its driver.
     driver = int(status["sparkApplicationId"].split("-")[1])
@@ -93,7 +80,3 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
 
-
-def runner_log(tmp_path) -> str:
-    logs = [tmp_path / "runner.log", *sorted((tmp_path / "runner").rglob("driver.log"))]
-    return "\n".join(p.read_text(errors="replace")[-3000:] for p in logs if p.exists())

@@ -15,19 +15,13 @@ from floe_sparkapp.job import DataLossError, run, start
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, table_rows, wait_for_rows,
 )
-from .test_job_roundtrip import V1, order
+from .test_job_roundtrip import order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 def run_once(config, spark):
     run(config, spark, available_now=True, timeout=600)
-
-
-def produce_orders(producer: AvroProducer, start_at: int, count: int) -> None:
-    for i in range(start_at, start_at + count):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
 
 
 @pytest.fixture

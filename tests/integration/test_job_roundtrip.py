@@ -55,6 +55,13 @@ def order(i: int, version: int) -> dict:
     return value
 
 
+def produce_orders(producer: AvroProducer, start_at: int, count: int) -> None:
+    """Orders start_at .. start_at+count-1 as V1 records keyed k<i>, flushed."""
+    for i in range(start_at, start_at + count):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+
+
 def normalize(value: dict | None) -> dict | None:
     if value is None:
         return None
