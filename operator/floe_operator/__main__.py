@@ -1,25 +1,36 @@
-"""``python -m floe_operator``: runs the operator for all namespaces (or FLOE_NAMESPACES)."""
+"""``python -m floe_operator``: runs the operator for all namespaces (or FLOE_NAMESPACES).
+
+With FLOE_PEERING set, replicas share that KopfPeering object (ClusterKopfPeering when
+cluster-wide): the replica with the highest priority acts, the others pause until it is gone.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import random
 import sys
 
 import kopf
 
 
 def main() -> int:
-    import logging
-
-    from . import handlers  # noqa: F401 - registers the handlers
+    from . import handlers, redact  # noqa: F401 - handlers registers itself
+    from .settings import OperatorSettings
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
+    redact.install()
+    settings = OperatorSettings()
     namespaces = [n for n in os.environ.get("FLOE_NAMESPACES", "").split(",") if n]
+    priority = None
+    if settings.peering:
+        priority = settings.peering_priority or random.randint(1, 2**31 - 1)
+        logging.getLogger("floe").info("peering %r with priority %d", settings.peering, priority)
     kopf.run(clusterwide=not namespaces, namespaces=namespaces,
              liveness_endpoint=os.environ.get("FLOE_LIVENESS", "http://0.0.0.0:8080/healthz"),
-             standalone=os.environ.get("FLOE_PEERING", "") == "")
+             standalone=not settings.peering, peering_name=settings.peering or None,
+             priority=priority)
     return 0
 
 

@@ -19,7 +19,7 @@ from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, app
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 from floe_sparkapp.registry import Registry
 
-from . import kube, observe, render
+from . import kube, observe, redact, render
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
 from .status import Observation, now_iso, status
@@ -42,6 +42,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 60
+    settings.peering.lifetime = OperatorSettings().peering_lifetime
 
 
 def _invalid(error: ValidationError) -> str:
@@ -134,6 +135,7 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     message = (f"job failed ({app.get('status', {}).get('applicationState', {}).get('state')}); "
                f"recreating it (failover {failovers + 1}): "
                f"{error.splitlines()[0][:300] if error else 'no message'}")
+    message = redact.redact(message)
     logger.warning(message)
     kopf.warn(body, reason="Failover", message=message)
     kube.delete_spark_application(topic.namespace, topic.child_name)
@@ -223,7 +225,7 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
     _ensure_table(topic, catalog_config, observed, logger, approved)
     _ensure_job(topic, observed, previous, logger, body)
     _observe_progress(topic, catalog_config, observed)
-    patch.status.update(status(observed, previous))
+    patch.status.update(redact.redact_all(status(observed, previous)))
 
 
 @kopf.on.create(*RESOURCE)

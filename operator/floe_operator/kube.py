@@ -14,6 +14,7 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from . import redact
 from .render import SPARK_API
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
@@ -91,4 +92,6 @@ def secret_data(namespace: str, name: str) -> dict[str, str]:
         if error.status == 404:
             raise kopf.TemporaryError(f"Secret {name} not found in {namespace}", delay=30) from None
         raise _temporary(f"reading Secret {name}", error) from None
-    return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+    data = {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+    redact.remember(data)
+    return data

@@ -13,6 +13,7 @@ from typing import Any
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.commit import last_commit
 from floe_sparkapp.config import CatalogConfig
+from floe_sparkapp.librdkafka import librdkafka_settings
 
 from . import kube
 from .render import Topic
@@ -38,11 +39,13 @@ def catalog_config(topic: Topic) -> CatalogConfig:
 
 
 def kafka_settings(topic: Topic) -> dict[str, str]:
+    """The resource's Kafka client settings (Java client names, as the Spark job uses them),
+    translated for the operator's librdkafka client."""
     settings = {"bootstrap.servers": topic.spec.kafka.bootstrap_servers,
                 **topic.spec.kafka.properties}
     if topic.spec.kafka.auth_secret_ref:
         settings.update(kube.secret_data(topic.namespace, topic.spec.kafka.auth_secret_ref.name))
-    return settings
+    return librdkafka_settings(settings)
 
 
 def table_state(topic: Topic, catalog: CatalogConfig) -> TableState:

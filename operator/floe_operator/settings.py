@@ -18,3 +18,13 @@ class OperatorSettings(BaseSettings):
     checkpoint_root: str | None = Field(
         None, description="Root for checkpoints when a resource names none "
                           "(default: the table's warehouse).")
+    peering: str | None = Field(
+        None, description="Name of the KopfPeering (or ClusterKopfPeering, cluster-wide) object "
+                          "the replicas share; only the one with the highest priority acts. "
+                          "Unset: standalone (one replica only).")
+    peering_priority: int | None = Field(
+        None, description="This replica's priority in the peering (default: random, so two "
+                          "replicas never tie; a tie would pause both).")
+    peering_lifetime: int = Field(
+        60, ge=10, description="Seconds after which a silent replica counts as dead and a "
+                               "paused one takes over.")

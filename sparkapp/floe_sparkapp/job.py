@@ -32,6 +32,7 @@ from .config import JobConfig, dir_values, env_values
 from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
 from .evolution import BreakingChange, evolve_for_writer
 from .layout import ensure_table
+from .librdkafka import librdkafka_settings
 from .registry import Registry
 
 log = logging.getLogger("floe.job")
@@ -54,7 +55,7 @@ def _consumer(config: JobConfig) -> Any:
 
     return Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
                      "group.id": config.consumer_group, "enable.auto.commit": False,
-                     **kafka_client_settings(config)})
+                     **librdkafka_settings(kafka_client_settings(config))})
 
 
 def spark_catalog_conf(config: JobConfig) -> dict[str, str]:
@@ -122,7 +123,7 @@ def topic_partitions(config: JobConfig) -> list[int]:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
-                         **kafka_client_settings(config)})
+                         **librdkafka_settings(kafka_client_settings(config))})
     metadata = admin.list_topics(config.kafka.topic, timeout=30)
     topic = metadata.topics.get(config.kafka.topic)
     if topic is None or topic.error is not None:

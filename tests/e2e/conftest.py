@@ -79,15 +79,20 @@ def operator_control(stack, tmp_path, namespace):
     running: list = []
 
     class Control:
-        def start(self) -> None:
+        def start(self, **env: str) -> int:
+            """Starts one more operator process (extra FLOE_* settings in env); its index."""
             port = free_port()
             running.append(_background([sys.executable, "-m", "floe_operator"],
-                                       tmp_path / f"operator-{len(running)}.log",
+                                       self.log(len(running)),
                                        {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
-                                        "FLOE_NAMESPACES": namespace}))
+                                        "FLOE_NAMESPACES": namespace, **env}))
+            return len(running) - 1
 
-        def kill(self) -> None:
-            process, log = running[-1]
+        def log(self, index: int):
+            return tmp_path / f"operator-{index}.log"
+
+        def kill(self, index: int = -1) -> None:
+            process, log = running[index]
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()

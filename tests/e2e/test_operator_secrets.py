@@ -1,0 +1,82 @@
+"""Credentials reach the operator and the job only through Secret references, and never show up
+on the status, in Events, in the children or in any log."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from kubernetes import client
+
+from ..integration.jobkit import AvroProducer, create_topic
+from ..integration.test_job_roundtrip import produce_orders
+from .kube import admin_client, wait_until
+from .test_operator import logs, topic_body
+
+pytestmark = pytest.mark.e2e
+
+
+def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, runner, namespace,
+                                                             tmp_path, unique_name):
+    admin = admin_client(stack)
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    kafka_password = f"kafka-{uuid.uuid4().hex}"
+    registry_password = f"registry-{uuid.uuid4().hex}"
+    s3_secret = stack.env["FLOE_S3_SECRET_KEY"]
+    secrets = {
+        "kafka-auth": {"sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule"
+                                           f' required username="floe" password="{kafka_password}";'},
+        "registry-auth": {"basic.auth.user.info": f"floe:{registry_password}"},
+        "lake": {"s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
+                 "s3.secret-access-key": s3_secret},
+    }
+    for name, data in secrets.items():
+        core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=name), string_data=data))
+
+    kafka_topic = f"sec-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 40)
+    body = topic_body(stack, tmp_path, kafka_topic)
+    spec = body["spec"]
+    spec["kafka"].update({"properties": {"security.protocol": "PLAINTEXT"},
+                          "authSecretRef": {"name": "kafka-auth"}})
+    spec["value"]["schemaRegistry"]["authSecretRef"] = {"name": "registry-auth"}
+    spec["table"]["catalog"].update({
+        "warehouse": f"s3://{stack.env['FLOE_S3_BUCKET']}/{namespace}",
+        "properties": {"s3.endpoint": stack.env["FLOE_S3_ENDPOINT"],
+                       "s3.path-style-access": "true", "client.region": stack.env["FLOE_S3_REGION"]},
+        "secretRef": {"name": "lake"}})
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics", body)
+
+    def resource() -> dict:
+        return custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                   "kafkaicebergtopics", "orders")
+
+    expected = {str(p): o for p, o in producer.next_offsets().items()}
+
+    def landed() -> bool:
+        offsets = resource().get("status", {}).get("offsets", {})
+        return offsets.get("committed") == expected and offsets.get("lag") == 0
+
+    assert wait_until(landed, timeout=240), f"{resource().get('status')}\n{logs(tmp_path)}"
+
+    seen = {
+        "status": json.dumps(resource()),
+        "events": json.dumps([e.message for e in core.list_namespaced_event(namespace).items]),
+        "config map": json.dumps(core.read_namespaced_config_map("floe-orders-job",
+                                                                 namespace).data),
+        "spark application": json.dumps(custom.get_namespaced_custom_object(
+            "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications", "floe-orders")),
+        **{path.name: path.read_text(errors="replace")
+           for path in [tmp_path / "operator.log", tmp_path / "runner.log",
+                        *(tmp_path / "runner").rglob("*.log")]},
+    }
+    assert "JobCreated" in seen["events"] or "created SparkApplication" in seen["events"]
+    assert len(seen) >= 6, sorted(seen)  # operator, runner and driver logs were read too
+    for where, text in seen.items():
+        for secret in (kafka_password, registry_password, s3_secret):
+            assert secret not in text, f"a secret value appears in the {where}"
