@@ -135,7 +135,7 @@ def main() -> int:
         start_background("runner", [sys.executable, str(paths.HACK / "spark-operator" / "runner.py")],
                          {"FLOE_RUNNER_DIR": str(demo_dir / "runner")}),
         start_background("operator", [sys.executable, "-m", "floe_operator"],
-                         {"FLOE_LIVENESS": "http://127.0.0.1:0/healthz"}),
+                         {"FLOE_LIVENESS": "http://127.0.0.1:0/healthz", "FLOE_METRICS_PORT": "0"}),
     ]
     try:
         manifest = local_resource(env, demo_dir)

@@ -15,13 +15,14 @@ import kopf
 
 
 def main() -> int:
-    from . import handlers, redact  # noqa: F401 - handlers registers itself
+    from . import handlers, metrics, redact  # noqa: F401 - handlers registers itself
     from .settings import OperatorSettings
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     redact.install()
     settings = OperatorSettings()
+    metrics.serve(settings.metrics_port)
     namespaces = [n for n in os.environ.get("FLOE_NAMESPACES", "").split(",") if n]
     priority = None
     if settings.peering:

@@ -19,7 +19,7 @@ from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, app
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 from floe_sparkapp.registry import Registry
 
-from . import kube, observe, redact, render
+from . import kube, metrics, observe, redact, render
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
 from .status import Observation, now_iso, status
@@ -209,6 +209,14 @@ def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
 
 
 def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
+    labels = (body["metadata"]["namespace"], body["metadata"]["name"])
+    with metrics.RECONCILE.labels(*labels).time(), \
+            metrics.ERRORS.labels(*labels).count_exceptions():
+        _reconcile(body, patch, logger)
+    metrics.record_status(*labels, dict(patch.status) or dict(body.get("status") or {}))
+
+
+def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
     generation = int(body["metadata"].get("generation", 1))
     previous = dict(body.get("status") or {})
     try:
@@ -242,6 +250,7 @@ def refresh(**kwargs: Any) -> None:
 
 @kopf.on.delete(*RESOURCE)
 def on_delete(body: Any, logger: Any, **_: Any) -> None:
+    metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
     try:
         topic = render.Topic.from_body(dict(body))
     except ValidationError:

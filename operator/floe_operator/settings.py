@@ -28,3 +28,5 @@ class OperatorSettings(BaseSettings):
     peering_lifetime: int = Field(
         60, ge=10, description="Seconds after which a silent replica counts as dead and a "
                                "paused one takes over.")
+    metrics_port: int = Field(9090, ge=0, le=65535,
+                              description="Port of the Prometheus /metrics endpoint (0: off).")

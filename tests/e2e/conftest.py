@@ -64,10 +64,12 @@ def free_port() -> int:
 def operator(stack, tmp_path, namespace):
     """The floe operator as a real process (admin identity), watching the test's namespace."""
     install_crd(admin_client(stack), FLOE_CRD)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
+                                "FLOE_METRICS_PORT": str(metrics_port),
                                 "FLOE_NAMESPACES": namespace})
+    process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     _stop(process, log)
 
@@ -85,6 +87,7 @@ def operator_control(stack, tmp_path, namespace):
             running.append(_background([sys.executable, "-m", "floe_operator"],
                                        self.log(len(running)),
                                        {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
+                                        "FLOE_METRICS_PORT": str(free_port()),
                                         "FLOE_NAMESPACES": namespace, **env}))
             return len(running) - 1
 

@@ -104,6 +104,11 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
     header, row = printed.splitlines()[:2]
     assert header.split() == ["NAME", "READY", "PHASE", "LAG", "FRESHNESS", "AGE"]
     assert row.split()[:4] == ["orders", "True", "Running", "0"]
+    scraped = requests.get(operator.metrics_url, timeout=10).text
+    series = f'{{name="orders",namespace="{namespace}"}}'
+    assert f"floe_topic_ready{series} 1.0" in scraped
+    assert f"floe_topic_lag_records{series} 0.0" in scraped
+    assert f"floe_reconcile_duration_seconds_count{series}" in scraped
 
 
 def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, namespace, tmp_path,
