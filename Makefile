@@ -27,6 +27,7 @@ prereqs:
 
 crds: venv
 	$(PY) -m floe_operator.crd > crds/floe.dev_kafkaicebergtopics.yaml
+	cp crds/*.yaml charts/floe-operator/crds/
 
 stack-up: venv
 	$(PY) -m hack.stack up

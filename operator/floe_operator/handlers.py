@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -43,6 +44,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 60
     settings.peering.lifetime = OperatorSettings().peering_lifetime
+    # Serving a list of namespaces needs no cluster-wide grant: no watching of namespaces and
+    # CRDs, the exact namespaces and the CRDs present at start are served.
+    settings.scanning.disabled = bool(os.environ.get("FLOE_NAMESPACES"))
 
 
 def _invalid(error: ValidationError) -> str:

@@ -12,12 +12,21 @@ from floe_operator.resource import KafkaIcebergTopicSpec
 
 pytestmark = pytest.mark.unit
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "floe.dev_kafkaicebergtopics.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "floe.dev_kafkaicebergtopics.yaml"
 
 
 def test_crds_directory_is_up_to_date():
     assert CRD_FILE.read_text() == render(), (
-        "crds/ is stale: run `python -m floe_operator.crd > crds/floe.dev_kafkaicebergtopics.yaml`")
+        "crds/ is stale: run `make crds`")
+
+
+def test_the_chart_ships_the_same_crds():
+    chart = sorted(p.name for p in (ROOT / "charts" / "floe-operator" / "crds").iterdir())
+    assert chart == sorted(p.name for p in (ROOT / "crds").iterdir())
+    for name in chart:
+        assert (ROOT / "charts" / "floe-operator" / "crds" / name).read_text() == \
+            (ROOT / "crds" / name).read_text(), f"charts/floe-operator/crds/{name} is stale: run `make crds`"
 
 
 def test_the_schema_is_structural():

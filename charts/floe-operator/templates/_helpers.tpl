@@ -1,0 +1,70 @@
+{{- define "floe.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "floe.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "floe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "floe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "floe.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "floe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: floe
+{{- end -}}
+
+{{- define "floe.serviceAccountName" -}}
+{{- default (include "floe.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "floe.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "floe.sparkImage" -}}
+{{- default (printf "floe/floe-spark:%s" .Chart.AppVersion) .Values.spark.image -}}
+{{- end -}}
+
+{{/* Namespaces where Spark drivers run: the watched ones, else spark.namespaces, else the
+release's own. One name per line. */}}
+{{- define "floe.sparkNamespaces" -}}
+{{- $namespaces := .Values.watch.namespaces -}}
+{{- if not $namespaces -}}{{- $namespaces = .Values.spark.namespaces -}}{{- end -}}
+{{- if not $namespaces -}}{{- $namespaces = list .Release.Namespace -}}{{- end -}}
+{{- join "\n" (uniq $namespaces) -}}
+{{- end -}}
+
+{{/* The operator's rules on KafkaIcebergTopics and the objects it creates, in one namespace
+(Role) or in all (ClusterRole). */}}
+{{- define "floe.operatorRules" -}}
+- apiGroups: [floe.dev]
+  resources: [kafkaicebergtopics]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [floe.dev]
+  resources: [kafkaicebergtopics/status]
+  verbs: [get, patch, update]
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [sparkapplications]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update, patch, delete]
+# Only the Secrets a resource references are read: their values stay in memory, and are masked
+# in logs, Events and the status.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}

@@ -1,0 +1,167 @@
+"""The container images, the shell scripts and the Argo CD health check, without a cluster.
+
+No container engine runs here, so the Dockerfiles are linted (hadolint) rather than built, and
+the pieces they copy in (the job's entry file, the requirements filter) are run directly.
+The health check runs in real Lua 5.1, the dialect of Argo CD's interpreter (gopher-lua),
+against statuses computed by the operator's own status functions.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from floe_operator.settings import OperatorSettings
+from floe_operator.status import Observation, status
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "images"
+DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
+SCRIPTS = sorted((ROOT / "hack").rglob("*.sh"))
+HEALTH_LUA = ROOT / "examples" / "gitops" / "argocd" / "health-kafkaicebergtopic.lua"
+ARGOCD_CM_PATCH = HEALTH_LUA.with_name("argocd-cm-patch.yaml")
+HEALTH_KEY = "resource.customizations.health.floe.dev_KafkaIcebergTopic"
+
+
+def venv_tool(name: str) -> str:
+    """A linter installed by a Python package into this interpreter's bin directory."""
+    path = Path(sys.executable).parent / name
+    assert path.exists(), f"{name} is missing: install the test extras (pip install -e '.[test]')"
+    return str(path)
+
+
+def test_both_images_have_a_dockerfile():
+    assert [p.parent.name for p in DOCKERFILES] == ["operator", "spark"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfile_passes_hadolint(dockerfile):
+    linted = subprocess.run([venv_tool("hadolint"), "--failure-threshold", "warning",
+                             "--no-color", str(dockerfile)], capture_output=True, text=True)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shell_script_passes_shellcheck(script):
+    checked = subprocess.run([venv_tool("shellcheck"), str(script)], capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_kind_demo_is_among_the_checked_scripts():
+    assert ROOT / "hack" / "kind-demo.sh" in SCRIPTS
+
+
+def test_the_spark_image_matches_pyspark_and_the_operators_entry_file():
+    dockerfile = (IMAGES / "spark" / "Dockerfile").read_text()
+    pyspark = re.search(r'"pyspark==([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    # The connector jars are built for one exact Spark release: image, pom and pyspark agree.
+    assert f"FROM spark:{pyspark}-scala2.13-java17-python3-ubuntu" in dockerfile
+    assert f"-Dspark.version={pyspark}" in dockerfile
+    main_file = OperatorSettings().job_main_file
+    assert main_file.startswith("local://")
+    assert f"COPY images/spark/floe_job.py {main_file[len('local://'):]}" in dockerfile
+
+
+def test_the_job_entry_file_runs_as_python_dash_m_floe_sparkapp(tmp_path):
+    # A config that cannot be read stops both before Spark is touched, so nothing starts here.
+    args = ["run", "--config", str(tmp_path / "missing.json")]
+    as_module = subprocess.run([sys.executable, "-m", "floe_sparkapp", *args],
+                               capture_output=True, text=True)
+    as_file = subprocess.run([sys.executable, str(IMAGES / "spark" / "floe_job.py"), *args],
+                             capture_output=True, text=True)
+    assert as_module.returncode == 2, as_module.stderr
+    assert (as_file.returncode, as_file.stderr) == (as_module.returncode, as_module.stderr)
+    assert as_file.stderr.startswith("floe: cannot read job config")
+
+
+def test_the_images_install_every_runtime_requirement_but_pyspark():
+    listed = subprocess.run([sys.executable, str(IMAGES / "runtime_requirements.py"),
+                             "floe", "pyspark"], capture_output=True, text=True, check=True)
+    names = {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower()
+             for line in listed.stdout.splitlines()}
+    assert "pyspark" not in names
+    assert "pytest" not in names  # a test extra
+    assert {"kopf", "kubernetes", "pyiceberg", "confluent-kafka", "pydantic"} <= names
+
+
+# The Argo CD health check.
+
+def health(obj: dict) -> dict:
+    from lupa import lua51
+
+    lua = lua51.LuaRuntime()
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    result = lua.execute(HEALTH_LUA.read_text())
+    return dict(result.items())
+
+
+def topic(generation: int = 2, suspend: bool = False, observed: Observation | None = None):
+    obj = {"apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
+           "metadata": {"name": "orders", "namespace": "data", "generation": generation},
+           "spec": {"suspend": suspend}}
+    if observed is not None:
+        obj["status"] = status(observed, None)
+    return obj
+
+
+def test_health_is_progressing_until_the_operator_writes_a_status():
+    assert health(topic()) == {
+        "status": "Progressing",
+        "message": "Waiting for the floe operator to observe generation 2"}
+
+
+def test_health_is_progressing_while_the_status_describes_an_older_generation():
+    running = Observation(generation=1, app_state="RUNNING", app_name="floe-orders",
+                          table_exists=True, schema_id=1)
+    assert status(running, None)["phase"] == "Running"
+    assert health(topic(generation=2, observed=running)) == {
+        "status": "Progressing",
+        "message": "Waiting for the floe operator to observe generation 2"}
+
+
+def test_health_is_healthy_when_ready():
+    running = Observation(generation=2, app_state="RUNNING", app_name="floe-orders",
+                          table_exists=True, schema_id=1)
+    assert health(topic(observed=running)) == {
+        "status": "Healthy", "message": "the job is running and the table exists"}
+
+
+def test_health_is_suspended_when_the_spec_says_so():
+    suspended = Observation(generation=2, suspended=True, table_exists=True, schema_id=1)
+    assert health(topic(suspend=True, observed=suspended)) == {
+        "status": "Suspended", "message": "spec.suspend is true"}
+
+
+def test_health_is_degraded_with_the_reason_of_an_invalid_spec():
+    message = "spec.spark.checkpointLocation is required when the catalog has no warehouse"
+    invalid = Observation(generation=2, invalid_spec=message)
+    assert health(topic(observed=invalid)) == {"status": "Degraded", "message": message}
+
+
+def test_health_is_degraded_when_the_job_failed_for_data_loss():
+    error = "DataLoss: topic orders: Kafka retention deleted records the table has not got"
+    failed = Observation(generation=2, app_state="FAILED", app_error=error,
+                         app_name="floe-orders", table_exists=True, schema_id=1)
+    assert health(topic(observed=failed)) == {"status": "Degraded", "message": error}
+
+
+def test_health_is_progressing_while_the_job_starts():
+    starting = Observation(generation=2, app_state="SUBMITTED", app_name="floe-orders",
+                           table_exists=True, schema_id=1)
+    assert health(topic(observed=starting)) == {
+        "status": "Progressing", "message": "SparkApplication floe-orders is SUBMITTED"}
+
+
+def test_the_argocd_cm_patch_installs_the_same_script():
+    patch = yaml.safe_load(ARGOCD_CM_PATCH.read_text())
+    assert (patch["kind"], patch["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
+    assert patch["data"][HEALTH_KEY] == HEALTH_LUA.read_text(), (
+        "argocd-cm-patch.yaml is stale: copy health-kafkaicebergtopic.lua into it")
