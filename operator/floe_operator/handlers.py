@@ -167,9 +167,10 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
     kube.apply_config_map(render.config_map(topic, settings()))
     desired = render.spark_application(topic, settings())
     app = kube.get_spark_application(topic.namespace, name)
-    rendered_for = ((app or {}).get("metadata", {}).get("annotations", {})
-                    .get(f"{GROUP}/generation"))
-    if app is not None and rendered_for != str(topic.generation):
+    annotations = (app or {}).get("metadata", {}).get("annotations", {})
+    rendered_for = annotations.get(f"{GROUP}/generation")
+    fingerprint = desired["metadata"]["annotations"][f"{GROUP}/job-fingerprint"]
+    if app is not None and annotations.get(f"{GROUP}/job-fingerprint") != fingerprint:
         message = f"spec changed (generation {rendered_for} -> {topic.generation}): restarting the job"
         logger.info(message)
         kopf.info(body, reason="JobRestarted", message=message)
@@ -193,6 +194,23 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
     observed.app_attempts = int(app_status.get("executionAttempts", 0) or 0)
 
 
+def _ensure_maintenance(topic: render.Topic, observed: Observation, logger: Any) -> None:
+    """One CronJob per enabled action; those of disabled actions are removed."""
+    desired = render.cron_jobs(topic, settings())
+    for cron_job in desired:
+        kube.apply_cron_job(cron_job)
+    wanted = {c["metadata"]["name"] for c in desired}
+    for name in kube.cron_job_names(topic.namespace, f"{GROUP}/topic={topic.name},"
+                                                     "app.kubernetes.io/name=floe-maintenance"):
+        if name not in wanted:
+            kube.delete_cron_job(topic.namespace, name)
+            logger.info("maintenance: removed CronJob %s", name)
+    observed.maintenance = {
+        c["metadata"]["labels"][f"{GROUP}/action"]: {"schedule": c["spec"]["schedule"],
+                                                      "cronJob": c["metadata"]["name"]}
+        for c in desired}
+
+
 def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
                       observed: Observation) -> None:
     try:
@@ -205,6 +223,7 @@ def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
     observed.committed_at_ms = table.committed_at_ms
     observed.schema_id = table.schema_id
     observed.vtts_ms = table.vtts_ms
+    observed.maintenance_runs = table.maintenance_runs
     observed.now_ms = observe.now_ms()
     try:
         observed.offsets = observe.as_status_offsets(table.offsets, observe.end_offsets(topic))
@@ -236,6 +255,7 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
     catalog_config = observe.catalog_config(topic)  # reads the catalog Secret once per visit
     _ensure_table(topic, catalog_config, observed, logger, approved)
     _ensure_job(topic, observed, previous, logger, body)
+    _ensure_maintenance(topic, observed, logger)
     _observe_progress(topic, catalog_config, observed)
     patch.status.update(redact.redact_all(status(observed, previous)))
 

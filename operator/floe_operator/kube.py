@@ -95,3 +95,36 @@ def secret_data(namespace: str, name: str) -> dict[str, str]:
     data = {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
     redact.remember(data)
     return data
+
+
+def batch() -> client.BatchV1Api:
+    return client.BatchV1Api(_api())
+
+
+def apply_cron_job(body: dict[str, Any]) -> None:
+    meta = body["metadata"]
+    try:
+        batch().create_namespaced_cron_job(meta["namespace"], body)
+    except ApiException as error:
+        if error.status != 409:
+            raise _temporary(f"creating CronJob {meta['name']}", error) from None
+        try:
+            batch().replace_namespaced_cron_job(meta["name"], meta["namespace"], body)
+        except ApiException as replace_error:
+            raise _temporary(f"updating CronJob {meta['name']}", replace_error) from None
+
+
+def cron_job_names(namespace: str, selector: str) -> list[str]:
+    try:
+        found = batch().list_namespaced_cron_job(namespace, label_selector=selector)
+    except ApiException as error:
+        raise _temporary("listing CronJobs", error) from None
+    return [item.metadata.name for item in found.items]
+
+
+def delete_cron_job(namespace: str, name: str) -> None:
+    try:
+        batch().delete_namespaced_cron_job(name, namespace, propagation_policy="Background")
+    except ApiException as error:
+        if error.status != 404:
+            raise _temporary(f"deleting CronJob {name}", error) from None

@@ -6,6 +6,7 @@ credentials from the resource's Secret references (read into memory, never writt
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.commit import last_commit
 from floe_sparkapp.config import CatalogConfig
 from floe_sparkapp.librdkafka import librdkafka_settings
+from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
 
 from . import kube
 from .render import Topic
@@ -27,6 +29,7 @@ class TableState:
     schema_id: int | None = None
     offsets: dict[int, int] = field(default_factory=dict)
     vtts_ms: int | None = None
+    maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def catalog_config(topic: Topic) -> CatalogConfig:
@@ -60,7 +63,20 @@ def table_state(topic: Topic, catalog: CatalogConfig) -> TableState:
     return TableState(
         exists=True, snapshot_id=committed.snapshot_id,
         committed_at_ms=snapshot.timestamp_ms if snapshot else None,
-        schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts)
+        schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts,
+        maintenance_runs=maintenance_runs(table.properties))
+
+
+def maintenance_runs(properties: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The last outcome of each maintenance action, as the action recorded it on the table."""
+    runs = {}
+    for key, value in properties.items():
+        if key.startswith(MAINTENANCE_PROPERTY):
+            try:
+                runs[key[len(MAINTENANCE_PROPERTY):]] = json.loads(value)
+            except ValueError:
+                continue
+    return runs
 
 
 def end_offsets(topic: Topic, timeout: float = 10) -> dict[int, int]:

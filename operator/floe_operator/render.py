@@ -8,6 +8,8 @@ to the API server.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,14 +27,25 @@ REGISTRY_SECRET_DIR = "/etc/floe/secrets/registry"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kmgtKMGT]i?)?$")
+_SIZE_UNIT = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
 
 
 def duration_seconds(text: str) -> int:
-    """'90s', '1m30s', '2h' as whole seconds (at least 1)."""
+    """'90s', '1m30s', '2h', '7d' as whole seconds (at least 1)."""
     total = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
     return max(1, round(total))
+
+
+def size_bytes(text: str) -> int:
+    """'256Mi', '1G', '512m' (Spark's way: lower case is binary) as bytes."""
+    number, unit = _SIZE.match(text).groups()
+    unit = unit or ""
+    if unit.endswith("i") or unit.islower():
+        return round(float(number) * 1024 ** ("KMGT".index(unit[0].upper()) + 1))
+    return round(float(number) * _SIZE_UNIT[unit])
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,14 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
     }
     if spec.dead_letter:
         data["deadLetter"] = {"topic": spec.dead_letter.topic}
+    maintenance = spec.maintenance
+    data["maintenance"] = {
+        "targetFileSizeBytes": size_bytes(maintenance.compaction.target_file_size),
+        "minInputFiles": maintenance.compaction.min_input_files,
+        "retainLast": maintenance.expire_snapshots.retain_last,
+        "maxSnapshotAgeSeconds": duration_seconds(maintenance.expire_snapshots.max_age),
+        "orphanOlderThanSeconds": duration_seconds(maintenance.remove_orphans.older_than),
+    }
     return parse_config(data)
 
 
@@ -147,7 +168,17 @@ def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
             for ref, path in refs if ref is not None]
 
 
-def spark_application(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
+def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
+    """What the running job depends on: its config without the maintenance settings, and the
+    application. The job is restarted when this changes, not on every spec change."""
+    config = job_config(topic, settings).model_dump(mode="json", exclude={"maintenance", "generation"})
+    app = spark_application(topic, settings, fingerprint="")["spec"]
+    text = json.dumps([config, app], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def spark_application(topic: Topic, settings: OperatorSettings,
+                      fingerprint: str | None = None) -> dict[str, Any]:
     spec = topic.spec
     labels = _labels(topic)
     secrets = _secret_mounts(topic)
@@ -160,7 +191,10 @@ def spark_application(topic: Topic, settings: OperatorSettings) -> dict[str, Any
     return {
         "apiVersion": SPARK_API, "kind": "SparkApplication",
         "metadata": {"name": topic.child_name, "namespace": topic.namespace, "labels": labels,
-                     "annotations": {f"{GROUP}/generation": str(topic.generation)},
+                     "annotations": {
+                         f"{GROUP}/generation": str(topic.generation),
+                         f"{GROUP}/job-fingerprint": (job_fingerprint(topic, settings)
+                                                      if fingerprint is None else fingerprint)},
                      "ownerReferences": [owner_reference(topic)]},
         "spec": {
             "type": "Python",
@@ -190,3 +224,84 @@ def spark_application(topic: Topic, settings: OperatorSettings) -> dict[str, Any
             },
         },
     }
+
+
+# Maintenance action name in the spec -> the job's --action and the CronJob's suffix.
+MAINTENANCE_ACTIONS = {"compaction": "compaction", "expire_snapshots": "expire-snapshots",
+                       "remove_orphans": "remove-orphans", "rewrite_manifests": "rewrite-manifests"}
+SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
+
+
+def cron_job_name(topic: Topic, action: str) -> str:
+    return f"{topic.child_name}-{action}"[:52].rstrip("-.")  # CronJob names: at most 52
+
+
+def _volumes(topic: Topic) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The job ConfigMap and the referenced Secrets, as pod volumes and their mounts."""
+    volumes = [{"name": "job", "configMap": {"name": f"{topic.child_name}-job"}},
+               {"name": "tmp", "emptyDir": {}}]
+    mounts = [{"name": "job", "mountPath": JOB_CONFIG_DIR, "readOnly": True},
+              {"name": "tmp", "mountPath": "/tmp"}]
+    for index, secret in enumerate(_secret_mounts(topic)):
+        volumes.append({"name": f"secret-{index}", "secret": {"secretName": secret["name"]}})
+        mounts.append({"name": f"secret-{index}", "mountPath": secret["path"], "readOnly": True})
+    return volumes, mounts
+
+
+def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
+    """One CronJob per enabled maintenance action; each runs Spark in local mode in its pod."""
+    spec = topic.spec
+    resources = spec.maintenance.resources
+    memory_mi = round(size_bytes(resources.memory) * 1.4 / 1024**2)  # heap plus JVM overhead
+    volumes, mounts = _volumes(topic)
+    jobs = []
+    for field, action in MAINTENANCE_ACTIONS.items():
+        schedule = getattr(spec.maintenance, field)
+        if not schedule.enabled:
+            continue
+        labels = {**_labels(topic), "app.kubernetes.io/name": "floe-maintenance",
+                  f"{GROUP}/action": action}
+        command = [SPARK_SUBMIT, "--master", f"local[{resources.cores}]",
+                   "--driver-memory", resources.memory, "--conf", "spark.ui.enabled=false",
+                   settings.job_main_file.removeprefix("local://"), "maintain",
+                   "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}", "--action", action]
+        pod = {
+            "restartPolicy": "Never",
+            "serviceAccountName": spec.spark.service_account or settings.spark_service_account,
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "maintain",
+                "image": spec.spark.image or settings.spark_image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": command,
+                "env": [{"name": "HOME", "value": "/tmp"}],
+                "resources": {"requests": {"cpu": str(resources.cores), "memory": f"{memory_mi}Mi"},
+                              "limits": {"memory": f"{memory_mi}Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        }
+        jobs.append({
+            "apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": cron_job_name(topic, action), "namespace": topic.namespace,
+                         "labels": labels, "ownerReferences": [owner_reference(topic)]},
+            "spec": {
+                "schedule": schedule.schedule,
+                "timeZone": "Etc/UTC",
+                "concurrencyPolicy": "Forbid",
+                "startingDeadlineSeconds": 600,
+                "successfulJobsHistoryLimit": 1,
+                "failedJobsHistoryLimit": 3,
+                "suspend": spec.suspend,
+                "jobTemplate": {
+                    "metadata": {"labels": labels},
+                    "spec": {"backoffLimit": 1, "activeDeadlineSeconds": 6 * 3600,
+                             "ttlSecondsAfterFinished": 7 * 86_400,
+                             "template": {"metadata": {"labels": labels}, "spec": pod}},
+                },
+            },
+        })
+    return jobs

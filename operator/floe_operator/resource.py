@@ -20,7 +20,9 @@ PLURAL = "kafkaicebergtopics"
 SINGULAR = "kafkaicebergtopic"
 SHORT_NAMES = ["kit"]
 
-DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
+CRON = (r"^(@(yearly|annually|monthly|weekly|daily|hourly)|"
+        r"[-0-9*/,A-Za-z?]+(\s+[-0-9*/,A-Za-z?]+){4})$")
 KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$"
@@ -159,6 +161,45 @@ class SparkSpec(_Model):
                           "nothing: the job resumes from the table's offsets.")
 
 
+class _MaintenanceAction(_Model):
+    enabled: bool = Field(True, description="Run this action on its schedule.")
+
+
+class CompactionSpec(_MaintenanceAction):
+    schedule: str = Field("17 * * * *", pattern=CRON, description="Cron schedule (UTC).")
+    target_file_size: str = Field("256Mi", pattern=QUANTITY,
+                                  description="Size of the files compaction writes.")
+    min_input_files: int = Field(5, ge=2, le=10_000, description=(
+        "Rewrite a partition's files only when there are at least this many."))
+
+
+class ExpireSnapshotsSpec(_MaintenanceAction):
+    schedule: str = Field("43 3 * * *", pattern=CRON, description="Cron schedule (UTC).")
+    retain_last: int = Field(100, ge=1, le=100_000, description="Snapshots always kept.")
+    max_age: str = Field("7d", pattern=DURATION, description=(
+        "Older snapshots expire (never the newest one floe wrote, which holds the offsets)."))
+
+
+class RemoveOrphansSpec(_MaintenanceAction):
+    schedule: str = Field("13 4 * * 0", pattern=CRON, description="Cron schedule (UTC).")
+    older_than: str = Field("3d", pattern=DURATION, description=(
+        "Only unreferenced files older than this are deleted (at least 1h: younger ones may "
+        "belong to a commit in flight)."))
+
+
+class RewriteManifestsSpec(_MaintenanceAction):
+    schedule: str = Field("29 5 * * *", pattern=CRON, description="Cron schedule (UTC).")
+
+
+class MaintenanceSpec(_Model):
+    compaction: CompactionSpec = CompactionSpec()
+    expire_snapshots: ExpireSnapshotsSpec = ExpireSnapshotsSpec()
+    remove_orphans: RemoveOrphansSpec = RemoveOrphansSpec()
+    rewrite_manifests: RewriteManifestsSpec = RewriteManifestsSpec()
+    resources: ResourcesSpec = Field(ResourcesSpec(memory="2g"), description=(
+        "CPU cores and memory of each maintenance run (Spark in local mode in one pod)."))
+
+
 class KafkaIcebergTopicSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_rules(
         ("!has(self.deadLetter) || self.deadLetter.topic != self.kafka.topic",
@@ -177,4 +218,7 @@ class KafkaIcebergTopicSpec(_Model):
     schema_evolution: SchemaEvolutionSpec = SchemaEvolutionSpec()
     dead_letter: DeadLetterSpec | None = None
     spark: SparkSpec = SparkSpec()
-    suspend: bool = Field(False, description="Stop the job, keep the table and checkpoint.")
+    maintenance: MaintenanceSpec = Field(MaintenanceSpec(), description=(
+        "Table maintenance, one CronJob per enabled action."))
+    suspend: bool = Field(False, description="Stop the job and its maintenance, keep the table "
+                                             "and checkpoint.")

@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync")
+CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled")
 
 RUNNING_STATES = {"RUNNING"}
 STARTING_STATES = {"", "NEW", "SUBMITTED", "PENDING_RERUN", "INVALIDATING", "SUCCEEDING",
@@ -52,6 +52,8 @@ class Observation:
     schema_message: str = ""
     offsets: dict[str, Any] | None = None
     vtts_ms: int | None = None
+    maintenance: dict[str, dict[str, str]] | None = None  # action -> schedule, CronJob
+    maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     now_ms: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,7 +64,8 @@ def conditions(observed: Observation) -> list[Condition]:
         return [Condition("Ready", "False", "InvalidSpec", message),
                 Condition("JobRunning", "False", "InvalidSpec", message),
                 Condition("TableReady", "Unknown", "InvalidSpec", message),
-                Condition("SchemaInSync", "Unknown", "InvalidSpec", message)]
+                Condition("SchemaInSync", "Unknown", "InvalidSpec", message),
+                Condition("MaintenanceScheduled", "Unknown", "InvalidSpec", message)]
 
     if observed.table_exists:
         table = Condition("TableReady", "True", "TableExists",
@@ -102,7 +105,29 @@ def conditions(observed: Observation) -> list[Condition]:
     else:
         failing = next((c for c in (table, job) if c.status != "True"), job)
         ready = Condition("Ready", "False", failing.reason, failing.message)
-    return [ready, job, table, schema]
+    return [ready, job, table, schema, maintenance_condition(observed)]
+
+
+def maintenance_condition(observed: Observation) -> Condition:
+    if observed.maintenance is None:
+        return Condition("MaintenanceScheduled", "Unknown", "Pending",
+                         "the maintenance CronJobs are not applied yet")
+    if observed.suspended:
+        return Condition("MaintenanceScheduled", "False", "Suspended",
+                         "spec.suspend is true: the CronJobs are suspended")
+    if not observed.maintenance:
+        return Condition("MaintenanceScheduled", "False", "Disabled",
+                         "every maintenance action is disabled")
+    failed = sorted(a for a, run in observed.maintenance_runs.items()
+                    if a in observed.maintenance and run.get("outcome") == "Failed")
+    schedules = "; ".join(f"{action} {entry['schedule']}"
+                          for action, entry in observed.maintenance.items())
+    if failed:
+        return Condition("MaintenanceScheduled", "True", "LastRunFailed",
+                         f"{schedules}; last run failed: "
+                         + "; ".join(observed.maintenance_runs[a].get("message", a)
+                                     for a in failed)[:800])
+    return Condition("MaintenanceScheduled", "True", "Scheduled", schedules)
 
 
 def phase(observed: Observation, ready: Condition) -> str:
@@ -162,4 +187,9 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         result["offsets"] = observed.offsets
     if observed.vtts_ms is not None and observed.now_ms:
         result["freshnessSeconds"] = max(0, (observed.now_ms - observed.vtts_ms) // 1000)
+    if observed.maintenance is not None:
+        result["maintenance"] = {
+            action: {**entry, **({"lastRun": observed.maintenance_runs[action]}
+                                 if action in observed.maintenance_runs else {})}
+            for action, entry in observed.maintenance.items()}
     return result

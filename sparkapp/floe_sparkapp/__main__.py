@@ -1,4 +1,10 @@
-"""``python -m floe_sparkapp run --config FILE``: the entry point spark-submit runs."""
+"""The entry point spark-submit runs:
+
+- ``python -m floe_sparkapp run --config FILE``: the streaming job;
+- ``python -m floe_sparkapp maintain --config FILE --action ACTION``: one maintenance action.
+
+Exit codes: 2 bad config, 3 data loss, 4 maintenance failed.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import logging
 import sys
 
 from .config import ConfigError, load_config
+from .maintenance import ACTIONS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", required=True, help="job config (JSON)")
     run.add_argument("--available-now", action="store_true",
                      help="stop once caught up with the topic instead of running forever")
+    maintain = sub.add_parser("maintain", help="run one table maintenance action")
+    maintain.add_argument("--config", required=True, help="job config (JSON)")
+    maintain.add_argument("--action", required=True,
+                          choices=ACTIONS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -25,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"floe: {error}", file=sys.stderr)
         return 2
+
+    if args.command == "maintain":
+        from .maintenance import MaintenanceError, maintain as run_action
+
+        try:
+            run_action(config, args.action)
+        except MaintenanceError as error:
+            print(f"floe: {error}", file=sys.stderr)
+            return 4
+        return 0
 
     from .job import DataLossError, run
 

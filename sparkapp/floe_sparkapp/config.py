@@ -118,6 +118,22 @@ class DeadLetterConfig(_Model):
     topic: str = Field(pattern=KAFKA_TOPIC)
 
 
+class MaintenanceConfig(_Model):
+    """Settings of the table maintenance actions (``python -m floe_sparkapp maintain``)."""
+
+    target_file_size_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024,
+                                        description="compaction: size of the files it writes")
+    min_input_files: int = Field(5, ge=2, description="compaction: rewrite a file group only "
+                                                      "when it has at least this many files")
+    retain_last: int = Field(100, ge=1, description="expire-snapshots: snapshots always kept")
+    max_snapshot_age_seconds: int = Field(7 * 86_400, ge=60,
+                                          description="expire-snapshots: older ones expire")
+    orphan_older_than_seconds: int = Field(3 * 86_400, ge=3_600,
+                                           description="remove-orphans: only older files go")
+    max_attempts: int = Field(5, ge=1, le=50,
+                              description="attempts when a commit conflicts with the job's")
+
+
 class JobConfig(_Model):
     writer: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
                         description="namespace/name of the KafkaIcebergTopic; stable across "
@@ -129,6 +145,7 @@ class JobConfig(_Model):
     commit: CommitConfig = CommitConfig()
     dead_letter: DeadLetterConfig | None = None
     checkpoint_location: str = Field(min_length=1)
+    maintenance: MaintenanceConfig = MaintenanceConfig()
 
     @property
     def consumer_group(self) -> str:

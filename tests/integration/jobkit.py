@@ -42,7 +42,7 @@ class AvroProducer:
 
     def send(self, *, key: bytes | None, value: dict | None = None, schema: dict | None = None,
              raw: bytes | None = None, headers: list[tuple[str, bytes]] | None = None,
-             partition: int | None = None) -> None:
+             partition: int | None = None, timestamp_ms: int | None = None) -> None:
         payload = raw
         if value is not None:
             assert schema is not None
@@ -54,7 +54,9 @@ class AvroProducer:
             assert error is None, error
             self.sent[(message.partition(), message.offset())] = record
 
-        kwargs = {"partition": partition} if partition is not None else {}
+        kwargs: dict[str, Any] = {"partition": partition} if partition is not None else {}
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
         self.producer.produce(self.topic, key=key, value=payload, headers=headers,
                               on_delivery=delivered, **kwargs)
 

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from floe_operator.render import Topic, config_map, duration_seconds, spark_application
+from floe_operator.render import (
+    Topic, config_map, cron_jobs, duration_seconds, job_fingerprint, size_bytes, spark_application,
+)
 from floe_operator.settings import OperatorSettings
 from floe_sparkapp.config import parse_config
 
@@ -30,8 +32,11 @@ BODY = {
 }
 
 
-def test_durations():
-    assert [duration_seconds(d) for d in ("60s", "1m30s", "2h", "500ms")] == [60, 90, 7200, 1]
+def test_durations_and_sizes():
+    assert [duration_seconds(d) for d in ("60s", "1m30s", "2h", "500ms", "7d")] == [
+        60, 90, 7200, 1, 7 * 86_400]
+    assert [size_bytes(s) for s in ("256Mi", "1G", "2g", "512k", "100")] == [
+        256 * 2**20, 10**9, 2 * 2**30, 512 * 2**10, 100]
 
 
 def test_the_job_config_carries_the_spec_and_names_secrets_only_by_mount_path():
@@ -66,3 +71,55 @@ def test_the_spark_application_mounts_config_and_secrets_and_is_owned():
     assert {s["name"] for s in spec["driver"]["secrets"]} == {"kafka-auth", "lake", "sr"}
     assert spec["driver"]["serviceAccount"] == "floe-spark"
     assert "secret" not in json.dumps(spec["sparkConf"]).lower()
+
+
+def with_spec(**changes) -> dict:
+    body = json.loads(json.dumps(BODY))
+    body["spec"].update(changes)
+    return body
+
+
+def test_one_cron_job_per_enabled_maintenance_action_with_its_schedule_and_settings():
+    topic = Topic.from_body(with_spec(maintenance={
+        "compaction": {"schedule": "*/30 * * * *", "targetFileSize": "128Mi"},
+        "removeOrphans": {"enabled": False},
+        "resources": {"cores": 2, "memory": "3g"}}))
+    jobs = {j["metadata"]["name"]: j for j in cron_jobs(topic, OperatorSettings())}
+    assert sorted(jobs) == ["floe-orders-compaction", "floe-orders-expire-snapshots",
+                            "floe-orders-rewrite-manifests"]
+    compaction = jobs["floe-orders-compaction"]
+    assert compaction["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    spec = compaction["spec"]
+    assert (spec["schedule"], spec["concurrencyPolicy"], spec["timeZone"]) == (
+        "*/30 * * * *", "Forbid", "Etc/UTC")
+    assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (1, 3)
+    assert spec["suspend"] is False
+    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == "floe/floe-spark:0.1.0"
+    assert container["command"] == [
+        "/opt/spark/bin/spark-submit", "--master", "local[2]", "--driver-memory", "3g",
+        "--conf", "spark.ui.enabled=false", "/opt/floe/floe_job.py", "maintain",
+        "--config", "/etc/floe/job/job.json", "--action", "compaction"]
+    assert container["resources"] == {"requests": {"cpu": "2", "memory": "4301Mi"},
+                                      "limits": {"memory": "4301Mi"}}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert set(mounts) == {"/etc/floe/job", "/tmp", "/etc/floe/secrets/kafka",
+                           "/etc/floe/secrets/catalog", "/etc/floe/secrets/registry"}
+    config = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
+    assert config.maintenance.target_file_size_bytes == 128 * 2**20
+    assert config.maintenance.orphan_older_than_seconds == 3 * 86_400
+
+    suspended = cron_jobs(Topic.from_body(with_spec(suspend=True)), OperatorSettings())
+    assert all(j["spec"]["suspend"] for j in suspended)
+
+
+def test_only_a_change_the_job_depends_on_restarts_it():
+    settings = OperatorSettings()
+    base = job_fingerprint(Topic.from_body(BODY), settings)
+    maintenance = Topic.from_body(with_spec(maintenance={"compaction": {"schedule": "@daily"}}))
+    assert job_fingerprint(maintenance, settings) == base
+    interval = Topic.from_body(with_spec(commit={"interval": "10s"}))
+    assert job_fingerprint(interval, settings) != base
+    assert spark_application(interval, settings)["metadata"]["annotations"][
+        "floe.dev/job-fingerprint"] == job_fingerprint(interval, settings)

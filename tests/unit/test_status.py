@@ -18,7 +18,8 @@ def test_every_condition_is_present_from_the_first_visit():
     result = status(Observation(generation=1), None)
     assert conditions(result) == {
         "Ready": ("False", "Pending"), "JobRunning": ("False", "Starting"),
-        "TableReady": ("Unknown", "Pending"), "SchemaInSync": ("Unknown", "Pending")}
+        "TableReady": ("Unknown", "Pending"), "SchemaInSync": ("Unknown", "Pending"),
+        "MaintenanceScheduled": ("Unknown", "Pending")}
     assert result["phase"] == "Pending"
     assert all(c["observedGeneration"] == 1 and c["lastTransitionTime"]
                for c in result["conditions"])
@@ -64,3 +65,29 @@ def test_failed_job_degrades_and_an_invalid_spec_fails_with_its_reason():
 
 def test_failover_backoff_doubles_up_to_five_minutes():
     assert [failover_delay(n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
+
+
+def test_maintenance_is_scheduled_with_each_actions_last_run_on_the_status():
+    scheduled = {"compaction": {"schedule": "17 * * * *", "cronJob": "floe-orders-compaction"},
+                 "expire-snapshots": {"schedule": "43 3 * * *",
+                                      "cronJob": "floe-orders-expire-snapshots"}}
+    runs = {"compaction": {"time": "2026-11-22T05:17:00Z", "outcome": "Succeeded",
+                           "rewritten_data_files_count": 12},
+            "remove-orphans": {"outcome": "Failed", "message": "old run of a disabled action"}}
+    result = status(Observation(generation=1, maintenance=scheduled, maintenance_runs=runs), None)
+    assert conditions(result)["MaintenanceScheduled"] == ("True", "Scheduled")
+    assert result["maintenance"]["compaction"]["lastRun"]["rewritten_data_files_count"] == 12
+    assert "lastRun" not in result["maintenance"]["expire-snapshots"]
+    assert "remove-orphans" not in result["maintenance"]
+
+    runs["expire-snapshots"] = {"outcome": "Failed",
+                                "message": "expire-snapshots on a.b failed after 5 attempt(s): x"}
+    failed = status(Observation(generation=1, maintenance=scheduled, maintenance_runs=runs), None)
+    condition = next(c for c in failed["conditions"] if c["type"] == "MaintenanceScheduled")
+    assert (condition["status"], condition["reason"]) == ("True", "LastRunFailed")
+    assert "failed after 5 attempt(s)" in condition["message"]
+
+    none = status(Observation(generation=1, maintenance={}), None)
+    assert conditions(none)["MaintenanceScheduled"] == ("False", "Disabled")
+    suspended = status(Observation(generation=1, suspended=True, maintenance=scheduled), None)
+    assert conditions(suspended)["MaintenanceScheduled"] == ("False", "Suspended")

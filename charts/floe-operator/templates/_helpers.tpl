@@ -59,6 +59,10 @@ release's own. One name per line. */}}
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, update, patch, delete]
+# Table maintenance: one CronJob per enabled action.
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, list, create, update, patch, delete]
 # Only the Secrets a resource references are read: their values stay in memory, and are masked
 # in logs, Events and the status.
 - apiGroups: [""]

@@ -1,0 +1,166 @@
+"""Table maintenance with Iceberg's Spark procedures, safe while the streaming job commits.
+
+``python -m floe_sparkapp maintain --config FILE --action ACTION`` runs one of:
+
+- ``compaction``: ``rewrite_data_files`` to the target file size, only in partitions older than
+  the one being written now (for an unpartitioned table: files older than an hour);
+- ``expire-snapshots``: ``expire_snapshots`` past the retention, but never the newest snapshot
+  written by floe (its summary holds the committed offsets the job restarts from when its
+  checkpoint is lost) nor anything after it;
+- ``remove-orphans``: ``remove_orphan_files`` older than the threshold;
+- ``rewrite-manifests``: ``rewrite_manifests``.
+
+A commit that conflicts with the streaming job's is retried a bounded number of times; each
+run's outcome is recorded on the table as the property ``floe.maintenance.<action>`` (JSON),
+which the operator puts on the resource's status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from .catalog import load_catalog
+from .commit import last_commit
+from .config import JobConfig
+
+log = logging.getLogger("floe.maintenance")
+
+ACTIONS = ("compaction", "expire-snapshots", "remove-orphans", "rewrite-manifests")
+PROPERTY_PREFIX = "floe.maintenance."
+CONFLICTS = ("CommitFailedException", "ValidationException", "CommitStateUnknownException",
+             "Cannot commit", "concurrent")
+
+
+class MaintenanceError(RuntimeError):
+    pass
+
+
+def _utc(ms: int | float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def _sql_timestamp(moment: dt.datetime) -> str:
+    """A Spark timestamp literal (the session's time zone is UTC)."""
+    return f"TIMESTAMP '{moment.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M:%S.%f}'"
+
+
+def writing_since(partitioning: str, now: dt.datetime) -> dt.datetime:
+    """Start of the partition records arrive in now; compaction stays before it."""
+    now = now.astimezone(dt.timezone.utc)
+    if partitioning == "hour":
+        return now.replace(minute=0, second=0, microsecond=0)
+    if partitioning == "day":
+        return now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if partitioning == "month":
+        return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return now - dt.timedelta(hours=1)
+
+
+def _first_row(rows: list[Any]) -> dict[str, Any]:
+    return {k: (int(v) if isinstance(v, int) else v) for k, v in rows[0].asDict().items()} \
+        if rows else {}
+
+
+def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
+    settings = config.maintenance
+    cutoff = writing_since(config.table.partitioning, now)
+    options = {"target-file-size-bytes": settings.target_file_size_bytes,
+               "min-input-files": settings.min_input_files,
+               # Compacting a few small files is still worth it when nothing else is to do.
+               "rewrite-all": "false", "partial-progress.enabled": "true"}
+    option_map = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
+    where = f"kafka.timestamp < {_sql_timestamp(cutoff)}".replace("'", "\\'")
+    rows = spark.sql(f"CALL {_name(config)}.system.rewrite_data_files(table => "
+                     f"'{config.table.identifier}', options => map({option_map}), "
+                     f"where => '{where}')").collect()
+    return {**_first_row(rows), "before": _sql_timestamp(cutoff)}
+
+
+def expire_snapshots(spark: Any, config: JobConfig, table: Any,
+                     now: dt.datetime) -> dict[str, Any]:
+    settings = config.maintenance
+    older_than = now - dt.timedelta(seconds=settings.max_snapshot_age_seconds)
+    newest = last_commit(table, config.writer).snapshot_id
+    if newest is not None:  # keep the newest floe snapshot and everything after it
+        older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))
+    rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
+                     f"'{config.table.identifier}', older_than => {_sql_timestamp(older_than)}, "
+                     f"retain_last => {settings.retain_last})").collect()
+    return {**_first_row(rows), "olderThan": _sql_timestamp(older_than)}
+
+
+def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
+    older_than = now - dt.timedelta(seconds=config.maintenance.orphan_older_than_seconds)
+    rows = spark.sql(f"CALL {_name(config)}.system.remove_orphan_files(table => "
+                     f"'{config.table.identifier}', older_than => {_sql_timestamp(older_than)})"
+                     ).collect()
+    return {"removedFiles": len(rows), "olderThan": _sql_timestamp(older_than)}
+
+
+def rewrite_manifests(spark: Any, config: JobConfig, table: Any,
+                      now: dt.datetime) -> dict[str, Any]:
+    rows = spark.sql(f"CALL {_name(config)}.system.rewrite_manifests("
+                     f"'{config.table.identifier}')").collect()
+    return _first_row(rows)
+
+
+RUNNERS: dict[str, Callable[[Any, JobConfig, Any, dt.datetime], dict[str, Any]]] = {
+    "compaction": compaction, "expire-snapshots": expire_snapshots,
+    "remove-orphans": remove_orphans, "rewrite-manifests": rewrite_manifests,
+}
+
+
+def _name(config: JobConfig) -> str:
+    return config.table.catalog.name
+
+
+def _conflict(error: Exception) -> bool:
+    text = str(error)
+    return any(marker in text for marker in CONFLICTS)
+
+
+def record(config: JobConfig, action: str, outcome: str, details: dict[str, Any]) -> None:
+    """The run's outcome as a table property (a metadata-only commit that cannot conflict)."""
+    table = load_catalog(config.table.catalog).load_table(config.table.identifier)
+    value = json.dumps({"time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "outcome": outcome, **details}, default=str, separators=(",", ":"))
+    with table.transaction() as transaction:
+        transaction.set_properties({PROPERTY_PREFIX + action: value[:4000]})
+
+
+def maintain(config: JobConfig, action: str, spark: Any | None = None,
+             now: dt.datetime | None = None, sleep: Callable[[float], None] = time.sleep
+             ) -> dict[str, Any]:
+    """Runs one action; returns its figures, or raises MaintenanceError after the attempts."""
+    if action not in RUNNERS:
+        raise MaintenanceError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
+    from .job import build_session, spark_catalog_conf
+
+    spark = spark or build_session(config)
+    for key, value in {**spark_catalog_conf(config), "spark.sql.session.timeZone": "UTC"}.items():
+        spark.conf.set(key, value)
+    attempts = config.maintenance.max_attempts
+    for attempt in range(1, attempts + 1):
+        table = load_catalog(config.table.catalog).load_table(config.table.identifier)
+        try:
+            result = RUNNERS[action](spark, config, table,
+                                     now or dt.datetime.now(dt.timezone.utc))
+        except Exception as error:  # noqa: BLE001 - Spark surfaces Iceberg's as Py4J errors
+            first = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
+            if _conflict(error) and attempt < attempts:
+                log.warning("%s: commit conflict on attempt %d/%d, retrying: %s", action, attempt,
+                            attempts, first)
+                sleep(min(30.0, 2.0 * attempt))
+                continue
+            message = (f"{action} on {config.table.identifier} failed after {attempt} "
+                       f"attempt(s): {first}")
+            record(config, action, "Failed", {"attempts": attempt, "message": message})
+            raise MaintenanceError(message) from None
+        record(config, action, "Succeeded", {"attempts": attempt, **result})
+        log.info("%s on %s: %s", action, config.table.identifier, json.dumps(result, default=str))
+        return {"attempts": attempt, **result}
+    raise AssertionError("unreachable")

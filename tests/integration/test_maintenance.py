@@ -1,0 +1,184 @@
+"""Table maintenance against the real stack: the rows never change, the job never notices."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from floe_sparkapp.commit import last_commit
+from floe_sparkapp.job import run, start
+from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
+
+from .jobkit import (
+    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, table_rows,
+    wait_for_rows,
+)
+from .test_job_roundtrip import V1, order
+
+pytestmark = pytest.mark.integration
+
+DAY_MS = 86_400_000
+TWO_DAYS_AGO = int(time.time() * 1000) - 2 * DAY_MS  # a partition nobody writes any more
+
+
+def produce_old(producer: AvroProducer, start_at: int, count: int, at_ms: int = TWO_DAYS_AGO):
+    for i in range(start_at, start_at + count):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
+                      timestamp_ms=at_ms + i)
+    producer.flush()
+
+
+def multiset(rows: list[dict]) -> collections.Counter:
+    """Every row, every column, as a comparable multiset."""
+    return collections.Counter(repr(sorted(row.items())) for row in rows)
+
+
+def data_files(config) -> list[str]:
+    return [task.file.file_path for task in load_table(config).scan().plan_files()]
+
+
+def config_with(stack, tmp_path, topic, **maintenance):
+    config = job_config(stack, tmp_path, topic, max_records=25)
+    return config.model_copy(update={"maintenance": config.maintenance.model_copy(
+        update=maintenance)})
+
+
+@pytest.fixture
+def topic(stack, unique_name):
+    name = f"maint-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, name, partitions=2)
+    return name
+
+
+def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 300)
+    config = config_with(stack, tmp_path, topic, min_input_files=2)
+    run(config, spark, available_now=True, timeout=600)  # 25 records a commit: many small files
+    before_rows, before_files = table_rows(config), data_files(config)
+    assert len(before_files) >= 8
+
+    result = maintain(config, "compaction", spark)
+
+    after_files = data_files(config)
+    assert result["rewritten_data_files_count"] == len(before_files)
+    assert len(after_files) <= 2  # one per Kafka partition's sort range at most
+    assert multiset(table_rows(config)) == multiset(before_rows)
+    recorded = load_table(config).properties[PROPERTY_PREFIX + "compaction"]
+    assert '"outcome":"Succeeded"' in recorded
+    # The job's offsets survive the rewrite: a restart without checkpoint adds nothing.
+    shutil.rmtree(config.checkpoint_location)
+    run(config, spark, available_now=True, timeout=600)
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_compaction_leaves_the_partition_being_written_alone(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 100, at_ms=int(time.time() * 1000))  # today's partition
+    config = config_with(stack, tmp_path, topic, min_input_files=2)
+    run(config, spark, available_now=True, timeout=600)
+    before = sorted(data_files(config))
+
+    result = maintain(config, "compaction", spark)
+
+    assert result["rewritten_data_files_count"] == 0
+    assert sorted(data_files(config)) == before
+
+
+def test_compaction_while_the_job_commits_loses_and_duplicates_nothing(stack, spark, tmp_path,
+                                                                       topic):
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 200)
+    config = config_with(stack, tmp_path, topic, min_input_files=2, max_attempts=10)
+    query = start(config, spark, query_name="streaming_during_compaction")
+    wait_for_rows(config, 50)
+    stop = threading.Event()
+
+    def keep_producing():
+        i = 200
+        while not stop.is_set() and i < 1400:
+            produce_old(producer, i, 40)  # into the partition being compacted
+            i += 40
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=keep_producing)
+    thread.start()
+    try:
+        results = [maintain(config, "compaction", spark) for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    wait_for_rows(config, len(producer.sent), timeout=180)
+    query.stop()
+    assert query.exception() is None
+    assert sum(r["rewritten_data_files_count"] for r in results) > 0
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_aggressive_expiry_keeps_the_offsets_and_exactly_once_survives_a_lost_checkpoint(
+        stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 200)
+    config = config_with(stack, tmp_path, topic, min_input_files=2, retain_last=1,
+                         max_snapshot_age_seconds=60)
+    run(config, spark, available_now=True, timeout=600)
+    maintain(config, "compaction", spark)  # main's head is now a snapshot floe did not write
+    floe_snapshot = last_commit(load_table(config), config.writer).snapshot_id
+    snapshots_before = len(load_table(config).snapshots())
+
+    maintain(config, "expire-snapshots", spark, now=dt.datetime.now(dt.timezone.utc)
+             + dt.timedelta(days=30))
+
+    table = load_table(config)
+    assert len(table.snapshots()) < snapshots_before
+    assert last_commit(table, config.writer).snapshot_id == floe_snapshot
+    shutil.rmtree(config.checkpoint_location)
+    produce_old(producer, 200, 100)
+    run(config, spark, available_now=True, timeout=600)
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_orphan_removal_deletes_only_old_unreferenced_files(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 100)
+    config = config_with(stack, tmp_path, topic)
+    run(config, spark, available_now=True, timeout=600)
+    referenced = data_files(config)
+    data_dir = Path(referenced[0].removeprefix("file:")).parent
+    old_orphan, fresh_orphan = data_dir / "old-orphan.parquet", data_dir / "fresh-orphan.parquet"
+    for orphan in (old_orphan, fresh_orphan):
+        orphan.write_bytes(b"PAR1 left behind by a failed writer PAR1")
+    four_days_ago = time.time() - 4 * 86_400
+    os.utime(old_orphan, (four_days_ago, four_days_ago))
+    rows = table_rows(config)
+
+    result = maintain(config, "remove-orphans", spark)
+
+    assert not old_orphan.exists()
+    assert fresh_orphan.exists()
+    assert result["removedFiles"] >= 1
+    assert all(Path(path.removeprefix("file:")).exists() for path in referenced)
+    assert multiset(table_rows(config)) == multiset(rows)
+
+
+def test_manifest_rewrite_keeps_the_rows(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 150)
+    config = config_with(stack, tmp_path, topic)
+    run(config, spark, available_now=True, timeout=600)
+    rows = table_rows(config)
+    manifests_before = len(load_table(config).current_snapshot().manifests(load_table(config).io))
+
+    result = maintain(config, "rewrite-manifests", spark)
+
+    table = load_table(config)
+    assert result["rewritten_manifests_count"] == manifests_before
+    assert len(table.current_snapshot().manifests(table.io)) < manifests_before
+    assert multiset(table_rows(config)) == multiset(rows)
