@@ -192,4 +192,7 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
             action: {**entry, **({"lastRun": observed.maintenance_runs[action]}
                                  if action in observed.maintenance_runs else {})}
             for action, entry in observed.maintenance.items()}
+        # The status is merge-patched: an action no longer scheduled is removed explicitly.
+        for gone in set((previous or {}).get("maintenance") or {}) - set(observed.maintenance):
+            result["maintenance"][gone] = None
     return result

@@ -89,7 +89,9 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
     assert waited.returncode == 0, waited.stderr
     state = current_status()
     conditions = {c["type"]: c for c in state["conditions"]}
-    assert set(conditions) == {"Ready", "JobRunning", "TableReady", "SchemaInSync"}
+    assert set(conditions) == {"Ready", "JobRunning", "TableReady", "SchemaInSync",
+                               "MaintenanceScheduled"}
+    assert conditions["MaintenanceScheduled"]["status"] == "True"
     assert conditions["Ready"]["status"] == "True"
     assert conditions["SchemaInSync"]["status"] == "True"
     assert state["phase"] == "Running"

@@ -87,6 +87,9 @@ def test_maintenance_is_scheduled_with_each_actions_last_run_on_the_status():
     assert (condition["status"], condition["reason"]) == ("True", "LastRunFailed")
     assert "failed after 5 attempt(s)" in condition["message"]
 
+    disabled = status(Observation(generation=1, maintenance={"compaction": scheduled["compaction"]}),
+                      result)
+    assert disabled["maintenance"]["expire-snapshots"] is None  # removed by the merge patch
     none = status(Observation(generation=1, maintenance={}), None)
     assert conditions(none)["MaintenanceScheduled"] == ("False", "Disabled")
     suspended = status(Observation(generation=1, suspended=True, maintenance=scheduled), None)
