@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "floe.dev"
@@ -185,6 +185,17 @@ class RemoveOrphansSpec(_MaintenanceAction):
     older_than: str = Field("3d", pattern=DURATION, description=(
         "Only unreferenced files older than this are deleted (at least 1h: younger ones may "
         "belong to a commit in flight)."))
+
+
+    @field_validator("older_than")
+    @classmethod
+    def _at_least_an_hour(cls, value: str) -> str:
+        from .render import duration_seconds
+
+        if duration_seconds(value) < 3600:
+            raise ValueError("must be at least 1h: a younger unreferenced file may belong to a "
+                             "commit still in flight")
+        return value
 
 
 class RewriteManifestsSpec(_MaintenanceAction):

@@ -123,3 +123,15 @@ def test_only_a_change_the_job_depends_on_restarts_it():
     assert job_fingerprint(interval, settings) != base
     assert spark_application(interval, settings)["metadata"]["annotations"][
         "floe.dev/job-fingerprint"] == job_fingerprint(interval, settings)
+
+
+def test_orphans_younger_than_an_hour_are_never_a_valid_threshold():
+    from pydantic import ValidationError
+
+    from floe_operator.handlers import _invalid
+
+    with pytest.raises(ValidationError) as invalid:
+        Topic.from_body(with_spec(maintenance={"removeOrphans": {"olderThan": "30m"}}))
+    assert _invalid(invalid.value) == (
+        "spec.maintenance.removeOrphans.olderThan: must be at least 1h: a younger unreferenced "
+        "file may belong to a commit still in flight")
