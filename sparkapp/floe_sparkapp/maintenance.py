@@ -75,7 +75,7 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
     option_map = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
     where = f"kafka.timestamp < {_sql_timestamp(cutoff)}".replace("'", "\\'")
     rows = spark.sql(f"CALL {_name(config)}.system.rewrite_data_files(table => "
-                     f"'{config.table.identifier}', options => map({option_map}), "
+                     f"'{_qualified(config)}', options => map({option_map}), "
                      f"where => '{where}')").collect()
     return {**_first_row(rows), "before": _sql_timestamp(cutoff)}
 
@@ -88,7 +88,7 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
     if newest is not None:  # keep the newest floe snapshot and everything after it
         older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))
     rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
-                     f"'{config.table.identifier}', older_than => {_sql_timestamp(older_than)}, "
+                     f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)}, "
                      f"retain_last => {settings.retain_last})").collect()
     return {**_first_row(rows), "olderThan": _sql_timestamp(older_than)}
 
@@ -96,7 +96,7 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
 def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
     older_than = now - dt.timedelta(seconds=config.maintenance.orphan_older_than_seconds)
     rows = spark.sql(f"CALL {_name(config)}.system.remove_orphan_files(table => "
-                     f"'{config.table.identifier}', older_than => {_sql_timestamp(older_than)})"
+                     f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)})"
                      ).collect()
     return {"removedFiles": len(rows), "olderThan": _sql_timestamp(older_than)}
 
@@ -104,7 +104,7 @@ def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) 
 def rewrite_manifests(spark: Any, config: JobConfig, table: Any,
                       now: dt.datetime) -> dict[str, Any]:
     rows = spark.sql(f"CALL {_name(config)}.system.rewrite_manifests("
-                     f"'{config.table.identifier}')").collect()
+                     f"'{_qualified(config)}')").collect()
     return _first_row(rows)
 
 
@@ -116,6 +116,23 @@ RUNNERS: dict[str, Callable[[Any, JobConfig, Any, dt.datetime], dict[str, Any]]]
 
 def _name(config: JobConfig) -> str:
     return config.table.catalog.name
+
+
+def _qualified(config: JobConfig) -> str:
+    """catalog.namespace.table: a bare namespace.table whose namespace is also a catalog's name
+    would be read as that catalog's table."""
+    return f"{config.table.catalog.name}.{config.table.identifier}"
+
+
+def _reason(error: Exception) -> str:
+    """The line that says what went wrong: for a Java error, its exception line, not Py4J's
+    'An error occurred while calling o47.sql'."""
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        return str(java.toString())[:500]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return next((line for line in lines if "Exception" in line), lines[0] if lines else
+                repr(error))[:500]
 
 
 def _conflict(error: Exception) -> bool:
@@ -150,7 +167,7 @@ def maintain(config: JobConfig, action: str, spark: Any | None = None,
             result = RUNNERS[action](spark, config, table,
                                      now or dt.datetime.now(dt.timezone.utc))
         except Exception as error:  # noqa: BLE001 - Spark surfaces Iceberg's as Py4J errors
-            first = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
+            first = _reason(error)
             if _conflict(error) and attempt < attempts:
                 log.warning("%s: commit conflict on attempt %d/%d, retrying: %s", action, attempt,
                             attempts, first)
