@@ -101,7 +101,7 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
      '"month", "none"' + SKIPPED_RULES + "]"),
     (changed("spec.commit", {"interval": "often"}),
      'spec.commit.interval: Invalid value: "often": spec.commit.interval in body should match '
-     "'^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$'"),
+     "'^([0-9]+(\\.[0-9]+)?(ms|s|m|h|d))+$'"),
     (changed("spec.table.identifier", "orders"),
      'spec.table.identifier: Invalid value: "orders": spec.table.identifier in body should '
      "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
