@@ -197,11 +197,12 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
 def _ensure_maintenance(topic: render.Topic, observed: Observation, logger: Any) -> None:
     """One CronJob per enabled action; those of disabled actions are removed."""
     desired = render.cron_jobs(topic, settings())
+    existing = kube.cron_jobs(topic.namespace, f"{GROUP}/topic={topic.name},"
+                                               "app.kubernetes.io/name=floe-maintenance")
     for cron_job in desired:
-        kube.apply_cron_job(cron_job)
+        kube.apply_cron_job(cron_job, existing)
     wanted = {c["metadata"]["name"] for c in desired}
-    for name in kube.cron_job_names(topic.namespace, f"{GROUP}/topic={topic.name},"
-                                                     "app.kubernetes.io/name=floe-maintenance"):
+    for name in existing:
         if name not in wanted:
             kube.delete_cron_job(topic.namespace, name)
             logger.info("maintenance: removed CronJob %s", name)
@@ -212,9 +213,10 @@ def _ensure_maintenance(topic: render.Topic, observed: Observation, logger: Any)
 
 
 def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
-                      observed: Observation) -> None:
+                      observed: Observation, previous: dict[str, Any]) -> None:
+    seen = (previous.get("table") or {}).get("snapshotId")
     try:
-        table = observe.table_state(topic, catalog_config)
+        table = observe.table_state(topic, catalog_config, int(seen) if seen else None)
     except Exception as error:  # noqa: BLE001 - reported on the status
         observed.table_error = observed.table_error or f"{type(error).__name__}: {error}"[:500]
         return
@@ -224,6 +226,7 @@ def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
     observed.schema_id = table.schema_id
     observed.vtts_ms = table.vtts_ms
     observed.maintenance_runs = table.maintenance_runs
+    observed.extra["newCommits"] = table.new_commits
     observed.now_ms = observe.now_ms()
     try:
         observed.offsets = observe.as_status_offsets(table.offsets, observe.end_offsets(topic))
@@ -256,7 +259,8 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
     _ensure_table(topic, catalog_config, observed, logger, approved)
     _ensure_job(topic, observed, previous, logger, body)
     _ensure_maintenance(topic, observed, logger)
-    _observe_progress(topic, catalog_config, observed)
+    _observe_progress(topic, catalog_config, observed, previous)
+    metrics.record_commits(topic.namespace, topic.name, observed.extra.get("newCommits", 0))
     patch.status.update(redact.redact_all(status(observed, previous)))
 
 

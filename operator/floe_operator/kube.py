@@ -7,7 +7,10 @@ of missing objects answer None, and API trouble becomes ``kopf.TemporaryError``.
 from __future__ import annotations
 
 import base64
+import copy
 import functools
+import hashlib
+import json
 from typing import Any
 
 import kopf
@@ -16,18 +19,36 @@ from kubernetes.client.rest import ApiException
 
 from . import redact
 from .render import SPARK_API
+from .resource import GROUP, PLURAL, VERSION
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 SPARK_PLURAL = "sparkapplications"
 
 
+_connected: client.ApiClient | None = None
+
+
+def connect(config_file: str | None = None, context: str | None = None) -> str | None:
+    """Uses a kubeconfig (default: $KUBECONFIG or ~/.kube/config) instead of the in-cluster
+    identity; returns the context's namespace, if it names one (for the ``floe`` command)."""
+    global _connected
+    _connected = config.new_client_from_config(config_file=config_file, context=context)
+    contexts, active = config.list_kube_config_contexts(config_file=config_file)
+    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+    return (chosen.get("context") or {}).get("namespace")
+
+
 @functools.lru_cache(maxsize=1)
-def _api() -> client.ApiClient:
+def _default_api() -> client.ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
     return client.ApiClient()
+
+
+def _api() -> client.ApiClient:
+    return _connected or _default_api()
 
 
 def core() -> client.CoreV1Api:
@@ -42,13 +63,35 @@ def _temporary(what: str, error: ApiException) -> kopf.TemporaryError:
     return kopf.TemporaryError(f"{what}: {error.status} {error.reason}", delay=10)
 
 
+APPLIED = f"{GROUP}/applied-hash"
+
+
+def _stamped(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A copy of the body annotated with a hash of itself, by which a later apply of the same
+    body is seen to change nothing and is skipped (no write, no watch event)."""
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    body = copy.deepcopy(body)
+    body["metadata"].setdefault("annotations", {})[APPLIED] = digest
+    return body, digest
+
+
 def apply_config_map(body: dict[str, Any]) -> None:
+    body, digest = _stamped(body)
     meta = body["metadata"]
     try:
-        core().create_namespaced_config_map(meta["namespace"], body)
+        existing = core().read_namespaced_config_map(meta["name"], meta["namespace"])
+    except ApiException as error:
+        if error.status != 404:
+            raise _temporary(f"reading ConfigMap {meta['name']}", error) from None
+        existing = None
+    try:
+        if existing is None:
+            core().create_namespaced_config_map(meta["namespace"], body)
+        elif (existing.metadata.annotations or {}).get(APPLIED) != digest:
+            core().replace_namespaced_config_map(meta["name"], meta["namespace"], body)
     except ApiException as error:
         if error.status != 409:
-            raise _temporary(f"creating ConfigMap {meta['name']}", error) from None
+            raise _temporary(f"applying ConfigMap {meta['name']}", error) from None
         core().replace_namespaced_config_map(meta["name"], meta["namespace"], body)
 
 
@@ -101,8 +144,12 @@ def batch() -> client.BatchV1Api:
     return client.BatchV1Api(_api())
 
 
-def apply_cron_job(body: dict[str, Any]) -> None:
+def apply_cron_job(body: dict[str, Any], applied: dict[str, str]) -> None:
+    """Creates or replaces a CronJob; ``applied`` maps the existing ones to their hashes."""
+    body, digest = _stamped(body)
     meta = body["metadata"]
+    if applied.get(meta["name"]) == digest:
+        return
     try:
         batch().create_namespaced_cron_job(meta["namespace"], body)
     except ApiException as error:
@@ -114,12 +161,14 @@ def apply_cron_job(body: dict[str, Any]) -> None:
             raise _temporary(f"updating CronJob {meta['name']}", replace_error) from None
 
 
-def cron_job_names(namespace: str, selector: str) -> list[str]:
+def cron_jobs(namespace: str, selector: str) -> dict[str, str]:
+    """The CronJobs matching the selector, each with the hash it was applied with."""
     try:
         found = batch().list_namespaced_cron_job(namespace, label_selector=selector)
     except ApiException as error:
         raise _temporary("listing CronJobs", error) from None
-    return [item.metadata.name for item in found.items]
+    return {item.metadata.name: (item.metadata.annotations or {}).get(APPLIED, "")
+            for item in found.items}
 
 
 def delete_cron_job(namespace: str, name: str) -> None:
@@ -128,3 +177,22 @@ def delete_cron_job(namespace: str, name: str) -> None:
     except ApiException as error:
         if error.status != 404:
             raise _temporary(f"deleting CronJob {name}", error) from None
+
+
+def list_topics(namespace: str | None) -> list[dict[str, Any]]:
+    """The KafkaIcebergTopics of a namespace (all namespaces when None), sorted by name."""
+    if namespace is None:
+        found = custom().list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    else:
+        found = custom().list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    return sorted(found["items"], key=lambda item: (item["metadata"].get("namespace", ""),
+                                                    item["metadata"]["name"]))
+
+
+def get_topic(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise

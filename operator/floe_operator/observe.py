@@ -7,12 +7,14 @@ credentials from the resource's Secret references (read into memory, never writt
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.commit import last_commit
+from floe_sparkapp.commit import commits_since, last_commit
 from floe_sparkapp.config import CatalogConfig
 from floe_sparkapp.librdkafka import librdkafka_settings
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
@@ -30,6 +32,7 @@ class TableState:
     offsets: dict[int, int] = field(default_factory=dict)
     vtts_ms: int | None = None
     maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    new_commits: int = 0  # floe commits since the snapshot the previous visit saw
 
 
 def catalog_config(topic: Topic) -> CatalogConfig:
@@ -51,7 +54,8 @@ def kafka_settings(topic: Topic) -> dict[str, str]:
     return librdkafka_settings(settings)
 
 
-def table_state(topic: Topic, catalog: CatalogConfig) -> TableState:
+def table_state(topic: Topic, catalog: CatalogConfig,
+                seen_snapshot_id: int | None = None) -> TableState:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -64,7 +68,9 @@ def table_state(topic: Topic, catalog: CatalogConfig) -> TableState:
         exists=True, snapshot_id=committed.snapshot_id,
         committed_at_ms=snapshot.timestamp_ms if snapshot else None,
         schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts,
-        maintenance_runs=maintenance_runs(table.properties))
+        maintenance_runs=maintenance_runs(table.properties),
+        new_commits=(commits_since(table, topic.writer, seen_snapshot_id)
+                     if committed.snapshot_id != seen_snapshot_id else 0))
 
 
 def maintenance_runs(properties: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -79,20 +85,60 @@ def maintenance_runs(properties: dict[str, str]) -> dict[str, dict[str, Any]]:
     return runs
 
 
+class _Consumers:
+    """One Kafka client per distinct set of client settings, kept across visits: opening a
+    client per visit costs a connection and a metadata round trip for every resource every
+    refresh. At most ``size`` are kept (the least recently used is closed)."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self.lock = threading.Lock()
+        self.clients: OrderedDict[str, tuple[Any, threading.Lock]] = OrderedDict()
+
+    def get(self, settings: dict[str, str]) -> tuple[Any, threading.Lock]:
+        from confluent_kafka import Consumer
+
+        key = json.dumps(settings, sort_keys=True)
+        with self.lock:
+            if key in self.clients:
+                self.clients.move_to_end(key)
+                return self.clients[key]
+            entry = (Consumer({**settings, "group.id": "floe-operator",
+                               "enable.auto.commit": False}), threading.Lock())
+            self.clients[key] = entry
+            while len(self.clients) > self.size:
+                old, old_lock = self.clients.popitem(last=False)[1]
+                with old_lock:
+                    old.close()
+            return entry
+
+    def drop(self, settings: dict[str, str]) -> None:
+        with self.lock:
+            entry = self.clients.pop(json.dumps(settings, sort_keys=True), None)
+        if entry is not None:
+            with entry[1]:
+                entry[0].close()
+
+
+_consumers = _Consumers()
+
+
 def end_offsets(topic: Topic, timeout: float = 10) -> dict[int, int]:
     """The next offset Kafka would assign, per partition (the latest offsets)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer({**kafka_settings(topic), "group.id": f"floe-operator-{topic.writer}",
-                         "enable.auto.commit": False})
+    settings = kafka_settings(topic)
+    consumer, lock = _consumers.get(settings)
     try:
-        metadata = consumer.list_topics(topic.spec.kafka.topic, timeout=timeout)
-        partitions = metadata.topics[topic.spec.kafka.topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic.spec.kafka.topic, p),
-                                                  timeout=timeout)[1]
-                for p in sorted(partitions)}
-    finally:
-        consumer.close()
+        with lock:
+            metadata = consumer.list_topics(topic.spec.kafka.topic, timeout=timeout)
+            partitions = metadata.topics[topic.spec.kafka.topic].partitions
+            return {p: consumer.get_watermark_offsets(TopicPartition(topic.spec.kafka.topic, p),
+                                                      timeout=timeout)[1]
+                    for p in sorted(partitions)}
+    except Exception:
+        _consumers.drop(settings)  # a broken client is not reused
+        raise
 
 
 def now_ms() -> int:

@@ -70,6 +70,23 @@ def last_commit(table: Any, writer: str) -> Committed:
     return Committed()
 
 
+def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
+                  limit: int = 10_000) -> int:
+    """How many snapshots of ``writer`` ``main`` gained after ``since_snapshot_id`` (all of
+    them, up to ``limit``, when that snapshot is not in the ancestry, e.g. expired or None)."""
+    count, walked = 0, 0
+    snapshot = table.current_snapshot()
+    while snapshot is not None and walked < limit and snapshot.snapshot_id != since_snapshot_id:
+        summary = snapshot.summary
+        if summary is not None and summary.get(WRITER) == writer:
+            count += 1
+        walked += 1
+        if snapshot.parent_snapshot_id is None:
+            break
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    return count
+
+
 def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict[int, int]:
     merged = dict(committed)
     for partition, offset in batch_next.items():

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -111,6 +114,13 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
     assert f"floe_topic_ready{series} 1.0" in scraped
     assert f"floe_topic_lag_records{series} 0.0" in scraped
     assert f"floe_reconcile_duration_seconds_count{series}" in scraped
+    commits = re.search(rf"^floe_topic_commits_total{re.escape(series)} (\S+)$", scraped, re.M)
+    assert commits and float(commits.group(1)) >= 1, scraped
+    shown = subprocess.run([str(Path(sys.executable).parent / "floe"), "status", "-n", namespace],
+                           capture_output=True, text=True, check=True).stdout
+    line = shown.splitlines()[1].split()
+    assert line[:4] == ["orders", "True", "Running", "0"]
+    assert line[5:7] == [state["table"]["snapshotId"], "v1"]  # line[4] is the freshness, moving
 
 
 def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, namespace, tmp_path,

@@ -1,0 +1,154 @@
+"""What ``floe status`` prints: pure functions from KafkaIcebergTopic objects to text.
+
+The figures are the ones the operator wrote on each resource's status; nothing here asks
+Kafka or the catalog, so the command needs no more than read access to the resources.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+NONE = "-"
+
+
+def duration(seconds: float | int | None) -> str:
+    """kubectl's short form: 42s, 5m3s, 2h1m, 3d4h."""
+    if seconds is None:
+        return NONE
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes}m{rest}s" if rest and minutes < 10 else f"{minutes}m"
+    if seconds < 86400:
+        hours, rest = divmod(seconds, 3600)
+        return f"{hours}h{rest // 60}m" if rest // 60 and hours < 10 else f"{hours}h"
+    days, rest = divmod(seconds, 86400)
+    return f"{days}d{rest // 3600}h" if rest // 3600 and days < 10 else f"{days}d"
+
+
+def _since(timestamp: str | None, now: dt.datetime) -> str:
+    if not timestamp:
+        return NONE
+    then = dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return duration((now - then).total_seconds())
+
+
+def _conditions(item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
+
+
+def _schema(status: dict[str, Any], conditions: dict[str, dict[str, Any]]) -> str:
+    version = (status.get("table") or {}).get("registryVersion")
+    if version is None:
+        return NONE
+    in_sync = conditions.get("SchemaInSync", {}).get("status")
+    return f"v{version}" if in_sync != "False" else f"v{version} (awaiting approval)"
+
+
+def summary_row(item: dict[str, Any], now: dt.datetime) -> dict[str, str]:
+    """One topic's line: Ready, phase, lag, freshness, snapshot, schema version, age."""
+    status = item.get("status") or {}
+    conditions = _conditions(item)
+    meta = item["metadata"]
+    generation, observed = meta.get("generation"), status.get("observedGeneration")
+    phase = status.get("phase") or NONE
+    if status and observed is not None and generation is not None and observed < generation:
+        phase += " (updating)"
+    lag = (status.get("offsets") or {}).get("lag")
+    return {
+        "NAMESPACE": meta.get("namespace", ""),
+        "NAME": meta["name"],
+        "READY": conditions.get("Ready", {}).get("status", NONE),
+        "PHASE": phase,
+        "LAG": NONE if lag is None else str(lag),
+        "FRESHNESS": duration(status.get("freshnessSeconds")),
+        "SNAPSHOT": (status.get("table") or {}).get("snapshotId") or NONE,
+        "SCHEMA": _schema(status, conditions),
+        "AGE": _since(meta.get("creationTimestamp"), now),
+    }
+
+
+def table(rows: list[dict[str, str]], columns: list[str]) -> str:
+    """Left-aligned columns separated by three spaces, as kubectl prints them."""
+    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
+    lines = ["   ".join(c.ljust(widths[c]) for c in columns).rstrip()]
+    lines += ["   ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+SUMMARY_COLUMNS = ["NAME", "READY", "PHASE", "LAG", "FRESHNESS", "SNAPSHOT", "SCHEMA", "AGE"]
+
+
+def summary(items: list[dict[str, Any]], now: dt.datetime, all_namespaces: bool) -> str:
+    columns = (["NAMESPACE"] if all_namespaces else []) + SUMMARY_COLUMNS
+    return table([summary_row(item, now) for item in items], columns)
+
+
+def details(item: dict[str, Any], now: dt.datetime) -> str:
+    """Everything the status says about one topic, conditions included."""
+    meta, spec = item["metadata"], item.get("spec") or {}
+    status = item.get("status") or {}
+    row = summary_row(item, now)
+    kafka, table_spec = spec.get("kafka") or {}, spec.get("table") or {}
+    catalog = table_spec.get("catalog") or {}
+    lines = [
+        f"Name:        {meta['name']}",
+        f"Namespace:   {meta.get('namespace', '')}",
+        f"Topic:       {kafka.get('topic', NONE)} ({kafka.get('bootstrapServers', NONE)})",
+        f"Table:       {table_spec.get('identifier', NONE)} "
+        f"(catalog {catalog.get('name', 'floe')}, {catalog.get('type', 'sql')})",
+        f"Ready:       {row['READY']}",
+        f"Phase:       {row['PHASE']} (generation {meta.get('generation', NONE)}, "
+        f"observed {status.get('observedGeneration', NONE)})",
+    ]
+    app = status.get("sparkApplication") or {}
+    if app:
+        lines.append(f"Job:         SparkApplication {app.get('name')} {app.get('state') or NONE}, "
+                     f"attempts {app.get('attempts', 0)}, failovers {app.get('failovers', 0)}")
+        if app.get("lastFailure"):
+            lines.append(f"Last failure: {app['lastFailure'].splitlines()[0][:200]}")
+    table_status = status.get("table") or {}
+    if table_status:
+        lines.append(f"Snapshot:    {table_status.get('snapshotId', NONE)}, committed "
+                     f"{table_status.get('committedAt', NONE)}")
+        lines.append(f"Schema:      table schema {table_status.get('schemaId', NONE)}, "
+                     f"registry {row['SCHEMA']}")
+    lines.append(f"Freshness:   {row['FRESHNESS']}")
+    lines.append(f"Lag:         {row['LAG']}")
+    offsets = status.get("offsets") or {}
+    if offsets.get("latest") or offsets.get("committed"):
+        committed, latest = offsets.get("committed") or {}, offsets.get("latest") or {}
+        partitions = sorted(set(committed) | set(latest), key=int)
+        rows = [{"PARTITION": p, "COMMITTED": str(committed.get(p, 0)),
+                 "LATEST": str(latest[p]) if p in latest else NONE,
+                 "LAG": str(max(0, latest[p] - committed.get(p, 0))) if p in latest else NONE}
+                for p in partitions]
+        lines.append("Offsets:")
+        lines += ["  " + line for line in
+                  table(rows, ["PARTITION", "COMMITTED", "LATEST", "LAG"]).splitlines()]
+    conditions = status.get("conditions") or []
+    lines.append("Conditions:")
+    if conditions:
+        rows = [{"TYPE": c.get("type", ""), "STATUS": c.get("status", ""),
+                 "REASON": c.get("reason", ""),
+                 "SINCE": _since(c.get("lastTransitionTime"), now),
+                 "MESSAGE": (c.get("message") or "").replace("\n", " ")} for c in conditions]
+        lines += ["  " + line for line in
+                  table(rows, ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]).splitlines()]
+    else:
+        lines.append("  none yet: the operator has not visited this resource")
+    maintenance = status.get("maintenance") or {}
+    if maintenance:
+        rows = []
+        for action, entry in sorted(maintenance.items()):
+            run = (entry or {}).get("lastRun") or {}
+            rows.append({"ACTION": action, "SCHEDULE": (entry or {}).get("schedule", NONE),
+                         "LAST RUN": run.get("outcome", NONE),
+                         "AT": run.get("time", NONE)})
+        lines.append("Maintenance:")
+        lines += ["  " + line for line in
+                  table(rows, ["ACTION", "SCHEDULE", "LAST RUN", "AT"]).splitlines()]
+    return "\n".join(lines) + "\n"
