@@ -151,6 +151,7 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
             for p in partitions}
     consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in partitions])
     parsed = fastavro.parse_schema(workload.schema_for(args.size))
+    value_schema = workload.arrow_schema(args.size)
     writer = None
     done = {p for p, end in ends.items() if end == 0}
     rows = 0
@@ -161,7 +162,7 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
             continue
         values = [fastavro.schemaless_reader(io.BytesIO(m.value()[5:]), parsed)
                   for m in messages]
-        batch = pa.Table.from_pylist(values)
+        batch = pa.Table.from_pylist(values, schema=value_schema)
         batch = (batch.append_column("kafka_partition", pa.array([m.partition() for m in messages],
                                                                  pa.int32()))
                  .append_column("kafka_offset", pa.array([m.offset() for m in messages], pa.int64()))

@@ -59,9 +59,10 @@ def consume(mode: str, topic: str, work: Path, env: dict[str, str], **options: A
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{mode} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT "):])
-    result["rows_per_second"] = round(result["rows"] / result["seconds"])
-    log(f"{mode} on {topic}: {result['rows']} rows in {result['seconds']:.1f}s = "
-        f"{result['rows_per_second']:,} rows/s")
+    if "seconds" in result:
+        result["rows_per_second"] = round(result["rows"] / result["seconds"])
+        log(f"{mode} on {topic}: {result['rows']} rows in {result['seconds']:.1f}s = "
+            f"{result['rows_per_second']:,} rows/s")
     return result
 
 

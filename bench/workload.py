@@ -55,6 +55,18 @@ def order(i: int, size: int, rng: random.Random) -> dict[str, Any]:
     return value
 
 
+def arrow_schema(size: int):
+    """The decoded value as Arrow columns (what the Python baseline writes to Parquet)."""
+    import pyarrow as pa
+
+    fields = [("id", pa.int64()), ("customer", pa.string()), ("item", pa.string()),
+              ("quantity", pa.int32()), ("price", pa.float64()), ("status", pa.string()),
+              ("at", pa.timestamp("ms", tz="UTC")), ("note", pa.string())]
+    if size > 200:
+        fields += [("description", pa.string()), ("attributes", pa.map_(pa.string(), pa.string()))]
+    return pa.schema(fields)
+
+
 def register(registry_url: str, subject: str, schema: dict[str, Any]) -> int:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
