@@ -271,7 +271,7 @@ def on_change(**kwargs: Any) -> None:
     reconcile(**kwargs)
 
 
-@kopf.timer(*RESOURCE, interval=10, initial_delay=5, idle=0)
+@kopf.timer(*RESOURCE, interval=settings().refresh_seconds, initial_delay=5, idle=0)
 def refresh(**kwargs: Any) -> None:
     reconcile(**kwargs)
 

@@ -28,5 +28,9 @@ class OperatorSettings(BaseSettings):
     peering_lifetime: int = Field(
         60, ge=10, description="Seconds after which a silent replica counts as dead and a "
                                "paused one takes over.")
+    refresh_seconds: float = Field(
+        10, ge=1, le=3600, description="Seconds between two refreshes of a resource's status "
+                                       "from its table and Kafka (each costs a catalog read, a "
+                                       "Kafka offsets request and a few API requests).")
     metrics_port: int = Field(9090, ge=0, le=65535,
                               description="Port of the Prometheus /metrics endpoint (0: off).")
