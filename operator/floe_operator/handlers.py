@@ -261,7 +261,24 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
     _ensure_maintenance(topic, observed, logger)
     _observe_progress(topic, catalog_config, observed, previous)
     metrics.record_commits(topic.namespace, topic.name, observed.extra.get("newCommits", 0))
-    patch.status.update(redact.redact_all(status(observed, previous)))
+    current = redact.redact_all(status(observed, previous))
+    _post_transitions(body, previous, current)
+    patch.status.update(current)
+
+
+EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync")
+
+
+def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, Any]) -> None:
+    """An Event for each condition whose status changed (not on the first visit, when they all
+    appear): what a user watching ``kubectl describe kit`` or an alerting tool wants to see."""
+    before = {c.get("type"): c.get("status") for c in previous.get("conditions") or []}
+    for condition in current.get("conditions") or []:
+        kind, now = condition["type"], condition["status"]
+        if kind in EVENT_CONDITIONS and before.get(kind) not in (None, now):
+            post = kopf.info if now == "True" else kopf.warn
+            post(body, reason=condition["reason"],
+                 message=f"{kind} is {now} (was {before[kind]}): {condition['message']}"[:1000])
 
 
 @kopf.on.create(*RESOURCE)

@@ -121,6 +121,12 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
     line = shown.splitlines()[1].split()
     assert line[:4] == ["orders", "True", "Running", "0"]
     assert line[5:7] == [state["table"]["snapshotId"], "v1"]  # line[4] is the freshness, moving
+    events = client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=orders").items
+    became_ready = [e for e in events if e.reason == "Landing"]
+    assert became_ready and became_ready[0].type == "Normal", [
+        (e.reason, e.message) for e in events]
+    assert became_ready[0].message.startswith("Ready is True (was False): ")
 
 
 def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, namespace, tmp_path,
