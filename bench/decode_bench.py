@@ -24,18 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-SCHEMA = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "customer", "type": "string"},
-    {"name": "item", "type": "string"},
-    {"name": "quantity", "type": "int"},
-    {"name": "price", "type": "double"},
-    {"name": "status", "type": {"type": "enum", "name": "Status",
-                                "symbols": ["NEW", "PAID", "SHIPPED"]}},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "note", "type": ["null", "string"], "default": None},
-]}
+from workload import SMALL as SCHEMA  # noqa: E402 - the benchmarks' ~100-byte order records
+
 SCHEMA_ID = 1
 
 
