@@ -112,6 +112,8 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
                            selected_fields=("value_error",)).to_arrow().num_rows
     return {"rows": rows, "seconds": seconds, "undecodable": undecoded,
             "batches": len(batches.batches),
+            "stats_seconds": sum(b["stats_seconds"] for b in batches.batches),
+            "write_seconds": sum(b["write_seconds"] for b in batches.batches),
             "commit_seconds": sum(b["commit_seconds"] for b in batches.batches),
             "batch_seconds": sum(b["seconds"] for b in batches.batches),
             "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
@@ -250,6 +252,8 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
             "data_files_per_hour": data_files / producing_seconds * 3600,
             "batch_seconds_mean": float(np.mean([b["seconds"] for b in written])),
             "batch_seconds_p99": float(np.percentile([b["seconds"] for b in written], 99)),
+            "stats_seconds_mean": float(np.mean([b["stats_seconds"] for b in written])),
+            "write_seconds_mean": float(np.mean([b["write_seconds"] for b in written])),
             "commit_seconds_mean": float(np.mean([b["commit_seconds"] for b in written])),
             "commit_over_batch": (sum(b["commit_seconds"] for b in written)
                                   / sum(b["seconds"] for b in written)),

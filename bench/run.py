@@ -91,6 +91,9 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
             "floe_commit_over_batch": round(runs["floe-avro"]["commit_seconds"]
                                             / runs["floe-avro"]["batch_seconds"], 3),
             "floe_batches": runs["floe-avro"]["batches"],
+            "floe_seconds": {part: round(runs["floe-avro"][f"{part}_seconds"], 1)
+                             for part in ("stats", "write", "commit", "batch")},
+            "floe_wall_seconds": round(runs["floe-avro"]["seconds"], 1),
             "driver_peak_rss_mib": {mode: round((runs[mode].get("peak_rss_jvm", 0)
                                                  + runs[mode]["peak_rss_python"]) / 2**20)
                                     for mode in CONSUMERS},

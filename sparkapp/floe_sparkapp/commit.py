@@ -130,11 +130,17 @@ class BranchCommitter:
     def table_ref(self) -> str:
         return f"{self.catalog_name}.{self.identifier}"
 
-    def commit(self, rows: Any, base_snapshot_id: int, properties: dict[str, str]) -> None:
+    def commit(self, rows: Any, base_snapshot_id: int,
+               properties: dict[str, str]) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` and moves ``main`` there, or raises
-        CommitConflict when ``main`` is no longer at ``base_snapshot_id``."""
+        CommitConflict when ``main`` is no longer at ``base_snapshot_id``.
+
+        Returns the seconds spent writing the data files (``write_seconds``: the Spark job) and
+        in the catalog (``commit_seconds``: branch, fast-forward, drop)."""
         branch = f"floe_{uuid.uuid4().hex[:16]}"
         created = False
+        started = time.monotonic()
+        write_seconds = 0.0
         try:
             self._sql(f"ALTER TABLE {self.table_ref} CREATE BRANCH `{branch}` "
                       f"AS OF VERSION {base_snapshot_id}")
@@ -142,7 +148,9 @@ class BranchCommitter:
             writer = rows.writeTo(f"{self.table_ref}.branch_{branch}")
             for key, value in properties.items():
                 writer = writer.option(f"snapshot-property.{key}", value)
+            write_started = time.monotonic()
             writer.append()
+            write_seconds = time.monotonic() - write_started
             self._sql(f"CALL {self.catalog_name}.system.fast_forward("
                       f"table => '{self.table_ref}', branch => 'main', to => '{branch}')")
         except Exception as error:  # py4j or analysis errors carry Iceberg's message
@@ -152,6 +160,8 @@ class BranchCommitter:
         finally:
             if created:
                 self._drop(branch)
+        return {"write_seconds": write_seconds,
+                "commit_seconds": time.monotonic() - started - write_seconds}
 
     def _drop(self, branch: str) -> None:
         for _ in range(5):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
@@ -170,6 +171,7 @@ class BatchWriter:
     registry: Registry | None
     committer: BranchCommitter = field(init=False)
     plans: dict[int, WriterPlan] = field(default_factory=dict)
+    _group: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -204,18 +206,17 @@ class BatchWriter:
         return WriterPlan(schema_id, schema=found.schema,
                           recursive_fields=mapped.recursive_fields)
 
-    def _decode(self, fresh: DataFrame, table: Any) -> DataFrame:
+    def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int]) -> DataFrame:
+        """Table rows from Kafka rows; ``schema_ids`` are the writer schema ids in the batch."""
         fmt = self.config.value.format
         if fmt == "raw":
             return table_rows(decode_raw(fresh), has_value=False)
         value_type = self.spark.table(self.table_name).schema["value"].dataType
         if fmt == "json":
             return table_rows(decode_json(fresh, value_type), has_value=True)
-        framed = frame(fresh)
-        ids = [r[0] for r in framed.select("_schema_id").distinct().collect() if r[0] is not None]
         changed = False
         plans = {}
-        for schema_id in ids:
+        for schema_id in schema_ids:
             plan = self.plans.get(schema_id)
             if plan is None:
                 before = table.schema().schema_id
@@ -227,7 +228,7 @@ class BatchWriter:
             plans[schema_id] = plan
         if changed:  # plans made against the older schema still decode; the projection changed
             value_type = self.spark.table(self.table_name).schema["value"].dataType
-        return table_rows(decode_avro(framed, plans, value_type), has_value=True)
+        return table_rows(decode_avro(frame(fresh), plans, value_type), has_value=True)
 
     def _dead_letters(self, bad: DataFrame) -> None:
         """Sends undecodable rows to the dead-letter topic, with why and where from."""
@@ -257,35 +258,81 @@ class BatchWriter:
         from confluent_kafka import TopicPartition
 
         try:
-            consumer = _consumer(self.config)
-            try:
-                consumer.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
-                                         for p, o in sorted(offsets.items())], asynchronous=False)
-            finally:
-                consumer.close()
+            if self._group is None:  # one consumer for the job's life: joining costs a round trip
+                self._group = _consumer(self.config)
+            self._group.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
+                                        for p, o in sorted(offsets.items())], asynchronous=False)
         except Exception as error:  # lag tooling only; the table holds the truth
             log.warning("could not commit offsets to consumer group %s: %s",
                         self.config.consumer_group, error)
+            self._close_group()
+
+    def _close_group(self) -> None:
+        if self._group is not None:
+            group, self._group = self._group, None
+            try:
+                group.close()
+            except Exception:  # already broken; a new one is made for the next batch
+                pass
+
+    def _stats(self, batch: DataFrame) -> list[Any]:
+        """Per Kafka partition: last offset, newest timestamp, rows, bytes and (Avro) the writer
+        schema ids, in one pass over the batch."""
+        aggregates = [F.max("offset").alias("last"), F.max("timestamp").alias("latest"),
+                      F.count(F.lit(1)).alias("rows"),
+                      F.sum(F.coalesce(F.length("key"), F.lit(0))
+                            + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
+        if self.config.value.format == "avro":
+            batch = frame(batch)
+            aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))
+        return batch.groupBy("partition").agg(*aggregates).collect()
+
+    def _write(self, rows: DataFrame, base: int, props: dict[str, str],
+               outcome: dict[str, Any]) -> None:
+        """Commits ``rows``; counts them and the undecodable ones in the same pass as the write
+        (an observation), except when a dead-letter topic needs them first (once per batch,
+        even when the commit is retried)."""
+        dead_letter = self.config.dead_letter is not None and not outcome.get("dead_lettered")
+        if dead_letter:
+            rows = rows.persist()
+        try:
+            errors = None
+            if dead_letter:
+                bad = rows.filter(_undecodable(rows))
+                errors = bad.count()
+                if errors:
+                    self._dead_letters(bad)
+                    outcome["dead_letters"] = errors
+                outcome["dead_lettered"] = True
+            observation = Observation(f"floe_{uuid.uuid4().hex}")
+            observed = rows.observe(
+                observation, F.count(F.lit(1)).alias("rows"),
+                F.coalesce(F.sum(F.when(_undecodable(rows), 1).otherwise(0)),
+                           F.lit(0)).alias("errors"))
+            outcome.update(self.committer.commit(observed, base, props))
+            counted = observation.get
+            outcome["written"] = int(counted["rows"])
+            outcome["errors"] = int(counted["errors"]) if errors is None else errors
+        finally:
+            if dead_letter:
+                rows.unpersist()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         batch = batch.persist()
         try:
-            stats = batch.groupBy("partition").agg(
-                F.max("offset").alias("last"), F.max("timestamp").alias("latest"),
-                F.count(F.lit(1)).alias("rows"),
-                F.sum(F.coalesce(F.length("key"), F.lit(0))
-                      + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")).collect()
+            stats = self._stats(batch)
             if not stats:
                 return
+            stats_seconds = time.monotonic() - started
             batch_next = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
             vtts = min(int(r["latest"].timestamp() * 1000) for r in stats)
+            schema_ids = sorted({i for r in stats for i in (r["schema_ids"] or [])}
+                                if "schema_ids" in stats[0] else set())
             outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
-                                       "commit_seconds": 0.0}
-            dead_lettered = False
+                                       "write_seconds": 0.0, "commit_seconds": 0.0}
 
             def attempt() -> None:
-                nonlocal dead_lettered
                 table = self.catalog.load_table(self.config.table.identifier)
                 base = table.current_snapshot().snapshot_id  # offsets below are read from here
                 committed = last_commit(table, self.config.writer)
@@ -298,24 +345,10 @@ class BatchWriter:
                     log.info("batch %d of %s: already committed in snapshot %s", batch_id,
                              self.config.writer, committed.snapshot_id)
                     return
-                rows = self._decode(fresh, table).persist()
-                try:
-                    bad = rows.filter(_undecodable(rows))
-                    errors = bad.count()
-                    if not dead_lettered and self.config.dead_letter is not None and errors:
-                        self._dead_letters(bad)
-                        outcome["dead_letters"] = errors
-                    dead_lettered = True
-                    props = summary_properties(
-                        self.config.writer, self.config.kafka.topic, offsets,
-                        max(vtts, committed.vtts or 0), self.config.generation, batch_id)
-                    commit_started = time.monotonic()
-                    self.committer.commit(rows, base, props)
-                    outcome["commit_seconds"] = time.monotonic() - commit_started
-                    outcome["written"] = rows.count()
-                    outcome["errors"] = errors
-                finally:
-                    rows.unpersist()
+                props = summary_properties(
+                    self.config.writer, self.config.kafka.topic, offsets,
+                    max(vtts, committed.vtts or 0), self.config.generation, batch_id)
+                self._write(self._decode(fresh, table, schema_ids), base, props, outcome)
                 outcome["offsets"] = offsets
 
             conflicts = commit_with_retries(attempt)
@@ -328,7 +361,9 @@ class BatchWriter:
                 "input_rows": sum(int(r["rows"]) for r in stats), "rows": outcome["written"],
                 "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
                 "decode_failures": outcome["errors"], "dead_letters": outcome["dead_letters"],
-                "conflicts": conflicts, "commit_seconds": round(outcome["commit_seconds"], 3),
+                "conflicts": conflicts, "stats_seconds": round(stats_seconds, 3),
+                "write_seconds": round(outcome["write_seconds"], 3),
+                "commit_seconds": round(outcome["commit_seconds"], 3),
                 "seconds": round(seconds, 3)}))
         finally:
             batch.unpersist()
