@@ -6,6 +6,7 @@ Modes, all reading the same topic from the beginning to the end offsets it had a
 * ``floe-avro``: the floe job (``available_now``), Avro values decoded into ``value``;
 * ``floe-raw``:  the floe job with ``format: raw`` (no decoding, bytes in ``value_raw``);
 * ``noop``:      the same Spark Kafka source (same options) into Spark's ``noop`` sink;
+* ``spark-parquet``: the same source into plain zstd Parquet files of its columns;
 * ``python``:    a plain confluent-kafka consumer, fastavro, pyarrow and a Parquet file;
 * ``freshness``: the floe job on a processing-time trigger while records arrive at a steady
   rate; per record, the time from produce to the commit of the snapshot that holds it.
@@ -119,17 +120,29 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
 
 
-def run_noop(args: argparse.Namespace) -> dict[str, Any]:
+def _kafka_stream(spark, args: argparse.Namespace):
+    """The Kafka source with the floe job's options, from the beginning of the topic."""
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", os.environ["FLOE_KAFKA_BOOTSTRAP"])
+            .option("subscribe", args.topic).option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
+            .option("failOnDataLoss", "true")
+            .option("maxOffsetsPerTrigger", str(args.max_records_per_commit)).load())
+
+
+def run_spark_sink(args: argparse.Namespace) -> dict[str, Any]:
+    """The Kafka source into Spark's ``noop`` sink (reading only), or (``spark-parquet``) into
+    plain zstd Parquet files of the source's columns: no decoding, no table, no protocol."""
     spark = session(args.driver_memory)
     started = time.monotonic()
-    query = (spark.readStream.format("kafka")
-             .option("kafka.bootstrap.servers", os.environ["FLOE_KAFKA_BOOTSTRAP"])
-             .option("subscribe", args.topic).option("startingOffsets", "earliest")
-             .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
-             .option("failOnDataLoss", "true")
-             .option("maxOffsetsPerTrigger", str(args.max_records_per_commit))
-             .load().writeStream.format("noop").trigger(availableNow=True)
-             .option("checkpointLocation", str(Path(args.work) / "noop-checkpoint")).start())
+    writer = _kafka_stream(spark, args).writeStream.trigger(availableNow=True)
+    if args.mode == "noop":
+        writer = writer.format("noop")
+    else:
+        writer = (writer.format("parquet").option("compression", "zstd")
+                  .option("path", str(Path(args.work) / "parquet")))
+    query = writer.option("checkpointLocation",
+                          str(Path(args.work) / f"{args.mode}-checkpoint")).start()
     query.awaitTermination()
     seconds = time.monotonic() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
@@ -220,12 +233,16 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1)
     query.stop()
 
-    commits = []  # (commit ms, next offsets) of every floe snapshot, oldest first
+    # (visible ms, next offsets) of every floe snapshot, oldest first.  A snapshot is visible
+    # once main points at it: the fast-forward's entry in main's snapshot log, a little after
+    # the snapshot itself was written on its branch.
+    on_main = {entry.snapshot_id: entry.timestamp_ms for entry in table.metadata.snapshot_log}
+    commits = []
     snapshot = table.current_snapshot()
     data_files = 0
     while snapshot is not None:
         if (snapshot.summary or {}).get(WRITER) == config.writer:
-            commits.append((snapshot.timestamp_ms,
+            commits.append((max(snapshot.timestamp_ms, on_main.get(snapshot.snapshot_id, 0)),
                             {int(p): o for p, o in json.loads(snapshot.summary[OFFSETS]).items()}))
             data_files += int(snapshot.summary.get("added-data-files", 0))
         snapshot = (table.snapshot_by_id(snapshot.parent_snapshot_id)
@@ -260,7 +277,8 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
 
 
-MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_noop, "python": run_python,
+MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_spark_sink,
+         "spark-parquet": run_spark_sink, "python": run_python,
          "freshness": run_freshness}
 
 

@@ -3,8 +3,9 @@ comparison inside one run, and records the results.
 
     python bench/run.py [--records 5000000] [--sections ingest,freshness,operator]
 
-* ingest:    floe (Avro) against Spark's Kafka source into ``noop``, a plain Python
-             consumer → pyarrow → Parquet loop, and floe with ``format: raw``, on the same topic,
+* ingest:    floe (Avro) against Spark's Kafka source into ``noop`` and into plain Parquet
+             files, a plain Python consumer → pyarrow → Parquet loop, and floe with
+             ``format: raw``, on the same topic,
              for values of about 100 bytes and about 1 KB (8 partitions); peak driver memory;
 * freshness: produce-to-committed-snapshot p50 and p99 at commit intervals of 10 s and 60 s,
              with commit time over batch time and snapshots and data files per hour;
@@ -39,7 +40,7 @@ import workload  # noqa: E402
 RESULTS = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
 SIZES = (100, 1000)
-CONSUMERS = ("noop", "floe-avro", "floe-raw", "python")
+CONSUMERS = ("noop", "spark-parquet", "floe-avro", "floe-raw", "python")
 
 
 def log(message: str) -> None:
@@ -88,6 +89,8 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
             "throughput_vs_noop": round(floe / runs["noop"]["rows_per_second"], 3),
             "throughput_vs_python_loop": round(floe / runs["python"]["rows_per_second"], 3),
             "avro_vs_raw": round(floe / runs["floe-raw"]["rows_per_second"], 3),
+            "raw_vs_spark_parquet": round(runs["floe-raw"]["rows_per_second"]
+                                          / runs["spark-parquet"]["rows_per_second"], 3),
             "floe_commit_over_batch": round(runs["floe-avro"]["commit_seconds"]
                                             / runs["floe-avro"]["batch_seconds"], 3),
             "floe_batches": runs["floe-avro"]["batches"],
@@ -230,13 +233,14 @@ def write_readme(results: dict[str, Any]) -> None:
     ingest = results.get("ingest", {})
     if ingest:
         lines += ["", "Ingestion, rows/s (8 partitions, records as produced):", "",
-                  "| values | floe (Avro) | Spark Kafka → noop | Python loop | floe (raw) "
-                  "| floe commit / batch time | floe driver peak RSS |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| values | floe (Avro) | Spark Kafka → noop | Spark Kafka → Parquet files "
+                  "| Python loop | floe (raw) | floe commit / batch time | floe driver peak RSS |",
+                  "|---|---|---|---|---|---|---|---|"]
         for size, entry in ingest.items():
             r = entry["rows_per_second"]
             lines.append(f"| {entry['records']:,} × ~{entry['value_bytes_mean']} B | "
-                         f"{r['floe-avro']:,} | {r['noop']:,} | {r['python']:,} | "
+                         f"{r['floe-avro']:,} | {r['noop']:,} | "
+                         f"{r.get('spark-parquet', 0):,} | {r['python']:,} | "
                          f"{r['floe-raw']:,} | {entry['floe_commit_over_batch']} | "
                          f"{entry['driver_peak_rss_mib']['floe-avro']} MiB |")
     fresh = results.get("freshness", {})

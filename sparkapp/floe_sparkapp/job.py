@@ -171,7 +171,6 @@ class BatchWriter:
     registry: Registry | None
     committer: BranchCommitter = field(init=False)
     plans: dict[int, WriterPlan] = field(default_factory=dict)
-    _group: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -258,22 +257,15 @@ class BatchWriter:
         from confluent_kafka import TopicPartition
 
         try:
-            if self._group is None:  # one consumer for the job's life: joining costs a round trip
-                self._group = _consumer(self.config)
-            self._group.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
-                                        for p, o in sorted(offsets.items())], asynchronous=False)
+            consumer = _consumer(self.config)
+            try:
+                consumer.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
+                                         for p, o in sorted(offsets.items())], asynchronous=False)
+            finally:
+                consumer.close()
         except Exception as error:  # lag tooling only; the table holds the truth
             log.warning("could not commit offsets to consumer group %s: %s",
                         self.config.consumer_group, error)
-            self._close_group()
-
-    def _close_group(self) -> None:
-        if self._group is not None:
-            group, self._group = self._group, None
-            try:
-                group.close()
-            except Exception:  # already broken; a new one is made for the next batch
-                pass
 
     def _stats(self, batch: DataFrame) -> list[Any]:
         """Per Kafka partition: last offset, newest timestamp, rows, bytes and (Avro) the writer
