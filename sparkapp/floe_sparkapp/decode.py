@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -74,9 +74,25 @@ def project(col: Column, source: T.DataType, target: T.DataType) -> Column:
 
 def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
                 value_type: T.StructType) -> DataFrame:
-    """Adds ``value``, ``value_raw`` and ``value_error`` to framed rows (see :func:`frame`)."""
+    """Adds ``value``, ``value_raw`` and ``value_error`` to framed rows (see :func:`frame`).
+
+    Each value is decoded once: first into a column per writer schema id (null for rows of
+    other ids), and only then projected onto the table type and checked, in a projection of
+    its own.  Spark does not collapse the two, since the decoded column is used many times and
+    decoding is not cheap; written as one expression, every field read and every check would
+    decode the value again (conditional branches escape common-subexpression elimination).
+    """
     body = F.expr(f"substring(value, {HEADER_BYTES + 1})")
     schema_id = F.col("_schema_id")
+    decodable = [plan for plan in plans.values() if plan.schema is not None]
+    checks = {}
+    columns = []
+    for plan in decodable:
+        raw, checks[plan.schema_id] = _from_avro(
+            body, plan.schema, cut_recursion=bool(plan.recursive_fields))
+        columns.append(F.when(schema_id == F.lit(plan.schema_id), raw)
+                       .alias(_decoded_name(plan.schema_id)))
+    df = df.select("*", *columns)
     decoded = None
     failure = None
     partial = None  # decoded, but recursive fields left out: the full bytes stay in value_raw
@@ -85,9 +101,9 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
         if plan.schema is None:
             failure = (failure if failure is not None else F).when(matches, F.lit(plan.error))
             continue
-        raw, ok = _from_avro(body, plan.schema, cut_recursion=bool(plan.recursive_fields))
-        source_type = df.select(raw.alias("v")).schema["v"].dataType
-        value = project(raw, source_type, value_type)
+        name = _decoded_name(plan.schema_id)
+        raw, ok = F.col(name), checks[plan.schema_id](F.col(name))
+        value = project(raw, df.schema[name].dataType, value_type)
         decoded = (decoded if decoded is not None else F).when(matches, value)
         if plan.recursive_fields:
             partial = (partial if partial is not None else F).when(matches & ok, F.lit(
@@ -103,17 +119,26 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
     error = F.coalesce(F.col("_frame_error"),
                        F.when(F.col("value").isNotNull(), failure_col.cast("string")))
     note = F.when(error.isNull() & F.col("value").isNotNull(), partial_col.cast("string"))
-    return (df.withColumn("value_error", F.coalesce(error, note))
-            .withColumn("value_raw", F.when(error.isNotNull() | note.isNotNull(), F.col("value")))
-            .withColumn("_value", F.when(error.isNull(), decoded_col.cast(value_type))))
+    checked = df.select("*", error.alias("_error"), note.alias("_note"),
+                        F.when(error.isNull(), decoded_col.cast(value_type)).alias("_value"))
+    kept_raw = F.col("_error").isNotNull() | F.col("_note").isNotNull()
+    return (checked
+            .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
+            .withColumn("value_raw", F.when(kept_raw, F.col("value")))
+            .drop("_error", "_note", *[_decoded_name(plan.schema_id) for plan in decodable]))
 
 
 OK_FIELD = "__floe_decoded"
 
 
+def _decoded_name(schema_id: int) -> str:
+    return f"_decoded_{schema_id}"
+
+
 def _from_avro(body: Column, writer_schema: str, *,
-               cut_recursion: bool = False) -> tuple[Column, Column]:
-    """Decodes with the writer schema; returns the value and whether decoding succeeded.
+               cut_recursion: bool = False) -> tuple[Column, Callable[[Column], Column]]:
+    """Decodes with the writer schema; returns the value and how to tell, from it, whether
+    decoding succeeded.
 
     In PERMISSIVE mode Spark answers a record it cannot decode with a struct of nulls, which a
     valid all-null record would also give.  Reading through a reader schema with one extra
@@ -127,9 +152,8 @@ def _from_avro(body: Column, writer_schema: str, *,
         reader = {**parsed, "fields": [*parsed["fields"],
                                        {"name": OK_FIELD, "type": "boolean", "default": True}]}
         raw = from_avro(body, writer_schema, {**options, "avroSchema": json.dumps(reader)})
-        return raw, F.coalesce(raw.getField(OK_FIELD), F.lit(False))
-    raw = from_avro(body, writer_schema, options)
-    return raw, raw.isNotNull()
+        return raw, lambda decoded: F.coalesce(decoded.getField(OK_FIELD), F.lit(False))
+    return from_avro(body, writer_schema, options), lambda decoded: decoded.isNotNull()
 
 
 def decode_json(df: DataFrame, value_type: T.StructType) -> DataFrame:
