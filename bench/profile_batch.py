@@ -1,0 +1,130 @@
+"""Where a floe micro-batch spends its time: each phase of the batch writer timed on its own,
+in one warm Spark session, on the same records as the ingestion benchmark.
+
+Phases, each run ``--repeat`` times after a warm-up run, the best kept:
+
+* ``kafka_read``:      Spark's Kafka source into the ``noop`` sink (what the noop baseline does);
+* ``cache_and_stats``: the batch persisted and the writer's one pass for offsets, timestamps
+                       and writer schema ids (``BatchWriter._stats``): the Kafka read included;
+* ``decode``:          the cached batch decoded into table rows (``BatchWriter._decode``), into
+                       ``noop``;
+* ``write_table``:     the decoded rows appended to the floe table (Iceberg, zstd Parquet,
+                       sorted by partition and offset), without the commit protocol;
+* ``raw_parquet``:     the cached Kafka rows into plain zstd Parquet files (a reference).
+
+Usage: python bench/profile_batch.py [--records 1000000] [--sizes 100,1000] [--repeat 2]
+Needs the local stack (started if not running). Writes bench/results/profile.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import consumers  # noqa: E402
+import workload  # noqa: E402
+from run import machine, versions  # noqa: E402
+
+RESULT = BENCH / "results" / "profile.json"
+
+
+def best(run: Callable[[], Any], repeat: int) -> float:
+    run()  # warm-up: JIT, first table load
+    times = []
+    for _ in range(repeat):
+        started = time.monotonic()
+        run()
+        times.append(time.monotonic() - started)
+    return min(times)
+
+
+def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
+            work: Path) -> dict[str, Any]:
+    from floe_sparkapp import job
+
+    topic = f"bench-profile-{size}-{uuid.uuid4().hex[:6]}"
+    workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
+    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
+                                  workload.schema_for(size))
+    workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, workload.value_pool(schema_id, size),
+                     records)
+    args = argparse.Namespace(mode="floe-avro", topic=topic, work=str(work / topic), interval=60,
+                              max_records_per_commit=records)
+    config = consumers.floe_config(args, "avro")
+    for key, value in job.spark_catalog_conf(config).items():
+        spark.conf.set(key, value)
+    registry = job._registry(config)
+    table = job.prepare_table(config, registry)
+    writer = job.BatchWriter(config, spark, registry)
+
+    def kafka():
+        return (spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", env["FLOE_KAFKA_BOOTSTRAP"])
+                .option("subscribe", topic).option("includeHeaders", "true")
+                .option("kafka.isolation.level", "read_committed").load())
+
+    def noop(df) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    def cache_and_stats() -> None:
+        cached = kafka().persist()
+        writer._stats(cached)
+        cached.unpersist(blocking=True)
+
+    seconds = {"kafka_read": best(lambda: noop(kafka()), repeat),
+               "cache_and_stats": best(cache_and_stats, repeat)}
+    batch = kafka().persist()
+    stats = writer._stats(batch)
+    ids = sorted({i for r in stats for i in (r["schema_ids"] or [])})
+    rows = writer._decode(batch, table, ids)
+    seconds["decode"] = best(lambda: noop(rows), repeat)
+    seconds["write_table"] = best(lambda: rows.writeTo(writer.table_name).append(), repeat)
+    seconds["raw_parquet"] = best(
+        lambda: batch.write.mode("overwrite").option("compression", "zstd")
+        .parquet(str(work / topic / "parquet")), repeat)
+    batch.unpersist()
+    return {"records": records, "seconds": {k: round(v, 2) for k, v in seconds.items()},
+            "rows_per_second": {k: round(records / v) for k, v in seconds.items()}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+
+    from hack import stack as local_stack
+
+    state, _ = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    os.environ.update(env)
+    work = Path(tempfile.mkdtemp(prefix="floe-profile-"))
+    spark = consumers.session("2g")
+    results: dict[str, Any] = {
+        "command": "python bench/profile_batch.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"), "machine": machine(), "versions": versions()}
+    for size in (int(s) for s in args.sizes.split(",")):
+        results[f"value_{size}b"] = found = profile(spark, env, size, args.records, args.repeat,
+                                                    work)
+        print(f"~{size} B values: " + ", ".join(f"{k} {v:,} rows/s" for k, v in
+                                                 found["rows_per_second"].items()), flush=True)
+    RESULT.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {RESULT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
