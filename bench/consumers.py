@@ -58,6 +58,7 @@ def session(driver_memory: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--master local[2] --driver-memory {driver_memory} --conf spark.ui.enabled=false "
+        "--conf spark.ui.showConsoleProgress=false "
         f"--conf spark.sql.shuffle.partitions=2 --jars {os.environ['FLOE_SPARK_JARS']} "
         "pyspark-shell")
     from pyspark.sql import SparkSession

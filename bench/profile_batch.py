@@ -60,6 +60,7 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
                                   workload.schema_for(size))
     workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, workload.value_pool(schema_id, size),
                      records)
+    (work / topic).mkdir(parents=True)
     args = argparse.Namespace(mode="floe-avro", topic=topic, work=str(work / topic), interval=60,
                               max_records_per_commit=records)
     config = consumers.floe_config(args, "avro")
