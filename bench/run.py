@@ -236,7 +236,7 @@ def write_readme(results: dict[str, Any]) -> None:
                   "| values | floe (Avro) | Spark Kafka → noop | Spark Kafka → Parquet files "
                   "| Python loop | floe (raw) | floe commit / batch time | floe driver peak RSS |",
                   "|---|---|---|---|---|---|---|---|"]
-        for size, entry in ingest.items():
+        for entry in sorted(ingest.values(), key=lambda e: e["value_bytes_mean"]):
             r = entry["rows_per_second"]
             lines.append(f"| {entry['records']:,} × ~{entry['value_bytes_mean']} B | "
                          f"{r['floe-avro']:,} | {r['noop']:,} | "
