@@ -26,6 +26,7 @@ class ProgressLogger(StreamingQueryListener):
         log.info(json.dumps({
             "event": "floe.progress",
             "name": progress.name,
+            "id": str(progress.id),
             "batch": progress.batchId,
             "input_rows": progress.numInputRows,
             "input_rows_per_second": round(progress.inputRowsPerSecond or 0.0, 1),

@@ -152,7 +152,14 @@ def test_service_account_tokens_authenticate_and_are_authorized_by_rbac(stack, n
             if error.status != 403 or time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
-    assert "kube-root-ca.crt" in names  # published by the real controller-manager
+    # Published by the real controller-manager, asynchronously: it may be busy deleting the
+    # namespaces of earlier tests.
+    deadline = time.monotonic() + 60
+    while "kube-root-ca.crt" not in names and time.monotonic() < deadline:
+        time.sleep(0.5)
+        names = [c.metadata.name for c in
+                 client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items]
+    assert "kube-root-ca.crt" in names
 
 
 def test_kubectl_and_helm_talk_to_the_api_server(stack, namespace):

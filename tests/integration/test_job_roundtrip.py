@@ -124,9 +124,11 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
                and r.getMessage().startswith('{"event": "floe.batch"')]
     assert sum(b["rows"] for b in batches) == 305
     assert all(b["decode_failures"] == 0 and b["commit_seconds"] > 0 for b in batches)
-    def progress_rows() -> int:  # the listener's events arrive asynchronously
-        return sum(json.loads(r.getMessage())["input_rows"] for r in caplog.records
-                   if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage())
+    def progress_rows() -> int:  # the listener's events arrive asynchronously, other
+        # queries' late ones too: only this query's count
+        events = [json.loads(r.getMessage()) for r in caplog.records
+                  if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage()]
+        return sum(e["input_rows"] for e in events if e["id"] == str(query.id))
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and progress_rows() < 305:
