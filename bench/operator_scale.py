@@ -118,6 +118,8 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
             timeout: float) -> dict[str, Any]:
     from kubernetes import client, config
 
+    from tests.e2e.kube import delete_namespace_without_operator
+
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     # Everyone else's requests (controller manager, leases), measured right before this size's
     # operator starts, so that the stack's own start-up or a previous size's clean-up does not
@@ -185,18 +187,7 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
         except subprocess.TimeoutExpired:
             os.killpg(operator.pid, signal.SIGKILL)
         log.close()
-        _clean(custom, core, namespace)
-
-
-def _clean(custom, core, namespace: str) -> None:
-    """Drops the finalizers (the operator is gone) and the namespace."""
-    items = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                 "kafkaicebergtopics")["items"]
-    for item in items:
-        custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                              "kafkaicebergtopics", item["metadata"]["name"],
-                                              {"metadata": {"finalizers": None}})
-    core.delete_namespace(namespace)
+        delete_namespace_without_operator(api_client, namespace)
 
 
 def baseline_requests_per_minute(env: dict[str, str], seconds: int = 30) -> float:

@@ -288,7 +288,6 @@ class BatchWriter:
         if dead_letter:
             rows = rows.persist()
         try:
-            errors = None
             if dead_letter:
                 bad = rows.filter(_undecodable(rows))
                 errors = bad.count()
@@ -304,7 +303,7 @@ class BatchWriter:
             outcome.update(self.committer.commit(observed, base, props))
             counted = observation.get
             outcome["written"] = int(counted["rows"])
-            outcome["errors"] = int(counted["errors"]) if errors is None else errors
+            outcome["errors"] = int(counted["errors"])
         finally:
             if dead_letter:
                 rows.unpersist()

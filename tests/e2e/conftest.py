@@ -12,33 +12,20 @@ import socket
 import pytest
 from kubernetes import client
 
-from .kube import FLOE_CRD, ROOT, SPARK_CRD, admin_client, install_crd
+from .kube import (FLOE_CRD, ROOT, SPARK_CRD, admin_client,
+                   delete_namespace_without_operator, install_crd)
 
 
 @pytest.fixture
 def namespace(stack, unique_name):
-    """A fresh namespace for one test, deleted afterwards.
-
-    The test's operator has stopped by then, so the finalizers of the topics left in it are
-    dropped first; otherwise the namespace would stay Terminating in the stack for good.
-    """
+    """A fresh namespace for one test, deleted afterwards (the test's operator has stopped by
+    then: its topics' finalizers are dropped)."""
     api = admin_client(stack)
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     name = unique_name.replace("_", "-")[:50]
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
-    try:
-        topics = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", name,
-                                                      "kafkaicebergtopics")["items"]
-    except client.ApiException as error:
-        if error.status != 404:  # 404: the test never installed the CRD
-            raise
-        topics = []
-    for topic in topics:
-        custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", name, "kafkaicebergtopics",
-                                              topic["metadata"]["name"],
-                                              {"metadata": {"finalizers": None}})
-    core.delete_namespace(name)
+    delete_namespace_without_operator(api, name)
 
 
 def _background(command: list[str], log_path, env: dict[str, str] | None = None):

@@ -39,6 +39,24 @@ def install_crd(api_client: client.ApiClient, path: Path) -> None:
         time.sleep(0.3)
 
 
+def delete_namespace_without_operator(api_client: client.ApiClient, namespace: str) -> None:
+    """Deletes a namespace once no operator watches it: the finalizers of the topics left in it
+    are dropped first, or the namespace would stay Terminating in the stack for good."""
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        topics = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                      "kafkaicebergtopics")["items"]
+    except ApiException as error:
+        if error.status != 404:  # 404: the CRD was never installed
+            raise
+        topics = []
+    for topic in topics:
+        custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                              "kafkaicebergtopics", topic["metadata"]["name"],
+                                              {"metadata": {"finalizers": None}})
+    client.CoreV1Api(api_client).delete_namespace(namespace)
+
+
 def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -10,6 +10,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from .kube import wait_until
+
 pytestmark = pytest.mark.e2e
 
 
@@ -154,12 +156,9 @@ def test_service_account_tokens_authenticate_and_are_authorized_by_rbac(stack, n
             time.sleep(0.3)
     # Published by the real controller-manager, asynchronously: it may be busy deleting the
     # namespaces of earlier tests.
-    deadline = time.monotonic() + 60
-    while "kube-root-ca.crt" not in names and time.monotonic() < deadline:
-        time.sleep(0.5)
-        names = [c.metadata.name for c in
-                 client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items]
-    assert "kube-root-ca.crt" in names
+    assert wait_until(lambda: "kube-root-ca.crt" in [
+        c.metadata.name for c in
+        client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items]), names
 
 
 def test_kubectl_and_helm_talk_to_the_api_server(stack, namespace):
