@@ -126,7 +126,6 @@ def main() -> int:
 
     say("installing the CRDs, starting floe's operator and the local SparkApplication runner")
     kubectl("apply", "-f", str(paths.REPO / "crds"))
-    kubectl("apply", "-f", str(paths.HACK / "spark-operator" / "sparkapplication-crd.yaml"))
     kubectl("wait", "--for=condition=Established", "crd/kafkaicebergtopics.floe.dev",
             "crd/sparkapplications.sparkoperator.k8s.io")
     kubectl("delete", "namespace", "demo", "--ignore-not-found", "--wait=true")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the toolchains the local stack builds with, when the machine lacks them:
-# Java 17+ (Kafka, Spark, the registry), Maven (jars from Maven Central), Go (etcd,
-# kube-apiserver, kubectl, helm and the S3 server, from the Go module proxy) and openssl.
+# Java 17+ (Kafka, Spark, the registry), Maven (jars from Maven Central), Go (etcd, Kubernetes,
+# helm, CoreDNS, spark-operator and the S3 server, from the Go module proxy), openssl, and the
+# node's parts from Debian: containerd and runc, the CNI plugins, dockerd (builds the images),
+# debootstrap (their base), iptables and conntrack (kube-proxy), gcc (the pause binary).
 set -euo pipefail
 
 missing=()
@@ -10,6 +12,15 @@ command -v mvn >/dev/null || missing+=(maven)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v go >/dev/null || missing+=(golang-go)
 command -v python3 >/dev/null || missing+=(python3 python3-venv)
+command -v containerd >/dev/null || missing+=(containerd)
+command -v runc >/dev/null || missing+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+[[ -x /usr/bin/docker && -x /usr/sbin/dockerd ]] || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v iptables >/dev/null || missing+=(iptables)
+command -v conntrack >/dev/null || missing+=(conntrack)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 
 if ((${#missing[@]})); then
   echo "[prereqs] installing ${missing[*]}" >&2

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import time
-from . import components, paths, procs, provision
+from . import cluster, components, images, node, paths, procs, provision
 from .components import COMPONENTS, WAVES, State
 from .procs import ComponentError
 
@@ -80,9 +80,12 @@ def up() -> State:
         _wipe_run_dir()
         state = components.new_state()
         _save_state(state)
+    node.network_up()
     try:
         for wave in WAVES:
             _start(state, wave)
+        images.build_and_import()
+        cluster.ready(state)
     except ComponentError:
         down()
         raise
@@ -97,7 +100,8 @@ def _wipe_run_dir() -> None:
 
 
 def _ports_free(state: State) -> bool:
-    return not any(procs.port_open(p) for p in state["ports"].values())
+    return not any(procs.port_open(p, host) for p in state["ports"].values()
+                   for host in ("127.0.0.1", node.NODE_IP))
 
 
 def down() -> None:
@@ -133,9 +137,9 @@ def connection_env(state: State) -> dict[str, str]:
     path = os.pathsep.join([str(d) for d in paths.bin_dirs()] + [os.environ.get("PATH", "")])
     return {
         "FLOE_STACK_RUN": str(paths.RUN),
-        "FLOE_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports['kafka']}",
-        "FLOE_SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{ports['registry']}/apis/ccompat/v7",
-        "FLOE_S3_ENDPOINT": f"http://127.0.0.1:{ports['s3']}",
+        "FLOE_KAFKA_BOOTSTRAP": f"{node.NODE_IP}:{ports['kafka']}",
+        "FLOE_SCHEMA_REGISTRY_URL": f"http://{node.NODE_IP}:{ports['registry']}/apis/ccompat/v7",
+        "FLOE_S3_ENDPOINT": f"http://{node.NODE_IP}:{ports['s3']}",
         "FLOE_S3_ACCESS_KEY": s3["access_key"],
         "FLOE_S3_SECRET_KEY": s3["secret_key"],
         "FLOE_S3_BUCKET": s3["bucket"],

@@ -2,8 +2,10 @@
 
 Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
 (versitygw on a local directory), etcd, kube-apiserver (RBAC, token authentication,
-service-account token signing) and kube-controller-manager (garbage collection, namespaces,
-CronJobs).  All listen on loopback ports picked free at the first ``up``.
+service-account token signing), kube-controller-manager (garbage collection, namespaces,
+CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler, kube-proxy,
+CoreDNS).  Ports are picked free at the first ``up``; what pods must reach listens on the node's
+address, the rest on loopback.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import paths, procs
+from . import node, paths, procs
+from .node import NODE_IP
 
 State = dict[str, Any]
 
@@ -41,7 +44,8 @@ def _http_ok(url: str, token: str | None = None, ok_codes: tuple[int, ...] = (20
 
 def new_state() -> State:
     names = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
-             "controller_manager"]
+             "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
+             "coredns_health"]
     ports: dict[str, int] = {}
     while len(ports) < len(names):
         port = procs.free_port()
@@ -79,8 +83,8 @@ def _kafka_prepare(state: State) -> None:
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{ports['kafka_controller']}",
-        f"listeners=PLAINTEXT://127.0.0.1:{ports['kafka']},CONTROLLER://127.0.0.1:{ports['kafka_controller']}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{ports['kafka']}",
+        f"listeners=PLAINTEXT://{NODE_IP}:{ports['kafka']},CONTROLLER://127.0.0.1:{ports['kafka_controller']}",
+        f"advertised.listeners=PLAINTEXT://{NODE_IP}:{ports['kafka']}",
         "controller.listener.names=CONTROLLER",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name=PLAINTEXT",
@@ -132,7 +136,7 @@ def _kafka_command(state: State) -> list[str]:
 def _kafka_healthy(state: State) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{state['ports']['kafka']}",
+    admin = AdminClient({"bootstrap.servers": f"{NODE_IP}:{state['ports']['kafka']}",
                          "log_level": 0})  # refused connections while it starts are expected
     return len(admin.list_topics(timeout=2).brokers) == 1
 
@@ -141,12 +145,12 @@ def _kafka_healthy(state: State) -> bool:
 
 def _registry_command(state: State) -> list[str]:
     return ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC",
-            f"-Dquarkus.http.port={state['ports']['registry']}", "-Dquarkus.http.host=127.0.0.1",
+            f"-Dquarkus.http.port={state['ports']['registry']}", f"-Dquarkus.http.host={NODE_IP}",
             "-jar", str(paths.registry_dir() / "build" / "quarkus-app" / "quarkus-run.jar")]
 
 
 def _registry_healthy(state: State) -> bool:
-    return _http_ok(f"http://127.0.0.1:{state['ports']['registry']}/health/ready")
+    return _http_ok(f"http://{NODE_IP}:{state['ports']['registry']}/health/ready")
 
 
 # --- S3 ------------------------------------------------------------------------------------
@@ -164,12 +168,12 @@ def _s3_command(state: State) -> list[str]:
     s3 = state["s3"]
     return [str(paths.go_bin_dir("versitygw", paths.VERSITYGW_VERSION) / "versitygw"),
             "--access", s3["access_key"], "--secret", s3["secret_key"], "--region", s3["region"],
-            "--port", f"127.0.0.1:{state['ports']['s3']}", "posix", str(_s3_root())]
+            "--port", f"{NODE_IP}:{state['ports']['s3']}", "posix", str(_s3_root())]
 
 
 def _s3_healthy(state: State) -> bool:
     # Unsigned requests are refused (403): the server answers, and authentication is on.
-    return _http_ok(f"http://127.0.0.1:{state['ports']['s3']}/", ok_codes=(403,))
+    return _http_ok(f"http://{NODE_IP}:{state['ports']['s3']}/", ok_codes=(403,))
 
 
 # --- etcd ----------------------------------------------------------------------------------
@@ -201,7 +205,7 @@ def kubeconfig_path() -> Path:
 
 
 def apiserver_url(state: State) -> str:
-    return f"https://127.0.0.1:{state['ports']['apiserver']}"
+    return f"https://{NODE_IP}:{state['ports']['apiserver']}"
 
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -247,7 +251,7 @@ def _apiserver_command(state: State) -> list[str]:
     home = kube_dir()
     return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{state['ports']['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={NODE_IP}", f"--advertise-address={NODE_IP}",
             f"--secure-port={state['ports']['apiserver']}",
             f"--cert-dir={home / 'certs'}",
             f"--token-auth-file={home / 'tokens.csv'}",
@@ -257,7 +261,7 @@ def _apiserver_command(state: State) -> list[str]:
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={home / 'service-account.pub'}",
             f"--service-account-signing-key-file={home / 'service-account.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--service-cluster-ip-range={node.SERVICE_CIDR}",
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1"]
@@ -301,15 +305,23 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
     Component("registry", _nothing, _registry_command, _registry_healthy),
     Component("s3", _s3_prepare, _s3_command, _s3_healthy, timeout=30),
     Component("etcd", _nothing, _etcd_command, _etcd_healthy, timeout=30),
+    Component("containerd", node.containerd_prepare, node.containerd_command,
+              node.containerd_healthy, timeout=30),
     Component("kube-apiserver", _apiserver_prepare, _apiserver_command, _apiserver_healthy),
+    Component("dockerd", _nothing, node.dockerd_command, node.dockerd_healthy, timeout=60),
     Component("kube-controller-manager", _nothing, _controller_manager_command,
               _controller_manager_healthy),
+    Component("kube-scheduler", _nothing, node.scheduler_command, node.scheduler_healthy),
+    Component("kubelet", node.kubelet_prepare, node.kubelet_command, node.kubelet_healthy),
+    Component("kube-proxy", node.proxy_prepare, node.proxy_command, node.proxy_healthy),
+    Component("coredns", node.coredns_prepare, node.coredns_command, node.coredns_healthy,
+              timeout=30),
 ]}
 
 # Components are started in waves; each wave's members start together and the next wave
 # waits for them to be healthy.
 WAVES: list[list[str]] = [
-    ["etcd", "kafka", "registry", "s3"],
-    ["kube-apiserver"],
-    ["kube-controller-manager"],
+    ["etcd", "kafka", "registry", "s3", "containerd"],
+    ["kube-apiserver", "dockerd"],
+    ["kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns"],
 ]

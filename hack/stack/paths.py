@@ -24,6 +24,8 @@ HELM_VERSION = "v3.22.0"
 VERSITYGW_VERSION = "v1.8.0"
 ICEBERG_VERSION = "1.11.0"
 APICURIO_VERSION = "2.4.2.Final"
+COREDNS_VERSION = "v1.13.2"
+SPARK_OPERATOR_VERSION = "v2.3.0"
 
 
 def kafka_version() -> str:
@@ -50,6 +52,8 @@ def bin_dirs() -> list[Path]:
         go_bin_dir("etcd", ETCD_VERSION),
         go_bin_dir("helm", HELM_VERSION),
         go_bin_dir("versitygw", VERSITYGW_VERSION),
+        go_bin_dir("coredns", COREDNS_VERSION),
+        go_bin_dir("spark-operator", SPARK_OPERATOR_VERSION),
     ]
 
 

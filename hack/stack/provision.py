@@ -1,6 +1,7 @@
 """Fetches and builds the stack's components into the cache, once; later calls are no-ops.
 
-Go binaries are built through the Go module proxy from the small modules in ``hack/go``;
+Go binaries are built through the Go module proxy, from the small modules in ``hack/go`` where
+the upstream module has ``replace`` lines (Kubernetes, etcd, spark-operator);
 jars are resolved from Maven Central with the poms in ``hack/maven``; the schema registry is
 built from Maven Central by ``hack/registry``.  A ``.complete`` marker in each target
 directory makes an interrupted download or build start over instead of being used half-done.
@@ -61,16 +62,20 @@ def _go_env() -> dict[str, str]:
     return env
 
 
+# The control plane, the node (kubelet, kube-proxy) and the clients, from one Go build so the
+# packages they share compile once.
+KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
+                 "kube-proxy", "kubectl")
+
+
 def go_binaries() -> None:
     kube = paths.go_bin_dir("kube", paths.KUBERNETES_VERSION)
-    if not _complete(kube):
-        _log(f"building kube-apiserver, kube-controller-manager and kubectl {paths.KUBERNETES_VERSION} "
+    if not _complete(kube) or not all((kube / name).exists() for name in KUBE_COMMANDS):
+        _log(f"building {', '.join(KUBE_COMMANDS)} {paths.KUBERNETES_VERSION} "
              "(first time only; several minutes on 2 cores)")
         _fresh(kube)
         _run(["go", "build", "-o", str(kube),
-              "k8s.io/kubernetes/cmd/kube-apiserver",
-              "k8s.io/kubernetes/cmd/kube-controller-manager",
-              "k8s.io/kubernetes/cmd/kubectl"],
+              *(f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS)],
              cwd=paths.HACK / "go" / "kube", env=_go_env(), what="kubernetes")
         _mark_complete(kube)
 
@@ -83,9 +88,19 @@ def go_binaries() -> None:
              cwd=paths.HACK / "go" / "etcd", env=_go_env(), what="etcd")
         _mark_complete(etcd)
 
+    spark_operator = paths.go_bin_dir("spark-operator", paths.SPARK_OPERATOR_VERSION)
+    if not _complete(spark_operator):
+        _log(f"building kubeflow spark-operator {paths.SPARK_OPERATOR_VERSION}")
+        _fresh(spark_operator)
+        _run(["go", "build", "-o", str(spark_operator / "spark-operator"),
+              "github.com/kubeflow/spark-operator/v2/cmd/operator"],
+             cwd=paths.HACK / "go" / "spark-operator", env=_go_env(), what="spark-operator")
+        _mark_complete(spark_operator)
+
     for name, version, package in (
         ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm"),
         ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw"),
+        ("coredns", paths.COREDNS_VERSION, "github.com/coredns/coredns"),
     ):
         target = paths.go_bin_dir(name, version)
         if _complete(target):

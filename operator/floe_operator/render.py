@@ -2,8 +2,9 @@
 
 Each resource gets a ConfigMap holding the job config and a SparkApplication
 (sparkoperator.k8s.io/v1beta2) running ``python -m floe_sparkapp run`` on it; both are named
-after the resource, owned by it, and mount the referenced Secrets as files.  Nothing here talks
-to the API server.
+after the resource, owned by it, and mount the referenced Secrets as files.  The mounts are pod
+templates, which kubeflow spark-operator passes to spark-submit as they are: nothing depends on
+its mutating webhook.  Nothing here talks to the API server.
 """
 
 from __future__ import annotations
@@ -159,13 +160,13 @@ def config_map(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
 
 
 def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
+    """The referenced Secrets and where the job config expects their files."""
     spec = topic.spec
     refs = [(spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
             (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
             (spec.value.schema_registry.auth_secret_ref if spec.value.schema_registry else None,
              REGISTRY_SECRET_DIR)]
-    return [{"name": ref.name, "path": path, "secretType": "Generic"}
-            for ref, path in refs if ref is not None]
+    return [{"name": ref.name, "path": path} for ref, path in refs if ref is not None]
 
 
 def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
@@ -177,17 +178,24 @@ def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# The containers Spark names in the pods it creates; pod templates name them to merge into.
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+
+
+def _pod_template(container: str, volumes: list[dict[str, Any]],
+                  mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pod template Spark starts its driver or executors from: spark-operator hands it to
+    spark-submit as it is, so any kind of volume mounts without its webhook."""
+    return {"spec": {"containers": [{"name": container, "volumeMounts": mounts}],
+                     "volumes": volumes}}
+
+
 def spark_application(topic: Topic, settings: OperatorSettings,
                       fingerprint: str | None = None) -> dict[str, Any]:
     spec = topic.spec
     labels = _labels(topic)
-    secrets = _secret_mounts(topic)
-    pod_common: dict[str, Any] = {
-        "labels": labels,
-        "configMaps": [{"name": f"{topic.child_name}-job", "path": JOB_CONFIG_DIR}],
-    }
-    if secrets:
-        pod_common["secrets"] = secrets
+    volumes, mounts = _volumes(topic)
     return {
         "apiVersion": SPARK_API, "kind": "SparkApplication",
         "metadata": {"name": topic.child_name, "namespace": topic.namespace, "labels": labels,
@@ -211,16 +219,18 @@ def spark_application(topic: Topic, settings: OperatorSettings,
                               "onSubmissionFailureRetries": 3,
                               "onSubmissionFailureRetryInterval": 20},
             "driver": {
-                **pod_common,
+                "labels": labels,
                 "cores": spec.spark.driver.cores,
                 "memory": spec.spark.driver.memory,
                 "serviceAccount": spec.spark.service_account or settings.spark_service_account,
+                "template": _pod_template(DRIVER_CONTAINER, volumes, mounts),
             },
             "executor": {
-                **pod_common,
+                "labels": labels,
                 "instances": spec.spark.executor.instances,
                 "cores": spec.spark.executor.cores,
                 "memory": spec.spark.executor.memory,
+                "template": _pod_template(EXECUTOR_CONTAINER, volumes, mounts),
             },
         },
     }
@@ -237,15 +247,15 @@ def cron_job_name(topic: Topic, action: str) -> str:
 
 
 def _volumes(topic: Topic) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The job ConfigMap and the referenced Secrets, as pod volumes and their mounts."""
-    volumes = [{"name": "job", "configMap": {"name": f"{topic.child_name}-job"}},
-               {"name": "tmp", "emptyDir": {}}]
-    mounts = [{"name": "job", "mountPath": JOB_CONFIG_DIR, "readOnly": True},
-              {"name": "tmp", "mountPath": "/tmp"}]
+    """The job ConfigMap, the referenced Secrets and the spec's own volumes, as pod volumes and
+    their mounts (the same in the driver, the executors and the maintenance pods)."""
+    volumes = [{"name": "job", "configMap": {"name": f"{topic.child_name}-job"}}]
+    mounts = [{"name": "job", "mountPath": JOB_CONFIG_DIR, "readOnly": True}]
     for index, secret in enumerate(_secret_mounts(topic)):
         volumes.append({"name": f"secret-{index}", "secret": {"secretName": secret["name"]}})
         mounts.append({"name": f"secret-{index}", "mountPath": secret["path"], "readOnly": True})
-    return volumes, mounts
+    return (volumes + list(topic.spec.spark.volumes),
+            mounts + list(topic.spec.spark.volume_mounts))
 
 
 def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
@@ -254,6 +264,8 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
     resources = spec.maintenance.resources
     memory_mi = round(size_bytes(resources.memory) * 1.4 / 1024**2)  # heap plus JVM overhead
     volumes, mounts = _volumes(topic)
+    volumes.append({"name": "tmp", "emptyDir": {}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
     jobs = []
     for field, action in MAINTENANCE_ACTIONS.items():
         schedule = getattr(spec.maintenance, field)

@@ -8,9 +8,9 @@ Secrets are only ever referenced by name.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "floe.dev"
@@ -147,7 +147,17 @@ class ExecutorSpec(ResourcesSpec):
     instances: int = Field(1, ge=1, le=1000)
 
 
+# A Kubernetes object the API server checks where it is used (a pod), kept as written here.
+_K8S_OBJECT = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}},
+               "x-kubernetes-preserve-unknown-fields": True}
+
+
 class SparkSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && "
+         "self.volumes.exists(v, v.name == m.name))",
+         "every volumeMounts entry must name a volume in spark.volumes", ".volumeMounts"),
+    ))
     image: str | None = Field(None, description="Spark job image (default: the operator's).")
     spark_version: str = "4.1.1"
     service_account: str | None = Field(
@@ -159,6 +169,27 @@ class SparkSpec(_Model):
         None, description="Where Spark keeps the query's checkpoint (default: "
                           "<warehouse>/_floe/checkpoints/<namespace>/<name>). Losing it loses "
                           "nothing: the job resumes from the table's offsets.")
+    volumes: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=32,
+        description="Extra volumes of the driver, executor and maintenance pods (Kubernetes "
+                    "Volume objects), e.g. a PersistentVolumeClaim for checkpoints.",
+        json_schema_extra={"items": _K8S_OBJECT})
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=32,
+        description="Where the Spark containers mount those volumes (Kubernetes VolumeMount "
+                    "objects).",
+        json_schema_extra={"items": {**_K8S_OBJECT, "required": ["name", "mountPath"],
+                                     "properties": {"name": {"type": "string"},
+                                                    "mountPath": {"type": "string"}}}})
+
+    @model_validator(mode="after")
+    def _mounts_name_volumes(self) -> SparkSpec:
+        names = {volume.get("name") for volume in self.volumes}
+        for mount in self.volume_mounts:
+            if mount.get("name") not in names:
+                raise ValueError(f"volumeMounts: {mount.get('name')!r} names no volume in "
+                                 "spark.volumes")
+        return self
 
 
 class _MaintenanceAction(_Model):

@@ -9,9 +9,12 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from hack.stack.cluster import spark_operator_chart
+
 ROOT = Path(__file__).resolve().parents[2]
 FLOE_CRD = ROOT / "crds" / "floe.dev_kafkaicebergtopics.yaml"
-SPARK_CRD = ROOT / "hack" / "spark-operator" / "sparkapplication-crd.yaml"
+# kubeflow spark-operator's own CRD, from the module the stack builds it from.
+SPARK_CRD = Path(spark_operator_chart()) / "crds" / "sparkoperator.k8s.io_sparkapplications.yaml"
 
 
 def admin_client(stack) -> client.ApiClient:

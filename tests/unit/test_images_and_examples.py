@@ -1,7 +1,8 @@
 """The container images, the shell scripts and the Argo CD health check, without a cluster.
 
-No container engine runs here, so the Dockerfiles are linted (hadolint) rather than built, and
-the pieces they copy in (the job's entry file, the requirements filter) are run directly.
+The local stack builds and runs every image (tests/e2e/test_node.py); here the Dockerfiles are
+linted (hadolint) and the pieces they copy in (the job's entry file, the requirements filter)
+are run directly.
 The health check runs in real Lua 5.1, the dialect of Argo CD's interpreter (gopher-lua),
 against statuses computed by the operator's own status functions.
 """
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
-SCRIPTS = sorted((ROOT / "hack").rglob("*.sh"))
+SCRIPTS = sorted([*(ROOT / "hack").rglob("*.sh"), *IMAGES.rglob("*.sh")])
 HEALTH_LUA = ROOT / "examples" / "gitops" / "argocd" / "health-kafkaicebergtopic.lua"
 ARGOCD_CM_PATCH = HEALTH_LUA.with_name("argocd-cm-patch.yaml")
 HEALTH_KEY = "resource.customizations.health.floe.dev_KafkaIcebergTopic"
@@ -37,8 +38,9 @@ def venv_tool(name: str) -> str:
     return str(path)
 
 
-def test_both_images_have_a_dockerfile():
-    assert [p.parent.name for p in DOCKERFILES] == ["operator", "spark"]
+def test_every_image_has_a_dockerfile():
+    assert [p.parent.name for p in DOCKERFILES] == ["operator", "pause", "spark",
+                                                    "spark-operator"]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
@@ -62,8 +64,9 @@ def test_the_kind_demo_is_among_the_checked_scripts():
 def test_the_spark_image_matches_pyspark_and_the_operators_entry_file():
     dockerfile = (IMAGES / "spark" / "Dockerfile").read_text()
     pyspark = re.search(r'"pyspark==([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
-    # The connector jars are built for one exact Spark release: image, pom and pyspark agree.
-    assert f"FROM spark:{pyspark}-scala2.13-java17-python3-ubuntu" in dockerfile
+    # The connector jars are built for one exact Spark release: the image's Spark is pyspark's
+    # own distribution, installed from pyproject.toml, and the pom resolves for the same one.
+    assert "runtime_requirements.py /tmp/build/pyproject.toml > " in dockerfile
     assert f"-Dspark.version={pyspark}" in dockerfile
     main_file = OperatorSettings().job_main_file
     assert main_file.startswith("local://")
@@ -82,14 +85,19 @@ def test_the_job_entry_file_runs_as_python_dash_m_floe_sparkapp(tmp_path):
     assert as_file.stderr.startswith("floe: cannot read job config")
 
 
-def test_the_images_install_every_runtime_requirement_but_pyspark():
-    listed = subprocess.run([sys.executable, str(IMAGES / "runtime_requirements.py"),
-                             "floe", "pyspark"], capture_output=True, text=True, check=True)
-    names = {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower()
-             for line in listed.stdout.splitlines()}
-    assert "pyspark" not in names
-    assert "pytest" not in names  # a test extra
-    assert {"kopf", "kubernetes", "pyiceberg", "confluent-kafka", "pydantic"} <= names
+def test_the_images_install_every_runtime_requirement_but_what_they_leave_out():
+    def listed(*without: str) -> set[str]:
+        printed = subprocess.run([sys.executable, str(IMAGES / "runtime_requirements.py"),
+                                  str(ROOT / "pyproject.toml"), *without],
+                                 capture_output=True, text=True, check=True).stdout
+        return {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower()
+                for line in printed.splitlines()}
+
+    operator = listed("pyspark")
+    assert "pyspark" not in operator
+    assert "pytest" not in operator  # a test extra
+    assert {"kopf", "kubernetes", "pyiceberg", "confluent-kafka", "pydantic"} <= operator
+    assert listed() == operator | {"pyspark"}
 
 
 # The Argo CD health check.

@@ -67,10 +67,44 @@ def test_the_spark_application_mounts_config_and_secrets_and_is_owned():
     spec = app["spec"]
     assert spec["image"] == "img:1"
     assert spec["arguments"] == ["run", "--config", "/etc/floe/job/job.json"]
-    assert spec["driver"]["configMaps"] == [{"name": "floe-orders-job", "path": "/etc/floe/job"}]
-    assert {s["name"] for s in spec["driver"]["secrets"]} == {"kafka-auth", "lake", "sr"}
+    # Mounted through pod templates (no webhook needed), the same in driver and executors.
+    for role, container in (("driver", "spark-kubernetes-driver"),
+                            ("executor", "spark-kubernetes-executor")):
+        pod = spec[role]["template"]["spec"]
+        assert [c["name"] for c in pod["containers"]] == [container]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["/etc/floe/job"]["configMap"] == {"name": "floe-orders-job"}
+        assert {path: v["secret"]["secretName"] for path, v in mounts.items() if "secret" in v} == {
+            "/etc/floe/secrets/kafka": "kafka-auth", "/etc/floe/secrets/catalog": "lake",
+            "/etc/floe/secrets/registry": "sr"}
     assert spec["driver"]["serviceAccount"] == "floe-spark"
     assert "secret" not in json.dumps(spec["sparkConf"]).lower()
+
+
+def test_the_specs_own_volumes_reach_every_spark_and_maintenance_pod():
+    body = json.loads(json.dumps(BODY))
+    body["spec"]["spark"] = {
+        "volumes": [{"name": "data", "hostPath": {"path": "/srv/lake", "type": "Directory"}}],
+        "volumeMounts": [{"name": "data", "mountPath": "/srv/lake"}]}
+    topic = Topic.from_body(body)
+    settings = OperatorSettings()
+    app = spark_application(topic, settings)["spec"]
+    pods = [app["driver"]["template"]["spec"], app["executor"]["template"]["spec"],
+            *(job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+              for job in cron_jobs(topic, settings))]
+    for pod in pods:
+        assert {"name": "data", "hostPath": {"path": "/srv/lake", "type": "Directory"}} in pod["volumes"]
+        assert {"name": "data", "mountPath": "/srv/lake"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_a_volume_mount_must_name_a_volume():
+    from floe_operator.resource import KafkaIcebergTopicSpec
+
+    spec = json.loads(json.dumps(BODY["spec"]))
+    spec["spark"] = {"volumeMounts": [{"name": "data", "mountPath": "/srv/lake"}]}
+    with pytest.raises(ValueError, match="'data' names no volume in spark.volumes"):
+        KafkaIcebergTopicSpec.model_validate(spec)
 
 
 def with_spec(**changes) -> dict:

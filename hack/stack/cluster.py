@@ -1,0 +1,89 @@
+"""What the local cluster runs once its node is up: the node Ready, and kubeflow spark-operator
+installed with its own Helm chart (from the Go module it was built from) and the image built
+from ``images/spark-operator``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from . import images, node, paths
+from .procs import ComponentError
+
+SPARK_OPERATOR_NAMESPACE = "spark-operator"
+SPARK_OPERATOR_RELEASE = "spark-operator"
+# Where the real spark-operator runs applications: the namespace of the example resources, which
+# the demo and the tests on the node use.  Other test namespaces keep to the local runner
+# (hack/spark-operator/runner.py) until their tests move to the node.
+JOB_NAMESPACES = ("data",)
+
+
+def _log(message: str) -> None:
+    print(f"[stack] {message}", file=sys.stderr, flush=True)
+
+
+def spark_operator_chart() -> str:
+    modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    return (f"{modcache}/github.com/kubeflow/spark-operator/v2@{paths.SPARK_OPERATOR_VERSION}"
+            "/charts/spark-operator-chart")
+
+
+def _wait(what: str, probe, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise ComponentError(f"{what} not ready after {timeout:.0f}s")
+        time.sleep(1)
+
+
+def _tool_env() -> dict[str, str]:
+    from .components import kubeconfig_path
+
+    path = os.pathsep.join([str(d) for d in paths.bin_dirs()] + [os.environ.get("PATH", "")])
+    return {**os.environ, "KUBECONFIG": str(kubeconfig_path()), "PATH": path}
+
+
+def _run(*cmd: str) -> str:
+    result = subprocess.run(list(cmd), capture_output=True, text=True, env=_tool_env())
+    if result.returncode != 0:
+        raise ComponentError(f"{' '.join(cmd[:3])} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def install_spark_operator() -> None:
+    registry, _, rest = images.SPARK_OPERATOR_IMAGE.partition("/")
+    repository, _, tag = rest.partition(":")
+    started = time.monotonic()
+    for namespace in JOB_NAMESPACES:
+        existing = subprocess.run(["kubectl", "get", "namespace", namespace], capture_output=True,
+                                  env=_tool_env())
+        if existing.returncode != 0:
+            _run("kubectl", "create", "namespace", namespace)
+    _run("helm", "upgrade", "--install", SPARK_OPERATOR_RELEASE, spark_operator_chart(),
+         "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace",
+         "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
+         "--set", f"image.tag={tag}",
+         "--set", f"spark.jobNamespaces={{{','.join(JOB_NAMESPACES)}}}",
+         # floe's chart makes the drivers' ServiceAccount and its Role.
+         "--set", "spark.serviceAccount.create=false",
+         "--set", "spark.rbac.create=false",
+         "--set", "controller.leaderElection.enable=false",
+         "--set", "controller.workers=4",
+         "--set", "controller.uiService.enable=false",
+         # Its webhook makes each driver pod owned by its SparkApplication (and sets defaults):
+         # without it a deleted application would leave its driver running.
+         "--set", "webhook.enable=true", "--set", "webhook.leaderElection.enable=false",
+         "--wait", "--timeout", "5m")
+    _log(f"spark-operator: installed in {time.monotonic() - started:.0f}s")
+
+
+def ready(state: dict) -> None:
+    from .components import apiserver_url
+
+    started = time.monotonic()
+    _wait("the node", lambda: node.node_ready(state["tokens"]["admin"], apiserver_url(state)), 120)
+    _log(f"node {node.NODE_NAME}: Ready in {time.monotonic() - started:.0f}s")
+    install_spark_operator()
