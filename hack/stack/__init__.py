@@ -107,6 +107,8 @@ def _ports_free(state: State) -> bool:
 def down() -> None:
     for wave in reversed(WAVES):
         for name in wave:
+            if name == "containerd":
+                node.stop_containers()  # the pods' processes are not containerd's children
             if procs.stop(name):
                 _log(f"{name}: stopped")
 
@@ -115,6 +117,7 @@ def ensure_up() -> tuple[State, bool]:
     """Returns the running stack's state, starting it first if needed (second item True)."""
     state = load_state()
     if state is not None and all(health(state).values()):
+        images.build_and_import()  # the images hold the code under test: keep them current
         return state, False
     return up(), True
 
@@ -146,6 +149,7 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_S3_REGION": s3["region"],
         "FLOE_SPARK_JARS": ",".join(jars),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
+        "FLOE_NODE_SHARED": str(node.shared_dir()),
         "FLOE_KUBE_CA": str(components.ca_path()),
         "FLOE_KUBE_NOBODY_TOKEN": state["tokens"]["nobody"],
         "KUBECONFIG": str(components.kubeconfig_path()),

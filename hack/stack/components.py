@@ -263,6 +263,8 @@ def _apiserver_command(state: State) -> list[str]:
             f"--service-account-signing-key-file={home / 'service-account.key'}",
             f"--service-cluster-ip-range={node.SERVICE_CIDR}",
             "--allow-privileged=true",
+            # The node's name resolves nowhere: logs and exec reach the kubelet by address.
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
             "--v=1"]
 
@@ -286,7 +288,8 @@ def _controller_manager_command(state: State) -> list[str]:
             f"--root-ca-file={ca_path()}",
             "--leader-elect=false",
             "--use-service-account-credentials=false",
-            "--controllers=*,-nodeipam,-nodelifecycle,-persistentvolume-binder,-attachdetach,"
+            # nodelifecycle lifts the node's not-ready taint once the kubelet reports Ready.
+            "--controllers=*,-nodeipam,-persistentvolume-binder,-attachdetach,"
             "-persistentvolume-expander,-cloud-node-lifecycle,-service-lb-controller,"
             "-node-route-controller",
             "--v=1"]

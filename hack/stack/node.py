@@ -9,6 +9,9 @@ is an empty bridge: this kernel has no dummy driver).  Nothing in
 these ranges is routed off the machine: Service IPs that no rule rewrote end on that
 interface, and pods may only talk to pods and to the node.
 
+Privileges.  Root here has every capability but CAP_SYS_RESOURCE, so no process may lower its
+OOM score: containerd restricts what pods ask for to its own score, and the kubelet keeps 0.
+
 Cgroups.  The machine has cgroup v1 only; kubelet 1.35 refuses v1 unless its configuration says
 ``failCgroupV1: false``, and containerd, dockerd and the kubelet all use the ``cgroupfs`` driver
 (there is no systemd here to delegate to).
@@ -32,6 +35,10 @@ SERVICE_CIDR = "10.96.0.0/16"
 CLUSTER_DNS = NODE_IP  # CoreDNS runs on the node, next to the kubelet
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "floe.local/pause:3.10"
+# A host directory pods may mount at the same path (hostPath), as kind's extraMounts: a
+# file-based catalog and warehouse there read the same from this machine and from any pod.
+# Not under a home directory: a pod's user could not get past an image's /root (mode 700).
+SHARED_DIR = Path("/var/lib/floe/shared")
 _GUARD_CHAIN = "FLOE-NODE-GUARD"
 DOCKER = "/usr/bin/docker"  # Debian's client, whose `docker build` speaks BuildKit itself
 
@@ -42,6 +49,12 @@ def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def _sysctl(key: str, value: str) -> None:
     Path("/proc/sys", *key.split(".")).write_text(value)
+
+
+def shared_dir() -> Path:
+    SHARED_DIR.mkdir(parents=True, exist_ok=True)
+    SHARED_DIR.chmod(0o1777)  # any pod's user may add its own directory, like /tmp
+    return SHARED_DIR
 
 
 def network_up() -> None:
@@ -104,6 +117,8 @@ state = "{home / 'state'}"
   address = "{containerd_socket()}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
+  # Root here lacks CAP_SYS_RESOURCE: no process may lower its OOM score below containerd's.
+  restrict_oom_score_adj = true
   enable_cdi = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -129,6 +144,19 @@ def containerd_healthy(state: dict) -> bool:
 def ctr(*args: str) -> list[str]:
     """A ctr command in the kubelet's image namespace."""
     return ["ctr", "--address", str(containerd_socket()), "--namespace", "k8s.io", *args]
+
+
+def stop_containers() -> None:
+    """Kills every container of the node's containerd (pods, builds): they would outlive it."""
+    if not containerd_healthy({}):
+        return
+    for namespace in ("k8s.io", "moby"):
+        base = ["ctr", "--address", str(containerd_socket()), "--namespace", namespace]
+        listed = _sh(*base, "tasks", "ls", "-q", check=False).stdout.split()
+        for task in listed:
+            _sh(*base, "tasks", "kill", "--all", "--signal", "SIGKILL", task, check=False)
+        for task in listed:
+            _sh(*base, "tasks", "delete", "--force", task, check=False)
 
 
 # --- dockerd (builds the images) ----------------------------------------------------------
@@ -184,6 +212,7 @@ def kubelet_prepare(state: dict) -> None:
         "clusterDNS": [CLUSTER_DNS], "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": "/etc/resolv.conf",
         "failSwapOn": False,
+        "oomScoreAdj": 0,  # lowering it needs CAP_SYS_RESOURCE, which root lacks here
         "staticPodPath": "",
         # No image can be pulled again here: never collect images, never evict for disk.
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,

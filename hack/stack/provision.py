@@ -45,8 +45,14 @@ def _complete(target: Path) -> bool:
     return (target / ".complete").exists()
 
 
-def _mark_complete(target: Path) -> None:
-    (target / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+def _mark_complete(target: Path, built_with: str = "") -> None:
+    (target / ".complete").write_text(built_with)
+
+
+def _built_with(target: Path) -> str | None:
+    """What a complete build was made with (its marker's text), None if not complete."""
+    marker = target / ".complete"
+    return marker.read_text() if marker.exists() else None
 
 
 def _fresh(target: Path) -> Path:
@@ -68,16 +74,27 @@ KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", 
                  "kube-proxy", "kubectl")
 
 
+def _kube_version_flags() -> str:
+    """The version the binaries report (kubectl version, the node, Helm's kubeVersion checks),
+    which a build from the module proxy leaves at v0.0.0 unless the linker sets it."""
+    version = paths.KUBERNETES_VERSION
+    major, minor = version.lstrip("v").split(".")[:2]
+    package = "k8s.io/component-base/version"
+    return " ".join(f"-X {package}.{key}={value}" for key, value in (
+        ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor),
+        ("gitTreeState", "clean")))
+
+
 def go_binaries() -> None:
     kube = paths.go_bin_dir("kube", paths.KUBERNETES_VERSION)
-    if not _complete(kube) or not all((kube / name).exists() for name in KUBE_COMMANDS):
+    if _built_with(kube) != _kube_version_flags() or not all((kube / n).exists() for n in KUBE_COMMANDS):
         _log(f"building {', '.join(KUBE_COMMANDS)} {paths.KUBERNETES_VERSION} "
              "(first time only; several minutes on 2 cores)")
         _fresh(kube)
-        _run(["go", "build", "-o", str(kube),
+        _run(["go", "build", "-o", str(kube), "-ldflags", _kube_version_flags(),
               *(f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS)],
              cwd=paths.HACK / "go" / "kube", env=_go_env(), what="kubernetes")
-        _mark_complete(kube)
+        _mark_complete(kube, _kube_version_flags())
 
     etcd = paths.go_bin_dir("etcd", paths.ETCD_VERSION)
     if not _complete(etcd):

@@ -148,7 +148,9 @@ class ExecutorSpec(ResourcesSpec):
 
 
 # A Kubernetes object the API server checks where it is used (a pod), kept as written here.
-_K8S_OBJECT = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}},
+# Volume names are DNS labels (at most 63 characters), which also bounds the CEL rule's cost.
+_NAME = {"type": "string", "maxLength": 63}
+_K8S_OBJECT = {"type": "object", "required": ["name"], "properties": {"name": _NAME},
                "x-kubernetes-preserve-unknown-fields": True}
 
 
@@ -179,8 +181,9 @@ class SparkSpec(_Model):
         description="Where the Spark containers mount those volumes (Kubernetes VolumeMount "
                     "objects).",
         json_schema_extra={"items": {**_K8S_OBJECT, "required": ["name", "mountPath"],
-                                     "properties": {"name": {"type": "string"},
-                                                    "mountPath": {"type": "string"}}}})
+                                     "properties": {"name": _NAME,
+                                                    "mountPath": {"type": "string",
+                                                                  "maxLength": 4096}}}})
 
     @model_validator(mode="after")
     def _mounts_name_volumes(self) -> SparkSpec:

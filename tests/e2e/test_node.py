@@ -1,0 +1,258 @@
+"""floe as users run it, on the stack's real node: the operator installed with Helm and running
+as a pod from the image built from images/operator, kubeflow spark-operator running each job as
+a driver pod and executor pods from the image built from images/spark.
+
+The catalog is SQLite and the warehouse a directory, both on a host directory every pod mounts
+at the same path (the resource's spark.volumes, the chart's extraVolumes): a single-node
+cluster's stand-in for a network catalog and an object store, as kind's extraMounts are.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from hack.stack.cluster import JOB_NAMESPACES
+
+from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
+from ..integration.test_job_roundtrip import produce_orders
+from .kube import ROOT, admin_client, wait_until
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = JOB_NAMESPACES[0]  # the namespace spark-operator runs applications in
+RELEASE, RELEASE_NAMESPACE = "floe", "floe-system"
+SPARK_UID = 185  # the Spark image's user; the operator runs as it too, to share the directory
+
+
+def kubectl(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=300)
+    assert not check or done.returncode == 0, f"kubectl {' '.join(args)}\n{done.stderr}"
+    return done.stdout
+
+
+def _drop_topics(custom: client.CustomObjectsApi) -> None:
+    """Deletes this namespace's topics, then waits until their finalizers ran (the operator is up)."""
+    for item in custom.list_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
+                                                     "kafkaicebergtopics")["items"]:
+        custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
+                                               "kafkaicebergtopics", item["metadata"]["name"])
+    assert wait_until(lambda: not custom.list_namespaced_custom_object(
+        "floe.dev", "v1alpha1", NAMESPACE, "kafkaicebergtopics")["items"], timeout=120)
+
+
+@pytest.fixture(scope="module")
+def shared(stack) -> Iterator[Path]:
+    """A host directory every pod mounts at the same path, writable by the pods' user."""
+    path = Path(stack.env["FLOE_NODE_SHARED"]) / f"test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.fixture(scope="module")
+def floe(stack, shared, tmp_path_factory):
+    """floe installed with its Helm chart, serving the node's job namespace."""
+    api = admin_client(stack)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+    def release_namespace_gone() -> bool:  # a previous test's release may still be going
+        try:
+            core.read_namespace(RELEASE_NAMESPACE)
+            return False
+        except ApiException as error:
+            return error.status == 404
+
+    assert wait_until(release_namespace_gone, timeout=120)
+    values = tmp_path_factory.mktemp("helm") / "values.yaml"
+    values.write_text(yaml.safe_dump({
+        "watch": {"namespaces": [NAMESPACE]},
+        "podSecurityContext": {"runAsUser": SPARK_UID, "runAsGroup": SPARK_UID,
+                               "fsGroup": SPARK_UID},
+        "extraVolumes": [{"name": "shared", "hostPath": {"path": str(shared.parent),
+                                                         "type": "Directory"}}],
+        "extraVolumeMounts": [{"name": "shared", "mountPath": str(shared.parent)}],
+        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}],
+    }))
+    subprocess.run(["helm", "install", RELEASE, str(ROOT / "charts" / "floe-operator"),
+                    "--namespace", RELEASE_NAMESPACE, "--create-namespace", "-f", str(values),
+                    "--wait", "--timeout", "5m"], check=True, capture_output=True, text=True)
+    deployment = apps.read_namespaced_deployment(f"{RELEASE}-floe-operator", RELEASE_NAMESPACE)
+    assert deployment.status.ready_replicas == 1  # its readiness probe passes
+    yield
+    _drop_topics(client.CustomObjectsApi(api))
+    subprocess.run(["helm", "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait"],
+                   capture_output=True)
+    core.delete_namespace(RELEASE_NAMESPACE)
+
+
+def orders_resource(stack, shared: Path, name: str, kafka_topic: str) -> dict:
+    """examples/orders.yaml with the local stack's addresses, a catalog on the shared
+    directory and that directory mounted in the Spark pods."""
+    body = yaml.safe_load((ROOT / "examples" / "orders.yaml").read_text())
+    body["metadata"] = {"name": name, "namespace": NAMESPACE}
+    spec = body["spec"]
+    spec["kafka"].update(bootstrapServers=stack.bootstrap, topic=kafka_topic)
+    spec["value"]["schemaRegistry"].update(url=stack.registry_url, subject=f"{kafka_topic}-value")
+    spec["table"]["catalog"] = {"type": "sql", "name": "lake",
+                                "uri": f"jdbc:sqlite:{shared / name}.db",
+                                "warehouse": f"file://{shared / name}"}
+    spec["deadLetter"]["topic"] = f"{kafka_topic}.dlq"
+    spec["commit"]["interval"] = "5s"
+    spec["spark"] = {
+        "volumes": [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}],
+        "volumeMounts": [{"name": "shared", "mountPath": str(shared)}],
+        # Two cores in all: the pods ask for a quarter core each, and use what is free.
+        "conf": {"spark.kubernetes.driver.request.cores": "250m",
+                 "spark.kubernetes.executor.request.cores": "250m"},
+    }
+    return body
+
+
+def apply(body: dict, tmp_path: Path) -> None:
+    manifest = tmp_path / f"{body['metadata']['name']}.yaml"
+    manifest.write_text(yaml.safe_dump(body))
+    kubectl("apply", "-f", str(manifest))
+
+
+class Topic:
+    """One KafkaIcebergTopic on the node, seen as a user sees it."""
+
+    def __init__(self, stack, shared: Path, name: str):
+        self.name, self.shared = name, shared
+        api = admin_client(stack)
+        self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+    def status(self) -> dict:
+        return self.custom.get_namespaced_custom_object(
+            "floe.dev", "v1alpha1", NAMESPACE, "kafkaicebergtopics", self.name).get("status", {})
+
+    def landed(self, producer: AvroProducer) -> bool:
+        offsets = self.status().get("offsets", {})
+        expected = {str(p): o for p, o in producer.next_offsets().items()}
+        return offsets.get("committed") == expected and offsets.get("lag") == 0
+
+    def rows(self) -> list[dict]:
+        from floe_sparkapp.catalog import load_catalog
+        from floe_sparkapp.config import CatalogConfig
+
+        catalog = load_catalog(CatalogConfig(name="lake", uri=f"jdbc:sqlite:{self.shared / self.name}.db",
+                                             warehouse=f"file://{self.shared / self.name}"))
+        return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
+
+    def pods(self, role: str) -> list[client.V1Pod]:
+        return [pod for pod in self.core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"spark-role={role},sparkoperator.k8s.io/app-name=floe-{self.name}").items
+            if pod.status.phase == "Running"]
+
+    def diagnostics(self) -> str:
+        return "\n".join([
+            str(self.status()),
+            kubectl("get", "pods,sparkapplications", "-n", NAMESPACE, "-o", "wide", check=False),
+            kubectl("logs", "-n", NAMESPACE, f"floe-{self.name}-driver", "--tail=60", check=False),
+            kubectl("logs", "-n", RELEASE_NAMESPACE, f"deploy/{RELEASE}-floe-operator",
+                    "--tail=40", check=False),
+        ])
+
+
+def test_a_topic_lands_exactly_once_in_driver_and_executor_pods(stack, floe, shared, tmp_path,
+                                                                 unique_name):
+    kafka_topic = f"node-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 200)
+    apply(orders_resource(stack, shared, "orders", kafka_topic), tmp_path)
+    topic = Topic(stack, shared, "orders")
+
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    kubectl("wait", "--for=condition=Ready", "-n", NAMESPACE, "kit/orders", "--timeout=120s")
+    assert_exactly_once(topic.rows(), producer.sent)
+    status = topic.status()
+    assert status["phase"] == "Running"
+    assert status["sparkApplication"]["state"] == "RUNNING"
+    assert status["offsets"]["lag"] == 0
+    assert status["freshnessSeconds"] >= 0
+    assert len(topic.pods("driver")) == 1, topic.diagnostics()
+    assert len(topic.pods("executor")) >= 1, topic.diagnostics()
+    # The driver's pod is owned by its SparkApplication, which is owned by the topic.
+    driver = topic.pods("driver")[0]
+    assert [o.kind for o in driver.metadata.owner_references] == ["SparkApplication"]
+
+
+def produce_while(producer: AvroProducer, start_at: int, count: int) -> threading.Thread:
+    """Produces orders in the background, a few a second, while a fault happens."""
+    def run() -> None:
+        for i in range(start_at, start_at + count, 10):
+            produce_orders(producer, i, 10)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.faults
+def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_nothing(
+        stack, floe, shared, tmp_path, unique_name):
+    kafka_topic = f"node-faults-{unique_name}".replace("_", "-")[:200]
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 100)
+    body = orders_resource(stack, shared, "faults", kafka_topic)
+    apply(body, tmp_path)
+    topic = Topic(stack, shared, "faults")
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+
+    # The driver pod deleted while records arrive: spark-operator starts another.
+    first_driver = topic.pods("driver")[0].metadata.uid
+    producing = produce_while(producer, 100, 300)
+    time.sleep(2)
+    kubectl("delete", "pod", "-n", NAMESPACE, "floe-faults-driver", "--wait=false")
+    producing.join()
+    assert wait_until(lambda: topic.pods("driver") and topic.pods("driver")[0].metadata.uid
+                      != first_driver, timeout=300, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    assert_exactly_once(topic.rows(), producer.sent)
+
+    # The operator's pod deleted: its Deployment starts another, which converges.
+    apps = client.AppsV1Api(admin_client(stack))
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    old = {p.metadata.uid for p in topic.core.list_namespaced_pod(
+        RELEASE_NAMESPACE, label_selector=selector).items}
+    kubectl("delete", "pod", "-n", RELEASE_NAMESPACE, "-l", selector, "--wait=false")
+    produce_orders(producer, 400, 50)
+
+    def replaced() -> bool:
+        ready = apps.read_namespaced_deployment(f"{RELEASE}-floe-operator",
+                                                RELEASE_NAMESPACE).status.ready_replicas
+        pods = {p.metadata.uid for p in topic.core.list_namespaced_pod(
+            RELEASE_NAMESPACE, label_selector=selector).items}
+        return ready == 1 and not pods & old
+
+    assert wait_until(replaced, timeout=180, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=300, interval=2), topic.diagnostics()
+    assert_exactly_once(topic.rows(), producer.sent)
+
+    # A spec change (the commit interval) rolls the job: a new driver, nothing lost or doubled.
+    rolled_from = topic.pods("driver")[0].metadata.uid
+    body["spec"]["commit"]["interval"] = "3s"
+    apply(body, tmp_path)
+    producing = produce_while(producer, 450, 200)
+    producing.join()
+    assert wait_until(lambda: topic.status().get("observedGeneration") == 2, timeout=120,
+                      interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.pods("driver") and topic.pods("driver")[0].metadata.uid
+                      != rolled_from, timeout=300, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    assert_exactly_once(topic.rows(), producer.sent)
