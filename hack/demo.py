@@ -1,10 +1,11 @@
 """`make demo`: from `kubectl apply` of a KafkaIcebergTopic to rows in an Iceberg table.
 
-Starts the stack (if it is not up), registers an Avro schema and produces orders to a topic,
-installs the CRDs, starts floe's operator and the local SparkApplication runner (the stand-in
-for spark-operator), applies examples/orders.yaml pointed at the local stack, waits until
-`kubectl wait --for=condition=Ready` returns and the lag is 0, shows `kubectl get kit`, and
-reads the table back with PyIceberg.
+Starts the stack and its node (if they are not up), registers an Avro schema and produces
+orders to a topic, installs floe with its Helm chart (the operator runs as a pod from the image
+built from images/operator), applies examples/orders.yaml pointed at the local stack, waits until
+`kubectl wait --for=condition=Ready` returns and the lag is 0, shows `kubectl get kit` and the
+pods (floe's operator, spark-operator, the job's driver and executor), and reads the table back
+with PyIceberg.  floe stays installed; the next demo starts it over.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import yaml
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -28,6 +31,7 @@ from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.config import parse_config
 from hack import stack
 from hack.stack import paths
+from hack.stack.cluster import JOB_NAMESPACES
 
 ORDER_SCHEMA = {
     "type": "record", "name": "Order", "namespace": "floe.demo",
@@ -69,12 +73,6 @@ def produce(env: dict[str, str]) -> None:
         f"(schema registered under '{TOPIC}-value')")
 
 
-def start_background(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
-    log = (paths.RUN / "demo" / f"{name}.log").open("w")
-    return subprocess.Popen(command, env={**os.environ, **env}, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def kubectl(*args: str, check: bool = True) -> str:
     result = subprocess.run(["kubectl", *args], capture_output=True, text=True)
     if check and result.returncode != 0:
@@ -82,23 +80,57 @@ def kubectl(*args: str, check: bool = True) -> str:
     return result.stdout
 
 
-def local_resource(env: dict[str, str], demo_dir) -> str:
-    """examples/orders.yaml with the local stack's addresses and an embedded SQLite catalog."""
-    import yaml
+NAMESPACE = JOB_NAMESPACES[0]  # where the node's spark-operator runs applications
+RELEASE, RELEASE_NAMESPACE = "floe", "floe-system"
+SPARK_UID = 185  # the Spark image's user; the operator runs as it too, to share the directory
 
+
+def node_values(shared: Path) -> dict:
+    """Helm values of floe on the local node: serving the job namespace, with the node's shared
+    directory mounted (a file catalog there is read by the operator and the Spark pods alike,
+    so the operator runs as the Spark image's user)."""
+    return {
+        "watch": {"namespaces": [NAMESPACE]},
+        "podSecurityContext": {"runAsUser": SPARK_UID, "runAsGroup": SPARK_UID,
+                               "fsGroup": SPARK_UID},
+        "extraVolumes": [{"name": "shared", "hostPath": {"path": str(shared),
+                                                         "type": "Directory"}}],
+        "extraVolumeMounts": [{"name": "shared", "mountPath": str(shared)}],
+    }
+
+
+def node_resource(env: dict[str, str], directory: Path, name: str, kafka_topic: str) -> dict:
+    """examples/orders.yaml with the local stack's addresses, a SQLite catalog and a warehouse
+    in ``directory`` (under the node's shared directory), mounted in the Spark pods."""
     resource = yaml.safe_load((paths.REPO / "examples" / "orders.yaml").read_text())
-    resource["metadata"]["namespace"] = "demo"
+    resource["metadata"] = {"name": name, "namespace": NAMESPACE}
     spec = resource["spec"]
-    spec["kafka"]["bootstrapServers"] = env["FLOE_KAFKA_BOOTSTRAP"]
-    spec["value"]["schemaRegistry"]["url"] = env["FLOE_SCHEMA_REGISTRY_URL"]
-    spec["table"]["catalog"] = {"type": "sql", "name": "demo",
-                                "uri": f"jdbc:sqlite:{demo_dir / 'catalog.db'}",
-                                "warehouse": f"file://{demo_dir / 'warehouse'}"}
+    spec["kafka"].update(bootstrapServers=env["FLOE_KAFKA_BOOTSTRAP"], topic=kafka_topic)
+    spec["value"]["schemaRegistry"].update(url=env["FLOE_SCHEMA_REGISTRY_URL"],
+                                           subject=f"{kafka_topic}-value")
+    spec["table"]["catalog"] = {"type": "sql", "name": "lake",
+                                "uri": f"jdbc:sqlite:{directory / name}.db",
+                                "warehouse": f"file://{directory / name}"}
+    spec["deadLetter"]["topic"] = f"{kafka_topic}.dlq"
     spec["commit"]["interval"] = "5s"
-    spec["spark"] = {"checkpointLocation": str(demo_dir / "checkpoint")}
-    path = demo_dir / "orders.yaml"
-    path.write_text(yaml.safe_dump(resource, sort_keys=False))
-    return str(path)
+    spec["spark"] = {
+        "volumes": [{"name": "shared", "hostPath": {"path": str(directory), "type": "Directory"}}],
+        "volumeMounts": [{"name": "shared", "mountPath": str(directory)}],
+        # The node has two cores: driver and executor ask for a quarter core each.
+        "conf": {"spark.kubernetes.driver.request.cores": "250m",
+                 "spark.kubernetes.executor.request.cores": "250m"},
+    }
+    return resource
+
+
+def uninstall(kubectl_run) -> None:
+    """Removes floe from the node: the topics first (their finalizers need the operator), then
+    the release and its namespace."""
+    kubectl_run("delete", "kit", "--all", "-n", NAMESPACE, "--timeout=120s")
+    subprocess.run(["helm", "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait",
+                    "--ignore-not-found"], capture_output=True)
+    kubectl_run("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--wait=true",
+                "--timeout=180s")
 
 
 def wait_for(predicate, timeout: float) -> bool:
@@ -111,53 +143,51 @@ def wait_for(predicate, timeout: float) -> bool:
 
 
 def main() -> int:
-    say("starting the local stack (first run provisions it: several minutes)")
+    say("starting the local stack and its node (first run provisions it: long)")
     started = time.monotonic()
     state, _ = stack.ensure_up()
     env = stack.connection_env(state)
     os.environ.update(env)
     say(f"stack ready in {time.monotonic() - started:.0f}s")
 
-    demo_dir = paths.RUN / "demo"
+    uninstall(lambda *args: kubectl(*args, check=False))  # a previous demo's
+    demo_dir = Path(env["FLOE_NODE_SHARED"]) / "demo"
     if demo_dir.exists():
         shutil.rmtree(demo_dir)
-    demo_dir.mkdir(parents=True)
+    demo_dir.mkdir()
+    demo_dir.chmod(0o777)
     produce(env)
 
-    say("installing the CRDs, starting floe's operator and the local SparkApplication runner")
-    kubectl("apply", "-f", str(paths.REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/kafkaicebergtopics.floe.dev",
-            "crd/sparkapplications.sparkoperator.k8s.io")
-    kubectl("delete", "namespace", "demo", "--ignore-not-found", "--wait=true")
-    kubectl("create", "namespace", "demo")
-    processes = [
-        start_background("runner", [sys.executable, str(paths.HACK / "spark-operator" / "runner.py")],
-                         {"FLOE_RUNNER_DIR": str(demo_dir / "runner")}),
-        start_background("operator", [sys.executable, "-m", "floe_operator"],
-                         {"FLOE_LIVENESS": "http://127.0.0.1:0/healthz", "FLOE_METRICS_PORT": "0"}),
-    ]
-    try:
-        manifest = local_resource(env, demo_dir)
-        say(f"kubectl apply -f {manifest}   (examples/orders.yaml, pointed at the local stack)")
-        print(kubectl("apply", "-f", manifest), end="")
-        say("kubectl wait --for=condition=Ready kit/orders")
-        if not wait_for(lambda: "condition met" in kubectl(
-                "wait", "--for=condition=Ready", "-n", "demo", "kit/orders", "--timeout=10s",
-                check=False), timeout=300):
-            raise SystemExit("the topic did not become Ready; see the logs in "
-                             f"{demo_dir}/operator.log and {demo_dir}/runner")
-        wait_for(lambda: kubectl("get", "kit", "orders", "-n", "demo", "-o",
-                                 "jsonpath={.status.offsets.lag}") == "0", timeout=180)
-        say("kubectl get kit -n demo")
-        print(kubectl("get", "kit", "-n", "demo"), end="")
-    finally:
-        for process in processes:
-            os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            process.wait(timeout=60)
+    values = paths.RUN / "demo-values.yaml"
+    values.write_text(yaml.safe_dump(node_values(Path(env["FLOE_NODE_SHARED"]))))
+    say(f"helm install {RELEASE} charts/floe-operator --namespace {RELEASE_NAMESPACE} "
+        "--create-namespace -f demo-values.yaml --wait")
+    helm = subprocess.run(["helm", "install", RELEASE, str(paths.REPO / "charts" / "floe-operator"),
+                           "--namespace", RELEASE_NAMESPACE, "--create-namespace", "-f", str(values),
+                           "--wait", "--timeout", "5m"], capture_output=True, text=True)
+    if helm.returncode != 0:
+        raise SystemExit(f"helm install failed: {helm.stderr}")
+
+    manifest = demo_dir / "orders.yaml"
+    manifest.write_text(yaml.safe_dump(node_resource(env, demo_dir, "orders", TOPIC),
+                                       sort_keys=False))
+    say(f"kubectl apply -f {manifest}   (examples/orders.yaml, pointed at the local stack)")
+    print(kubectl("apply", "-f", str(manifest)), end="")
+    say(f"kubectl wait --for=condition=Ready -n {NAMESPACE} kit/orders")
+    if not wait_for(lambda: "condition met" in kubectl(
+            "wait", "--for=condition=Ready", "-n", NAMESPACE, "kit/orders", "--timeout=10s",
+            check=False), timeout=600):
+        raise SystemExit("the topic did not become Ready: kubectl describe kit orders -n "
+                         f"{NAMESPACE}; kubectl logs -n {NAMESPACE} floe-orders-driver")
+    wait_for(lambda: kubectl("get", "kit", "orders", "-n", NAMESPACE, "-o",
+                             "jsonpath={.status.offsets.lag}") == "0", timeout=300)
+    say(f"kubectl get kit -n {NAMESPACE}")
+    print(kubectl("get", "kit", "-n", NAMESPACE), end="")
+    say("kubectl get pods -A   (floe's operator, spark-operator, the job's driver and executor)")
+    print(kubectl("get", "pods", "-A"), end="")
 
     config = parse_config(json.loads(kubectl(
-        "get", "configmap", "floe-orders-job", "-n", "demo", "-o", "json"))["data"]["job.json"])
+        "get", "configmap", "floe-orders-job", "-n", NAMESPACE, "-o", "json"))["data"]["job.json"])
     table = load_catalog(config.table.catalog).load_table("analytics.orders")
     rows = table.scan().to_arrow().to_pylist()
     summary = table.current_snapshot().summary
@@ -170,7 +200,8 @@ def main() -> int:
         value = row["value"]
         print(f"{row['kafka']['partition']:>9} {row['kafka']['offset']:>6}  {value['order_id']:>10} "
               f"{value['customer']:<8} {value['amount_cents'] / 100:>9.2f} {value['status']}")
-    say("the stack keeps running: `make stack-down` stops it, `make stack-env` prints its settings")
+    say("floe keeps running on the node: `make stack-env` prints the settings (KUBECONFIG among "
+        "them), `make stack-down` stops everything")
     return 0
 
 

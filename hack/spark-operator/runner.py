@@ -4,8 +4,9 @@ There is no kubelet here, so this harness (tests and demo only) watches SparkApp
 API server and runs each driver as a local ``python -m floe_sparkapp`` process with Spark in
 local mode, the way spark-operator would run it in a pod:
 
-* ConfigMaps and Secrets named in ``spec.driver`` are written to a directory per application
-  and the mount paths in the arguments and in the mounted files are translated to it;
+* the ConfigMap and Secret volumes of the driver's pod template are written to a directory per
+  application and the mount paths in the arguments and in the mounted files are translated to
+  it;
 * ``status.applicationState.state`` goes SUBMITTED -> RUNNING -> COMPLETED | FAILING ->
   PENDING_RERUN -> ... | FAILED (retries spent), with
   ``submissionAttempts``, ``executionAttempts``, ``lastSubmissionAttemptTime``,
@@ -72,6 +73,7 @@ class Runner:
     def _status(self, driver: Driver, state: str, error: str | None = None, **extra: Any) -> None:
         status: dict[str, Any] = {
             "applicationState": {"state": state, "errorMessage": error or ""},
+            "driverInfo": {},  # required by spark-operator's CRD; there is no driver pod here
             "submissionAttempts": driver.submissions,
             "executionAttempts": driver.executions,
             **extra,
@@ -86,24 +88,35 @@ class Runner:
     # --- mounts ---------------------------------------------------------------------------
 
     def _materialize(self, driver: Driver, spec: dict[str, Any]) -> dict[str, str]:
-        """Writes the driver's ConfigMaps and Secrets to disk; returns mount path -> local dir."""
+        """Writes the ConfigMap and Secret volumes of the driver's pod template to disk (a
+        hostPath is used where it is); returns mount path -> local dir."""
         root = self.work_dir / driver.namespace / driver.name
         if root.exists():
             shutil.rmtree(root)
+        pod = spec.get("driver", {}).get("template", {}).get("spec", {})
+        volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+        container_mounts = pod.get("containers", [{}])[0].get("volumeMounts", [])
         mounts: dict[str, str] = {}
-        pod = spec.get("driver", {})
-        for entry in pod.get("secrets", []):
-            secret = self.core.read_namespaced_secret(entry["name"], driver.namespace)
-            target = root / "secrets" / entry["name"]
-            target.mkdir(parents=True)
-            for key, value in (secret.data or {}).items():
-                (target / key).write_bytes(base64.b64decode(value))
-            mounts[entry["path"]] = str(target)
-        for entry in pod.get("configMaps", []):
-            config_map = self.core.read_namespaced_config_map(entry["name"], driver.namespace)
-            target = root / "configmaps" / entry["name"]
-            target.mkdir(parents=True)
-            mounts[entry["path"]] = str(target)
+        config_maps: list[tuple[str, Path]] = []
+        for mount in container_mounts:
+            volume = volumes[mount["name"]]
+            target = root / mount["name"]
+            if "secret" in volume:
+                secret = self.core.read_namespaced_secret(volume["secret"]["secretName"],
+                                                          driver.namespace)
+                target.mkdir(parents=True)
+                for key, value in (secret.data or {}).items():
+                    (target / key).write_bytes(base64.b64decode(value))
+            elif "configMap" in volume:
+                target.mkdir(parents=True)
+                config_maps.append((volume["configMap"]["name"], target))
+            elif "hostPath" in volume:
+                target = Path(volume["hostPath"]["path"])
+            else:
+                continue  # scratch space: the local process has its own
+            mounts[mount["mountPath"]] = str(target)
+        for name, target in config_maps:  # last: their contents name the other mounts
+            config_map = self.core.read_namespaced_config_map(name, driver.namespace)
             for key, value in (config_map.data or {}).items():
                 (target / key).write_text(self._translate(value, mounts))
         return mounts

@@ -118,6 +118,17 @@ def _imported() -> dict[str, str]:
     return images
 
 
+def _copy_to_containerd(tag: str) -> None:
+    save = subprocess.Popen([node.DOCKER, "save", tag], stdout=subprocess.PIPE,
+                            env={**os.environ, **node.docker_env()})
+    try:
+        _run(node.ctr("images", "import", "-"), f"import-{tag.split('/')[-1]}", stdin=save.stdout)
+    finally:
+        save.stdout.close()
+        if save.wait() != 0:
+            raise ComponentError(f"image {tag}: docker save failed")
+
+
 def _import(tags: list[str]) -> None:
     """Copies docker images into containerd's k8s.io namespace when they changed there."""
     record_file = paths.CACHE / "images" / "imported.json"
@@ -129,12 +140,16 @@ def _import(tags: list[str]) -> None:
         if record.get(tag) == image_id and ref in present:
             continue
         started = time.monotonic()
-        save = subprocess.Popen([node.DOCKER, "save", tag], stdout=subprocess.PIPE,
-                                env={**os.environ, **node.docker_env()})
-        _run(node.ctr("images", "import", "-"), f"import-{tag.split('/')[-1]}",
-             stdin=save.stdout)
-        if save.wait() != 0:
-            raise ComponentError(f"image {tag}: docker save failed")
+        for attempt in (1, 2):
+            try:
+                _copy_to_containerd(tag)
+                break
+            except ComponentError:
+                # containerd 1.6 may collect a layer the import counted on while the image's
+                # tag moves to the new version ("parent snapshot ... does not exist"); a second
+                # import lays the missing layers down again.
+                if attempt == 2:
+                    raise
         record[tag] = image_id
         record_file.write_text(json.dumps(record, indent=2))
         _log(f"image {tag}: imported into containerd in {time.monotonic() - started:.0f}s")

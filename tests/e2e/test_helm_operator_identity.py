@@ -38,7 +38,10 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
     admin = admin_client(stack)
     for crd in CRDS:
         install_crd(admin, crd)
-    helm("install", "floe", CHART, "-n", namespace, "--set", f"watch.namespaces={{{namespace}}}")
+    # No replica: this test runs the Deployment's operator itself, on this machine, where the
+    # test's catalog is (tests/e2e/test_node.py runs the chart's pod for real).
+    helm("install", "floe", CHART, "-n", namespace, "--set", f"watch.namespaces={{{namespace}}}",
+         "--set", "replicaCount=0")
     deployment = client.AppsV1Api(admin).read_namespaced_deployment("floe-floe-operator", namespace)
     pod = deployment.spec.template.spec
     kubeconfig = tmp_path / "operator-kubeconfig"

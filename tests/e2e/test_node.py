@@ -2,9 +2,10 @@
 as a pod from the image built from images/operator, kubeflow spark-operator running each job as
 a driver pod and executor pods from the image built from images/spark.
 
-The catalog is SQLite and the warehouse a directory, both on a host directory every pod mounts
-at the same path (the resource's spark.volumes, the chart's extraVolumes): a single-node
-cluster's stand-in for a network catalog and an object store, as kind's extraMounts are.
+The catalog is SQLite and the warehouse a directory, both on the node's shared host directory,
+which every pod mounts at the same path (the resource's spark.volumes, the chart's
+extraVolumes): a single-node cluster's stand-in for a network catalog and an object store, as
+kind's extraMounts are.  The resources are examples/orders.yaml, adapted as `make demo` does.
 """
 
 from __future__ import annotations
@@ -20,19 +21,15 @@ from typing import Iterator
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from hack.stack.cluster import JOB_NAMESPACES
+from hack.demo import (NAMESPACE, RELEASE, RELEASE_NAMESPACE, node_resource, node_values,
+                       uninstall)
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import produce_orders
 from .kube import ROOT, admin_client, wait_until
 
 pytestmark = pytest.mark.e2e
-
-NAMESPACE = JOB_NAMESPACES[0]  # the namespace spark-operator runs applications in
-RELEASE, RELEASE_NAMESPACE = "floe", "floe-system"
-SPARK_UID = 185  # the Spark image's user; the operator runs as it too, to share the directory
 
 
 def kubectl(*args: str, check: bool = True) -> str:
@@ -41,19 +38,9 @@ def kubectl(*args: str, check: bool = True) -> str:
     return done.stdout
 
 
-def _drop_topics(custom: client.CustomObjectsApi) -> None:
-    """Deletes this namespace's topics, then waits until their finalizers ran (the operator is up)."""
-    for item in custom.list_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
-                                                     "kafkaicebergtopics")["items"]:
-        custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
-                                               "kafkaicebergtopics", item["metadata"]["name"])
-    assert wait_until(lambda: not custom.list_namespaced_custom_object(
-        "floe.dev", "v1alpha1", NAMESPACE, "kafkaicebergtopics")["items"], timeout=120)
-
-
 @pytest.fixture(scope="module")
 def shared(stack) -> Iterator[Path]:
-    """A host directory every pod mounts at the same path, writable by the pods' user."""
+    """A directory of the node's shared one, for this module's catalogs and warehouses."""
     path = Path(stack.env["FLOE_NODE_SHARED"]) / f"test-{uuid.uuid4().hex[:8]}"
     path.mkdir()
     path.chmod(0o777)
@@ -62,66 +49,31 @@ def shared(stack) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def floe(stack, shared, tmp_path_factory):
-    """floe installed with its Helm chart, serving the node's job namespace."""
-    api = admin_client(stack)
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-
-    def release_namespace_gone() -> bool:  # a previous test's release may still be going
-        try:
-            core.read_namespace(RELEASE_NAMESPACE)
-            return False
-        except ApiException as error:
-            return error.status == 404
-
-    assert wait_until(release_namespace_gone, timeout=120)
+def floe(stack, tmp_path_factory):
+    """floe installed with its Helm chart, serving the node's job namespace (a previous demo's
+    installation is removed first)."""
+    uninstall(lambda *args: kubectl(*args, check=False))
     values = tmp_path_factory.mktemp("helm") / "values.yaml"
     values.write_text(yaml.safe_dump({
-        "watch": {"namespaces": [NAMESPACE]},
-        "podSecurityContext": {"runAsUser": SPARK_UID, "runAsGroup": SPARK_UID,
-                               "fsGroup": SPARK_UID},
-        "extraVolumes": [{"name": "shared", "hostPath": {"path": str(shared.parent),
-                                                         "type": "Directory"}}],
-        "extraVolumeMounts": [{"name": "shared", "mountPath": str(shared.parent)}],
-        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}],
-    }))
-    subprocess.run(["helm", "install", RELEASE, str(ROOT / "charts" / "floe-operator"),
-                    "--namespace", RELEASE_NAMESPACE, "--create-namespace", "-f", str(values),
-                    "--wait", "--timeout", "5m"], check=True, capture_output=True, text=True)
+        **node_values(Path(stack.env["FLOE_NODE_SHARED"])),
+        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}]}))
+    installed = subprocess.run(["helm", "install", RELEASE, str(ROOT / "charts" / "floe-operator"),
+                                "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+                                "-f", str(values), "--wait", "--timeout", "5m"],
+                               capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    apps = client.AppsV1Api(admin_client(stack))
     deployment = apps.read_namespaced_deployment(f"{RELEASE}-floe-operator", RELEASE_NAMESPACE)
     assert deployment.status.ready_replicas == 1  # its readiness probe passes
     yield
-    _drop_topics(client.CustomObjectsApi(api))
-    subprocess.run(["helm", "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait"],
-                   capture_output=True)
-    core.delete_namespace(RELEASE_NAMESPACE)
+    uninstall(kubectl)
 
 
-def orders_resource(stack, shared: Path, name: str, kafka_topic: str) -> dict:
-    """examples/orders.yaml with the local stack's addresses, a catalog on the shared
-    directory and that directory mounted in the Spark pods."""
-    body = yaml.safe_load((ROOT / "examples" / "orders.yaml").read_text())
-    body["metadata"] = {"name": name, "namespace": NAMESPACE}
-    spec = body["spec"]
-    spec["kafka"].update(bootstrapServers=stack.bootstrap, topic=kafka_topic)
-    spec["value"]["schemaRegistry"].update(url=stack.registry_url, subject=f"{kafka_topic}-value")
-    spec["table"]["catalog"] = {"type": "sql", "name": "lake",
-                                "uri": f"jdbc:sqlite:{shared / name}.db",
-                                "warehouse": f"file://{shared / name}"}
-    spec["deadLetter"]["topic"] = f"{kafka_topic}.dlq"
-    spec["commit"]["interval"] = "5s"
-    spec["spark"] = {
-        "volumes": [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}],
-        "volumeMounts": [{"name": "shared", "mountPath": str(shared)}],
-        # Two cores in all: the pods ask for a quarter core each, and use what is free.
-        "conf": {"spark.kubernetes.driver.request.cores": "250m",
-                 "spark.kubernetes.executor.request.cores": "250m"},
-    }
-    return body
-
-
-def apply(body: dict, tmp_path: Path) -> None:
-    manifest = tmp_path / f"{body['metadata']['name']}.yaml"
+def apply(stack, shared: Path, name: str, kafka_topic: str, tmp_path: Path,
+          **spec_changes) -> None:
+    body = node_resource(stack.env, shared, name, kafka_topic)
+    body["spec"].update(spec_changes)
+    manifest = tmp_path / f"{name}.yaml"
     manifest.write_text(yaml.safe_dump(body))
     kubectl("apply", "-f", str(manifest))
 
@@ -172,7 +124,7 @@ def test_a_topic_lands_exactly_once_in_driver_and_executor_pods(stack, floe, sha
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, 200)
-    apply(orders_resource(stack, shared, "orders", kafka_topic), tmp_path)
+    apply(stack, shared, "orders", kafka_topic, tmp_path)
     topic = Topic(stack, shared, "orders")
 
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
@@ -209,8 +161,7 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, 100)
-    body = orders_resource(stack, shared, "faults", kafka_topic)
-    apply(body, tmp_path)
+    apply(stack, shared, "faults", kafka_topic, tmp_path)
     topic = Topic(stack, shared, "faults")
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
 
@@ -246,8 +197,7 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
 
     # A spec change (the commit interval) rolls the job: a new driver, nothing lost or doubled.
     rolled_from = topic.pods("driver")[0].metadata.uid
-    body["spec"]["commit"]["interval"] = "3s"
-    apply(body, tmp_path)
+    apply(stack, shared, "faults", kafka_topic, tmp_path, commit={"interval": "3s"})
     producing = produce_while(producer, 450, 200)
     producing.join()
     assert wait_until(lambda: topic.status().get("observedGeneration") == 2, timeout=120,
