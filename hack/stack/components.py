@@ -275,18 +275,23 @@ def _apiserver_healthy(state: State) -> bool:
 
 # --- kube-controller-manager ---------------------------------------------------------------
 
+def control_plane_flags(state: State, port: str) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for the API
+    and for checking their own callers, and a secure port on loopback."""
+    return [f"--kubeconfig={kubeconfig_path()}",
+            f"--authentication-kubeconfig={kubeconfig_path()}",
+            f"--authorization-kubeconfig={kubeconfig_path()}",
+            "--bind-address=127.0.0.1", f"--secure-port={state['ports'][port]}",
+            "--leader-elect=false"]
+
+
 def _controller_manager_command(state: State) -> list[str]:
     home = kube_dir()
     return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-controller-manager"),
-            f"--kubeconfig={kubeconfig_path()}",
-            f"--authentication-kubeconfig={kubeconfig_path()}",
-            f"--authorization-kubeconfig={kubeconfig_path()}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={state['ports']['controller_manager']}",
+            *control_plane_flags(state, "controller_manager"),
             f"--cert-dir={home / 'controller-manager-certs'}",
             f"--service-account-private-key-file={home / 'service-account.key'}",
             f"--root-ca-file={ca_path()}",
-            "--leader-elect=false",
             "--use-service-account-credentials=false",
             # nodelifecycle lifts the node's not-ready taint once the kubelet reports Ready.
             "--controllers=*,-nodeipam,-persistentvolume-binder,-attachdetach,"

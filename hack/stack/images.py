@@ -56,14 +56,13 @@ def _image_id(tag: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def base_image() -> None:
-    """Debian bookworm (minbase) from debootstrap, imported as BASE_IMAGE."""
-    if _image_id(BASE_IMAGE):
-        return
+def base_rootfs() -> Path:
+    """Debian bookworm (minbase) from debootstrap, once; needs no daemon, so provisioning makes
+    it while the Go builds run."""
     root = paths.CACHE / "images" / "debian-bookworm"
-    started = time.monotonic()
     if not (root / ".complete").exists():
-        _log("making the Debian base image with debootstrap (first time only)")
+        started = time.monotonic()
+        _log("making the Debian base image's root with debootstrap (first time only)")
         subprocess.run(["rm", "-rf", str(root)], check=True)
         root.mkdir(parents=True)
         _run(["debootstrap", "--variant=minbase", "bookworm", str(root / "rootfs")],
@@ -72,12 +71,19 @@ def base_image() -> None:
                         str(root / "rootfs" / "var" / "lib" / "apt" / "lists")], check=True)
         (root / "rootfs" / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True)
         (root / ".complete").touch()
-    tar = subprocess.Popen(["tar", "-C", str(root / "rootfs"), "--numeric-owner", "-c", "."],
+        _log(f"debootstrap: done in {time.monotonic() - started:.0f}s")
+    return root / "rootfs"
+
+
+def base_image() -> None:
+    """The debootstrap root imported into dockerd as BASE_IMAGE."""
+    if _image_id(BASE_IMAGE):
+        return
+    tar = subprocess.Popen(["tar", "-C", str(base_rootfs()), "--numeric-owner", "-c", "."],
                            stdout=subprocess.PIPE)
     _run([node.DOCKER, "import", "--change", 'CMD ["/bin/bash"]', "-", BASE_IMAGE], "base-import",
          stdin=tar.stdout)
     tar.wait()
-    _log(f"base image: done in {time.monotonic() - started:.0f}s")
 
 
 def _pause_context() -> Path:

@@ -255,14 +255,10 @@ def kubelet_healthy(state: dict) -> bool:
 # --- kube-scheduler, kube-proxy ----------------------------------------------------------
 
 def scheduler_command(state: dict) -> list[str]:
-    from .components import kubeconfig_path
+    from .components import control_plane_flags
 
     return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-scheduler"),
-            f"--kubeconfig={kubeconfig_path()}",
-            f"--authentication-kubeconfig={kubeconfig_path()}",
-            f"--authorization-kubeconfig={kubeconfig_path()}",
-            "--bind-address=127.0.0.1", f"--secure-port={state['ports']['scheduler']}",
-            "--leader-elect=false", "--v=1"]
+            *control_plane_flags(state, "scheduler"), "--v=1"]
 
 
 def scheduler_healthy(state: dict) -> bool:

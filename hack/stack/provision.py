@@ -96,28 +96,27 @@ def go_binaries() -> None:
              cwd=paths.HACK / "go" / "kube", env=_go_env(), what="kubernetes")
         _mark_complete(kube, _kube_version_flags())
 
-    etcd = paths.go_bin_dir("etcd", paths.ETCD_VERSION)
-    if not _complete(etcd):
-        _log(f"building etcd {paths.ETCD_VERSION}")
-        _fresh(etcd)
-        _run(["go", "build", "-o", str(etcd / "etcd"),
-              "go.etcd.io/etcd/server/v3"],
-             cwd=paths.HACK / "go" / "etcd", env=_go_env(), what="etcd")
-        _mark_complete(etcd)
-
-    spark_operator = paths.go_bin_dir("spark-operator", paths.SPARK_OPERATOR_VERSION)
-    if not _complete(spark_operator):
-        _log(f"building kubeflow spark-operator {paths.SPARK_OPERATOR_VERSION}")
-        _fresh(spark_operator)
-        _run(["go", "build", "-o", str(spark_operator / "spark-operator"),
-              "github.com/kubeflow/spark-operator/v2/cmd/operator"],
-             cwd=paths.HACK / "go" / "spark-operator", env=_go_env(), what="spark-operator")
-        _mark_complete(spark_operator)
+    # Modules of our own (hack/go/NAME) that pin an upstream module go install refuses.
+    for name, version, package, binary in (
+        ("etcd", paths.ETCD_VERSION, "go.etcd.io/etcd/server/v3", "etcd"),
+        ("spark-operator", paths.SPARK_OPERATOR_VERSION,
+         "github.com/kubeflow/spark-operator/v2/cmd/operator", "spark-operator"),
+        ("coredns", paths.COREDNS_VERSION, ".", "coredns"),  # main.go: the node's plugins only
+    ):
+        target = paths.go_bin_dir(name, version)
+        module = paths.HACK / "go" / name
+        source = paths.source_hash(module)
+        if _built_with(target) == source:
+            continue
+        _log(f"building {name} {version}")
+        _fresh(target)
+        _run(["go", "build", "-o", str(target / binary), package], cwd=module, env=_go_env(),
+             what=name)
+        _mark_complete(target, source)
 
     for name, version, package in (
         ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm"),
         ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw"),
-        ("coredns", paths.COREDNS_VERSION, "github.com/coredns/coredns"),
     ):
         target = paths.go_bin_dir(name, version)
         if _complete(target):
@@ -168,16 +167,21 @@ def registry() -> None:
     _mark_complete(target)
 
 
-def _maven_parts() -> None:
+def _downloads() -> None:
+    """The parts that mostly wait on the network, beside the CPU-bound Go builds."""
+    from .images import base_rootfs
+
     kafka_jars()
     spark_jars()
+    base_rootfs()
     registry()
 
 
 def all_components() -> None:
-    """Provisions everything; Go builds (CPU-bound) overlap with Maven downloads."""
+    """Provisions everything; Go builds (CPU-bound) overlap with Maven and Debian downloads.
+    The images are built when the stack starts: that needs its containerd and dockerd."""
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for future in [pool.submit(go_binaries), pool.submit(_maven_parts)]:
+        for future in [pool.submit(go_binaries), pool.submit(_downloads)]:
             future.result()
     _log(f"provisioned in {time.monotonic() - started:.0f}s")

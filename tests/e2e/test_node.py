@@ -108,6 +108,11 @@ class Topic:
             NAMESPACE, label_selector=f"spark-role={role},sparkoperator.k8s.io/app-name=floe-{self.name}").items
             if pod.status.phase == "Running"]
 
+    def driver_uid(self) -> str | None:
+        """The running driver pod's UID: a new one is a new driver."""
+        drivers = self.pods("driver")
+        return drivers[0].metadata.uid if drivers else None
+
     def diagnostics(self) -> str:
         return "\n".join([
             str(self.status()),
@@ -118,16 +123,22 @@ class Topic:
         ])
 
 
+def landed_topic(stack, shared: Path, tmp_path: Path, name: str, kafka_topic: str,
+                 records: int) -> tuple[Topic, AvroProducer]:
+    """A Kafka topic of ``records`` orders declared as a KafkaIcebergTopic, once it landed."""
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, records)
+    apply(stack, shared, name, kafka_topic, tmp_path)
+    topic = Topic(stack, shared, name)
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    return topic, producer
+
+
 def test_a_topic_lands_exactly_once_in_driver_and_executor_pods(stack, floe, shared, tmp_path,
                                                                  unique_name):
     kafka_topic = f"node-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 200)
-    apply(stack, shared, "orders", kafka_topic, tmp_path)
-    topic = Topic(stack, shared, "orders")
-
-    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    topic, producer = landed_topic(stack, shared, tmp_path, "orders", kafka_topic, 200)
     kubectl("wait", "--for=condition=Ready", "-n", NAMESPACE, "kit/orders", "--timeout=120s")
     assert_exactly_once(topic.rows(), producer.sent)
     status = topic.status()
@@ -158,21 +169,16 @@ def produce_while(producer: AvroProducer, start_at: int, count: int) -> threadin
 def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_nothing(
         stack, floe, shared, tmp_path, unique_name):
     kafka_topic = f"node-faults-{unique_name}".replace("_", "-")[:200]
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 100)
-    apply(stack, shared, "faults", kafka_topic, tmp_path)
-    topic = Topic(stack, shared, "faults")
-    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    topic, producer = landed_topic(stack, shared, tmp_path, "faults", kafka_topic, 100)
 
     # The driver pod deleted while records arrive: spark-operator starts another.
-    first_driver = topic.pods("driver")[0].metadata.uid
+    first_driver = topic.driver_uid()
     producing = produce_while(producer, 100, 300)
-    time.sleep(2)
+    assert wait_until(lambda: len(producer.sent) > 150, timeout=30)
     kubectl("delete", "pod", "-n", NAMESPACE, "floe-faults-driver", "--wait=false")
     producing.join()
-    assert wait_until(lambda: topic.pods("driver") and topic.pods("driver")[0].metadata.uid
-                      != first_driver, timeout=300, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.driver_uid() not in (None, first_driver), timeout=300,
+                      interval=2), topic.diagnostics()
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)
 
@@ -196,13 +202,13 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
     assert_exactly_once(topic.rows(), producer.sent)
 
     # A spec change (the commit interval) rolls the job: a new driver, nothing lost or doubled.
-    rolled_from = topic.pods("driver")[0].metadata.uid
+    rolled_from = topic.driver_uid()
     apply(stack, shared, "faults", kafka_topic, tmp_path, commit={"interval": "3s"})
     producing = produce_while(producer, 450, 200)
     producing.join()
     assert wait_until(lambda: topic.status().get("observedGeneration") == 2, timeout=120,
                       interval=2), topic.diagnostics()
-    assert wait_until(lambda: topic.pods("driver") and topic.pods("driver")[0].metadata.uid
-                      != rolled_from, timeout=300, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.driver_uid() not in (None, rolled_from), timeout=300,
+                      interval=2), topic.diagnostics()
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)
