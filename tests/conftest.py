@@ -33,6 +33,16 @@ class Stack:
         return self.env["FLOE_SCHEMA_REGISTRY_URL"]
 
 
+def _remove_the_demo() -> None:
+    """A `make demo` left floe and its job running on the node: they would take the cores the
+    tests need (tests/e2e/test_node.py installs floe again)."""
+    import subprocess
+
+    from hack.demo import uninstall
+
+    uninstall(lambda *args: subprocess.run(["kubectl", *args], capture_output=True))
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     from hack import stack as local_stack
@@ -40,6 +50,7 @@ def stack() -> Iterator[Stack]:
     state, started = local_stack.ensure_up()
     env = local_stack.connection_env(state)
     os.environ.update(env)
+    _remove_the_demo()
     yield Stack(state, env)
     if started and os.environ.get("FLOE_KEEP_STACK") != "1":
         local_stack.down()
