@@ -7,7 +7,6 @@ Tests and the demo use :func:`ensure_up` and :func:`connection_env`; fault tests
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -137,7 +136,6 @@ def connection_env(state: State) -> dict[str, str]:
     ports = state["ports"]
     s3 = state["s3"]
     jars = provision.spark_jar_list()
-    path = os.pathsep.join([str(d) for d in paths.bin_dirs()] + [os.environ.get("PATH", "")])
     return {
         "FLOE_STACK_RUN": str(paths.RUN),
         "FLOE_KAFKA_BOOTSTRAP": f"{node.NODE_IP}:{ports['kafka']}",
@@ -153,7 +151,7 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_KUBE_CA": str(components.ca_path()),
         "FLOE_KUBE_NOBODY_TOKEN": state["tokens"]["nobody"],
         "KUBECONFIG": str(components.kubeconfig_path()),
-        "PATH": path,
+        "PATH": paths.tool_path(),
     }
 
 

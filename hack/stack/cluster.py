@@ -42,8 +42,7 @@ def _wait(what: str, probe, timeout: float) -> None:
 def _tool_env() -> dict[str, str]:
     from .components import kubeconfig_path
 
-    path = os.pathsep.join([str(d) for d in paths.bin_dirs()] + [os.environ.get("PATH", "")])
-    return {**os.environ, "KUBECONFIG": str(kubeconfig_path()), "PATH": path}
+    return {**os.environ, "KUBECONFIG": str(kubeconfig_path()), "PATH": paths.tool_path()}
 
 
 def _run(*cmd: str) -> str:

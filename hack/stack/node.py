@@ -20,11 +20,10 @@ Cgroups.  The machine has cgroup v1 only; kubelet 1.35 refuses v1 unless its con
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-from . import paths, procs
+from . import paths
 
 NODE_NAME = "floe-node"
 NODE_IP = "10.250.0.1"
@@ -350,12 +349,3 @@ def node_ready(api_token: str, server: str) -> bool:
         return False
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in node.get("status", {}).get("conditions", []))
-
-
-def tools_present() -> list[str]:
-    """The node's Debian tools that are missing (hack/prereqs.sh installs them)."""
-    return [tool for tool in ("containerd", "runc", "dockerd", "iptables", "debootstrap")
-            if shutil.which(tool) is None]
-
-
-__all__ = ["NODE_IP", "procs"]

@@ -57,6 +57,11 @@ def bin_dirs() -> list[Path]:
     ]
 
 
+def tool_path() -> str:
+    """PATH with the stack's binaries first."""
+    return os.pathsep.join([str(d) for d in bin_dirs()] + [os.environ.get("PATH", "")])
+
+
 def source_hash(path: Path) -> str:
     """A short hash of the files under ``path``: a changed build input gets a fresh build."""
     import hashlib
