@@ -270,15 +270,19 @@ EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync")
 
 
 def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, Any]) -> None:
-    """An Event for each condition whose status changed (not on the first visit, when they all
-    appear): what a user watching ``kubectl describe kit`` or an alerting tool wants to see."""
+    """An Event for each condition whose status changed: what a user watching ``kubectl describe
+    kit`` or an alerting tool wants to see. Conditions appearing on the first visit post nothing,
+    except Ready appearing True: a topic whose first written status is already Ready (its first
+    visit failed before writing one) still tells the user it is landing."""
     before = {c.get("type"): c.get("status") for c in previous.get("conditions") or []}
     for condition in current.get("conditions") or []:
         kind, now = condition["type"], condition["status"]
-        if kind in EVENT_CONDITIONS and before.get(kind) not in (None, now):
+        was = before.get(kind)
+        first_ready = was is None and kind == "Ready" and now == "True"
+        if kind in EVENT_CONDITIONS and (was not in (None, now) or first_ready):
             post = kopf.info if now == "True" else kopf.warn
             post(body, reason=condition["reason"],
-                 message=f"{kind} is {now} (was {before[kind]}): {condition['message']}"[:1000])
+                 message=f"{kind} is {now} (was {was or 'unset'}): {condition['message']}"[:1000])
 
 
 @kopf.on.create(*RESOURCE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from floe_operator import handlers
 from floe_operator.handlers import failover_delay
 from floe_operator.status import Observation, status
 
@@ -49,6 +50,32 @@ def test_transition_times_move_only_when_a_condition_changes():
     times = {c["type"]: c["lastTransitionTime"] for c in again["conditions"]}
     assert times["JobRunning"] == "2000-01-01T00:00:00Z"  # unchanged: still False
     assert times["TableReady"] != "2000-01-01T00:00:00Z"  # Unknown -> True
+
+
+def test_events_mark_each_change_and_a_topic_first_seen_ready(monkeypatch):
+    posted = []
+    monkeypatch.setattr(handlers.kopf, "info", lambda body, reason, message:
+                        posted.append(("Normal", reason, message)))
+    monkeypatch.setattr(handlers.kopf, "warn", lambda body, reason, message:
+                        posted.append(("Warning", reason, message)))
+    ready = status(Observation(generation=1, app_state="RUNNING", app_name="floe-orders",
+                               table_exists=True), None)
+    pending = status(Observation(generation=1), None)
+    handlers._post_transitions({}, {}, pending)  # first visit, nothing ready: no noise
+    assert posted == []
+    handlers._post_transitions({}, pending, ready)
+    assert [(kind, reason) for kind, reason, _ in posted] == [
+        ("Normal", "Landing"), ("Normal", "Running"), ("Normal", "TableExists")]
+    posted.clear()
+    handlers._post_transitions({}, {}, ready)  # the first status written is already Ready
+    assert posted == [("Normal", "Landing", "Ready is True (was unset): the job is running "
+                                            "and the table exists")]
+    posted.clear()
+    failed = status(Observation(generation=1, app_state="FAILED", app_error="boom",
+                                app_name="floe-orders", table_exists=True), ready)
+    handlers._post_transitions({}, ready, failed)
+    assert [(kind, reason) for kind, reason, _ in posted] == [
+        ("Warning", "JobFailed"), ("Warning", "JobFailed")]
 
 
 def test_failed_job_degrades_and_an_invalid_spec_fails_with_its_reason():
