@@ -113,14 +113,20 @@ def node_resource(env: dict[str, str], directory: Path, name: str, kafka_topic: 
                                 "warehouse": f"file://{directory / name}"}
     spec["deadLetter"]["topic"] = f"{kafka_topic}.dlq"
     spec["commit"]["interval"] = "5s"
-    spec["spark"] = {
+    spec["spark"] = node_spark(directory)
+    return resource
+
+
+def node_spark(directory: Path) -> dict:
+    """A resource's spark settings on the local node: ``directory`` (under the node's shared
+    directory, where the catalog and warehouse are) mounted in the driver and executor pods."""
+    return {
         "volumes": [{"name": "shared", "hostPath": {"path": str(directory), "type": "Directory"}}],
         "volumeMounts": [{"name": "shared", "mountPath": str(directory)}],
         # The node has two cores: driver and executor ask for a quarter core each.
         "conf": {"spark.kubernetes.driver.request.cores": "250m",
                  "spark.kubernetes.executor.request.cores": "250m"},
     }
-    return resource
 
 
 def uninstall(kubectl_run) -> None:

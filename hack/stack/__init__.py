@@ -117,6 +117,7 @@ def ensure_up() -> tuple[State, bool]:
     state = load_state()
     if state is not None and all(health(state).values()):
         images.build_and_import()  # the images hold the code under test: keep them current
+        cluster.install_spark_operator()  # and the namespaces it serves
         return state, False
     return up(), True
 

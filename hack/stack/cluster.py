@@ -14,10 +14,11 @@ from .procs import ComponentError
 
 SPARK_OPERATOR_NAMESPACE = "spark-operator"
 SPARK_OPERATOR_RELEASE = "spark-operator"
-# Where the real spark-operator runs applications: the namespace of the example resources, which
-# the demo and the tests on the node use.  Other test namespaces keep to the local runner
-# (hack/spark-operator/runner.py) until their tests move to the node.
-JOB_NAMESPACES = ("data",)
+# Where the real spark-operator runs applications: the namespace of the example resources (the
+# demo, and the tests of floe installed with Helm), and the one where the e2e tests that run the
+# operator as a process run their jobs, one test at a time.  Other test namespaces get no Spark:
+# their SparkApplications stay objects in the API server.
+JOB_NAMESPACES = ("data", "e2e-jobs")
 
 
 def _log(message: str) -> None:
@@ -52,15 +53,25 @@ def _run(*cmd: str) -> str:
     return result.stdout
 
 
+def _namespace_active(namespace: str) -> bool:
+    """True once the namespace exists; makes it when absent (one a test run is deleting is
+    waited for: the chart puts spark-operator's Roles in it)."""
+    phase = subprocess.run(["kubectl", "get", "namespace", namespace, "-o",
+                            "jsonpath={.status.phase}"], capture_output=True, text=True,
+                           env=_tool_env())
+    if phase.returncode != 0 and "NotFound" in phase.stderr:
+        subprocess.run(["kubectl", "create", "namespace", namespace], capture_output=True,
+                       env=_tool_env())
+        return False
+    return phase.stdout == "Active"
+
+
 def install_spark_operator() -> None:
     registry, _, rest = images.SPARK_OPERATOR_IMAGE.partition("/")
     repository, _, tag = rest.partition(":")
     started = time.monotonic()
     for namespace in JOB_NAMESPACES:
-        existing = subprocess.run(["kubectl", "get", "namespace", namespace], capture_output=True,
-                                  env=_tool_env())
-        if existing.returncode != 0:
-            _run("kubectl", "create", "namespace", namespace)
+        _wait(f"namespace {namespace}", lambda: _namespace_active(namespace), 300)
     _run("helm", "upgrade", "--install", SPARK_OPERATOR_RELEASE, spark_operator_chart(),
          "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace",
          "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
@@ -77,6 +88,23 @@ def install_spark_operator() -> None:
          "--set", "webhook.enable=true", "--set", "webhook.leaderElection.enable=false",
          "--wait", "--timeout", "5m")
     _log(f"spark-operator: installed in {time.monotonic() - started:.0f}s")
+
+
+def serve_namespace(namespace: str) -> None:
+    """Gives spark-operator back its Roles in a job namespace that was deleted and made again
+    (they went with the namespace; its chart makes them in each namespace it serves)."""
+    import yaml
+
+    manifest = _run("helm", "get", "manifest", SPARK_OPERATOR_RELEASE,
+                    "--namespace", SPARK_OPERATOR_NAMESPACE)
+    objects = [o for o in yaml.safe_load_all(manifest)
+               if o and o.get("metadata", {}).get("namespace") == namespace]
+    if not objects:
+        raise ComponentError(f"spark-operator does not serve the namespace {namespace}")
+    applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=yaml.safe_dump_all(objects),
+                             capture_output=True, text=True, env=_tool_env())
+    if applied.returncode != 0:
+        raise ComponentError(f"spark-operator's objects in {namespace}: {applied.stderr}")
 
 
 def ready(state: dict) -> None:

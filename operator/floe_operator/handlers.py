@@ -282,7 +282,8 @@ def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, An
         if kind in EVENT_CONDITIONS and (was not in (None, now) or first_ready):
             post = kopf.info if now == "True" else kopf.warn
             post(body, reason=condition["reason"],
-                 message=f"{kind} is {now} (was {was or 'unset'}): {condition['message']}"[:1000])
+                 message=(f"{kind} is {now}" + (f" (was {was})" if was else "")
+                          + f": {condition['message']}")[:1000])
 
 
 @kopf.on.create(*RESOURCE)

@@ -12,26 +12,86 @@ import socket
 import pytest
 from kubernetes import client
 
-from .kube import (FLOE_CRD, ROOT, SPARK_CRD, admin_client,
-                   delete_namespace_without_operator, install_crd)
+from kubernetes.client.rest import ApiException
+
+from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
+
+from .kube import (FLOE_CRD, ROOT, admin_client, delete_namespace_without_operator, install_crd,
+                   wait_until)
+
+# The namespace where the node's spark-operator runs the jobs of tests marked `node`.
+NODE_JOBS = JOB_NAMESPACES[1]
+CHART = ROOT / "charts" / "floe-operator"
+
+
+def _gone(core: client.CoreV1Api, name: str) -> bool:
+    try:
+        core.read_namespace(name)
+        return False
+    except ApiException as error:
+        return error.status == 404
 
 
 @pytest.fixture
-def namespace(stack, unique_name):
+def namespace(stack, unique_name, request):
     """A fresh namespace for one test, deleted afterwards (the test's operator has stopped by
-    then: its topics' finalizers are dropped)."""
+    then: its topics' finalizers are dropped).  A test marked `node` gets the namespace where
+    the node's spark-operator runs jobs, made anew once the previous test's is gone."""
     api = admin_client(stack)
-    name = unique_name.replace("_", "-")[:50]
-    client.CoreV1Api(api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    core = client.CoreV1Api(api)
+    if request.node.get_closest_marker("node"):
+        name = NODE_JOBS
+        if not _gone(core, name):
+            try:
+                delete_namespace_without_operator(api, name)
+            except ApiException as error:
+                assert error.status in (404, 409), error
+            # Its pods stop first: a driver's JVM has its grace period to stop.
+            assert wait_until(lambda: _gone(core, name), timeout=300, interval=1), \
+                f"namespace {name} still terminating"
+    else:
+        name = unique_name.replace("_", "-")[:50]
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    if name == NODE_JOBS:
+        serve_namespace(name)
     yield name
     delete_namespace_without_operator(api, name)
 
 
+@pytest.fixture
+def drivers(stack, namespace):
+    """The Spark drivers' ServiceAccount and Role in the test's namespace, as floe's chart makes
+    them in every namespace it serves (the driver creates its executor pods)."""
+    rendered = subprocess.run(["helm", "template", "floe", str(CHART), "--show-only",
+                               "templates/spark-rbac.yaml",
+                               "--set", f"watch.namespaces={{{namespace}}}"],
+                              capture_output=True, text=True, check=True).stdout
+    applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=rendered,
+                             capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+
+
+@pytest.fixture
+def shared(stack, tmp_path):
+    """A directory of the node's shared one for the test's catalog, warehouse and checkpoints:
+    the Spark pods mount it at the same path (spark.volumes)."""
+    import shutil
+    import uuid
+    from pathlib import Path
+
+    path = Path(stack.env["FLOE_NODE_SHARED"]) / f"test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _background(command: list[str], log_path, env: dict[str, str] | None = None):
     log = log_path.open("w")
+    # umask 0: what an operator creates in the node's shared directory (the table's directories)
+    # stays writable by the Spark pods, which run as the image's user.
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+                               stderr=subprocess.STDOUT, start_new_session=True, umask=0)
     return process, log
 
 
@@ -44,17 +104,6 @@ def _stop(process: subprocess.Popen, log) -> None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     log.close()
-
-
-@pytest.fixture
-def runner(stack, tmp_path, namespace):
-    """The local spark-operator stand-in for the test's namespace."""
-    install_crd(admin_client(stack), SPARK_CRD)
-    process, log = _background([sys.executable, str(ROOT / "hack" / "spark-operator" / "runner.py")],
-                               tmp_path / "runner.log", {"FLOE_RUNNER_DIR": str(tmp_path / "runner"),
-                                                         "FLOE_RUNNER_NAMESPACE": namespace})
-    yield process
-    _stop(process, log)
 
 
 def free_port() -> int:

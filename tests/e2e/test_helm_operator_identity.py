@@ -1,20 +1,21 @@
-"""The operator as the chart installs it: its ServiceAccount's token, its Deployment's settings.
-The main flow passes under that identity (the RBAC is sufficient) and a request outside the
-grant is refused (it is not more than needed)."""
+"""The operator as the chart installs it, running as the chart's pod on the node under the
+chart's ServiceAccount: the main flow passes under that identity (the RBAC is sufficient) and a
+request outside the grant is refused (it is not more than needed)."""
 
 from __future__ import annotations
 
-import sys
+import subprocess
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from hack.demo import node_values
+
 from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_job_roundtrip import produce_orders
-from .conftest import _background, _stop, free_port
-from .kube import ROOT, admin_client, install_crd, wait_until
+from .kube import admin_client, install_crd, wait_until
 from .test_helm_chart import CHART, CRDS, helm
 from .test_operator import logs, topic_body
 
@@ -33,62 +34,63 @@ def service_account_kubeconfig(stack, namespace: str, account: str, path) -> Non
                                                   "namespace": namespace}}]}))
 
 
+@pytest.mark.node
 def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
-        stack, runner, namespace, tmp_path, unique_name):
+        stack, namespace, shared, tmp_path, unique_name):
     admin = admin_client(stack)
+    core = client.CoreV1Api(admin)
     for crd in CRDS:
         install_crd(admin, crd)
-    # No replica: this test runs the Deployment's operator itself, on this machine, where the
-    # test's catalog is (tests/e2e/test_node.py runs the chart's pod for real).
-    helm("install", "floe", CHART, "-n", namespace, "--set", f"watch.namespaces={{{namespace}}}",
-         "--set", "replicaCount=0")
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({
+        **node_values(shared), "watch": {"namespaces": [namespace]},
+        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}]}))
+    helm("install", "floe", CHART, "-n", namespace, "-f", str(values), "--wait",
+         "--timeout", "5m")
     deployment = client.AppsV1Api(admin).read_namespaced_deployment("floe-floe-operator", namespace)
+    assert deployment.status.ready_replicas == 1  # its probes pass
     pod = deployment.spec.template.spec
+    [replica] = core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/instance=floe").items
+    assert replica.spec.service_account_name == pod.service_account_name
+
+    def operator_log() -> str:
+        return subprocess.run(["kubectl", "logs", "-n", namespace, "deploy/floe-floe-operator"],
+                              capture_output=True, text=True).stdout
+
+    custom = client.CustomObjectsApi(admin)
+    kafka_topic = f"sa-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 50)
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics",
+                                           topic_body(stack, shared, kafka_topic))
+    expected = {str(p): o for p, o in producer.next_offsets().items()}
+
+    def status() -> dict:
+        return custom.get_namespaced_custom_object(
+            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status", {})
+
+    def ready() -> bool:
+        state = status()
+        conditions = {c["type"]: c["status"] for c in state.get("conditions", [])}
+        return (state.get("offsets", {}).get("committed") == expected
+                and conditions.get("Ready") == "True")
+
+    assert wait_until(ready, timeout=300, interval=2), \
+        f"{status()}\n{operator_log()[-4000:]}\n{logs(tmp_path, namespace)}"
+    events = core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=orders").items
+    assert any(e.reason == "JobCreated" for e in events)  # Events are within the grant
+    peering = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
+                                                  "floe")
+    assert replica.metadata.name in peering.get("status", {})
+    printed = operator_log()
+    assert "403" not in printed and "Forbidden" not in printed, printed[-3000:]
+
     kubeconfig = tmp_path / "operator-kubeconfig"
     service_account_kubeconfig(stack, namespace, pod.service_account_name, kubeconfig)
-
-    # The Deployment's own settings, as the pod would get them; only the ports are moved, since
-    # other tests' operators run on this machine too.
-    env = {e.name: e.value for e in pod.containers[0].env if e.value is not None}
-    env.update({"POD_ID": "floe-floe-operator-0", "KUBECONFIG": str(kubeconfig),
-                "FLOE_LIVENESS": f"http://127.0.0.1:{free_port()}/healthz",
-                "FLOE_METRICS_PORT": str(free_port())})
-    assert env["FLOE_NAMESPACES"] == namespace and env["FLOE_PEERING"] == "floe"
-    process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
-                               {k: v for k, v in env.items() if k != "HOME"})
-    try:
-        custom = client.CustomObjectsApi(admin)
-        kafka_topic = f"sa-{unique_name}".replace("_", "-")
-        create_topic(stack.bootstrap, kafka_topic, partitions=2)
-        producer = AvroProducer(stack, kafka_topic)
-        produce_orders(producer, 0, 50)
-        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                               "kafkaicebergtopics",
-                                               topic_body(stack, tmp_path, kafka_topic))
-        expected = {str(p): o for p, o in producer.next_offsets().items()}
-
-        def status() -> dict:
-            return custom.get_namespaced_custom_object(
-                "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status", {})
-
-        def ready() -> bool:
-            state = status()
-            conditions = {c["type"]: c["status"] for c in state.get("conditions", [])}
-            return (state.get("offsets", {}).get("committed") == expected
-                    and conditions.get("Ready") == "True")
-
-        assert wait_until(ready, timeout=240), f"{status()}\n{logs(tmp_path)}"
-        events = client.CoreV1Api(admin).list_namespaced_event(
-            namespace, field_selector="involvedObject.name=orders").items
-        assert any(e.reason == "JobCreated" for e in events)  # Events are within the grant
-        peering = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
-                                                      "floe")
-        assert "floe-floe-operator-0" in peering.get("status", {})
-        operator_log = (tmp_path / "operator.log").read_text()
-        assert "403" not in operator_log and "Forbidden" not in operator_log, operator_log[-3000:]
-    finally:
-        _stop(process, log)
-
     from kubernetes import config
 
     as_operator = config.new_client_from_config(config_file=str(kubeconfig))
@@ -107,4 +109,3 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
             request()
         assert denied.value.status == 403
     helm("uninstall", "floe", "-n", namespace)
-    assert ROOT.exists()

@@ -1,11 +1,10 @@
-"""The operator, as a real process on the real API server, with the local Spark runner."""
+"""The operator, as a real process on the real API server; the jobs of the tests marked `node`
+run on the stack's node, as driver and executor pods of the real spark-operator."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +16,23 @@ from kubernetes import client
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import V1, V2, order, produce_orders
+from hack.demo import node_spark
+
 from .kube import SPARK_CRD, admin_client, install_crd, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def topic_body(stack, tmp_path, kafka_topic: str) -> dict:
+def topic_body(stack, directory: Path, kafka_topic: str) -> dict:
+    """A KafkaIcebergTopic named orders whose SQLite catalog, warehouse and checkpoints are in
+    ``directory``: on the node, one under its shared directory, mounted in the Spark pods.
+
+    The catalog's file is made first, writable by all: the operator (a process of root here)
+    and the Spark pods (the image's user) both write it, and SQLite makes new files 0644."""
+    catalog_file = directory / "c.db"
+    if not catalog_file.exists():
+        catalog_file.touch()
+        catalog_file.chmod(0o666)
     return {
         "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
         "metadata": {"name": "orders"},
@@ -30,22 +40,23 @@ def topic_body(stack, tmp_path, kafka_topic: str) -> dict:
             "kafka": {"bootstrapServers": stack.bootstrap, "topic": kafka_topic},
             "value": {"format": "avro", "schemaRegistry": {"url": stack.registry_url,
                                                            "subject": f"{kafka_topic}-value"}},
-            "table": {"catalog": {"name": "op", "uri": f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                                  "warehouse": f"file://{tmp_path / 'wh'}"},
+            "table": {"catalog": {"name": "op", "uri": f"jdbc:sqlite:{directory / 'c.db'}",
+                                  "warehouse": f"file://{directory / 'wh'}"},
                       "identifier": "analytics.orders"},
             "commit": {"interval": "2s"},
-            "spark": {"checkpointLocation": str(tmp_path / "checkpoint")},
+            "spark": {"checkpointLocation": str(directory / "checkpoint"),
+                      **node_spark(directory)},
         },
     }
 
 
-def topic_catalog(tmp_path):
+def topic_catalog(directory: Path):
     """The catalog topic_body points at, opened with PyIceberg."""
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import CatalogConfig
 
-    return load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                                      warehouse=f"file://{tmp_path / 'wh'}"))
+    return load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{directory / 'c.db'}",
+                                      warehouse=f"file://{directory / 'wh'}"))
 
 
 def orders_rows(catalog) -> list[dict]:
@@ -56,15 +67,27 @@ def orders_rows(catalog) -> list[dict]:
         return []
 
 
-def logs(tmp_path) -> str:
-    files = [tmp_path / "operator.log", tmp_path / "runner.log",
-             *sorted((tmp_path / "runner").rglob("driver.log"))]
-    return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-4000:]
-                     for p in files if p.exists())
+def kubectl(*args: str) -> str:
+    done = subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr
 
 
-def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespace, tmp_path,
-                                                unique_name):
+def logs(tmp_path, namespace: str) -> str:
+    """What a failing test shows: the operator's log, the namespace's pods and applications, and
+    the end of each Spark pod's log."""
+    files = sorted(tmp_path.glob("operator*.log"))
+    parts = [f"--- {p.name}\n" + p.read_text(errors="replace")[-4000:] for p in files]
+    parts.append(kubectl("get", "pods,sparkapplications", "-n", namespace, "-o", "wide"))
+    for role in ("driver", "executor"):
+        parts.append(f"--- {role} pods\n" + kubectl("logs", "-n", namespace, "-l",
+                                                     f"spark-role={role}", "--tail=40",
+                                                     "--prefix"))
+    return "\n".join(parts)
+
+
+@pytest.mark.node
+def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespace, shared,
+                                                tmp_path, unique_name):
     custom = client.CustomObjectsApi(admin_client(stack))
     kafka_topic = f"op-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
@@ -73,7 +96,7 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
 
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics",
-                                           topic_body(stack, tmp_path, kafka_topic))
+                                           topic_body(stack, shared, kafka_topic))
 
     def current_status() -> dict:
         return custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
@@ -86,7 +109,7 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
         return (state.get("offsets", {}).get("committed") == expected
                 and state.get("offsets", {}).get("lag") == 0)
 
-    assert wait_until(landed, timeout=240), f"{current_status()}\n{logs(tmp_path)}"
+    assert wait_until(landed, timeout=240), f"{current_status()}\n{logs(tmp_path, namespace)}"
     waited = subprocess.run(["kubectl", "wait", "--for=condition=Ready", "-n", namespace,
                              "kit/orders", "--timeout=60s"], capture_output=True, text=True)
     assert waited.returncode == 0, waited.stderr
@@ -126,14 +149,14 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, runner, namespac
     became_ready = [e for e in events if e.reason == "Landing"]
     assert became_ready and became_ready[0].type == "Normal", [
         (e.reason, e.message) for e in events]
-    assert became_ready[0].message.startswith("Ready is True (was False): ")
+    assert became_ready[0].message.startswith("Ready is True")
 
 
 def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, namespace, tmp_path,
                                                              unique_name):
     install_crd(admin_client(stack), SPARK_CRD)
     custom = client.CustomObjectsApi(admin_client(stack))
-    body = topic_body(stack, tmp_path, "whatever")
+    body = topic_body(stack, shared, "whatever")
     del body["spec"]["spark"]
     body["spec"]["table"]["catalog"] = {"type": "glue"}  # no warehouse: no checkpoint root
 
@@ -147,7 +170,7 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
         return ready.get("reason") == "InvalidSpec" and ready
 
     ready = None
-    assert wait_until(lambda: bool(reported()), timeout=60), logs(tmp_path)
+    assert wait_until(lambda: bool(reported()), timeout=60), logs(tmp_path, namespace)
     ready = reported()
     assert ready["status"] == "False"
     assert ready["message"] == ("spec.spark.checkpointLocation is required when the catalog has "
@@ -157,8 +180,9 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
     assert apps == []
 
 
+@pytest.mark.node
 def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss(
-        stack, operator, runner, namespace, tmp_path, unique_name):
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"roll-{unique_name}".replace("_", "-")
@@ -179,33 +203,34 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
         return items[0] if items else None
 
     produce_orders(producer, 0, 60)
-    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
-    assert wait_until(landed, timeout=240), logs(tmp_path)
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
+    assert wait_until(landed, timeout=240), logs(tmp_path, namespace)
     first_uid = app()["metadata"]["uid"]
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"commit": {"interval": "3s"}}})
     assert wait_until(lambda: (app() or {}).get("metadata", {}).get("annotations", {})
-                      .get("floe.dev/generation") == "2", timeout=60), logs(tmp_path)
+                      .get("floe.dev/generation") == "2", timeout=60), logs(tmp_path, namespace)
     assert app()["metadata"]["uid"] != first_uid  # the job was restarted with the new spec
     produce_orders(producer, 60, 40)
-    assert wait_until(landed, timeout=240), logs(tmp_path)
+    assert wait_until(landed, timeout=240), logs(tmp_path, namespace)
     assert current_status()["observedGeneration"] == 2
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": True}})
     assert wait_until(lambda: current_status().get("phase") == "Suspended" and app() is None,
-                      timeout=60), logs(tmp_path)
+                      timeout=60), logs(tmp_path, namespace)
     committed_while_suspended = current_status()["offsets"]["committed"]
     produce_orders(producer, 100, 40)
     assert wait_until(lambda: current_status()["offsets"]["lag"] == 40, timeout=60)
     assert current_status()["offsets"]["committed"] == committed_while_suspended
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": False}})
-    assert wait_until(landed, timeout=240), logs(tmp_path)
-    assert_exactly_once(orders_rows(topic_catalog(tmp_path)), producer.sent)
+    assert wait_until(landed, timeout=240), logs(tmp_path, namespace)
+    assert_exactly_once(orders_rows(topic_catalog(shared)), producer.sent)
 
 
+@pytest.mark.node
 def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approval(
-        stack, operator, runner, namespace, tmp_path, unique_name):
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"schema-{unique_name}".replace("_", "-")
@@ -213,8 +238,8 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, 20)
-    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
-    catalog = topic_catalog(tmp_path)
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
+    catalog = topic_catalog(shared)
 
     def value_fields() -> dict[str, str]:
         try:
@@ -228,12 +253,12 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
         state = custom.get_namespaced_custom_object(*args).get("status", {})
         return {c["type"]: c for c in state.get("conditions", [])}.get("SchemaInSync", {})
 
-    assert wait_until(lambda: schema_condition().get("status") == "True", timeout=120), logs(tmp_path)
+    assert wait_until(lambda: schema_condition().get("status") == "True", timeout=120), logs(tmp_path, namespace)
     registry = SchemaRegistryClient({"url": stack.registry_url})
 
     # An additive version: the table evolves with no manual step.
     registry.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
-    assert wait_until(lambda: "note" in value_fields(), timeout=60), logs(tmp_path)
+    assert wait_until(lambda: "note" in value_fields(), timeout=60), logs(tmp_path, namespace)
     assert wait_until(lambda: custom.get_namespaced_custom_object(*args)["status"]["table"]
                       .get("registryVersion") == 2, timeout=60)
 
@@ -254,7 +279,7 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
 
     custom.patch_namespaced_custom_object(*args, {"metadata": {"annotations": {
         "floe.dev/approve-schema-version": "3"}}})
-    assert wait_until(lambda: value_fields().get("quantity") == "string", timeout=60), logs(tmp_path)
+    assert wait_until(lambda: value_fields().get("quantity") == "string", timeout=60), logs(tmp_path, namespace)
     assert value_fields()["quantity_before_v3"] == "int"
     assert wait_until(lambda: schema_condition().get("status") == "True", timeout=60)
     assert schema_condition()["message"] == (
@@ -267,12 +292,13 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
     def v3_row():
         return next((r for r in orders_rows(catalog) if r["key"] == b"v3"), None)
 
-    assert wait_until(lambda: v3_row() is not None, timeout=120), logs(tmp_path)
+    assert wait_until(lambda: v3_row() is not None, timeout=120), logs(tmp_path, namespace)
     assert v3_row()["value"]["quantity"] == "a dozen" and v3_row()["value_error"] is None
 
 
+@pytest.mark.node
 def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
-        stack, operator, runner, namespace, tmp_path, unique_name):
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     admin = admin_client(stack)
     custom = client.CustomObjectsApi(admin)
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
@@ -280,7 +306,7 @@ def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, 50)
-    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, tmp_path, kafka_topic))
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
 
     def app_status() -> dict:
         try:
@@ -290,22 +316,24 @@ def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
         except client.ApiException:
             return {}
 
-    # spark-operator's policy resubmits three times; the fourth death leaves it FAILED.
+    # spark-operator's policy resubmits three times; the fourth death leaves it FAILED.  Each
+    # death: every process of the driver's container but its init is killed, the JVM with them.
     for attempt in range(1, 5):
         assert wait_until(lambda: app_status().get("executionAttempts") == attempt and
                           app_status().get("applicationState", {}).get("state") == "RUNNING",
-                          timeout=120), logs(tmp_path)
-        os.killpg(int(app_status()["sparkApplicationId"].split("-")[1]), signal.SIGKILL)
+                          timeout=180, interval=1), logs(tmp_path, namespace)
+        kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
+                "--", "sh", "-c", "kill -KILL -1")
 
     def failed_over() -> dict:
         record = custom.get_namespaced_custom_object(*args).get("status", {}).get(
             "sparkApplication", {})
         return record if record.get("failovers") == 1 else {}
 
-    assert wait_until(lambda: bool(failed_over()), timeout=120), logs(tmp_path)
-    assert "driver exited with code -9" in failed_over()["lastFailure"]
+    assert wait_until(lambda: bool(failed_over()), timeout=120), logs(tmp_path, namespace)
+    assert "driver container failed with ExitCode: 137" in failed_over()["lastFailure"]
     assert wait_until(lambda: app_status().get("applicationState", {}).get("state") == "RUNNING",
-                      timeout=120), logs(tmp_path)
+                      timeout=120), logs(tmp_path, namespace)
     def failover_event():
         events = client.CoreV1Api(admin).list_namespaced_event(
             namespace, field_selector="involvedObject.name=orders").items
@@ -316,8 +344,8 @@ def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
     assert "recreating it (failover 1)" in failover_event().message
 
     produce_orders(producer, 50, 30)
-    catalog = topic_catalog(tmp_path)
-    assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180), logs(tmp_path)
+    catalog = topic_catalog(shared)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180), logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(catalog), producer.sent)
 
 
@@ -342,7 +370,7 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
         body["spec"]["spark"]["checkpointLocation"] = str(tmp_path / f"checkpoint-{name}")
         custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                "kafkaicebergtopics", body)
-        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(tmp_path)
+        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(tmp_path, namespace)
         custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                "kafkaicebergtopics", name)
 
@@ -354,6 +382,6 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
             except client.ApiException as error:
                 return error.status == 404
 
-        assert wait_until(gone, timeout=60), logs(tmp_path)
+        assert wait_until(gone, timeout=60), logs(tmp_path, namespace)
     assert exists("analytics.kept")
     assert not exists("analytics.dropped")

@@ -17,8 +17,9 @@ from .test_operator import logs, topic_body
 pytestmark = pytest.mark.e2e
 
 
-def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, runner, namespace,
-                                                             tmp_path, unique_name):
+@pytest.mark.node
+def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, drivers, namespace,
+                                                             shared, tmp_path, unique_name):
     admin = admin_client(stack)
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
     kafka_password = f"kafka-{uuid.uuid4().hex}"
@@ -39,7 +40,7 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, ru
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, 40)
-    body = topic_body(stack, tmp_path, kafka_topic)
+    body = topic_body(stack, shared, kafka_topic)
     spec = body["spec"]
     spec["kafka"].update({"properties": {"security.protocol": "PLAINTEXT"},
                           "authSecretRef": {"name": "kafka-auth"}})
@@ -62,7 +63,7 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, ru
         offsets = resource().get("status", {}).get("offsets", {})
         return offsets.get("committed") == expected and offsets.get("lag") == 0
 
-    assert wait_until(landed, timeout=240), f"{resource().get('status')}\n{logs(tmp_path)}"
+    assert wait_until(landed, timeout=240), f"{resource().get('status')}\n{logs(tmp_path, namespace)}"
 
     seen = {
         "status": json.dumps(resource()),
@@ -71,12 +72,18 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, ru
                                                                  namespace).data),
         "spark application": json.dumps(custom.get_namespaced_custom_object(
             "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications", "floe-orders")),
-        **{path.name: path.read_text(errors="replace")
-           for path in [tmp_path / "operator.log", tmp_path / "runner.log",
-                        *(tmp_path / "runner").rglob("*.log")]},
+        "operator log": (tmp_path / "operator.log").read_text(errors="replace"),
+        **{f"log of pod {pod.metadata.name}": core.read_namespaced_pod_log(
+            pod.metadata.name, namespace, container=pod.spec.containers[0].name)
+           for pod in core.list_namespaced_pod(namespace, label_selector="spark-role").items},
+        "driver pod": json.dumps(client.ApiClient().sanitize_for_serialization(
+            core.read_namespaced_pod("floe-orders-driver", namespace))),
     }
     assert "JobCreated" in seen["events"] or "created SparkApplication" in seen["events"]
-    assert len(seen) >= 6, sorted(seen)  # operator, runner and driver logs were read too
+    # The driver's and at least one executor's logs were read, and what they print is there.
+    pod_logs = [text for where, text in seen.items() if where.startswith("log of pod")]
+    assert len(pod_logs) >= 2, sorted(seen)
+    assert any("floe" in text for text in pod_logs), pod_logs
     for where, text in seen.items():
         for secret in (kafka_password, registry_password, s3_secret):
             assert secret not in text, f"a secret value appears in the {where}"

@@ -68,8 +68,8 @@ def test_events_mark_each_change_and_a_topic_first_seen_ready(monkeypatch):
         ("Normal", "Landing"), ("Normal", "Running"), ("Normal", "TableExists")]
     posted.clear()
     handlers._post_transitions({}, {}, ready)  # the first status written is already Ready
-    assert posted == [("Normal", "Landing", "Ready is True (was unset): the job is running "
-                                            "and the table exists")]
+    assert posted == [("Normal", "Landing", "Ready is True: the job is running and the "
+                                            "table exists")]
     posted.clear()
     failed = status(Observation(generation=1, app_state="FAILED", app_error="boom",
                                 app_name="floe-orders", table_exists=True), ready)
