@@ -156,7 +156,7 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
                                                              unique_name):
     install_crd(admin_client(stack), SPARK_CRD)
     custom = client.CustomObjectsApi(admin_client(stack))
-    body = topic_body(stack, shared, "whatever")
+    body = topic_body(stack, tmp_path, "whatever")
     del body["spec"]["spark"]
     body["spec"]["table"]["catalog"] = {"type": "glue"}  # no warehouse: no checkpoint root
 
