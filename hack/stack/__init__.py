@@ -68,10 +68,7 @@ def _start(state: State, names: list[str]) -> dict[str, float]:
     return timings
 
 
-def up() -> State:
-    """Provisions what is missing, then starts every component that is not running."""
-    started = time.monotonic()
-    provision.all_components()
+def _state_to_start() -> State:
     state = load_state()
     running = any(procs.pid_of(n) for n in COMPONENTS)
     if state is None or (not running and not _ports_free(state)):
@@ -79,7 +76,29 @@ def up() -> State:
         _wipe_run_dir()
         state = components.new_state()
         _save_state(state)
+    return state
+
+
+def provision_all() -> State:
+    """Everything a start needs: provision.py's downloads and Go builds and, beside the Go
+    builds, floe's images.  Those need the node's containerd and dockerd (Debian's, nothing to
+    build), which start here and stay up for :func:`up`."""
+    state = _state_to_start()
     node.network_up()
+    try:
+        for name in ("containerd", "dockerd"):
+            _start(state, [name])
+        provision.all_components(then=images.build_floe_images)
+    except (ComponentError, provision.ProvisionError):
+        down()
+        raise
+    return state
+
+
+def up() -> State:
+    """Provisions what is missing, then starts every component that is not running."""
+    started = time.monotonic()
+    state = provision_all()
     try:
         for wave in WAVES:
             _start(state, wave)
@@ -156,5 +175,5 @@ def connection_env(state: State) -> dict[str, str]:
     }
 
 
-__all__ = ["up", "down", "ensure_up", "health", "is_up", "load_state", "connection_env",
+__all__ = ["up", "provision_all", "down", "ensure_up", "health", "is_up", "load_state", "connection_env",
            "stop_component", "start_component", "ComponentError", "paths", "State"]

@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from . import connection_env, down, health, load_state, paths, provision, up
+from . import connection_env, down, health, load_state, paths, provision_all, up
 from .procs import ComponentError
 from .provision import ProvisionError
 
@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.stack",
                                      description="The local stack of real components for floe.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("provision", help="download and build what is missing (no start)")
+    sub.add_parser("provision", help="download and build what is missing, images included "
+                   "(starts only containerd and dockerd, which the image builds need)")
     sub.add_parser("up", help="provision (first time) and start every component")
     sub.add_parser("down", help="stop every component (data is kept)")
     sub.add_parser("status", help="show each component's health")
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "provision":
-            provision.all_components()
+            provision_all()
             return 0
         if args.command == "up":
             state = up()

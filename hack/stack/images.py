@@ -161,13 +161,20 @@ def _import(tags: list[str]) -> None:
         _log(f"image {tag}: imported into containerd in {time.monotonic() - started:.0f}s")
 
 
-def build_and_import() -> None:
-    """Builds every image the node runs and makes the kubelet see the current ones."""
+def build_floe_images() -> None:
+    """floe's operator and Spark images, in containerd: they need only the Debian base, so
+    provisioning builds them beside the Go builds."""
     base_image()
-    _build("images/pause/Dockerfile", node.PAUSE_IMAGE, _pause_context())
     _build("images/operator/Dockerfile", OPERATOR_IMAGE, paths.REPO, BASE=BASE_IMAGE)
     _build("images/spark/Dockerfile", SPARK_IMAGE, paths.REPO, BASE=BASE_IMAGE)
+    _import([OPERATOR_IMAGE, SPARK_IMAGE])
+
+
+def build_and_import() -> None:
+    """Builds every image the node runs and makes the kubelet see the current ones."""
+    build_floe_images()
+    _build("images/pause/Dockerfile", node.PAUSE_IMAGE, _pause_context())
     _build("images/spark-operator/Dockerfile", SPARK_OPERATOR_IMAGE,
            paths.go_bin_dir("spark-operator", paths.SPARK_OPERATOR_VERSION),
            SPARK_IMAGE=SPARK_IMAGE)
-    _import([node.PAUSE_IMAGE, OPERATOR_IMAGE, SPARK_IMAGE, SPARK_OPERATOR_IMAGE])
+    _import([node.PAUSE_IMAGE, SPARK_OPERATOR_IMAGE])

@@ -47,6 +47,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Serving a list of namespaces needs no cluster-wide grant: no watching of namespaces and
     # CRDs, the exact namespaces and the CRDs present at start are served.
     settings.scanning.disabled = bool(os.environ.get("FLOE_NAMESPACES"))
+    # A topic deleted while its refresh timer is busy keeps kopf's finalizer until the timer has
+    # stopped; kopf looks again only after cancellation_polling (60 s by default), so a user's
+    # `kubectl delete kit` would hang a minute.
+    settings.background.instant_exit_timeout = 0.5
+    settings.background.cancellation_polling = 2
 
 
 def _invalid(error: ValidationError) -> str:
