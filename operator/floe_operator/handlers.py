@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
+from floe_sparkapp.commit import OWNER, hand_over_table
 from floe_sparkapp.config import CatalogConfig, SchemaRegistryConfig, TableConfig
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
@@ -62,8 +63,38 @@ def _invalid(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def _claim_table(topic: render.Topic, table: Any, observed: Observation, logger: Any,
+                 body: Any) -> None:
+    """One table has one writer, recorded on the table: a second resource on it is refused on
+    its status; a table whose writer is gone (renamed, or deleted with Retain) is taken over,
+    and its job goes on from the offsets committed for the same Kafka topic."""
+    owner = table.properties.get(OWNER)
+    if owner == topic.writer:
+        return
+    identifier = topic.spec.table.identifier
+    if owner is not None:
+        namespace, _, name = owner.partition("/")
+        try:
+            other = kube.get_topic(namespace, name)
+        except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it is
+            other = {"spec": {"table": {"identifier": identifier}}}
+        other_table = ((other or {}).get("spec") or {}).get("table") or {}
+        if other is not None and other_table.get("identifier") == identifier:
+            observed.table_in_use = (
+                f"table {identifier} is written by KafkaIcebergTopic {owner}; one table has one "
+                f"writer: point spec.table.identifier at another table, or delete {owner} (with "
+                "deletionPolicy Retain its table stays) and this resource takes it over")
+            return
+        message = (f"table {identifier} was written by {owner}, which is gone: this resource "
+                   f"takes it over and goes on from the offsets committed for Kafka topic "
+                   f"{topic.spec.kafka.topic}")
+        logger.info(message)
+        kopf.info(body, reason="TableAdopted", message=message)
+    hand_over_table(table, topic.writer)
+
+
 def _ensure_table(topic: render.Topic, catalog_config: CatalogConfig, observed: Observation,
-                  logger: Any, approved: str | None = None) -> None:
+                  logger: Any, body: Any, approved: str | None = None) -> None:
     """Creates the table from the registry's latest schema when absent; evolves it additively."""
     spec = topic.spec
     try:
@@ -83,6 +114,9 @@ def _ensure_table(topic: render.Topic, catalog_config: CatalogConfig, observed: 
         table, created = ensure_table(catalog, _table_config(topic, catalog_config), value)
         if created:
             logger.info("created table %s", spec.table.identifier)
+        _claim_table(topic, table, observed, logger, body)
+        if observed.table_in_use:
+            return
         if value is not None and spec.schema_evolution.mode == "additive":
             try:
                 plan = apply_evolution(table, value)
@@ -182,6 +216,12 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
         kube.delete_spark_application(topic.namespace, name)
         app = None
     if app is None:
+        # A long name's child used to be its name cut at 63 characters: that one would be a
+        # second writer beside the new one.
+        for stale in kube.spark_application_names(topic.namespace, f"{GROUP}/topic={topic.label}"):
+            if stale != name:
+                kube.delete_spark_application(topic.namespace, stale)
+                logger.info("deleted SparkApplication %s (named by an older floe)", stale)
         if kube.create_spark_application(desired):
             logger.info("created SparkApplication %s", name)
             kopf.info(body, reason="JobCreated", message=f"created SparkApplication {name}")
@@ -202,7 +242,7 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
 def _ensure_maintenance(topic: render.Topic, observed: Observation, logger: Any) -> None:
     """One CronJob per enabled action; those of disabled actions are removed."""
     desired = render.cron_jobs(topic, settings())
-    existing = kube.cron_jobs(topic.namespace, f"{GROUP}/topic={topic.name},"
+    existing = kube.cron_jobs(topic.namespace, f"{GROUP}/topic={topic.label},"
                                                "app.kubernetes.io/name=floe-maintenance")
     for cron_job in desired:
         kube.apply_cron_job(cron_job, existing)
@@ -261,10 +301,14 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
     observed = Observation(generation, suspended=topic.spec.suspend)
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     catalog_config = observe.catalog_config(topic)  # reads the catalog Secret once per visit
-    _ensure_table(topic, catalog_config, observed, logger, approved)
-    _ensure_job(topic, observed, previous, logger, body)
-    _ensure_maintenance(topic, observed, logger)
-    _observe_progress(topic, catalog_config, observed, previous)
+    _ensure_table(topic, catalog_config, observed, logger, body, approved)
+    if observed.table_in_use:  # no job and no maintenance on another resource's table
+        observed.app_name = topic.child_name
+        kube.delete_spark_application(topic.namespace, topic.child_name)
+    else:
+        _ensure_job(topic, observed, previous, logger, body)
+        _ensure_maintenance(topic, observed, logger)
+        _observe_progress(topic, catalog_config, observed, previous)
     metrics.record_commits(topic.namespace, topic.name, observed.extra.get("newCommits", 0))
     current = redact.redact_all(status(observed, previous))
     _post_transitions(body, previous, current)
@@ -315,7 +359,13 @@ def on_delete(body: Any, logger: Any, **_: Any) -> None:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            load_catalog(observe.catalog_config(topic)).purge_table(topic.spec.table.identifier)
+            catalog = load_catalog(observe.catalog_config(topic))
+            owner = catalog.load_table(topic.spec.table.identifier).properties.get(OWNER)
+            if owner not in (None, topic.writer):  # refused as a second writer: not its table
+                logger.info("deletionPolicy Delete: table %s is written by %s, kept",
+                            topic.spec.table.identifier, owner)
+                return
+            catalog.purge_table(topic.spec.table.identifier)
             logger.info("deletionPolicy Delete: dropped table %s", topic.spec.table.identifier)
         except NoSuchTableError:
             pass

@@ -118,6 +118,15 @@ def create_spark_application(body: dict[str, Any]) -> bool:
         raise _temporary(f"creating SparkApplication {meta['name']}", error) from None
 
 
+def spark_application_names(namespace: str, selector: str) -> list[str]:
+    try:
+        found = custom().list_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
+                                                       SPARK_PLURAL, label_selector=selector)
+    except ApiException as error:
+        raise _temporary("listing SparkApplications", error) from None
+    return [item["metadata"]["name"] for item in found.get("items", [])]
+
+
 def delete_spark_application(namespace: str, name: str) -> None:
     try:
         custom().delete_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,

@@ -62,14 +62,15 @@ def table_state(topic: Topic, catalog: CatalogConfig,
         table = load_catalog(catalog).load_table(topic.spec.table.identifier)
     except NoSuchTableError:
         return TableState(exists=False)
-    committed = last_commit(table, topic.writer)
+    committed = last_commit(table, topic.writer, topic.spec.kafka.topic)
     snapshot = table.snapshot_by_id(committed.snapshot_id) if committed.snapshot_id else None
     return TableState(
         exists=True, snapshot_id=committed.snapshot_id,
         committed_at_ms=snapshot.timestamp_ms if snapshot else None,
         schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts,
         maintenance_runs=maintenance_runs(table.properties),
-        new_commits=(commits_since(table, topic.writer, seen_snapshot_id)
+        new_commits=(commits_since(table, topic.writer, seen_snapshot_id,
+                                   topic=topic.spec.kafka.topic)
                      if committed.snapshot_id != seen_snapshot_id else 0))
 
 

@@ -49,6 +49,18 @@ def size_bytes(text: str) -> int:
     return round(float(number) * _SIZE_UNIT[unit])
 
 
+def bounded_name(base: str, suffix: str, limit: int, key: str) -> str:
+    """``base + suffix`` when it fits in ``limit`` characters; otherwise ``base`` is cut and a
+    digest of ``key`` (the resource's full name) goes before the suffix, so two long names
+    that share a prefix still get names of their own, and each action keeps its suffix."""
+    name = f"{base}{suffix}"
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    keep = limit - len(suffix) - len(digest) - 1
+    return f"{base[:keep].rstrip('-.')}-{digest}{suffix}"
+
+
 @dataclass(frozen=True)
 class Topic:
     """A KafkaIcebergTopic as the render functions need it."""
@@ -68,7 +80,13 @@ class Topic:
 
     @property
     def child_name(self) -> str:
-        return f"floe-{self.name}"[:63].rstrip("-.")
+        """The SparkApplication's name (a DNS label: spark-operator names Services after it)."""
+        return bounded_name(f"floe-{self.name}", "", 63, self.name)
+
+    @property
+    def label(self) -> str:
+        """The resource's name as a label value (at most 63 characters)."""
+        return bounded_name(self.name, "", 63, self.name)
 
     @property
     def writer(self) -> str:
@@ -82,7 +100,7 @@ def owner_reference(topic: Topic) -> dict[str, Any]:
 
 def _labels(topic: Topic) -> dict[str, str]:
     return {**MANAGED_BY, "app.kubernetes.io/name": "floe-job",
-            "app.kubernetes.io/instance": topic.name, f"{GROUP}/topic": topic.name}
+            "app.kubernetes.io/instance": topic.label, f"{GROUP}/topic": topic.label}
 
 
 def checkpoint_location(topic: Topic, settings: OperatorSettings) -> str:
@@ -136,6 +154,7 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
         "commit": {"intervalSeconds": duration_seconds(spec.commit.interval),
                    "maxRecordsPerCommit": spec.commit.max_records_per_commit},
         "checkpointLocation": checkpoint_location(topic, settings),
+        "schemaEvolution": spec.schema_evolution.mode,
     }
     if spec.dead_letter:
         data["deadLetter"] = {"topic": spec.dead_letter.topic}
@@ -243,7 +262,8 @@ SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 
 
 def cron_job_name(topic: Topic, action: str) -> str:
-    return f"{topic.child_name}-{action}"[:52].rstrip("-.")  # CronJob names: at most 52
+    # At most 52 characters: the CronJob controller appends 11 to name each Job.
+    return bounded_name(f"floe-{topic.name}", f"-{action}", 52, topic.name)
 
 
 def _volumes(topic: Topic) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -44,6 +44,7 @@ class Observation:
     app_name: str | None = None
     table_exists: bool | None = None
     table_error: str | None = None
+    table_in_use: str | None = None  # another resource writes the table
     snapshot_id: int | None = None
     committed_at_ms: int | None = None
     schema_id: int | None = None
@@ -66,6 +67,14 @@ def conditions(observed: Observation) -> list[Condition]:
                 Condition("TableReady", "Unknown", "InvalidSpec", message),
                 Condition("SchemaInSync", "Unknown", "InvalidSpec", message),
                 Condition("MaintenanceScheduled", "Unknown", "InvalidSpec", message)]
+
+    if observed.table_in_use:
+        message = observed.table_in_use
+        return [Condition("Ready", "False", "TableInUse", message),
+                Condition("JobRunning", "False", "TableInUse", message),
+                Condition("TableReady", "False", "TableInUse", message),
+                Condition("SchemaInSync", "Unknown", "TableInUse", message),
+                Condition("MaintenanceScheduled", "Unknown", "TableInUse", message)]
 
     if observed.table_exists:
         table = Condition("TableReady", "True", "TableExists",
@@ -131,7 +140,7 @@ def maintenance_condition(observed: Observation) -> Condition:
 
 
 def phase(observed: Observation, ready: Condition) -> str:
-    if observed.invalid_spec:
+    if observed.invalid_spec or observed.table_in_use:  # the user has to change something
         return "Failed"
     if observed.suspended:
         return "Suspended"

@@ -47,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
             return 4
         return 0
 
+    from .commit import TableInUse
     from .job import DataLossError, run
 
     try:
         run(config, available_now=args.available_now)
-    except DataLossError as error:
+    except (DataLossError, TableInUse) as error:
         print(f"floe: {error}", file=sys.stderr)
         return 3
     return 0

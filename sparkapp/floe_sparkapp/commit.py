@@ -11,15 +11,23 @@ A batch is committed like this:
 1. read the newest floe snapshot of this writer on ``main`` (snapshot S, offsets O);
 2. drop the batch's rows below O (a replayed batch becomes a no-op);
 3. create a branch at ``main``'s current snapshot M and append the rows there (snapshot B);
-4. fast-forward ``main`` to B.  Iceberg refuses when ``main`` has moved past M meanwhile (a
-   second, zombie writer committed, or maintenance did); then the branch is dropped and the
-   batch starts over from step 1, so rows another writer committed are never written twice.
+4. in one metadata commit: fast-forward ``main`` to B, move the writer's tag
+   (``floe_offsets_<digest of writer>``) to B and drop the branch.  Iceberg refuses when
+   ``main`` has moved past M meanwhile (a second, zombie writer committed, or maintenance
+   did); then the branch is dropped and the batch starts over from step 1, so rows another
+   writer committed are never written twice.
+
+The tag keeps the newest floe snapshot from expiry: after a compaction on top of it and an
+``expire_snapshots(retain_last => 1)`` by anyone, ``main``'s ancestry still reaches it, so the
+offsets survive a lost checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +41,7 @@ VTTS = "floe.vtts"
 GENERATION = "floe.generation"
 BATCH_ID = "floe.batch-id"
 TOPIC = "floe.topic"
+OWNER = "floe.writer"  # the table property naming the resource that writes the table
 
 
 class CommitConflict(RuntimeError):
@@ -53,12 +62,48 @@ class Committed:
     generation: int | None = None
 
 
-def last_commit(table: Any, writer: str) -> Committed:
-    """The newest snapshot in ``main``'s ancestry written by ``writer`` (PyIceberg table)."""
+class TableInUse(RuntimeError):
+    """Another resource writes the table: one table has one writer."""
+
+
+def claim_table(table: Any, writer: str) -> None:
+    """Records ``writer`` as the table's writer (table property ``floe.writer``) when it has
+    none; refuses when another resource is recorded.  The operator hands a table over
+    (:func:`hand_over_table`) once the resource that wrote it is gone."""
+    owner = table.properties.get(OWNER)
+    if owner == writer:
+        return
+    if owner is not None:
+        raise TableInUse(f"the table is written by {owner} (its table property {OWNER}); one "
+                         "table has one writer: point table.identifier at another table, or "
+                         "delete that resource first")
+    hand_over_table(table, writer)
+
+
+def hand_over_table(table: Any, writer: str) -> None:
+    """Makes ``writer`` the table's writer: it goes on from the offsets committed for its Kafka
+    topic, whoever committed them (a renamed resource continues where the old name stopped)."""
+    with table.transaction() as update:
+        update.set_properties({OWNER: writer})
+
+
+def _counts(summary: Any, writer: str, topic: str | None) -> bool:
+    """Whether a snapshot's offsets are the ones to go on from: those of the same Kafka topic
+    (a table has one writer at a time, a resource one topic), or, for snapshots from before
+    floe recorded the topic, those of the same writer."""
+    if summary is None:
+        return False
+    if topic is not None and summary.get(TOPIC) is not None:
+        return summary.get(TOPIC) == topic and summary.get(WRITER) is not None
+    return summary.get(WRITER) == writer
+
+
+def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
+    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`)."""
     snapshot = table.current_snapshot()
     while snapshot is not None:
         summary = snapshot.summary
-        if summary is not None and summary.get(WRITER) == writer:
+        if _counts(summary, writer, topic):
             offsets = {int(p): int(o) for p, o in json.loads(summary.get(OFFSETS, "{}")).items()}
             vtts = summary.get(VTTS)
             generation = summary.get(GENERATION)
@@ -71,14 +116,13 @@ def last_commit(table: Any, writer: str) -> Committed:
 
 
 def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
-                  limit: int = 10_000) -> int:
+                  limit: int = 10_000, topic: str | None = None) -> int:
     """How many snapshots of ``writer`` ``main`` gained after ``since_snapshot_id`` (all of
     them, up to ``limit``, when that snapshot is not in the ancestry, e.g. expired or None)."""
     count, walked = 0, 0
     snapshot = table.current_snapshot()
     while snapshot is not None and walked < limit and snapshot.snapshot_id != since_snapshot_id:
-        summary = snapshot.summary
-        if summary is not None and summary.get(WRITER) == writer:
+        if _counts(snapshot.summary, writer, topic):
             count += 1
         walked += 1
         if snapshot.parent_snapshot_id is None:
@@ -109,6 +153,34 @@ def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: i
     return props
 
 
+def branch_prefix(writer: str) -> str:
+    """The names of a writer's batch branches start with this: ``floe_<digest of writer>_``."""
+    return f"floe_{hashlib.sha256(writer.encode()).hexdigest()[:8]}_"
+
+
+def offsets_tag(writer: str) -> str:
+    """The tag on the writer's newest committed snapshot."""
+    return f"floe_offsets_{hashlib.sha256(writer.encode()).hexdigest()[:8]}"
+
+
+_UNNAMED_BRANCH = re.compile(r"floe_[0-9a-f]{16}")  # before branches carried their writer
+
+
+def sweep_branches(table: Any, writer: str) -> list[str]:
+    """Drops the batch branches this writer left behind (a batch killed between creating its
+    branch and dropping it), and unnamed ones of older floe versions.  Runs when the job
+    starts, before its first batch: none of them is in flight then, but a zombie's, which may
+    not commit anyway.  Returns what it dropped."""
+    prefix = branch_prefix(writer)
+    stale = sorted(name for name in table.refs()
+                   if name.startswith(prefix) or _UNNAMED_BRANCH.fullmatch(name))
+    if stale:
+        with table.manage_snapshots() as refs:
+            for name in stale:
+                refs.remove_branch(name)
+    return stale
+
+
 def _is_conflict(error: Exception) -> bool:
     text = str(error)
     return ("not an ancestor" in text or "CommitFailedException" in text
@@ -122,6 +194,7 @@ class BranchCommitter:
     spark: Any
     catalog_name: str
     identifier: str
+    writer: str
 
     def _sql(self, statement: str) -> Any:
         return self.spark.sql(statement)
@@ -137,8 +210,8 @@ class BranchCommitter:
 
         Returns the seconds spent writing the data files (``write_seconds``: the Spark job) and
         in the catalog (``commit_seconds``: branch, fast-forward, drop)."""
-        branch = f"floe_{uuid.uuid4().hex[:16]}"
-        created = False
+        branch = f"{branch_prefix(self.writer)}{uuid.uuid4().hex[:16]}"
+        created = merged = False
         started = time.monotonic()
         write_seconds = 0.0
         try:
@@ -151,17 +224,31 @@ class BranchCommitter:
             write_started = time.monotonic()
             writer.append()
             write_seconds = time.monotonic() - write_started
-            self._sql(f"CALL {self.catalog_name}.system.fast_forward("
-                      f"table => '{self.table_ref}', branch => 'main', to => '{branch}')")
+            self._merge(branch)
+            merged = True
         except Exception as error:  # py4j or analysis errors carry Iceberg's message
             if _is_conflict(error):
                 raise CommitConflict(str(error).splitlines()[0][:500]) from None
             raise
         finally:
-            if created:
+            if created and not merged:
                 self._drop(branch)
         return {"write_seconds": write_seconds,
                 "commit_seconds": time.monotonic() - started - write_seconds}
+
+    def _merge(self, branch: str) -> None:
+        """Step 4, with Iceberg's Java API (Spark's fast_forward procedure moves one ref)."""
+        jvm = self.spark._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, self.table_ref)
+        table.refresh()
+        refs = table.refs()
+        head = refs.get(branch).snapshotId()
+        tag = offsets_tag(self.writer)
+        update = table.manageSnapshots().fastForwardBranch("main", branch)
+        update = update.replaceTag(tag, head) if refs.containsKey(tag) else update.createTag(
+            tag, head)
+        update.removeBranch(branch).commit()
 
     def _drop(self, branch: str) -> None:
         for _ in range(5):

@@ -146,6 +146,10 @@ class JobConfig(_Model):
     dead_letter: DeadLetterConfig | None = None
     checkpoint_location: str = Field(min_length=1)
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    schema_evolution: Literal["additive", "none"] = Field(
+        "additive", description="additive: the job evolves the table for a writer's new fields "
+                                "and wider types; none: the table keeps its schema (new fields "
+                                "are left out, a value that needs a wider type is kept raw)")
 
     @property
     def consumer_group(self) -> str:

@@ -68,8 +68,8 @@ class EvolutionPlan:
 class BreakingChange(ValueError):
     """A schema change that evolution refuses; the message names the fields and changes."""
 
-    def __init__(self, plan: EvolutionPlan):
-        super().__init__(f"breaking schema change: {plan.reason()}")
+    def __init__(self, plan: EvolutionPlan, message: str | None = None):
+        super().__init__(message or f"breaking schema change: {plan.reason()}")
         self.plan = plan
 
 
@@ -215,6 +215,20 @@ def evolve_for_writer(table: Any, writer: StructType) -> EvolutionPlan:
     if plan.needs_update:
         _union_value(table, _keep_wider(current, writer))
     return plan
+
+
+def fit_without_evolution(table: Any, writer: StructType) -> EvolutionPlan:
+    """What the job does on meeting a writer schema under ``schemaEvolution: none``: the table
+    keeps its schema; the writer's new fields are left out, and a writer whose values need the
+    table to change (a wider or another type) is refused (BreakingChange), so its records are
+    kept raw."""
+    plan = plan_evolution(_value_or_refuse(table), writer)
+    blocking = tuple(c for c in plan.changes if c.kind in ("widen", "incompatible"))
+    if blocking:
+        raise BreakingChange(EvolutionPlan(blocking), (
+            "schemaEvolution.mode is none and the table would have to change: "
+            + "; ".join(str(c) for c in blocking)))
+    return EvolutionPlan(tuple(c for c in plan.changes if c.kind != "add"))
 
 
 def apply_approved_breaking(table: Any, incoming: StructType, version: int) -> list[str]:

@@ -24,14 +24,16 @@ from .avro_types import AvroMappingError, avro_to_iceberg
 from .commit import (
     BranchCommitter,
     Committed,
+    claim_table,
     commit_with_retries,
     last_commit,
     merge_offsets,
     summary_properties,
+    sweep_branches,
 )
 from .config import JobConfig, dir_values, env_values
 from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
-from .evolution import BreakingChange, evolve_for_writer
+from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
 from .layout import ensure_table
 from .librdkafka import librdkafka_settings
 from .registry import Registry
@@ -91,7 +93,7 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     table, created = ensure_table(catalog, config.table, value)
     if created:
         log.info("created table %s", config.table.identifier)
-    elif value is not None:
+    elif value is not None and config.schema_evolution == "additive":
         try:
             plan = evolve_for_writer(table, value)
             if plan.needs_update:
@@ -174,7 +176,7 @@ class BatchWriter:
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
-                                         self.config.table.identifier)
+                                         self.config.table.identifier, self.config.writer)
         self.catalog = catalogs.load_catalog(self.config.table.catalog)
 
     @property
@@ -195,8 +197,10 @@ class BatchWriter:
             mapped = avro_to_iceberg(found.schema)
         except AvroMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
+        fit = evolve_for_writer if self.config.schema_evolution == "additive" else (
+            fit_without_evolution)
         try:
-            plan = evolve_for_writer(table, mapped.struct)
+            plan = fit(table, mapped.struct)
         except BreakingChange as change:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {change}")
         if plan.needs_update:
@@ -326,7 +330,7 @@ class BatchWriter:
             def attempt() -> None:
                 table = self.catalog.load_table(self.config.table.identifier)
                 base = table.current_snapshot().snapshot_id  # offsets below are read from here
-                committed = last_commit(table, self.config.writer)
+                committed = last_commit(table, self.config.writer, self.config.kafka.topic)
                 known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
                                        for x in (p, o)]) if committed.offsets else None
                 fresh = batch if known is None else batch.filter(
@@ -369,7 +373,15 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     metrics.register(spark)
     registry = _registry(config)
     table = prepare_table(config, registry)
-    committed = last_commit(table, config.writer)
+    claim_table(table, config.writer)
+    try:
+        swept = sweep_branches(table, config.writer)
+        if swept:
+            log.info("dropped %d branch(es) left by interrupted batches: %s", len(swept),
+                     ", ".join(swept))
+    except Exception as error:  # noqa: BLE001 - a left branch only pins its snapshot
+        log.warning("could not drop the branches of interrupted batches: %s", error)
+    committed = last_commit(table, config.writer, config.kafka.topic)
     check_retention(config, committed)
     if _checkpoint_exists(spark, config.checkpoint_location):
         start_at = config.kafka.starting_offsets  # ignored by Spark: the checkpoint decides

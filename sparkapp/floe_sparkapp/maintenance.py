@@ -84,7 +84,7 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
                      now: dt.datetime) -> dict[str, Any]:
     settings = config.maintenance
     older_than = now - dt.timedelta(seconds=settings.max_snapshot_age_seconds)
-    newest = last_commit(table, config.writer).snapshot_id
+    newest = last_commit(table, config.writer, config.kafka.topic).snapshot_id
     if newest is not None:  # keep the newest floe snapshot and everything after it
         older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))
     rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
@@ -94,11 +94,22 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
 
 
 def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
+    """Iceberg's action, not its procedure: the procedure refuses a threshold under 24 hours,
+    and floe allows 1 hour (its own writer's files are committed within a batch)."""
     older_than = now - dt.timedelta(seconds=config.maintenance.orphan_older_than_seconds)
-    rows = spark.sql(f"CALL {_name(config)}.system.remove_orphan_files(table => "
-                     f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)})"
-                     ).collect()
-    return {"removedFiles": len(rows), "olderThan": _sql_timestamp(older_than)}
+    jvm, session = spark._jvm, spark._jsparkSession
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        session, _qualified(config))
+    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+              .deleteOrphanFiles(iceberg_table)
+              .olderThan(int(older_than.timestamp() * 1000))
+              .execute())
+    removed = result.orphanFileLocations().iterator()
+    count = 0
+    while removed.hasNext():
+        removed.next()
+        count += 1
+    return {"removedFiles": count, "olderThan": _sql_timestamp(older_than)}
 
 
 def rewrite_manifests(spark: Any, config: JobConfig, table: Any,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -38,10 +37,20 @@ class Registry:
                                   f"{config.basic_auth_file}: {error.strerror}") from None
         self.config = config
         self.client = SchemaRegistryClient(settings)
-        self.by_id = lru_cache(maxsize=1024)(self._by_id)
+        self._known: dict[int, RegisteredSchema] = {}
+
+    def by_id(self, schema_id: int) -> RegisteredSchema | None:
+        """The writer schema with this id; None while the registry does not know it.  Only
+        found schemas are kept (an id's schema never changes): an id unknown now may be
+        registered later, and its records must then decode."""
+        found = self._known.get(schema_id)
+        if found is None:
+            found = self._by_id(schema_id)
+            if found is not None and len(self._known) < 1024:
+                self._known[schema_id] = found
+        return found
 
     def _by_id(self, schema_id: int) -> RegisteredSchema | None:
-        """The writer schema with this id; None when the registry does not know it."""
         try:
             found = self.client.get_schema(schema_id)
         except SchemaRegistryError as error:

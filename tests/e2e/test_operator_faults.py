@@ -86,3 +86,57 @@ def test_resource_deleted_while_the_operator_is_down_is_finalized_when_it_return
     operator_control.start()
     assert wait_until(lambda: topic(api, namespace) is None, timeout=60)
     assert wait_until(lambda: apps(api, namespace) == [], timeout=60)
+
+
+def test_a_second_resource_on_a_table_is_refused_and_takes_it_over_once_the_first_is_gone(
+        stack, api, operator, namespace, tmp_path):
+    from ..integration.jobkit import AvroProducer, create_topic
+    from ..integration.test_job_roundtrip import V1, order
+    from .test_operator import topic_catalog
+
+    kafka_topic = f"{namespace}-t"
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+    producer.send(key=b"k", value=order(1, 1), schema=V1)  # the subject the table is made from
+    producer.flush()
+    resources = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics")
+    api.create_namespaced_custom_object(*resources, topic_body(stack, tmp_path, kafka_topic))
+
+    def condition(name: str, kind: str) -> tuple[str, str, str] | None:
+        try:
+            found = api.get_namespaced_custom_object(*resources, name)
+        except client.ApiException:
+            return None
+        return next(((c["status"], c["reason"], c["message"])
+                     for c in found.get("status", {}).get("conditions", [])
+                     if c["type"] == kind), None)
+
+    def writer() -> str | None:
+        return topic_catalog(tmp_path).load_table("analytics.orders").properties.get(
+            "floe.writer")
+
+    assert wait_until(lambda: (condition("orders", "TableReady") or ("",))[0] == "True",
+                      timeout=60)
+    assert writer() == f"{namespace}/orders"
+
+    copy = topic_body(stack, tmp_path, kafka_topic)
+    copy["metadata"]["name"] = "orders-copy"
+    api.create_namespaced_custom_object(*resources, copy)
+    assert wait_until(lambda: (condition("orders-copy", "Ready") or ("", ""))[:2] == (
+        "False", "TableInUse"), timeout=60)
+    assert f"written by KafkaIcebergTopic {namespace}/orders" in condition(
+        "orders-copy", "Ready")[2]
+    assert [a["metadata"]["name"] for a in apps(api, namespace)] == ["floe-orders"]
+    assert writer() == f"{namespace}/orders"
+
+    # The first resource goes (deletionPolicy Retain keeps the table): the second takes over.
+    api.delete_namespaced_custom_object(*resources, "orders")
+    assert wait_until(lambda: (condition("orders-copy", "TableReady") or ("",))[0] == "True",
+                      timeout=90), condition("orders-copy", "Ready")
+    assert wait_until(lambda: [a["metadata"]["name"] for a in apps(api, namespace)] == [
+        "floe-orders-copy"], timeout=60)
+    assert writer() == f"{namespace}/orders-copy"
+    events = client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=orders-copy").items
+    adopted = [e.message for e in events if e.reason == "TableAdopted"]
+    assert adopted and f"was written by {namespace}/orders, which is gone" in adopted[0]

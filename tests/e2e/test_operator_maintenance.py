@@ -113,3 +113,59 @@ def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_
     assert status["compaction"]["schedule"] == "*/5 * * * *"
     assert status["compaction"]["lastRun"]["rewritten_data_files_count"] >= 4
     assert "remove-orphans" not in status
+
+
+@pytest.mark.faults
+def test_long_names_that_share_a_prefix_each_get_their_own_job_and_cron_jobs(
+        stack, operator, namespace, tmp_path, unique_name):
+    """Names are cut to what Kubernetes allows (63 for the SparkApplication, 52 for a CronJob):
+    two topics whose names share their first 58 characters, and the four actions of each, must
+    still get children of their own."""
+    admin = admin_client(stack)
+    custom = client.CustomObjectsApi(admin)
+    kafka_topic = f"ln-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_old(producer, 0, 1)  # the subject the tables are made from
+    prefix = "orders-" + "x" * 51
+    names = {f"{prefix}-a": "long_a", f"{prefix}-b": "long_b"}
+    for name, table in names.items():
+        body = topic_body(stack, tmp_path, kafka_topic)
+        body["metadata"]["name"] = name
+        body["spec"]["table"]["identifier"] = f"analytics.{table}"
+        body["spec"]["spark"]["checkpointLocation"] = str(tmp_path / f"checkpoint-{table}")
+        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                               "kafkaicebergtopics", body)
+
+    def owned_by() -> dict[str, list[tuple[str, str]]]:
+        """Each topic's SparkApplications and CronJobs (kind, name), by their owner."""
+        children: dict[str, list[tuple[str, str]]] = {name: [] for name in names}
+        apps = custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
+                                                    "sparkapplications")["items"]
+        for app in apps:
+            for owner in app["metadata"].get("ownerReferences", []):
+                children[owner["name"]].append(("SparkApplication", app["metadata"]["name"]))
+        for cron_job in cron_jobs(admin, namespace).values():
+            for owner in cron_job.metadata.owner_references or []:
+                children[owner.name].append(("CronJob", cron_job.metadata.name))
+        return children
+
+    def status(name: str) -> dict:
+        return custom.get_namespaced_custom_object(
+            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", name).get("status", {})
+
+    def complete() -> bool:
+        return (all(len(kids) == 5 for kids in owned_by().values())
+                and all(len(status(name).get("maintenance", {})) == 4 for name in names))
+
+    assert wait_until(complete, timeout=90), (owned_by(), logs(tmp_path, namespace))
+    children = owned_by()
+    every = [kid for kids in children.values() for kid in kids]
+    assert len(set(every)) == 10, children
+    for name, kids in children.items():
+        state = status(name)
+        assert {("CronJob", entry["cronJob"]) for entry in state["maintenance"].values()} == {
+            kid for kid in kids if kid[0] == "CronJob"}
+        assert state["sparkApplication"]["name"] in {kid[1] for kid in kids}
+        for action in ("compaction", "expire-snapshots", "remove-orphans", "rewrite-manifests"):
+            assert state["maintenance"][action]["cronJob"].endswith(f"-{action}")

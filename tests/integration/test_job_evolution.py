@@ -144,3 +144,95 @@ def test_a_recursive_schema_is_decoded_but_for_its_recursive_part_which_is_kept_
     assert "children" not in tree["value"]
     assert tree["value_raw"] == sent["payload"]  # the recursive part is kept, raw
     assert tree["value_error"].startswith("recursive field(s) children of writer schema id ")
+
+
+@pytest.mark.faults
+def test_schema_evolution_none_keeps_the_tables_schema_in_the_job(
+        stack, spark, tmp_path, unique_name):
+    """`schemaEvolution.mode: none` reaches the job: a new field is left out, and a value that
+    needs a wider column is kept raw with the reason, while the table keeps its schema."""
+    from floe_sparkapp.config import parse_config
+
+    topic = f"frozen-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=1)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    config = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
+                           "schemaEvolution": "none"})
+    run(config, spark, available_now=True, timeout=600)
+
+    wide = {**V2, "fields": [f if f["name"] != "quantity" else {"name": "quantity",
+                                                                "type": "long"}
+                             for f in V2["fields"]]}
+    for i in range(10, 20):
+        producer.send(key=f"v2-{i}".encode(), value=order(i, 2), schema=V2)
+    for i in range(20, 25):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 2), schema=wide)
+    producer.flush()
+    run(config, spark, available_now=True, timeout=600)
+
+    rows = {r["key"].decode(): r for r in table_rows(config)}
+    assert len(rows) == 25
+    value_type = load_table(config).schema().find_field("value").field_type
+    assert "note" not in [f.name for f in value_type.fields]
+    assert str(value_type.field_by_name("quantity").field_type) == "int"
+    expected = {k: v for k, v in order(14, 2).items() if k != "note"}
+    assert normalize(rows["v2-14"]["value"]) == normalize(expected)
+    kept = rows["wide-22"]
+    assert kept["value"] is None and kept["value_raw"] is not None
+    assert kept["value_error"].endswith(
+        "schemaEvolution.mode is none and the table would have to change: "
+        "value.quantity: int widened to long")
+
+
+@pytest.mark.faults
+def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
+        stack, spark, tmp_path, unique_name):
+    """A record framed with a schema id the registry does not know (yet) lands raw; once the
+    schema is registered, the running job decodes that id's records: a 404 is not kept."""
+    import io
+
+    import fastavro
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    topic = f"late-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=1)
+    producer = AvroProducer(stack, topic)
+    for i in range(5):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    registry = SchemaRegistryClient({"url": stack.registry_url})
+
+    def new_content(tag: str) -> dict:
+        return {**V1, "doc": f"{unique_name} {tag}"}
+
+    # The registry numbers new schemas in turn: the next one will get the probe's id + 1.
+    probe = registry.register_schema(f"{topic}-probe", Schema(json.dumps(new_content("probe")),
+                                                              "AVRO"))
+    late = new_content("late")
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(late), order(5, 1))
+    producer.send(key=b"early", raw=b"\x00" + (probe + 1).to_bytes(4, "big") + body.getvalue())
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+    query = start(config, spark)
+    try:
+        rows = {r["key"].decode(): r for r in wait_for_rows(config, 6)}
+        assert rows["early"]["value_error"] == (
+            f"unknown schema id {probe + 1}: the schema registry has no schema with this id")
+
+        assert registry.register_schema(f"{topic}-value", Schema(json.dumps(late), "AVRO")) == (
+            probe + 1)
+        for i in range(6, 11):
+            producer.send(key=f"late-{i}".encode(), value=order(i, 1), schema=late)
+        producer.flush()
+        rows = {r["key"].decode(): r for r in wait_for_rows(config, 11)}
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert len(rows) == 11
+    assert all(rows[f"late-{i}"]["value"] is not None and rows[f"late-{i}"]["value_error"] is None
+               for i in range(6, 11)), [rows[f"late-{i}"]["value_error"] for i in range(6, 11)]
+    assert normalize(rows["late-8"]["value"]) == normalize(order(8, 1))

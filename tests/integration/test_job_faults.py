@@ -10,10 +10,12 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from floe_sparkapp.commit import branch_prefix, offsets_tag
 from floe_sparkapp.job import DataLossError, run, start
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, table_rows, wait_for_rows,
+    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, table_rows,
+    wait_for_rows,
 )
 from .test_job_roundtrip import order, produce_orders
 
@@ -202,6 +204,32 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
                (final.stdout + final.stderr).splitlines() if '"event": "floe.batch"' in line]
     assert batches, "the last run committed nothing"
     assert_exactly_once(table_rows(config), producer.sent)
+    # Killed batches left their branches; each start drops those of the runs before it.
+    assert set(load_table(config).refs()) == {"main", offsets_tag(config.writer)}
+
+
+def test_branches_left_by_interrupted_batches_are_dropped_when_the_job_starts(
+        stack, spark, tmp_path, topic):
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+    table = load_table(config)
+    main = table.current_snapshot().snapshot_id
+    # What a batch killed between its branch and the fast-forward leaves (this writer's, and
+    # an older floe's unnamed one), beside refs that are not this writer's to drop.
+    left = [f"{branch_prefix(config.writer)}0123456789abcdef", "floe_0123456789abcdef"]
+    others = [f"{branch_prefix('data/other')}0123456789abcdef", "audit"]
+    with table.manage_snapshots() as refs:
+        for name in left + others:
+            refs.create_branch(main, name)
+
+    produce_orders(producer, 30, 10)
+    run_once(config, spark)
+
+    assert set(load_table(config).refs()) == {"main", offsets_tag(config.writer), *others}
+    assert_exactly_once(table_rows(config), producer.sent)
 
 
 def test_broker_restart_while_streaming(stack, spark, tmp_path, topic):
@@ -222,3 +250,71 @@ def test_broker_restart_while_streaming(stack, spark, tmp_path, topic):
         query.stop()
     assert query.exception() is None
     assert_exactly_once(rows, producer.sent)
+
+
+def _on_table_of(config, other, *, writer: str, checkpoint):
+    """``config`` writing ``other``'s table, as ``writer``, with a checkpoint of its own."""
+    import json
+
+    from floe_sparkapp.config import parse_config
+
+    data = json.loads(config.to_json())
+    data["table"] = json.loads(other.to_json())["table"]
+    data.update(writer=writer, checkpointLocation=str(checkpoint))
+    return parse_config(data)
+
+
+def test_an_old_name_reused_for_another_topic_starts_from_that_topics_offsets(
+        stack, spark, tmp_path, topic, unique_name):
+    first = AvroProducer(stack, topic)
+    produce_orders(first, 0, 30)
+    old = job_config(stack, tmp_path, topic)
+    run_once(old, spark)
+
+    # The resource is deleted (its table kept) and its name reused for another Kafka topic.
+    other_topic = f"reused-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, other_topic, partitions=3)
+    second = AvroProducer(stack, other_topic)
+    produce_orders(second, 100, 12)
+    new = _on_table_of(job_config(stack, tmp_path / "new", other_topic, catalog_dir=tmp_path),
+                       old, writer=old.writer, checkpoint=tmp_path / "new-checkpoint")
+    run_once(new, spark)
+
+    rows = table_rows(old)
+    assert_exactly_once([r for r in rows if r["kafka"]["topic"] == other_topic], second.sent)
+    assert_exactly_once([r for r in rows if r["kafka"]["topic"] == topic], first.sent)
+
+
+def test_a_renamed_resource_goes_on_from_the_old_names_offsets(stack, spark, tmp_path, topic):
+    from floe_sparkapp.commit import hand_over_table
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    old = job_config(stack, tmp_path, topic)
+    run_once(old, spark)
+    # What the operator does when the table's writer is gone and another resource names it.
+    hand_over_table(load_table(old), "data/orders-renamed")
+    produce_orders(producer, 30, 10)
+    renamed = _on_table_of(old, old, writer="data/orders-renamed",
+                           checkpoint=tmp_path / "renamed-checkpoint")
+    run_once(renamed, spark)
+
+    assert_exactly_once(table_rows(old), producer.sent)
+
+
+def test_a_second_resource_cannot_write_a_table_that_has_a_writer(stack, spark, tmp_path, topic):
+    from floe_sparkapp.commit import TableInUse
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 10)
+    first = job_config(stack, tmp_path, topic)
+    run_once(first, spark)
+    second = _on_table_of(first, first, writer="data/another",
+                          checkpoint=tmp_path / "another-checkpoint")
+
+    with pytest.raises(TableInUse) as refused:
+        run_once(second, spark)
+    assert str(refused.value).startswith("the table is written by data/orders (its table "
+                                         "property floe.writer)")
+    assert load_table(first).properties["floe.writer"] == "data/orders"
+    assert_exactly_once(table_rows(first), producer.sent)

@@ -145,6 +145,33 @@ def test_aggressive_expiry_keeps_the_offsets_and_exactly_once_survives_a_lost_ch
     assert_exactly_once(table_rows(config), producer.sent)
 
 
+@pytest.mark.faults
+def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
+        stack, spark, tmp_path, topic):
+    """The newest floe snapshot is tagged: an expiry that keeps only main's head (a compaction
+    on top of it) cannot take the offsets, and a lost checkpoint duplicates nothing."""
+    from floe_sparkapp.commit import offsets_tag
+
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 200)
+    config = config_with(stack, tmp_path, topic, min_input_files=2)
+    run(config, spark, available_now=True, timeout=600)
+    maintain(config, "compaction", spark)  # main's head is now a snapshot floe did not write
+    floe_snapshot = last_commit(load_table(config), config.writer).snapshot_id
+    assert load_table(config).refs()[offsets_tag(config.writer)].snapshot_id == floe_snapshot
+    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    spark.sql(f"CALL {config.table.catalog.name}.system.expire_snapshots(table => "
+              f"'{config.table.catalog.name}.{config.table.identifier}', "
+              f"older_than => TIMESTAMP '{future:%Y-%m-%d %H:%M:%S}', retain_last => 1)").collect()
+
+    table = load_table(config)
+    assert last_commit(table, config.writer, config.kafka.topic).snapshot_id == floe_snapshot
+    shutil.rmtree(config.checkpoint_location)
+    produce_old(producer, 200, 100)
+    run(config, spark, available_now=True, timeout=600)
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
 def test_orphan_removal_deletes_only_old_unreferenced_files(stack, spark, tmp_path, topic):
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 100)
@@ -164,6 +191,31 @@ def test_orphan_removal_deletes_only_old_unreferenced_files(stack, spark, tmp_pa
     assert not old_orphan.exists()
     assert fresh_orphan.exists()
     assert result["removedFiles"] >= 1
+    assert all(Path(path.removeprefix("file:")).exists() for path in referenced)
+    assert multiset(table_rows(config)) == multiset(rows)
+
+
+@pytest.mark.faults
+def test_orphan_removal_with_a_threshold_under_a_day_works(stack, spark, tmp_path, topic):
+    """The resource allows removeOrphans.olderThan down to 1h; Iceberg's procedure refuses
+    anything under 24 hours."""
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 50)
+    config = config_with(stack, tmp_path, topic, orphan_older_than_seconds=3600)
+    run(config, spark, available_now=True, timeout=600)
+    referenced = data_files(config)
+    data_dir = Path(referenced[0].removeprefix("file:")).parent
+    old_orphan, fresh_orphan = data_dir / "2h-orphan.parquet", data_dir / "fresh-orphan.parquet"
+    for orphan in (old_orphan, fresh_orphan):
+        orphan.write_bytes(b"PAR1 left behind by a failed writer PAR1")
+    two_hours_ago = time.time() - 2 * 3600
+    os.utime(old_orphan, (two_hours_ago, two_hours_ago))
+    rows = table_rows(config)
+
+    result = maintain(config, "remove-orphans", spark)
+
+    assert (old_orphan.exists(), fresh_orphan.exists()) == (False, True)
+    assert result["removedFiles"] == 1
     assert all(Path(path.removeprefix("file:")).exists() for path in referenced)
     assert multiset(table_rows(config)) == multiset(rows)
 

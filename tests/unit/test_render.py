@@ -148,6 +148,33 @@ def test_one_cron_job_per_enabled_maintenance_action_with_its_schedule_and_setti
     assert all(j["spec"]["suspend"] for j in suspended)
 
 
+def test_long_names_get_children_of_their_own_within_kubernetes_limits():
+    def topic(name: str) -> Topic:
+        return Topic.from_body({**BODY, "metadata": {**BODY["metadata"], "name": name}})
+
+    short = topic("orders")
+    assert (short.child_name, short.label) == ("floe-orders", "orders")
+    assert [j["metadata"]["name"] for j in cron_jobs(short, OperatorSettings())][0] == (
+        "floe-orders-compaction")
+
+    # Four actions of a 46-character name; two names that share their first 58 characters.
+    prefix = "orders-" + "x" * 51
+    topics = [topic("y" * 46), topic(prefix + "-a"), topic(prefix + "-b")]
+    children = [t.child_name for t in topics]
+    crons = [j["metadata"]["name"] for t in topics for j in cron_jobs(t, OperatorSettings())]
+    assert len(set(children)) == 3 and all(len(c) <= 63 for c in children)
+    assert len(set(crons)) == 12 and all(len(c) <= 52 for c in crons)
+    assert all(c.endswith(("-compaction", "-expire-snapshots", "-remove-orphans",
+                           "-rewrite-manifests")) for c in crons)
+    # Label values are at most 63 characters too; each topic's own.
+    long = topic("z" * 100)
+    labels = spark_application(long, OperatorSettings())["metadata"]["labels"]
+    assert len(labels["floe.dev/topic"]) == 63 and labels["floe.dev/topic"] != topic(
+        "z" * 99).label
+    # A name rendered the same on every visit: the operator finds its children again.
+    assert topic(prefix + "-a").child_name == children[1]
+
+
 def test_only_a_change_the_job_depends_on_restarts_it():
     settings = OperatorSettings()
     base = job_fingerprint(Topic.from_body(BODY), settings)
@@ -169,3 +196,10 @@ def test_orphans_younger_than_an_hour_are_never_a_valid_threshold():
     assert _invalid(invalid.value) == (
         "spec.maintenance.removeOrphans.olderThan: must be at least 1h: a younger unreferenced "
         "file may belong to a commit still in flight")
+
+
+def test_the_schema_evolution_mode_reaches_the_job():
+    for mode in ("additive", "none"):
+        topic = Topic.from_body(with_spec(schemaEvolution={"mode": mode}))
+        job = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
+        assert job.schema_evolution == mode

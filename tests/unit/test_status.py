@@ -90,6 +90,17 @@ def test_failed_job_degrades_and_an_invalid_spec_fails_with_its_reason():
     assert invalid["conditions"][0]["message"] == "spec.x: wrong"
 
 
+def test_a_table_written_by_another_resource_is_reported_on_every_condition():
+    message = "table analytics.orders is written by KafkaIcebergTopic data/orders; ..."
+    result = status(Observation(1, table_in_use=message, table_exists=True), {})
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in result["conditions"]}
+    assert conditions["Ready"] == ("False", "TableInUse")
+    assert conditions["JobRunning"] == ("False", "TableInUse")
+    assert conditions["TableReady"] == ("False", "TableInUse")
+    assert all(c["message"] == message for c in result["conditions"])
+    assert result["phase"] == "Failed"
+
+
 def test_failover_backoff_doubles_up_to_five_minutes():
     assert [failover_delay(n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
 
