@@ -59,22 +59,20 @@ class Observation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _refused(reason: str, message: str, table: str) -> list[Condition]:
+    """Every condition, for a resource floe does not act on until the user changes something."""
+    return [Condition("Ready", "False", reason, message),
+            Condition("JobRunning", "False", reason, message),
+            Condition("TableReady", table, reason, message),
+            Condition("SchemaInSync", "Unknown", reason, message),
+            Condition("MaintenanceScheduled", "Unknown", reason, message)]
+
+
 def conditions(observed: Observation) -> list[Condition]:
     if observed.invalid_spec:
-        message = observed.invalid_spec
-        return [Condition("Ready", "False", "InvalidSpec", message),
-                Condition("JobRunning", "False", "InvalidSpec", message),
-                Condition("TableReady", "Unknown", "InvalidSpec", message),
-                Condition("SchemaInSync", "Unknown", "InvalidSpec", message),
-                Condition("MaintenanceScheduled", "Unknown", "InvalidSpec", message)]
-
+        return _refused("InvalidSpec", observed.invalid_spec, "Unknown")
     if observed.table_in_use:
-        message = observed.table_in_use
-        return [Condition("Ready", "False", "TableInUse", message),
-                Condition("JobRunning", "False", "TableInUse", message),
-                Condition("TableReady", "False", "TableInUse", message),
-                Condition("SchemaInSync", "Unknown", "TableInUse", message),
-                Condition("MaintenanceScheduled", "Unknown", "TableInUse", message)]
+        return _refused("TableInUse", observed.table_in_use, "False")
 
     if observed.table_exists:
         table = Condition("TableReady", "True", "TableExists",

@@ -172,44 +172,25 @@ def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
     assert_exactly_once(table_rows(config), producer.sent)
 
 
-def test_orphan_removal_deletes_only_old_unreferenced_files(stack, spark, tmp_path, topic):
+@pytest.mark.parametrize("threshold, age", [
+    (None, 4 * 86_400),  # the default, 3 days
+    # The resource allows removeOrphans.olderThan down to 1h; Iceberg's remove_orphan_files
+    # procedure refuses anything under 24 hours.
+    pytest.param(3600, 2 * 3600, marks=pytest.mark.faults, id="under-a-day"),
+])
+def test_orphan_removal_deletes_only_old_unreferenced_files(stack, spark, tmp_path, topic,
+                                                             threshold, age):
     producer = AvroProducer(stack, topic)
-    produce_old(producer, 0, 100)
-    config = config_with(stack, tmp_path, topic)
+    produce_old(producer, 0, 50)
+    config = config_with(stack, tmp_path, topic, **(
+        {"orphan_older_than_seconds": threshold} if threshold else {}))
     run(config, spark, available_now=True, timeout=600)
     referenced = data_files(config)
     data_dir = Path(referenced[0].removeprefix("file:")).parent
     old_orphan, fresh_orphan = data_dir / "old-orphan.parquet", data_dir / "fresh-orphan.parquet"
     for orphan in (old_orphan, fresh_orphan):
         orphan.write_bytes(b"PAR1 left behind by a failed writer PAR1")
-    four_days_ago = time.time() - 4 * 86_400
-    os.utime(old_orphan, (four_days_ago, four_days_ago))
-    rows = table_rows(config)
-
-    result = maintain(config, "remove-orphans", spark)
-
-    assert not old_orphan.exists()
-    assert fresh_orphan.exists()
-    assert result["removedFiles"] >= 1
-    assert all(Path(path.removeprefix("file:")).exists() for path in referenced)
-    assert multiset(table_rows(config)) == multiset(rows)
-
-
-@pytest.mark.faults
-def test_orphan_removal_with_a_threshold_under_a_day_works(stack, spark, tmp_path, topic):
-    """The resource allows removeOrphans.olderThan down to 1h; Iceberg's procedure refuses
-    anything under 24 hours."""
-    producer = AvroProducer(stack, topic)
-    produce_old(producer, 0, 50)
-    config = config_with(stack, tmp_path, topic, orphan_older_than_seconds=3600)
-    run(config, spark, available_now=True, timeout=600)
-    referenced = data_files(config)
-    data_dir = Path(referenced[0].removeprefix("file:")).parent
-    old_orphan, fresh_orphan = data_dir / "2h-orphan.parquet", data_dir / "fresh-orphan.parquet"
-    for orphan in (old_orphan, fresh_orphan):
-        orphan.write_bytes(b"PAR1 left behind by a failed writer PAR1")
-    two_hours_ago = time.time() - 2 * 3600
-    os.utime(old_orphan, (two_hours_ago, two_hours_ago))
+    os.utime(old_orphan, (time.time() - age, time.time() - age))
     rows = table_rows(config)
 
     result = maintain(config, "remove-orphans", spark)
