@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.commit import OWNER, hand_over_table
+from floe_sparkapp.commit import OWNER, TableInUse, claim_table, hand_over_table
 from floe_sparkapp.config import CatalogConfig, SchemaRegistryConfig, TableConfig
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
@@ -68,28 +68,29 @@ def _claim_table(topic: render.Topic, table: Any, observed: Observation, logger:
     """One table has one writer, recorded on the table: a second resource on it is refused on
     its status; a table whose writer is gone (renamed, or deleted with Retain) is taken over,
     and its job goes on from the offsets committed for the same Kafka topic."""
-    owner = table.properties.get(OWNER)
-    if owner == topic.writer:
+    try:
+        claim_table(table, topic.writer)
         return
+    except TableInUse:
+        owner = table.properties[OWNER]
     identifier = topic.spec.table.identifier
-    if owner is not None:
-        namespace, _, name = owner.partition("/")
-        try:
-            other = kube.get_topic(namespace, name)
-        except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it is
-            other = {"spec": {"table": {"identifier": identifier}}}
-        other_table = ((other or {}).get("spec") or {}).get("table") or {}
-        if other is not None and other_table.get("identifier") == identifier:
-            observed.table_in_use = (
-                f"table {identifier} is written by KafkaIcebergTopic {owner}; one table has one "
-                f"writer: point spec.table.identifier at another table, or delete {owner} (with "
-                "deletionPolicy Retain its table stays) and this resource takes it over")
-            return
-        message = (f"table {identifier} was written by {owner}, which is gone: this resource "
-                   f"takes it over and goes on from the offsets committed for Kafka topic "
-                   f"{topic.spec.kafka.topic}")
-        logger.info(message)
-        kopf.info(body, reason="TableAdopted", message=message)
+    namespace, _, name = owner.partition("/")
+    try:
+        other = kube.get_topic(namespace, name)
+    except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it is
+        other = {"spec": {"table": {"identifier": identifier}}}
+    other_table = ((other or {}).get("spec") or {}).get("table") or {}
+    if other is not None and other_table.get("identifier") == identifier:
+        observed.table_in_use = (
+            f"table {identifier} is written by KafkaIcebergTopic {owner}; one table has one "
+            f"writer: point spec.table.identifier at another table, or delete {owner} (with "
+            "deletionPolicy Retain its table stays) and this resource takes it over")
+        return
+    message = (f"table {identifier} was written by {owner}, which is gone: this resource "
+               f"takes it over and goes on from the offsets committed for Kafka topic "
+               f"{topic.spec.kafka.topic}")
+    logger.info(message)
+    kopf.info(body, reason="TableAdopted", message=message)
     hand_over_table(table, topic.writer)
 
 

@@ -153,14 +153,18 @@ def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: i
     return props
 
 
+def _digest(writer: str) -> str:
+    return hashlib.sha256(writer.encode()).hexdigest()[:8]
+
+
 def branch_prefix(writer: str) -> str:
     """The names of a writer's batch branches start with this: ``floe_<digest of writer>_``."""
-    return f"floe_{hashlib.sha256(writer.encode()).hexdigest()[:8]}_"
+    return f"floe_{_digest(writer)}_"
 
 
 def offsets_tag(writer: str) -> str:
     """The tag on the writer's newest committed snapshot."""
-    return f"floe_offsets_{hashlib.sha256(writer.encode()).hexdigest()[:8]}"
+    return f"floe_offsets_{_digest(writer)}"
 
 
 _UNNAMED_BRANCH = re.compile(r"floe_[0-9a-f]{16}")  # before branches carried their writer
