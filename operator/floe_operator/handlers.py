@@ -155,6 +155,8 @@ def _table_config(topic: render.Topic, catalog_config: CatalogConfig) -> TableCo
 
 
 FAILED = ("FAILED", "SUBMISSION_FAILED")
+# A streaming job never ends by itself: an application that completed is restarted too.
+ENDED = (*FAILED, "COMPLETED")
 
 
 def failover_delay(failovers: int) -> int:
@@ -164,7 +166,8 @@ def failover_delay(failovers: int) -> int:
 
 def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
               previous: dict[str, Any], logger: Any, body: Any) -> dict[str, Any] | None:
-    """Recreates an application that ended FAILED, with exponential backoff."""
+    """Recreates an application that ended (failed, or completed though a streaming job never
+    should), with exponential backoff."""
     record = previous.get("sparkApplication", {})
     failovers = int(record.get("failovers", 0))
     last = record.get("lastFailoverTime")
@@ -175,8 +178,11 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     observed.extra["lastFailoverTime"] = last
     if waited < failover_delay(failovers):
         return app
+    state = app.get("status", {}).get("applicationState", {}).get("state")
     error = (app.get("status", {}).get("applicationState", {}).get("errorMessage") or "")
-    message = (f"job failed ({app.get('status', {}).get('applicationState', {}).get('state')}); "
+    if state == "COMPLETED":
+        error = error or "the driver exited 0, but a streaming job never ends by itself"
+    message = (f"job {'ended' if state == 'COMPLETED' else 'failed'} ({state}); "
                f"recreating it (failover {failovers + 1}): "
                f"{error.splitlines()[0][:300] if error else 'no message'}")
     message = redact.redact(message)
@@ -188,6 +194,19 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     observed.extra["lastFailoverTime"] = now_iso()
     observed.extra["lastFailure"] = error[:1000]
     return kube.get_spark_application(topic.namespace, topic.child_name)
+
+
+def _healthy_since_failover(app: dict[str, Any] | None, record: dict[str, Any]) -> bool:
+    """Whether the job a failover recreated has run long enough without dying again (the
+    spark-operator did not have to submit its driver again) for the count to start over."""
+    last = record.get("lastFailoverTime")
+    if app is None or not record.get("failovers") or not last:
+        return False
+    app_status = app.get("status", {})
+    running = app_status.get("applicationState", {}).get("state") == "RUNNING"
+    attempts = int(app_status.get("executionAttempts", 0) or 0)
+    return (running and attempts <= 1
+            and observe.now_ms() / 1000 - _epoch(last) >= settings().failover_reset_seconds)
 
 
 def _epoch(text: str) -> float:
@@ -228,12 +247,16 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
             kopf.info(body, reason="JobCreated", message=f"created SparkApplication {name}")
         app = kube.get_spark_application(topic.namespace, name)
     state = (app or {}).get("status", {}).get("applicationState", {}).get("state", "")
-    if app is not None and state in FAILED:
+    if app is not None and state in ENDED:
         app = _failover(topic, app, observed, previous, logger, body)
     else:
         record = previous.get("sparkApplication", {})
         observed.extra.update({k: record[k] for k in ("failovers", "lastFailoverTime",
                                                       "lastFailure") if k in record})
+        if _healthy_since_failover(app, record):
+            observed.extra["failovers"] = 0
+            logger.info("job healthy for %ss since its last failover: failover count reset",
+                        settings().failover_reset_seconds)
     app_status = (app or {}).get("status", {})
     observed.app_state = app_status.get("applicationState", {}).get("state", "")
     observed.app_error = app_status.get("applicationState", {}).get("errorMessage") or None
@@ -272,6 +295,7 @@ def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
     observed.schema_id = table.schema_id
     observed.vtts_ms = table.vtts_ms
     observed.maintenance_runs = table.maintenance_runs
+    observed.dead_letter_error = table.dead_letter_error
     observed.extra["newCommits"] = table.new_commits
     observed.now_ms = observe.now_ms()
     try:
@@ -299,7 +323,9 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
         patch.status.update(status(Observation(generation, invalid_spec=message), previous))
         logger.warning("invalid spec: %s", message)
         return
-    observed = Observation(generation, suspended=topic.spec.suspend)
+    observed = Observation(generation, suspended=topic.spec.suspend,
+                           dead_letter_topic=(topic.spec.dead_letter.topic
+                                              if topic.spec.dead_letter else None))
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     catalog_config = observe.catalog_config(topic)  # reads the catalog Secret once per visit
     _ensure_table(topic, catalog_config, observed, logger, body, approved)
@@ -316,7 +342,7 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
     patch.status.update(current)
 
 
-EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync")
+EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "DeadLetter")
 
 
 def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ class TableState:
     vtts_ms: int | None = None
     maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     new_commits: int = 0  # floe commits since the snapshot the previous visit saw
+    dead_letter_error: str | None = None  # the newest commit's records the DLQ refused
 
 
 def catalog_config(topic: Topic) -> CatalogConfig:
@@ -69,6 +70,7 @@ def table_state(topic: Topic, catalog: CatalogConfig,
         committed_at_ms=snapshot.timestamp_ms if snapshot else None,
         schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts,
         maintenance_runs=maintenance_runs(table.properties),
+        dead_letter_error=committed.dead_letter_error,
         new_commits=(commits_since(table, topic.writer, seen_snapshot_id,
                                    topic=topic.spec.kafka.topic)
                      if committed.snapshot_id != seen_snapshot_id else 0))

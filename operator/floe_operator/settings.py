@@ -32,5 +32,9 @@ class OperatorSettings(BaseSettings):
         10, ge=1, le=3600, description="Seconds between two refreshes of a resource's status "
                                        "from its table and Kafka (each costs a catalog read, a "
                                        "Kafka offsets request and a few API requests).")
+    failover_reset_seconds: float = Field(
+        600, ge=10, description="Seconds a job recreated by a failover must run without dying "
+                                "again before its failover count (and so the backoff) starts "
+                                "from zero.")
     metrics_port: int = Field(9090, ge=0, le=65535,
                               description="Port of the Prometheus /metrics endpoint (0: off).")

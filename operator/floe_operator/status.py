@@ -11,7 +11,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled")
+CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
+                   "DeadLetter")
 
 RUNNING_STATES = {"RUNNING"}
 STARTING_STATES = {"", "NEW", "SUBMITTED", "PENDING_RERUN", "INVALIDATING", "SUCCEEDING",
@@ -55,6 +56,8 @@ class Observation:
     vtts_ms: int | None = None
     maintenance: dict[str, dict[str, str]] | None = None  # action -> schedule, CronJob
     maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dead_letter_topic: str | None = None
+    dead_letter_error: str | None = None  # the newest commit's records the topic refused
     now_ms: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -65,7 +68,8 @@ def _refused(reason: str, message: str, table: str) -> list[Condition]:
             Condition("JobRunning", "False", reason, message),
             Condition("TableReady", table, reason, message),
             Condition("SchemaInSync", "Unknown", reason, message),
-            Condition("MaintenanceScheduled", "Unknown", reason, message)]
+            Condition("MaintenanceScheduled", "Unknown", reason, message),
+            Condition("DeadLetter", "Unknown", reason, message)]
 
 
 def conditions(observed: Observation) -> list[Condition]:
@@ -112,7 +116,20 @@ def conditions(observed: Observation) -> list[Condition]:
     else:
         failing = next((c for c in (table, job) if c.status != "True"), job)
         ready = Condition("Ready", "False", failing.reason, failing.message)
-    return [ready, job, table, schema, maintenance_condition(observed)]
+    return [ready, job, table, schema, maintenance_condition(observed),
+            dead_letter_condition(observed)]
+
+
+def dead_letter_condition(observed: Observation) -> Condition:
+    """Whether the newest commit's undecodable records reached the dead-letter topic.  When it
+    refused them they are still in the table (``value_raw``), so Ready is not affected."""
+    if not observed.dead_letter_topic:
+        return Condition("DeadLetter", "True", "NotConfigured",
+                         "no deadLetter.topic: undecodable records are kept in value_raw only")
+    if observed.dead_letter_error:
+        return Condition("DeadLetter", "False", "DeadLetterFailing", observed.dead_letter_error)
+    return Condition("DeadLetter", "True", "Delivering",
+                     f"undecodable records go to {observed.dead_letter_topic} and value_raw")
 
 
 def maintenance_condition(observed: Observation) -> Condition:

@@ -11,11 +11,11 @@ A batch is committed like this:
 1. read the newest floe snapshot of this writer on ``main`` (snapshot S, offsets O);
 2. drop the batch's rows below O (a replayed batch becomes a no-op);
 3. create a branch at ``main``'s current snapshot M and append the rows there (snapshot B);
-4. in one metadata commit: fast-forward ``main`` to B, move the writer's tag
-   (``floe_offsets_<digest of writer>``) to B and drop the branch.  Iceberg refuses when
-   ``main`` has moved past M meanwhile (a second, zombie writer committed, or maintenance
-   did); then the branch is dropped and the batch starts over from step 1, so rows another
-   writer committed are never written twice.
+4. in one metadata commit, a compare-and-set on ``main``: move ``main`` from M to B, move the
+   writer's tag (``floe_offsets_<digest of writer>``) to B and drop the branch.  When
+   ``main`` is no longer at M (a second, zombie writer committed, maintenance did, or a user
+   rolled it back), the branch is dropped and the batch starts over from step 1, so rows
+   another writer committed are never written twice and a rollback is never undone.
 
 The tag keeps the newest floe snapshot from expiry: after a compaction on top of it and an
 ``expire_snapshots(retain_last => 1)`` by anyone, ``main``'s ancestry still reaches it, so the
@@ -41,6 +41,7 @@ VTTS = "floe.vtts"
 GENERATION = "floe.generation"
 BATCH_ID = "floe.batch-id"
 TOPIC = "floe.topic"
+DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
 OWNER = "floe.writer"  # the table property naming the resource that writes the table
 
 
@@ -60,6 +61,7 @@ class Committed:
     offsets: dict[int, int] = field(default_factory=dict)
     vtts: int | None = None
     generation: int | None = None
+    dead_letter_error: str | None = None
 
 
 class TableInUse(RuntimeError):
@@ -108,7 +110,8 @@ def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
             vtts = summary.get(VTTS)
             generation = summary.get(GENERATION)
             return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
-                             int(generation) if generation else None)
+                             int(generation) if generation else None,
+                             summary.get(DEAD_LETTER_ERROR))
         if snapshot.parent_snapshot_id is None:
             break
         snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
@@ -228,7 +231,7 @@ class BranchCommitter:
             write_started = time.monotonic()
             writer.append()
             write_seconds = time.monotonic() - write_started
-            self._merge(branch)
+            self._merge(branch, base_snapshot_id)
             merged = True
         except Exception as error:  # py4j or analysis errors carry Iceberg's message
             if _is_conflict(error):
@@ -240,19 +243,44 @@ class BranchCommitter:
         return {"write_seconds": write_seconds,
                 "commit_seconds": time.monotonic() - started - write_seconds}
 
-    def _merge(self, branch: str) -> None:
-        """Step 4, with Iceberg's Java API (Spark's fast_forward procedure moves one ref)."""
+    def _merge(self, branch: str, base_snapshot_id: int, attempts: int = 5) -> None:
+        """Step 4: one metadata commit that moves ``main`` from ``base_snapshot_id`` to the
+        branch's head, moves the writer's tag there and drops the branch.
+
+        A compare-and-set through the table's operations: ``main`` must still be at the batch's
+        base, checked on the metadata the commit replaces.  (Iceberg's fast-forward only asks
+        that ``main`` be an ancestor of the branch, and re-applies itself on fresh metadata
+        when it retries: it would undo a user's ``rollback_to_snapshot`` made meanwhile.)"""
         jvm = self.spark._jvm
-        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, self.table_ref)
-        table.refresh()
-        refs = table.refs()
-        head = refs.get(branch).snapshotId()
+        iceberg = jvm.org.apache.iceberg
+        table = iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession,
+                                                           self.table_ref)
+        operations = table.operations()
         tag = offsets_tag(self.writer)
-        update = table.manageSnapshots().fastForwardBranch("main", branch)
-        update = update.replaceTag(tag, head) if refs.containsKey(tag) else update.createTag(
-            tag, head)
-        update.removeBranch(branch).commit()
+        for _ in range(attempts):
+            base = operations.refresh()
+            main = base.ref("main")
+            if main is None or main.snapshotId() != base_snapshot_id:
+                raise CommitConflict(f"main moved from snapshot {base_snapshot_id} to "
+                                     f"{None if main is None else main.snapshotId()} during "
+                                     "the batch")
+            head = base.ref(branch).snapshotId()
+            old_tag = base.ref(tag)
+            new_tag = (iceberg.SnapshotRef.tagBuilder(head) if old_tag is None
+                       else iceberg.SnapshotRef.builderFrom(old_tag, head)).build()
+            updated = (iceberg.TableMetadata.buildFrom(base)
+                       .setRef("main", iceberg.SnapshotRef.builderFrom(main, head).build())
+                       .setRef(tag, new_tag)
+                       .removeRef(branch)
+                       .build())
+            try:
+                operations.commit(base, updated)
+                return
+            except Exception as error:  # a commit by anyone in between: look again
+                if "CommitFailedException" not in str(error):
+                    raise
+        raise CommitConflict(f"the table kept changing while moving main to the batch "
+                             f"({attempts} attempts)")
 
     def _drop(self, branch: str) -> None:
         for _ in range(5):

@@ -1,7 +1,7 @@
 """The streaming job: a Kafka topic into its Iceberg table, exactly once.
 
 :func:`start` prepares the table (created from the registry schema, evolved additively), picks
-the starting offsets (the table's committed offsets when there is no checkpoint) and starts a
+the starting offsets (the table's, unless a checkpoint resumes at or below them) and starts a
 Structured Streaming query whose ``foreachBatch`` runs :class:`BatchWriter`.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import metrics
+from . import checkpoint, metrics
 from .avro_types import AvroMappingError, avro_to_iceberg
+from .checkpoint import CheckpointAhead
 from .commit import (
+    DEAD_LETTER_ERROR,
     BranchCommitter,
     Committed,
     claim_table,
@@ -134,28 +137,73 @@ def topic_partitions(config: JobConfig) -> list[int]:
     return sorted(topic.partitions)
 
 
-def check_retention(config: JobConfig, committed: Committed) -> None:
-    """Fails when Kafka already deleted records after the table's committed offsets."""
-    if not committed.offsets:
-        return
+def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int, int]]:
+    """Kafka's earliest and next offset of each partition."""
     from confluent_kafka import TopicPartition
 
     consumer = _consumer(config)
     try:
-        lost = []
-        for partition, offset in sorted(committed.offsets.items()):
-            low, _ = consumer.get_watermark_offsets(TopicPartition(config.kafka.topic, partition),
-                                                    timeout=30)
-            if low > offset:
-                lost.append(f"partition {partition}: the table has offsets below {offset}, "
-                            f"Kafka's earliest is {low} ({low - offset} records lost)")
-        if lost:
-            raise DataLossError(
-                f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "
-                f"table has not got; {'; '.join(lost)}. floe never skips records silently: "
-                "restore them or reset the table's offsets.")
+        return {p: consumer.get_watermark_offsets(TopicPartition(config.kafka.topic, p),
+                                                  timeout=30) for p in partitions}
     finally:
         consumer.close()
+
+
+def check_retention(config: JobConfig, committed: Committed) -> None:
+    """Fails when Kafka already deleted records after the table's committed offsets."""
+    if not committed.offsets:
+        return
+    lost = []
+    marks = watermarks(config, sorted(committed.offsets))
+    for partition, offset in sorted(committed.offsets.items()):
+        low, _ = marks[partition]
+        if low > offset:
+            lost.append(f"partition {partition}: the table has offsets below {offset}, "
+                        f"Kafka's earliest is {low} ({low - offset} records lost)")
+    if lost:
+        raise DataLossError(
+            f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "
+            f"table has not got; {'; '.join(lost)}. floe never skips records silently: "
+            "restore them or reset the table's offsets.")
+
+
+def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committed,
+                      partitions: list[int]) -> bool:
+    """Removes a checkpoint that would resume above the table's offsets (it outlived its table,
+    or ``main`` was rolled back), so the query starts from the table's offsets.  Returns
+    whether the checkpoint is there to resume from."""
+    location = config.checkpoint_location
+    if not _checkpoint_exists(spark, location):
+        return False
+    resume = checkpoint.resume_offsets(spark, location, config.kafka.topic)
+    if resume is None:
+        return True
+    floor = None
+    if config.kafka.starting_offsets == "earliest":
+        missing = sorted(set(resume) - set(committed.offsets))
+        floor = {p: low for p, (low, _) in watermarks(config, missing).items()} if missing else {}
+    ahead = checkpoint.ahead_of(resume, committed.offsets, floor)
+    if not ahead:
+        return True
+    log.warning("the checkpoint at %s is ahead of table %s (%s): it is removed and the job "
+                "starts from the table's offsets %s", location, config.table.identifier,
+                "; ".join(ahead), committed.offsets or config.kafka.starting_offsets)
+    checkpoint.remove(spark, location)
+    return False
+
+
+DEAD_LETTER_ATTEMPTS = 3
+
+
+def _cause(error: Exception) -> str:
+    """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
+    line of the error."""
+    text = str(error)
+    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
+    if causes:
+        return causes[-1][:500]
+    found = re.search(r"([\w.$]+(?:Exception|Error): [^\n]*)", text)
+    return (found.group(1) if found else text.splitlines()[0] if text else repr(error))[:500]
 
 
 def _undecodable(rows: DataFrame) -> Any:
@@ -252,10 +300,31 @@ class BatchWriter:
                   .write.format("kafka")
                   .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
                   .option("topic", self.config.dead_letter.topic)
-                  .option("includeHeaders", "true"))
+                  .option("includeHeaders", "true")
+                  # a missing topic fails the send in seconds rather than a minute
+                  .option("kafka.max.block.ms", "15000"))
         for key, value in kafka_client_settings(self.config).items():
             writer = writer.option(f"kafka.{key}", value)
         writer.save()
+
+    def _send_dead_letters(self, bad: DataFrame, errors: int) -> str | None:
+        """Sends the undecodable rows to the dead-letter topic, trying a few times.  When the
+        topic keeps refusing them (too large, missing, not allowed), returns why: the rows are
+        still committed, with their raw value and reason, and the commit records the failure
+        for the status."""
+        topic = self.config.dead_letter.topic
+        for attempt in range(1, DEAD_LETTER_ATTEMPTS + 1):
+            try:
+                self._dead_letters(bad)
+                return None
+            except Exception as error:  # noqa: BLE001 - any refusal, reported below
+                cause = _cause(error)
+                log.warning("dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
+                            topic, errors, attempt, DEAD_LETTER_ATTEMPTS, cause)
+                if attempt < DEAD_LETTER_ATTEMPTS:
+                    time.sleep(2 ** attempt)
+        return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
+                f"{DEAD_LETTER_ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
 
     def _commit_consumer_group(self, offsets: dict[int, int]) -> None:
         from confluent_kafka import TopicPartition
@@ -296,9 +365,14 @@ class BatchWriter:
                 bad = rows.filter(_undecodable(rows))
                 errors = bad.count()
                 if errors:
-                    self._dead_letters(bad)
-                    outcome["dead_letters"] = errors
+                    failure = self._send_dead_letters(bad, errors)
+                    if failure is None:
+                        outcome["dead_letters"] = errors
+                    else:
+                        outcome["dead_letter_error"] = failure
                 outcome["dead_lettered"] = True
+            if outcome.get("dead_letter_error"):
+                props = {**props, DEAD_LETTER_ERROR: outcome["dead_letter_error"]}
             observation = Observation(f"floe_{uuid.uuid4().hex}")
             observed = rows.observe(
                 observation, F.count(F.lit(1)).alias("rows"),
@@ -312,18 +386,30 @@ class BatchWriter:
             if dead_letter:
                 rows.unpersist()
 
+    def _batch_offsets(self, batch_id: int, stats: list[Any]) -> tuple[dict[int, int] | None,
+                                                                       dict[int, int]]:
+        """Where the batch starts and ends, from Spark's offset log.  The ends cover records
+        the batch does not see (transaction markers, aborted or compacted records), so the
+        next batch starts exactly where the table says this one ended."""
+        location, topic = self.config.checkpoint_location, self.config.kafka.topic
+        start = checkpoint.start_offsets(self.spark, location, topic, batch_id)
+        end = checkpoint.end_offsets(self.spark, location, topic, batch_id)
+        seen = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
+        return start, merge_offsets(seen, end or {})
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         batch = batch.persist()
         try:
             stats = self._stats(batch)
-            if not stats:
-                return
             stats_seconds = time.monotonic() - started
-            batch_next = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
-            vtts = min(int(r["latest"].timestamp() * 1000) for r in stats)
+            start, batch_next = self._batch_offsets(batch_id, stats)
+            if not batch_next:
+                return
+            latest = [int(r["latest"].timestamp() * 1000) for r in stats]
+            vtts = min(latest) if latest else None
             schema_ids = sorted({i for r in stats for i in (r["schema_ids"] or [])}
-                                if "schema_ids" in stats[0] else set())
+                                if stats and "schema_ids" in stats[0] else set())
             outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
                                        "write_seconds": 0.0, "commit_seconds": 0.0}
 
@@ -331,6 +417,12 @@ class BatchWriter:
                 table = self.catalog.load_table(self.config.table.identifier)
                 base = table.current_snapshot().snapshot_id  # offsets below are read from here
                 committed = last_commit(table, self.config.writer, self.config.kafka.topic)
+                ahead = checkpoint.ahead_of(start or {}, committed.offsets)
+                if ahead:
+                    raise CheckpointAhead(
+                        f"CheckpointAhead: batch {batch_id} of {self.config.writer} would start "
+                        f"above the table's offsets ({'; '.join(ahead)}); main was rolled "
+                        f"back or the table replaced: the job starts again from the table")
                 known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
                                        for x in (p, o)]) if committed.offsets else None
                 fresh = batch if known is None else batch.filter(
@@ -340,9 +432,10 @@ class BatchWriter:
                     log.info("batch %d of %s: already committed in snapshot %s", batch_id,
                              self.config.writer, committed.snapshot_id)
                     return
+                newest = [t for t in (vtts, committed.vtts) if t is not None]
                 props = summary_properties(
                     self.config.writer, self.config.kafka.topic, offsets,
-                    max(vtts, committed.vtts or 0), self.config.generation, batch_id)
+                    max(newest) if newest else None, self.config.generation, batch_id)
                 self._write(self._decode(fresh, table, schema_ids), base, props, outcome)
                 outcome["offsets"] = offsets
 
@@ -383,10 +476,11 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
         log.warning("could not drop the branches of interrupted batches: %s", error)
     committed = last_commit(table, config.writer, config.kafka.topic)
     check_retention(config, committed)
-    if _checkpoint_exists(spark, config.checkpoint_location):
+    partitions = topic_partitions(config)
+    if rewind_checkpoint(spark, config, committed, partitions):
         start_at = config.kafka.starting_offsets  # ignored by Spark: the checkpoint decides
     else:
-        start_at = starting_offsets(config, committed, topic_partitions(config))
+        start_at = starting_offsets(config, committed, partitions)
         if committed.offsets:
             log.info("no checkpoint at %s: starting from the table's offsets %s",
                      config.checkpoint_location, committed.offsets)
@@ -419,24 +513,56 @@ _REPLAY_METRICS_BUG = "KafkaMicroBatchStream.metrics"
 
 def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: bool = False,
         timeout: float | None = None, restarts: int = 3) -> None:
-    """Runs the query until it stops (``available_now``) or fails; raises what it failed with."""
+    """Runs the query until it stops (``available_now``) or fails; raises what it failed with.
+
+    A query stopped by :class:`CheckpointAhead` starts again, from the table's offsets.  SIGTERM
+    stops the query and returns (a batch it interrupts is simply not committed)."""
+    terminated = _stop_on_sigterm()
     for attempt in range(restarts + 1):
         query = start(config, spark, available_now=available_now)
+        terminated.append(query)
         try:
             finished = query.awaitTermination(timeout)
         except StreamingQueryException:
             finished = True
         if not finished:
             query.stop()
+        if terminated[0]:
+            log.info("stopped by SIGTERM")
+            return
         error = query.exception()
         if error is None:
             return
-        if _REPLAY_METRICS_BUG in _java_stack_trace(query):
+        trace = _java_stack_trace(query)
+        if "CheckpointAhead: " in str(error) or "CheckpointAhead: " in trace:
+            log.warning("restarting the query from the table's offsets (attempt %d of %d): %s",
+                        attempt + 1, restarts, str(error).splitlines()[0][:300])
+            continue
+        if _REPLAY_METRICS_BUG in trace:
             log.warning("restarting the query after Spark's replay metrics failure "
                         "(attempt %d of %d)", attempt + 1, restarts)
             continue
         raise error
     raise RuntimeError(f"query kept failing after {restarts} restarts")
+
+
+def _stop_on_sigterm() -> list[Any]:
+    """``[signalled, query...]``: on SIGTERM the flag is set and the queries are stopped.  Only
+    the main thread can take signals; elsewhere the flag stays False."""
+    import signal
+    import threading
+
+    state: list[Any] = [False]
+    if threading.current_thread() is not threading.main_thread():
+        return state
+
+    def stop(signum: int, frame: Any) -> None:
+        state[0] = True
+        for query in state[1:]:
+            threading.Thread(target=query.stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    return state
 
 
 def _java_stack_trace(query: Any) -> str:

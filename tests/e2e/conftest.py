@@ -120,7 +120,8 @@ def operator(stack, tmp_path, namespace):
     process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
                                 "FLOE_METRICS_PORT": str(metrics_port),
-                                "FLOE_NAMESPACES": namespace})
+                                "FLOE_NAMESPACES": namespace,
+                                "FLOE_FAILOVER_RESET_SECONDS": "30"})
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     _stop(process, log)

@@ -116,7 +116,7 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespa
     state = current_status()
     conditions = {c["type"]: c for c in state["conditions"]}
     assert set(conditions) == {"Ready", "JobRunning", "TableReady", "SchemaInSync",
-                               "MaintenanceScheduled"}
+                               "MaintenanceScheduled", "DeadLetter"}
     assert conditions["MaintenanceScheduled"]["status"] == "True"
     assert conditions["Ready"]["status"] == "True"
     assert conditions["SchemaInSync"]["status"] == "True"
@@ -347,6 +347,46 @@ def test_a_job_that_keeps_failing_is_recreated_by_the_operator_and_recorded(
     catalog = topic_catalog(shared)
     assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180), logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(catalog), producer.sent)
+
+
+@pytest.mark.node
+@pytest.mark.faults
+def test_a_job_that_ends_completed_is_restarted_and_its_failovers_reset_once_healthy(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    admin = admin_client(stack)
+    custom = client.CustomObjectsApi(admin)
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"done-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 40)
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
+    catalog = topic_catalog(shared)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 40, timeout=240), logs(tmp_path, namespace)
+
+    # The job's Python process is told to stop: it stops its query and exits 0, so the driver
+    # ends and spark-operator reports the application COMPLETED.
+    kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver", "--",
+            "sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
+            "grep -q '^[^ ]*python[^ ]* .*floe_[j]ob' && kill -TERM ${p#/proc/}; done; true")
+
+    def record() -> dict:
+        return custom.get_namespaced_custom_object(*args).get("status", {}).get(
+            "sparkApplication", {})
+
+    assert wait_until(lambda: record().get("failovers") == 1, timeout=180), logs(tmp_path, namespace)
+    assert "a streaming job never ends by itself" in record()["lastFailure"]
+    events = client.CoreV1Api(admin).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=orders").items
+    assert any(e.reason == "Failover" and "job ended (COMPLETED)" in e.message for e in events)
+    produce_orders(producer, 40, 20)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 60, timeout=240), logs(tmp_path, namespace)
+    assert_exactly_once(orders_rows(catalog), producer.sent)
+
+    # Running without dying again for FLOE_FAILOVER_RESET_SECONDS (the fixture's 30) resets it.
+    assert wait_until(lambda: record().get("failovers") == 0, timeout=120), logs(tmp_path, namespace)
+    assert record()["state"] == "RUNNING"
+    assert "a streaming job never ends by itself" in record()["lastFailure"]
 
 
 def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(

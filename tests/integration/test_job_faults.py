@@ -318,3 +318,153 @@ def test_a_second_resource_cannot_write_a_table_that_has_a_writer(stack, spark, 
                                          "property floe.writer)")
     assert load_table(first).properties["floe.writer"] == "data/orders"
     assert_exactly_once(table_rows(first), producer.sent)
+
+
+def _with_identifier(config, identifier: str):
+    import json
+
+    from floe_sparkapp.config import parse_config
+
+    data = json.loads(config.to_json())
+    data["table"]["identifier"] = identifier
+    return parse_config(data)
+
+
+def _ancestry(table) -> list[int]:
+    ids, snapshot = [], table.current_snapshot()
+    while snapshot is not None:
+        ids.append(snapshot.snapshot_id)
+        snapshot = (table.snapshot_by_id(snapshot.parent_snapshot_id)
+                    if snapshot.parent_snapshot_id is not None else None)
+    return ids
+
+
+def _rollback(spark, config, snapshot_id: int) -> None:
+    spark.sql(f"CALL {config.table.catalog.name}.system.rollback_to_snapshot("
+              f"'{config.table.identifier}', {snapshot_id})")
+
+
+@pytest.mark.parametrize("table_change", ["purged and created again", "a new identifier"])
+def test_a_checkpoint_that_outlived_its_table_is_not_followed(
+        stack, spark, tmp_path, topic, table_change):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 40)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+
+    # The resource is deleted and created again under its name: the checkpoint stays where
+    # the name puts it, the table is another one.
+    if table_change == "purged and created again":
+        from floe_sparkapp.catalog import load_catalog
+
+        load_catalog(config.table.catalog).purge_table(config.table.identifier)
+        again = config
+    else:
+        again = _with_identifier(config, f"{config.table.identifier}_v2")
+    produce_orders(producer, 40, 20)
+    run_once(again, spark)
+
+    assert_exactly_once(table_rows(again), producer.sent)
+
+
+def test_a_rollback_of_main_between_batches_is_ingested_again(stack, spark, tmp_path, topic):
+    from floe_sparkapp.job import run
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic, interval=1)
+    run_once(config, spark)
+    rolled_back_to = load_table(config).current_snapshot().snapshot_id
+    failures = []
+
+    def streaming():
+        try:
+            run(config, spark, timeout=300)
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    thread = threading.Thread(target=streaming)
+    thread.start()
+    try:
+        produce_orders(producer, 30, 30)
+        assert len(wait_for_rows(config, 60)) == 60
+        _rollback(spark, config, rolled_back_to)  # a user undoes the last batches
+        produce_orders(producer, 60, 20)
+        rows = wait_for_rows(config, 80, timeout=120)
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        thread.join()
+    assert not failures, failures
+    assert_exactly_once(rows, producer.sent)
+    assert rolled_back_to in _ancestry(load_table(config))
+
+
+def test_a_rollback_of_main_during_a_batch_is_not_undone(
+        stack, spark, tmp_path, topic, monkeypatch):
+    from floe_sparkapp.commit import BranchCommitter
+
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic)
+    produce_orders(producer, 0, 30)
+    run_once(config, spark)
+    first = load_table(config).current_snapshot().snapshot_id
+    produce_orders(producer, 30, 30)
+    run_once(config, spark)
+    second = load_table(config).current_snapshot().snapshot_id
+
+    merge = BranchCommitter._merge
+    rolled_back = []
+
+    def merge_after_a_rollback(self, branch, *args, **kwargs):
+        if not rolled_back:  # the user's rollback lands while the batch is being written
+            _rollback(spark, config, first)
+            rolled_back.append(branch)
+        return merge(self, branch, *args, **kwargs)
+
+    monkeypatch.setattr(BranchCommitter, "_merge", merge_after_a_rollback)
+    produce_orders(producer, 60, 20)
+    run_once(config, spark)
+
+    assert rolled_back
+    ancestry = _ancestry(load_table(config))
+    assert first in ancestry and second not in ancestry, "the rollback was undone"
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
+def test_a_dead_letter_topic_that_refuses_records_does_not_wedge_the_job(
+        stack, spark, tmp_path, topic):
+    from confluent_kafka.admin import NewTopic
+
+    from floe_sparkapp.commit import last_commit
+
+    from .jobkit import consume
+
+    dlq = f"{topic}.dlq"
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    for future in admin.create_topics([NewTopic(dlq, 1, 1, config={
+            "max.message.bytes": "2000"})]).values():
+        future.result(timeout=30)
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 20)
+    producer.send(key=b"huge", raw=b"not avro " * 1000, partition=0)  # too large for the DLQ
+    producer.flush()
+    config = job_config(stack, tmp_path, topic, dead_letter=dlq)
+    run_once(config, spark)  # retried a few times, then committed: it never wedges the job
+
+    rows = table_rows(config)
+    assert_exactly_once(rows, producer.sent)
+    huge = next(r for r in rows if r["key"] == b"huge")
+    assert huge["value_raw"] == b"not avro " * 1000 and huge["value_error"]
+    failure = last_commit(load_table(config), config.writer, topic).dead_letter_error
+    assert failure.startswith(f"1 undecodable record(s) not sent to dead-letter topic {dlq} "
+                              "after 3 attempts (they are in value_raw): ")
+    assert "RecordTooLargeException" in failure
+
+    # The next batch's undecodable record fits: it is delivered and the failure is cleared.
+    producer.send(key=b"small", raw=b"not avro", partition=1)
+    produce_orders(producer, 20, 5)
+    run_once(config, spark)
+    assert_exactly_once(table_rows(config), producer.sent)
+    assert last_commit(load_table(config), config.writer, topic).dead_letter_error is None
+    assert [m.key() for m in consume(stack, dlq, expected=1)] == [b"small"]

@@ -20,7 +20,7 @@ def test_every_condition_is_present_from_the_first_visit():
     assert conditions(result) == {
         "Ready": ("False", "Pending"), "JobRunning": ("False", "Starting"),
         "TableReady": ("Unknown", "Pending"), "SchemaInSync": ("Unknown", "Pending"),
-        "MaintenanceScheduled": ("Unknown", "Pending")}
+        "MaintenanceScheduled": ("Unknown", "Pending"), "DeadLetter": ("True", "NotConfigured")}
     assert result["phase"] == "Pending"
     assert all(c["observedGeneration"] == 1 and c["lastTransitionTime"]
                for c in result["conditions"])
@@ -40,6 +40,18 @@ def test_a_running_job_on_an_existing_table_is_ready_with_its_progress():
                                "committedAt": "2026-11-18T11:06:40Z", "registryVersion": 4}
     assert result["offsets"]["lag"] == 2
     assert result["freshnessSeconds"] == 42
+
+
+def test_a_dead_letter_topic_that_refused_the_newest_commits_records_is_failing_not_unready():
+    landing = dict(generation=1, app_state="RUNNING", app_name="floe-orders", table_exists=True,
+                   dead_letter_topic="orders.dlq")
+    assert conditions(status(Observation(**landing), None))["DeadLetter"] == ("True", "Delivering")
+    message = ("2 undecodable record(s) not sent to dead-letter topic orders.dlq after 3 "
+               "attempts (they are in value_raw): RecordTooLargeException: ...")
+    result = status(Observation(**landing, dead_letter_error=message), None)
+    assert conditions(result)["DeadLetter"] == ("False", "DeadLetterFailing")
+    assert conditions(result)["Ready"] == ("True", "Landing")
+    assert next(c["message"] for c in result["conditions"] if c["type"] == "DeadLetter") == message
 
 
 def test_transition_times_move_only_when_a_condition_changes():
