@@ -33,6 +33,7 @@ class WriterPlan:
     schema: str | None = None
     error: str | None = None
     recursive_fields: tuple[str, ...] = ()
+    routes: tuple[tuple[str, str], ...] = ()  # field path -> its <name>_before_v<N> column
 
 
 def frame(df: DataFrame) -> DataFrame:
@@ -53,17 +54,29 @@ def frame(df: DataFrame) -> DataFrame:
     return df.withColumn("_frame_error", error).withColumn("_schema_id", schema_id)
 
 
-def project(col: Column, source: T.DataType, target: T.DataType) -> Column:
-    """Reshapes ``col`` of type ``source`` into ``target`` by field name, recursively."""
-    if source == target:
+def project(col: Column, source: T.DataType, target: T.DataType,
+            routes: Mapping[str, str] | None = None, path: str = "value") -> Column:
+    """Reshapes ``col`` of type ``source`` into ``target`` by field name, recursively.
+
+    ``routes`` maps a field's path (``value.a.b``) to the sibling column its values go to
+    instead (``b_before_v3``, where an approved change kept the field's old type); the field's
+    own column is then null."""
+    routes = routes or {}
+    if source == target and not any(r.startswith(path + ".") for r in routes):
         return col
     if isinstance(source, T.StructType) and isinstance(target, T.StructType):
         present = {f.name: f.dataType for f in source.fields}
-        parts = [
-            (project(col.getField(f.name), present[f.name], f.dataType) if f.name in present
-             else F.lit(None).cast(f.dataType)).alias(f.name)
-            for f in target.fields
-        ]
+        moved = {column: name for name in present
+                 if (column := routes.get(f"{path}.{name}")) is not None}
+        parts = []
+        for f in target.fields:
+            name = moved.get(f.name, f.name)
+            if name in present and (f.name in moved or f"{path}.{name}" not in routes):
+                part = project(col.getField(name), present[name], f.dataType, routes,
+                               f"{path}.{name}")
+            else:
+                part = F.lit(None).cast(f.dataType)
+            parts.append(part.alias(f.name))
         return F.when(col.isNull(), F.lit(None).cast(target)).otherwise(F.struct(*parts))
     if isinstance(source, T.ArrayType) and isinstance(target, T.ArrayType):
         return F.transform(col, lambda x: project(x, source.elementType, target.elementType))
@@ -103,7 +116,7 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
             continue
         name = _decoded_name(plan.schema_id)
         raw, ok = F.col(name), checks[plan.schema_id](F.col(name))
-        value = project(raw, df.schema[name].dataType, value_type)
+        value = project(raw, df.schema[name].dataType, value_type, dict(plan.routes))
         decoded = (decoded if decoded is not None else F).when(matches, value)
         if plan.recursive_fields:
             partial = (partial if partial is not None else F).when(matches & ok, F.lit(

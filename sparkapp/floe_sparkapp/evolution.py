@@ -11,6 +11,7 @@ approval and the job keeps those records raw meanwhile.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +33,9 @@ from pyiceberg.types import (
 @dataclass(frozen=True)
 class Change:
     path: str
-    kind: str  # "add" | "widen" | "remove" | "narrow" | "incompatible"
+    kind: str  # "add" | "widen" | "remove" | "narrow" | "incompatible" | "route"
     detail: str
+    column: str | None = None  # "route": the column an approval kept the old type in
 
     def __str__(self) -> str:
         return f"{self.path}: {self.detail}"
@@ -60,6 +62,12 @@ class EvolutionPlan:
     @property
     def needs_update(self) -> bool:
         return any(c.kind in ("add", "widen") for c in self.changes)
+
+    @property
+    def routes(self) -> dict[str, str]:
+        """Field path -> the ``<name>_before_v<N>`` column its values go to (see
+        :func:`plan_evolution`)."""
+        return {c.path: c.column for c in self.changes if c.kind == "route" and c.column}
 
     def reason(self) -> str:
         return "; ".join(str(c) for c in self.breaking)
@@ -92,7 +100,25 @@ def _widens(old: IcebergType, new: IcebergType) -> bool:
             and new.scale == old.scale and new.precision > old.precision)
 
 
-def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change]) -> None:
+_BEFORE = re.compile(r"(?P<name>.+)_before_v(?P<version>[0-9]+)")
+
+
+def _before_column(table: StructType, name: str, writer: IcebergType) -> str | None:
+    """The newest ``<name>_before_v<N>`` column of ``table`` that takes ``writer`` values as
+    they are (the same type, or a wider one): where an approved breaking change kept them."""
+    found = []
+    for field in table.fields:
+        match = _BEFORE.fullmatch(field.name)
+        if match and match["name"] == name:
+            changes: list[Change] = []
+            _compare(field.field_type, writer, "", changes, route=False)
+            if all(c.kind in ("narrow", "remove") for c in changes):
+                found.append((int(match["version"]), field.name))
+    return max(found)[1] if found else None
+
+
+def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change],
+             route: bool) -> None:
     if isinstance(old, StructType) and isinstance(new, StructType):
         old_fields = {f.name: f for f in old.fields}
         new_fields = {f.name: f for f in new.fields}
@@ -100,18 +126,27 @@ def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change]) -
             child = f"{path}.{name}" if path else name
             if name not in old_fields:
                 out.append(Change(child, "add", f"new field of type {_describe(field.field_type)}"))
+                continue
+            changes: list[Change] = []
+            _compare(old_fields[name].field_type, field.field_type, child, changes, route)
+            before = (_before_column(old, name, field.field_type) if route and any(
+                c.kind == "incompatible" for c in changes) else None)
+            if before is not None:
+                out.append(Change(child, "route", f"{_describe(field.field_type)} values go to "
+                                                  f"{before}, kept by an approved change",
+                                  before))
             else:
-                _compare(old_fields[name].field_type, field.field_type, child, out)
+                out.extend(changes)
         for name in old_fields.keys() - new_fields.keys():
             child = f"{path}.{name}" if path else name
             out.append(Change(child, "remove", "no longer in the schema; the column is kept"))
         return
     if isinstance(old, ListType) and isinstance(new, ListType):
-        _compare(old.element_type, new.element_type, f"{path}[]", out)
+        _compare(old.element_type, new.element_type, f"{path}[]", out, route)
         return
     if isinstance(old, MapType) and isinstance(new, MapType):
-        _compare(old.key_type, new.key_type, f"{path}{{key}}", out)
-        _compare(old.value_type, new.value_type, f"{path}{{}}", out)
+        _compare(old.key_type, new.key_type, f"{path}{{key}}", out, route)
+        _compare(old.value_type, new.value_type, f"{path}{{}}", out, route)
         return
     if old == new:
         return
@@ -124,10 +159,15 @@ def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change]) -
                                                 f"{_describe(new)}"))
 
 
-def plan_evolution(table_value: StructType, incoming: StructType) -> EvolutionPlan:
-    """Compares the table's value struct with the one mapped from a new registry schema."""
+def plan_evolution(table_value: StructType, incoming: StructType, *,
+                   route: bool = False) -> EvolutionPlan:
+    """Compares the table's value struct with the one mapped from a new registry schema.
+
+    With ``route`` (a writer's records, not the registry's latest version), a field whose type
+    an approved change replaced goes to the ``<name>_before_v<N>`` column that kept its type
+    (a "route"), rather than being incompatible."""
     changes: list[Change] = []
-    _compare(table_value, incoming, "value", changes)
+    _compare(table_value, incoming, "value", changes, route)
     return EvolutionPlan(tuple(changes))
 
 
@@ -201,15 +241,16 @@ def _keep_wider(old: IcebergType, new: IcebergType) -> IcebergType:
         return MapType(new.key_id, new.key_type, new.value_id,
                        _keep_wider(old.value_type, new.value_type),
                        value_required=new.value_required)
-    return old if _widens(new, old) else new
+    return new if old == new or _widens(old, new) else old  # narrower, or routed: the table's
 
 
 def evolve_for_writer(table: Any, writer: StructType) -> EvolutionPlan:
     """What the job does on meeting a writer schema: evolve the table for its new fields and
     wider types, keep the table's wider types where the writer's are narrower (older data fits),
-    and refuse incompatible types (BreakingChange) so those records are kept raw."""
+    send the values of a type an approved change replaced to the column that kept it, and
+    refuse other incompatible types (BreakingChange) so those records are kept raw."""
     current = _value_or_refuse(table)
-    plan = plan_evolution(current, writer)
+    plan = plan_evolution(current, writer, route=True)
     if not plan.decodable:
         raise BreakingChange(plan)
     if plan.needs_update:
@@ -222,7 +263,7 @@ def fit_without_evolution(table: Any, writer: StructType) -> EvolutionPlan:
     keeps its schema; the writer's new fields are left out, and a writer whose values need the
     table to change (a wider or another type) is refused (BreakingChange), so its records are
     kept raw."""
-    plan = plan_evolution(_value_or_refuse(table), writer)
+    plan = plan_evolution(_value_or_refuse(table), writer, route=True)
     blocking = tuple(c for c in plan.changes if c.kind in ("widen", "incompatible"))
     if blocking:
         raise BreakingChange(EvolutionPlan(blocking), (

@@ -149,17 +149,28 @@ def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int,
         consumer.close()
 
 
-def check_retention(config: JobConfig, committed: Committed) -> None:
-    """Fails when Kafka already deleted records after the table's committed offsets."""
+def check_offsets_available(config: JobConfig, committed: Committed) -> None:
+    """Fails when Kafka no longer holds what follows the table's committed offsets: retention
+    deleted records the table has not got, or the topic was deleted and created again (its
+    offsets started over below the table's)."""
     if not committed.offsets:
         return
-    lost = []
+    lost, reset = [], []
     marks = watermarks(config, sorted(committed.offsets))
     for partition, offset in sorted(committed.offsets.items()):
-        low, _ = marks[partition]
-        if low > offset:
+        low, high = marks[partition]
+        if high < offset:
+            reset.append(f"partition {partition}: the table has offsets below {offset}, "
+                         f"Kafka's latest is {high}")
+        elif low > offset:
             lost.append(f"partition {partition}: the table has offsets below {offset}, "
                         f"Kafka's earliest is {low} ({low - offset} records lost)")
+    if reset:
+        raise DataLossError(
+            f"DataLoss: topic {config.kafka.topic}: Kafka's offsets are below the table's, so "
+            f"the topic was deleted and created again (or truncated); {'; '.join(reset)}. "
+            "floe does not write records whose offsets the table already holds: point "
+            "table.identifier at a new table to ingest the new topic from its start.")
     if lost:
         raise DataLossError(
             f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "
@@ -221,6 +232,7 @@ class BatchWriter:
     registry: Registry | None
     committer: BranchCommitter = field(init=False)
     plans: dict[int, WriterPlan] = field(default_factory=dict)
+    planned_for: int | None = None  # the table schema id the plans were made against
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -255,7 +267,8 @@ class BatchWriter:
             log.info("schema id %d evolved table %s: %s", schema_id, self.table_name,
                      "; ".join(str(c) for c in plan.changes))
         return WriterPlan(schema_id, schema=found.schema,
-                          recursive_fields=mapped.recursive_fields)
+                          recursive_fields=mapped.recursive_fields,
+                          routes=tuple(sorted(plan.routes.items())))
 
     def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int]) -> DataFrame:
         """Table rows from Kafka rows; ``schema_ids`` are the writer schema ids in the batch."""
@@ -267,6 +280,9 @@ class BatchWriter:
             return table_rows(decode_json(fresh, value_type), has_value=True)
         changed = False
         plans = {}
+        if table.schema().schema_id != self.planned_for:  # e.g. an approval renamed columns
+            self.plans.clear()
+            self.planned_for = table.schema().schema_id
         for schema_id in schema_ids:
             plan = self.plans.get(schema_id)
             if plan is None:
@@ -279,6 +295,7 @@ class BatchWriter:
             plans[schema_id] = plan
         if changed:  # plans made against the older schema still decode; the projection changed
             value_type = self.spark.table(self.table_name).schema["value"].dataType
+            self.planned_for = table.schema().schema_id
         return table_rows(decode_avro(frame(fresh), plans, value_type), has_value=True)
 
     def _dead_letters(self, bad: DataFrame) -> None:
@@ -475,7 +492,7 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     except Exception as error:  # noqa: BLE001 - a left branch only pins its snapshot
         log.warning("could not drop the branches of interrupted batches: %s", error)
     committed = last_commit(table, config.writer, config.kafka.topic)
-    check_retention(config, committed)
+    check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     if rewind_checkpoint(spark, config, committed, partitions):
         start_at = config.kafka.starting_offsets  # ignored by Spark: the checkpoint decides

@@ -236,3 +236,70 @@ def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
     assert all(rows[f"late-{i}"]["value"] is not None and rows[f"late-{i}"]["value_error"] is None
                for i in range(6, 11)), [rows[f"late-{i}"]["value_error"] for i in range(6, 11)]
     assert normalize(rows["late-8"]["value"]) == normalize(order(8, 1))
+
+
+@pytest.mark.faults
+def test_records_of_an_older_writer_after_an_approved_change_land_in_the_before_column(
+        stack, spark, tmp_path, unique_name):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from floe_sparkapp.avro_types import avro_to_iceberg
+    from floe_sparkapp.evolution import apply_approved_breaking
+
+    topic = f"approved-{unique_name}".replace("_", "-")
+    subject = f"{topic}-value"
+    create_topic(stack.bootstrap, topic, partitions=1)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic, interval=1)
+    query = start(config, spark)  # streams through the approval: it knows V1 from before
+    try:
+        wait_for_rows(config, 10)
+        # item becomes a number: a breaking change, approved as the operator applies it.
+        requests.put(f"{stack.registry_url}/config/{subject}",
+                     json={"compatibility": "NONE"}, timeout=10).raise_for_status()
+        numbered = {**V1, "fields": [f if f["name"] != "item" else {"name": "item",
+                                                                     "type": "long"}
+                                     for f in V1["fields"]]}
+        producer.send(key=b"v2-before", value={**order(10, 1), "item": 10}, schema=numbered)
+        producer.flush()
+        wait_for_rows(config, 11)
+        version = SchemaRegistryClient({"url": stack.registry_url}).get_latest_version(
+            subject).version
+        incoming = avro_to_iceberg(json.dumps(numbered)).struct
+        assert apply_approved_breaking(load_table(config), incoming, version) == [
+            f"value.item -> item_before_v{version}"]
+        # Approving again (the annotation stays; another operator replica) changes nothing.
+        schema_id = load_table(config).schema().schema_id
+        assert apply_approved_breaking(load_table(config), incoming, version) == []
+        assert load_table(config).schema().schema_id == schema_id
+
+        # Old producers go on beside new ones: "item-11" would fail a cast to long (ANSI).
+        for i in range(11, 21):
+            if i % 2:
+                producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+            else:
+                producer.send(key=f"v2-{i}".encode(), value={**order(i, 1), "item": i},
+                              schema=numbered)
+        producer.flush()
+        rows = wait_for_rows(config, 21, timeout=120)
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    before = f"item_before_v{version}"
+    by_key = {r["key"].decode(): r for r in rows}
+    assert len(rows) == 21
+    for i in range(21):
+        row = by_key.get(f"v1-{i}") or by_key.get(f"v2-{i}")
+        if row is None:
+            continue
+        assert row["value_error"] is None, row["value_error"]
+        if row["key"].startswith(b"v1-"):  # the old writer's strings, in the kept column
+            assert (row["value"]["item"], row["value"][before]) == (None, f"item-{i}")
+        else:
+            assert (row["value"]["item"], row["value"][before]) == (i, None)
+    # The record of the new version that came before the approval was kept raw meanwhile.
+    assert by_key["v2-before"]["value"] is None and by_key["v2-before"]["value_raw"]

@@ -149,3 +149,33 @@ def test_an_approved_breaking_version_keeps_the_old_column_under_a_new_name(tabl
     assert value.field_by_name("id_before_v3").field_id == old_id  # the old data stays
     assert str(value.field_by_name("id").field_type) == "string"
     assert plan_evolution(value, avro_to_iceberg(record(*fields)).struct).decodable
+
+
+def test_an_older_writer_after_approved_changes_goes_to_the_column_that_kept_its_type(table):
+    from floe_sparkapp.evolution import apply_approved_breaking, evolve_for_writer
+
+    def with_id(kind):
+        return avro_to_iceberg(record(*[f for f in V1["fields"] if f["name"] != "id"],
+                                      {"name": "id", "type": kind})).struct
+
+    apply_approved_breaking(table, with_id("string"), version=3)  # int -> string
+    table.refresh()
+    apply_approved_breaking(table, with_id("boolean"), version=5)  # string -> boolean
+    table.refresh()
+    value = value_struct(table)
+    assert {f.name: str(f.field_type) for f in value.fields if f.name.startswith("id")} == {
+        "id": "boolean", "id_before_v3": "int", "id_before_v5": "string"}
+
+    assert plan_evolution(value, with_id("int"), route=True).routes == {"value.id": "id_before_v3"}
+    assert plan_evolution(value, with_id("string"), route=True).routes == {
+        "value.id": "id_before_v5"}
+    assert plan_evolution(value, with_id("boolean"), route=True).routes == {}
+    # The registry's latest version is never routed: a new type still needs an approval.
+    assert not plan_evolution(value, with_id("int")).decodable
+    # A writer with no column of its type is refused, and the job's evolution changes nothing.
+    with pytest.raises(BreakingChange):
+        evolve_for_writer(table, with_id("double"))
+    schema_id = table.schema().schema_id
+    evolve_for_writer(table, with_id("int"))
+    table.refresh()
+    assert table.schema().schema_id == schema_id
