@@ -17,7 +17,7 @@ from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, table_rows,
     wait_for_rows,
 )
-from .test_job_roundtrip import order, produce_orders
+from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -468,3 +468,105 @@ def test_a_dead_letter_topic_that_refuses_records_does_not_wedge_the_job(
     assert_exactly_once(table_rows(config), producer.sent)
     assert last_commit(load_table(config), config.writer, topic).dead_letter_error is None
     assert [m.key() for m in consume(stack, dlq, expected=1)] == [b"small"]
+
+
+def test_partitions_added_to_the_topic_land_exactly_once(stack, spark, tmp_path, topic):
+    from confluent_kafka.admin import NewPartitions
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic, interval=1)
+    query = start(config, spark)
+    try:
+        wait_for_rows(config, 30)
+        admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+        for future in admin.create_partitions([NewPartitions(topic, 5)]).values():
+            future.result(timeout=30)
+        later = AvroProducer(stack, topic)  # knows the new partitions
+        for i in range(30, 60):
+            later.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA, partition=i % 5)
+        later.flush()
+        rows = wait_for_rows(config, 60, timeout=120)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    sent = {**producer.sent, **later.sent}
+    assert_exactly_once(rows, sent)
+    assert {p for p, _ in sent} == {0, 1, 2, 3, 4}
+
+    for i in range(60, 70):  # and after a restart, from the table's offsets
+        later.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA, partition=4)
+    later.flush()
+    run_once(config, spark)
+    assert_exactly_once(table_rows(config), {**producer.sent, **later.sent})
+
+
+def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
+        stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker finishes deleting in the background
+        try:
+            create_topic(stack.bootstrap, topic, partitions=3)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    produce_orders(AvroProducer(stack, topic), 100, 6)  # offsets from 0 again
+
+    with pytest.raises(DataLossError) as lost:
+        start(config, spark, available_now=True)
+    message = str(lost.value)
+    assert message.startswith(f"DataLoss: topic {topic}: Kafka's offsets are below the "
+                              "table's, so the topic was deleted and created again")
+    assert "point table.identifier at a new table" in message
+    assert_exactly_once(table_rows(config), producer.sent)  # nothing of the new topic mixed in
+
+
+def test_a_compacted_topic_with_offset_gaps_lands_what_compaction_kept(
+        stack, spark, tmp_path, unique_name):
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import NewTopic
+
+    name = f"compacted-{unique_name}".replace("_", "-")
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    for future in admin.create_topics([NewTopic(name, 1, 1, config={
+            "cleanup.policy": "compact", "segment.ms": "200",
+            "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0"})]).values():
+        future.result(timeout=30)
+    producer = AvroProducer(stack, name)
+    for version in range(1, 5):  # each key written four times: compaction keeps the last
+        for i in range(10):
+            producer.send(key=f"k{i}".encode(), value=order(i * 10 + version, 1), schema=V1_SCHEMA)
+        producer.flush()
+        time.sleep(0.3)
+
+    def kept() -> dict[tuple[int, int], bytes]:
+        consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"g-{name}",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.assign([TopicPartition(name, 0, 0)])
+        found: dict[tuple[int, int], bytes] = {}
+        while (message := consumer.poll(2.0)) is not None:
+            found[(0, message.offset())] = message.key()
+        consumer.close()
+        return found
+
+    deadline = time.monotonic() + 120
+    while len(kept()) == len(producer.sent) and time.monotonic() < deadline:
+        producer.send(key=b"roll", value=order(0, 1), schema=V1_SCHEMA)  # rolls the segment
+        producer.flush()
+        time.sleep(3)
+    survivors = kept()
+    assert len(survivors) < len(producer.sent), "the log cleaner compacted nothing"
+    config = job_config(stack, tmp_path, name)
+    run_once(config, spark)
+
+    assert_exactly_once(table_rows(config), survivors)
