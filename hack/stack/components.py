@@ -100,6 +100,7 @@ def _kafka_prepare(state: State) -> None:
         "share.coordinator.state.topic.min.isr=1",
         "group.initial.rebalance.delay.ms=0",
         "log.retention.check.interval.ms=5000",
+        "log.cleaner.backoff.ms=1000",  # compacted topics compact within seconds (tests)
         "",
     ]))
     (home / "log4j2.properties").write_text("\n".join([

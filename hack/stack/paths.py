@@ -35,10 +35,14 @@ def kafka_version() -> str:
 
 
 def pyspark_version() -> str:
-    """The installed pyspark version; the Kafka connector jar must match it exactly."""
-    from importlib.metadata import version
+    """The pyspark version pyproject.toml pins; the Kafka connector jar must match it exactly.
+    (Read from the pin, not the installed package: provisioning runs while pip installs.)"""
+    import re
 
-    return version("pyspark")
+    pin = re.search(r'"pyspark==([^"]+)"', (REPO / "pyproject.toml").read_text())
+    if pin is None:
+        raise RuntimeError("pyproject.toml pins no exact pyspark version")
+    return pin.group(1)
 
 
 def go_bin_dir(name: str, version: str) -> Path:
