@@ -165,9 +165,13 @@ def branch_prefix(writer: str) -> str:
     return f"floe_{_digest(writer)}_"
 
 
+OFFSETS_TAG_PREFIX = "floe_offsets_"
+
+
 def offsets_tag(writer: str) -> str:
-    """The tag on the writer's newest committed snapshot."""
-    return f"floe_offsets_{_digest(writer)}"
+    """The tag on the writer's newest committed snapshot.  The table's one writer keeps only
+    its own: the first commit after a takeover drops the tag of the writer before it."""
+    return f"{OFFSETS_TAG_PREFIX}{_digest(writer)}"
 
 
 _UNNAMED_BRANCH = re.compile(r"floe_[0-9a-f]{16}")  # before branches carried their writer
@@ -268,11 +272,14 @@ class BranchCommitter:
             old_tag = base.ref(tag)
             new_tag = (iceberg.SnapshotRef.tagBuilder(head) if old_tag is None
                        else iceberg.SnapshotRef.builderFrom(old_tag, head)).build()
-            updated = (iceberg.TableMetadata.buildFrom(base)
+            builder = (iceberg.TableMetadata.buildFrom(base)
                        .setRef("main", iceberg.SnapshotRef.builderFrom(main, head).build())
                        .setRef(tag, new_tag)
-                       .removeRef(branch)
-                       .build())
+                       .removeRef(branch))
+            for name in base.refs().keySet().toArray():  # a renamed resource's old tag
+                if str(name).startswith(OFFSETS_TAG_PREFIX) and str(name) != tag:
+                    builder = builder.removeRef(str(name))
+            updated = builder.build()
             try:
                 operations.commit(base, updated)
                 return

@@ -300,6 +300,8 @@ def test_a_renamed_resource_goes_on_from_the_old_names_offsets(stack, spark, tmp
     run_once(renamed, spark)
 
     assert_exactly_once(table_rows(old), producer.sent)
+    # The old name's tag is dropped by the new writer's first commit: only its own remains.
+    assert set(load_table(old).refs()) == {"main", offsets_tag("data/orders-renamed")}
 
 
 def test_a_second_resource_cannot_write_a_table_that_has_a_writer(stack, spark, tmp_path, topic):
