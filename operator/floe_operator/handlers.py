@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from typing import Any
 
 import kopf
@@ -196,6 +197,31 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     return kube.get_spark_application(topic.namespace, topic.child_name)
 
 
+# The job's exit codes for what only the user can resolve (floe_sparkapp.__main__).
+STOPPED_FOR_THE_USER = {
+    3: ("DataLoss", "Kafka no longer has records the table has not got (retention deleted them, "
+                    "or the topic was deleted and created again)"),
+    5: ("TableInUse", "another resource writes the table"),
+}
+
+
+def _stopped_for_the_user(app: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(reason, message) when the driver exited with a code that recreating the job would only
+    repeat; None otherwise."""
+    error = ((app or {}).get("status", {}).get("applicationState", {}).get("errorMessage") or "")
+    found = re.search(r"ExitCode: (\d+)", error)
+    if found is None or int(found.group(1)) not in STOPPED_FOR_THE_USER:
+        return None
+    reason, what = STOPPED_FOR_THE_USER[int(found.group(1))]
+    name = app["metadata"]["name"]
+    namespace = app["metadata"].get("namespace", "")
+    return reason, (f"the job stopped (exit code {found.group(1)}): {what}; `kubectl logs -n "
+                    f"{namespace} {name}-driver` says which partitions and offsets. floe does "
+                    f"not restart it: once resolved (or with spec.table.identifier pointing at a "
+                    f"new table) delete SparkApplication {name}, or change the spec, and it is "
+                    "created again")
+
+
 def _healthy_since_failover(app: dict[str, Any] | None, record: dict[str, Any]) -> bool:
     """Whether the job a failover recreated has run long enough without dying again (the
     spark-operator did not have to submit its driver again) for the count to start over."""
@@ -247,7 +273,13 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
             kopf.info(body, reason="JobCreated", message=f"created SparkApplication {name}")
         app = kube.get_spark_application(topic.namespace, name)
     state = (app or {}).get("status", {}).get("applicationState", {}).get("state", "")
-    if app is not None and state in ENDED:
+    stopped = _stopped_for_the_user(app) if state in FAILED else None
+    if stopped is not None:  # failing over would fail the same way: the user has to act
+        observed.job_stopped = stopped
+        record = previous.get("sparkApplication", {})
+        observed.extra.update({k: record[k] for k in ("failovers", "lastFailoverTime")
+                               if k in record})
+    elif app is not None and state in ENDED:
         app = _failover(topic, app, observed, previous, logger, body)
     else:
         record = previous.get("sparkApplication", {})

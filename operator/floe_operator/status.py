@@ -46,6 +46,7 @@ class Observation:
     table_exists: bool | None = None
     table_error: str | None = None
     table_in_use: str | None = None  # another resource writes the table
+    job_stopped: tuple[str, str] | None = None  # (reason, message): the job needs the user
     snapshot_id: int | None = None
     committed_at_ms: int | None = None
     schema_id: int | None = None
@@ -92,6 +93,8 @@ def conditions(observed: Observation) -> list[Condition]:
     elif state in RUNNING_STATES:
         job = Condition("JobRunning", "True", "Running", f"SparkApplication {observed.app_name} "
                                                          "is running")
+    elif observed.job_stopped is not None:
+        job = Condition("JobRunning", "False", *observed.job_stopped)
     elif state in FAILED_STATES:
         job = Condition("JobRunning", "False", "JobFailed",
                         (observed.app_error or state)[:1000])
@@ -155,8 +158,8 @@ def maintenance_condition(observed: Observation) -> Condition:
 
 
 def phase(observed: Observation, ready: Condition) -> str:
-    if observed.invalid_spec or observed.table_in_use:  # the user has to change something
-        return "Failed"
+    if observed.invalid_spec or observed.table_in_use or observed.job_stopped:
+        return "Failed"  # the user has to change something
     if observed.suspended:
         return "Suspended"
     if ready.status == "True":

@@ -3,7 +3,8 @@
 - ``python -m floe_sparkapp run --config FILE``: the streaming job;
 - ``python -m floe_sparkapp maintain --config FILE --action ACTION``: one maintenance action.
 
-Exit codes: 2 bad config, 3 data loss, 4 maintenance failed.
+Exit codes: 2 bad config, 3 data loss, 4 maintenance failed, 5 the table has another writer.
+The operator does not restart a job that exited 3 or 5: only the user can resolve those.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 
 from .config import ConfigError, load_config
 from .maintenance import ACTIONS
+
+DATA_LOSS = 3
+TABLE_IN_USE = 5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run(config, available_now=args.available_now)
-    except (DataLossError, TableInUse) as error:
+    except DataLossError as error:
         print(f"floe: {error}", file=sys.stderr)
-        return 3
+        return DATA_LOSS
+    except TableInUse as error:
+        print(f"floe: {error}", file=sys.stderr)
+        return TABLE_IN_USE
     return 0
 
 

@@ -144,3 +144,28 @@ def test_maintenance_is_scheduled_with_each_actions_last_run_on_the_status():
     assert conditions(none)["MaintenanceScheduled"] == ("False", "Disabled")
     suspended = status(Observation(generation=1, suspended=True, maintenance=scheduled), None)
     assert conditions(suspended)["MaintenanceScheduled"] == ("False", "Suspended")
+
+
+def test_a_job_that_stopped_on_data_loss_is_not_failed_over_and_says_what_to_do():
+    def app(error):
+        return {"metadata": {"name": "floe-orders", "namespace": "data"},
+                "status": {"applicationState": {"state": "FAILED", "errorMessage": error}}}
+
+    assert handlers._stopped_for_the_user(app(
+        "driver container failed with ExitCode: 137, Reason: Error")) is None
+    reason, message = handlers._stopped_for_the_user(app(
+        "driver container failed with ExitCode: 3, Reason: Error"))
+    assert reason == "DataLoss"
+    assert message.startswith("the job stopped (exit code 3): Kafka no longer has records the "
+                              "table has not got")
+    assert "kubectl logs -n data floe-orders-driver" in message
+    assert "delete SparkApplication floe-orders" in message
+    assert handlers._stopped_for_the_user(app(
+        "driver container failed with ExitCode: 5, Reason: Error"))[0] == "TableInUse"
+
+    observed = Observation(generation=1, app_state="FAILED", app_name="floe-orders",
+                           table_exists=True, job_stopped=(reason, message))
+    result = status(observed, None)
+    assert conditions(result)["JobRunning"] == ("False", "DataLoss")
+    assert conditions(result)["Ready"] == ("False", "DataLoss")
+    assert result["phase"] == "Failed"
