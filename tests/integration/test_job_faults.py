@@ -370,8 +370,6 @@ def test_a_checkpoint_that_outlived_its_table_is_not_followed(
 
 
 def test_a_rollback_of_main_between_batches_is_ingested_again(stack, spark, tmp_path, topic):
-    from floe_sparkapp.job import run
-
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
     config = job_config(stack, tmp_path, topic, interval=1)
