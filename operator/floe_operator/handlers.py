@@ -216,10 +216,10 @@ def _stopped_for_the_user(app: dict[str, Any] | None) -> tuple[str, str] | None:
     name = app["metadata"]["name"]
     namespace = app["metadata"].get("namespace", "")
     return reason, (f"the job stopped (exit code {found.group(1)}): {what}; `kubectl logs -n "
-                    f"{namespace} {name}-driver` says which partitions and offsets. floe does "
-                    f"not restart it: once resolved (or with spec.table.identifier pointing at a "
-                    f"new table) delete SparkApplication {name}, or change the spec, and it is "
-                    "created again")
+                    f"{namespace} {name}-driver` says what and where. floe does not restart "
+                    f"it: once resolved, delete SparkApplication {name} (or change the spec) and "
+                    "it is created again; for a topic created again, create the resource "
+                    "again with another table.identifier")
 
 
 def _healthy_since_failover(app: dict[str, Any] | None, record: dict[str, Any]) -> bool:

@@ -169,8 +169,9 @@ def check_offsets_available(config: JobConfig, committed: Committed) -> None:
         raise DataLossError(
             f"DataLoss: topic {config.kafka.topic}: Kafka's offsets are below the table's, so "
             f"the topic was deleted and created again (or truncated); {'; '.join(reset)}. "
-            "floe does not write records whose offsets the table already holds: point "
-            "table.identifier at a new table to ingest the new topic from its start.")
+            "floe does not write records whose offsets the table already holds: to ingest "
+            "the new topic from its start, create the resource again with another "
+            "table.identifier.")
     if lost:
         raise DataLossError(
             f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "

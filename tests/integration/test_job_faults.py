@@ -527,7 +527,7 @@ def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
     message = str(lost.value)
     assert message.startswith(f"DataLoss: topic {topic}: Kafka's offsets are below the "
                               "table's, so the topic was deleted and created again")
-    assert "point table.identifier at a new table" in message
+    assert "create the resource again with another table.identifier" in message
     assert_exactly_once(table_rows(config), producer.sent)  # nothing of the new topic mixed in
 
 
