@@ -376,6 +376,72 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
     assert_exactly_once(orders_rows(catalog), producer.sent)
 
 
+@pytest.mark.node
+@pytest.mark.faults
+def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    import time
+
+    from confluent_kafka.admin import AdminClient
+
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"loss-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    produce_orders(AvroProducer(stack, kafka_topic), 0, 20)
+    custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
+    catalog = topic_catalog(shared)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 20, timeout=240), logs(tmp_path, namespace)
+
+    # The topic is deleted and created again: its offsets start over below the table's.
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    for future in admin.delete_topics([kafka_topic]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            create_topic(stack.bootstrap, kafka_topic, partitions=1)
+            break
+        except Exception:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+    again = AvroProducer(stack, kafka_topic)
+    produce_orders(again, 100, 5)
+
+    def state() -> dict:
+        return custom.get_namespaced_custom_object(*args).get("status", {})
+
+    def job_condition() -> dict:
+        return {c["type"]: c for c in state().get("conditions", [])}.get("JobRunning", {})
+
+    assert wait_until(lambda: job_condition().get("reason") == "DataLoss", timeout=420), \
+        logs(tmp_path, namespace)
+    assert state()["phase"] == "Failed"
+    assert "the job stopped (exit code 3)" in job_condition()["message"]
+    time.sleep(25)  # longer than the first failover's backoff: nothing is recreated
+    assert not state().get("sparkApplication", {}).get("failovers")
+    assert job_condition().get("reason") == "DataLoss"
+    assert len(orders_rows(catalog)) == 20  # nothing of the new topic over the old offsets
+
+    # What the message says to do: the resource created again, on another table. Its old
+    # checkpoint, ahead of the new table, is set aside.
+    custom.delete_namespaced_custom_object(*args)
+    assert wait_until(lambda: not custom.list_namespaced_custom_object(
+        *args[:4])["items"], timeout=120), logs(tmp_path, namespace)
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["table"]["identifier"] = "analytics.orders_again"
+    custom.create_namespaced_custom_object(*args[:4], body)
+
+    def new_rows() -> list:
+        try:
+            return catalog.load_table("analytics.orders_again").scan().to_arrow().to_pylist()
+        except Exception:
+            return []
+
+    assert wait_until(lambda: len(new_rows()) >= 5, timeout=240), logs(tmp_path, namespace)
+    assert_exactly_once(new_rows(), again.sent)
+
+
 def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
         stack, operator, namespace, tmp_path, unique_name):
     custom = client.CustomObjectsApi(admin_client(stack))
