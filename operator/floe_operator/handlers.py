@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from floe_sparkapp import exit_codes
 from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.commit import OWNER, TableInUse, claim_table, hand_over_table
@@ -197,11 +198,11 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     return kube.get_spark_application(topic.namespace, topic.child_name)
 
 
-# The job's exit codes for what only the user can resolve (floe_sparkapp.__main__).
+# The job's exit codes for what only the user can resolve.
 STOPPED_FOR_THE_USER = {
-    3: ("DataLoss", "Kafka no longer has records the table has not got (retention deleted them, "
+    exit_codes.DATA_LOSS: ("DataLoss", "Kafka no longer has records the table has not got (retention deleted them, "
                     "or the topic was deleted and created again)"),
-    5: ("TableInUse", "another resource writes the table"),
+    exit_codes.TABLE_IN_USE: ("TableInUse", "another resource writes the table"),
 }
 
 

@@ -14,10 +14,8 @@ import logging
 import sys
 
 from .config import ConfigError, load_config
+from .exit_codes import DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, TABLE_IN_USE
 from .maintenance import ACTIONS
-
-DATA_LOSS = 3
-TABLE_IN_USE = 5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
     except ConfigError as error:
         print(f"floe: {error}", file=sys.stderr)
-        return 2
+        return INVALID_CONFIG
 
     if args.command == "maintain":
         from .maintenance import MaintenanceError, maintain as run_action
@@ -48,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             run_action(config, args.action)
         except MaintenanceError as error:
             print(f"floe: {error}", file=sys.stderr)
-            return 4
+            return MAINTENANCE_FAILED
         return 0
 
     from .commit import TableInUse

@@ -89,11 +89,12 @@ def start_offsets(spark: Any, location: str, topic: str, batch_id: int) -> Offse
 def resume_offsets(spark: Any, location: str, topic: str) -> Offsets | None:
     """Where the query goes on from when it starts on this checkpoint: the end of its last
     completed batch; the start of a batch that was planned but not completed, which Spark runs
-    again.  None when the checkpoint has no batch."""
+    again (for batch 0, the initial offsets the source recorded).  None when there is no
+    checkpoint to go on from: the query then starts at its ``startingOffsets``."""
     root = location.rstrip("/")
     planned = _batch_ids(spark, f"{root}/offsets")
     if not planned:
-        return None
+        return start_offsets(spark, location, topic, 0)
     completed = set(_batch_ids(spark, f"{root}/commits"))
     last = planned[-1]
     if last in completed:

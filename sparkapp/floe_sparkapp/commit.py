@@ -194,13 +194,12 @@ def sweep_branches(table: Any, writer: str) -> list[str]:
 
 def _is_conflict(error: Exception) -> bool:
     text = str(error)
-    return ("not an ancestor" in text or "CommitFailedException" in text
-            or "ValidationException" in text or "Cannot fast-forward" in text)
+    return "CommitFailedException" in text or "ValidationException" in text
 
 
 @dataclass
 class BranchCommitter:
-    """Commits a DataFrame to ``main`` through a branch and a fast-forward (see module doc)."""
+    """Commits a DataFrame to ``main`` through a branch and a compare-and-set (module doc)."""
 
     spark: Any
     catalog_name: str
@@ -220,7 +219,7 @@ class BranchCommitter:
         CommitConflict when ``main`` is no longer at ``base_snapshot_id``.
 
         Returns the seconds spent writing the data files (``write_seconds``: the Spark job) and
-        in the catalog (``commit_seconds``: branch, fast-forward, drop)."""
+        in the catalog (``commit_seconds``: the branch, then the move of ``main``)."""
         branch = f"{branch_prefix(self.writer)}{uuid.uuid4().hex[:16]}"
         created = merged = False
         started = time.monotonic()

@@ -107,13 +107,6 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     return table
 
 
-def _checkpoint_exists(spark: SparkSession, location: str) -> bool:
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location.rstrip("/") + "/offsets")
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0
-
-
 def starting_offsets(config: JobConfig, committed: Committed,
                      partitions: list[int]) -> str:
     """Spark's startingOffsets: the table's offsets where it has some, else the configured start."""
@@ -183,13 +176,11 @@ def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committ
                       partitions: list[int]) -> bool:
     """Removes a checkpoint that would resume above the table's offsets (it outlived its table,
     or ``main`` was rolled back), so the query starts from the table's offsets.  Returns
-    whether the checkpoint is there to resume from."""
+    whether the query resumes from the checkpoint."""
     location = config.checkpoint_location
-    if not _checkpoint_exists(spark, location):
-        return False
     resume = checkpoint.resume_offsets(spark, location, config.kafka.topic)
     if resume is None:
-        return True
+        return False
     floor = None
     if config.kafka.starting_offsets == "earliest":
         missing = sorted(set(resume) - set(committed.offsets))
@@ -234,6 +225,7 @@ class BatchWriter:
     committer: BranchCommitter = field(init=False)
     plans: dict[int, WriterPlan] = field(default_factory=dict)
     planned_for: int | None = None  # the table schema id the plans were made against
+    previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -296,7 +288,6 @@ class BatchWriter:
             plans[schema_id] = plan
         if changed:  # plans made against the older schema still decode; the projection changed
             value_type = self.spark.table(self.table_name).schema["value"].dataType
-            self.planned_for = table.schema().schema_id
         return table_rows(decode_avro(frame(fresh), plans, value_type), has_value=True)
 
     def _dead_letters(self, bad: DataFrame) -> None:
@@ -410,8 +401,11 @@ class BatchWriter:
         the batch does not see (transaction markers, aborted or compacted records), so the
         next batch starts exactly where the table says this one ended."""
         location, topic = self.config.checkpoint_location, self.config.kafka.topic
-        start = checkpoint.start_offsets(self.spark, location, topic, batch_id)
+        previous_id, previous_end = self.previous_end
+        start = (previous_end if previous_id == batch_id - 1 and previous_end is not None
+                 else checkpoint.start_offsets(self.spark, location, topic, batch_id))
         end = checkpoint.end_offsets(self.spark, location, topic, batch_id)
+        self.previous_end = (batch_id, end)
         seen = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
         return start, merge_offsets(seen, end or {})
 
@@ -495,13 +489,10 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     committed = last_commit(table, config.writer, config.kafka.topic)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
-    if rewind_checkpoint(spark, config, committed, partitions):
-        start_at = config.kafka.starting_offsets  # ignored by Spark: the checkpoint decides
-    else:
-        start_at = starting_offsets(config, committed, partitions)
-        if committed.offsets:
-            log.info("no checkpoint at %s: starting from the table's offsets %s",
-                     config.checkpoint_location, committed.offsets)
+    start_at = starting_offsets(config, committed, partitions)  # unless a checkpoint resumes
+    if not rewind_checkpoint(spark, config, committed, partitions) and committed.offsets:
+        log.info("no checkpoint at %s: starting from the table's offsets %s",
+                 config.checkpoint_location, committed.offsets)
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
               .option("subscribe", config.kafka.topic)
@@ -535,17 +526,17 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
 
     A query stopped by :class:`CheckpointAhead` starts again, from the table's offsets.  SIGTERM
     stops the query and returns (a batch it interrupts is simply not committed)."""
-    terminated = _stop_on_sigterm()
+    terminated = _StopOnSigterm()
     for attempt in range(restarts + 1):
         query = start(config, spark, available_now=available_now)
-        terminated.append(query)
+        terminated.watch(query)
         try:
             finished = query.awaitTermination(timeout)
         except StreamingQueryException:
             finished = True
         if not finished:
             query.stop()
-        if terminated[0]:
+        if terminated.signalled:
             log.info("stopped by SIGTERM")
             return
         error = query.exception()
@@ -564,23 +555,30 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
     raise RuntimeError(f"query kept failing after {restarts} restarts")
 
 
-def _stop_on_sigterm() -> list[Any]:
-    """``[signalled, query...]``: on SIGTERM the flag is set and the queries are stopped.  Only
-    the main thread can take signals; elsewhere the flag stays False."""
-    import signal
-    import threading
+class _StopOnSigterm:
+    """Stops the watched query on SIGTERM, also one started after the signal came.  Only the
+    main thread can take signals: elsewhere it never fires."""
 
-    state: list[Any] = [False]
-    if threading.current_thread() is not threading.main_thread():
-        return state
+    def __init__(self) -> None:
+        import signal
+        import threading
 
-    def stop(signum: int, frame: Any) -> None:
-        state[0] = True
-        for query in state[1:]:
-            threading.Thread(target=query.stop, daemon=True).start()
+        self.signalled = False
+        self.query: Any = None
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    signal.signal(signal.SIGTERM, stop)
-    return state
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        import threading
+
+        self.signalled = True
+        if self.query is not None:  # not from the handler: the main thread waits on the query
+            threading.Thread(target=self.query.stop, daemon=True).start()
+
+    def watch(self, query: Any) -> None:
+        self.query = query
+        if self.signalled:
+            query.stop()
 
 
 def _java_stack_trace(query: Any) -> str:

@@ -14,7 +14,7 @@ import requests
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kubernetes import client
 
-from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
+from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic, recreate_topic
 from ..integration.test_job_roundtrip import V1, V2, order, produce_orders
 from hack.demo import node_spark
 
@@ -382,8 +382,6 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     import time
 
-    from confluent_kafka.admin import AdminClient
-
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"loss-{unique_name}".replace("_", "-")
@@ -394,17 +392,7 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
     assert wait_until(lambda: len(orders_rows(catalog)) >= 20, timeout=240), logs(tmp_path, namespace)
 
     # The topic is deleted and created again: its offsets start over below the table's.
-    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
-    for future in admin.delete_topics([kafka_topic]).values():
-        future.result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            create_topic(stack.bootstrap, kafka_topic, partitions=1)
-            break
-        except Exception:
-            assert time.monotonic() < deadline
-            time.sleep(1)
+    recreate_topic(stack.bootstrap, kafka_topic, partitions=1)
     again = AvroProducer(stack, kafka_topic)
     produce_orders(again, 100, 5)
 

@@ -23,6 +23,25 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
         future.result(timeout=30)
 
 
+def recreate_topic(bootstrap: str, name: str, partitions: int, timeout: float = 60) -> None:
+    """Deletes the topic and creates it again (its offsets start over), waiting for the broker
+    to finish the deletion, which it does in the background."""
+    import time
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([name]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            create_topic(bootstrap, name, partitions)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 class AvroProducer:
     """Produces Avro values framed by the registry, remembering what landed where."""
 

@@ -14,8 +14,8 @@ from floe_sparkapp.commit import branch_prefix, offsets_tag
 from floe_sparkapp.job import DataLossError, run, start
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, table_rows,
-    wait_for_rows,
+    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, recreate_topic,
+    table_rows, wait_for_rows,
 )
 from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
 
@@ -508,18 +508,7 @@ def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
     config = job_config(stack, tmp_path, topic)
     run_once(config, spark)
 
-    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
-    for future in admin.delete_topics([topic]).values():
-        future.result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:  # the broker finishes deleting in the background
-        try:
-            create_topic(stack.bootstrap, topic, partitions=3)
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    recreate_topic(stack.bootstrap, topic, partitions=3)
     produce_orders(AvroProducer(stack, topic), 100, 6)  # offsets from 0 again
 
     with pytest.raises(DataLossError) as lost:
