@@ -9,6 +9,8 @@ import functools
 import logging
 import os
 import re
+import threading
+import time
 from typing import Any
 
 import kopf
@@ -337,12 +339,49 @@ def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
         observed.offsets = None
 
 
+class _Deletions:
+    """One lock per resource, taken by every reconcile and by the deletion, and the resources
+    being deleted. kopf runs the refresh timer beside the deletion handler: without these a
+    refresh busy when the deletion began could create the job (or the table) again after the
+    deletion removed them."""
+
+    FORGET_AFTER = 86400.0
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._began: dict[str, float] = {}
+
+    def lock(self, uid: str) -> threading.Lock:
+        with self._mutex:
+            return self._locks.setdefault(uid, threading.Lock())
+
+    def begin(self, uid: str) -> None:
+        now = time.monotonic()
+        with self._mutex:
+            for old in [u for u, began in self._began.items() if now - began > self.FORGET_AFTER]:
+                self._began.pop(old)
+                self._locks.pop(old, None)
+            self._began.setdefault(uid, now)
+
+    def began(self, uid: str) -> bool:
+        with self._mutex:
+            return uid in self._began
+
+
+_DELETIONS = _Deletions()
+
+
 def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
-    labels = (body["metadata"]["namespace"], body["metadata"]["name"])
-    with metrics.RECONCILE.labels(*labels).time(), \
-            metrics.ERRORS.labels(*labels).count_exceptions():
-        _reconcile(body, patch, logger)
-    metrics.record_status(*labels, dict(patch.status) or dict(body.get("status") or {}))
+    meta = body["metadata"]
+    with _DELETIONS.lock(meta["uid"]):
+        if meta.get("deletionTimestamp") or _DELETIONS.began(meta["uid"]):
+            return  # being deleted: nothing is created or reported any more
+        labels = (meta["namespace"], meta["name"])
+        with metrics.RECONCILE.labels(*labels).time(), \
+                metrics.ERRORS.labels(*labels).count_exceptions():
+            _reconcile(body, patch, logger)
+        metrics.record_status(*labels, dict(patch.status) or dict(body.get("status") or {}))
 
 
 def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
@@ -409,12 +448,31 @@ def refresh(**kwargs: Any) -> None:
 
 @kopf.on.delete(*RESOURCE)
 def on_delete(body: Any, logger: Any, **_: Any) -> None:
+    meta = body["metadata"]
+    _DELETIONS.begin(meta["uid"])  # before the lock: a refresh waiting for it does nothing
+    with _DELETIONS.lock(meta["uid"]):
+        _delete(body, logger)
+
+
+def _delete(body: Any, logger: Any) -> None:
+    """Removes the job, waits until its pods are gone (a driver still starting would create the
+    table again, a running one could still commit), then drops the table if the policy says so.
+    The resource stays (kopf's finalizer) while it waits, so `kubectl delete` returns once
+    nothing of the resource runs."""
     metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
     try:
         topic = render.Topic.from_body(dict(body))
     except ValidationError:
         return  # nothing was ever created for an invalid spec
     kube.delete_spark_application(topic.namespace, topic.child_name)
+    pods = kube.running_pods(topic.namespace, topic.child_name)
+    if pods:
+        waited = time.time() - _epoch(body["metadata"]["deletionTimestamp"])
+        if waited < settings().deletion_wait_seconds:
+            raise kopf.TemporaryError(
+                f"waiting for the job's pods to stop: {', '.join(pods)}", delay=2)
+        logger.warning("the job's pods %s still run %d s after the deletion; going on without "
+                       "them (FLOE_DELETION_WAIT_SECONDS)", ", ".join(pods), waited)
     if topic.spec.table.deletion_policy == "Delete":
         from pyiceberg.exceptions import NoSuchTableError
 

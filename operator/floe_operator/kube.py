@@ -136,6 +136,18 @@ def delete_spark_application(namespace: str, name: str) -> None:
             raise _temporary(f"deleting SparkApplication {name}", error) from None
 
 
+def running_pods(namespace: str, app: str) -> list[str]:
+    """The pods of a SparkApplication (its driver and executors) that have not ended, terminating
+    ones included: what may still write to its table."""
+    try:
+        found = core().list_namespaced_pod(
+            namespace, label_selector=f"{SPARK_GROUP}/app-name={app}")
+    except ApiException as error:
+        raise _temporary(f"listing the pods of {app}", error) from None
+    return sorted(pod.metadata.name for pod in found.items
+                  if (pod.status.phase if pod.status else None) not in ("Succeeded", "Failed"))
+
+
 def secret_data(namespace: str, name: str) -> dict[str, str]:
     """A Secret's keys and values (never logged, never put on a status)."""
     try:

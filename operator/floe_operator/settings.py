@@ -36,5 +36,9 @@ class OperatorSettings(BaseSettings):
         600, ge=10, description="Seconds a job recreated by a failover must run without dying "
                                 "again before its failover count (and so the backoff) starts "
                                 "from zero.")
+    deletion_wait_seconds: float = Field(
+        300, ge=0, description="How long a deleted resource waits for its job's pods to stop "
+                               "before its table is dropped (deletionPolicy Delete) and the "
+                               "resource goes; after it, floe goes on without them.")
     metrics_port: int = Field(9090, ge=0, le=65535,
                               description="Port of the Prometheus /metrics endpoint (0: off).")

@@ -51,6 +51,7 @@ OPERATOR_RULES = [
      "verbs": ["get", "patch", "update"]},
     {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["configmaps"],
      "verbs": ["get", "create", "update", "patch", "delete"]},
     {"apiGroups": ["batch"], "resources": ["cronjobs"],

@@ -17,7 +17,7 @@ from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_job_roundtrip import produce_orders
 from .kube import admin_client, install_crd, wait_until
 from .test_helm_chart import CHART, CRDS, helm
-from .test_operator import logs, topic_body
+from .test_operator import logs, topic_body, topic_catalog
 
 pytestmark = pytest.mark.e2e
 
@@ -86,6 +86,25 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
     peering = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
                                                   "floe")
     assert replica.metadata.name in peering.get("status", {})
+    # Deleted with deletionPolicy Delete: it waits for the job's pods, then drops the table.
+    custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
+                                          "orders", {"spec": {"table": {"deletionPolicy": "Delete"}}})
+    assert topic_catalog(shared).table_exists("analytics.orders")
+    custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
+                                           "orders")
+
+    def gone() -> bool:
+        try:
+            status()
+            return False
+        except ApiException as error:
+            return error.status == 404
+
+    assert wait_until(gone, timeout=180, interval=1), operator_log()[-4000:]
+    assert not topic_catalog(shared).table_exists("analytics.orders")
+    assert not [p for p in core.list_namespaced_pod(
+        namespace, label_selector="sparkoperator.k8s.io/app-name=floe-orders").items
+        if p.status.phase not in ("Succeeded", "Failed")]
     printed = operator_log()
     assert "403" not in printed and "Forbidden" not in printed, printed[-3000:]
 

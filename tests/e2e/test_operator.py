@@ -91,12 +91,18 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespa
     custom = client.CustomObjectsApi(admin_client(stack))
     kafka_topic = f"op-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    # A dead-letter topic too small for one of the undecodable records.
+    dead_letter = f"{kafka_topic}.dlq"
+    create_topic(stack.bootstrap, dead_letter, partitions=1, config={"max.message.bytes": "2000"})
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, 120)
+    producer.send(key=b"huge", raw=b"not avro " * 1000, partition=0)
+    producer.flush()
 
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["deadLetter"] = {"topic": dead_letter}
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics",
-                                           topic_body(stack, shared, kafka_topic))
+                                           "kafkaicebergtopics", body)
 
     def current_status() -> dict:
         return custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
@@ -118,7 +124,14 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespa
     assert set(conditions) == {"Ready", "JobRunning", "TableReady", "SchemaInSync",
                                "MaintenanceScheduled", "DeadLetter"}
     assert conditions["MaintenanceScheduled"]["status"] == "True"
-    assert conditions["Ready"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "True"  # the refused record is in value_raw
+    refused = conditions["DeadLetter"]
+    assert (refused["status"], refused["reason"]) == ("False", "DeadLetterFailing")
+    assert refused["message"].startswith(
+        f"1 undecodable record(s) not sent to dead-letter topic {dead_letter} after 3 attempts")
+    assert "RecordTooLargeException" in refused["message"]
+    huge = [r for r in orders_rows(topic_catalog(shared)) if r["key"] == b"huge"]
+    assert len(huge) == 1 and huge[0]["value_raw"] == b"not avro " * 1000
     assert conditions["SchemaInSync"]["status"] == "True"
     assert state["phase"] == "Running"
     assert state["observedGeneration"] == 1
@@ -150,6 +163,18 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespa
     assert became_ready and became_ready[0].type == "Normal", [
         (e.reason, e.message) for e in events]
     assert became_ready[0].message.startswith("Ready is True")
+    failing = [e for e in events if e.reason == "DeadLetterFailing"]
+    assert failing and failing[0].type == "Warning" and dead_letter in failing[0].message
+
+    # The next undecodable record fits: it is delivered and the condition clears.
+    producer.send(key=b"small", raw=b"not avro", partition=1)
+    producer.flush()
+
+    def delivering() -> bool:
+        shown = {c["type"]: c for c in current_status()["conditions"]}["DeadLetter"]
+        return (shown["status"], shown["reason"]) == ("True", "Delivering")
+
+    assert wait_until(delivering, timeout=120), f"{current_status()}\n{logs(tmp_path, namespace)}"
 
 
 def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, namespace, tmp_path,

@@ -140,3 +140,42 @@ def test_a_second_resource_on_a_table_is_refused_and_takes_it_over_once_the_firs
         namespace, field_selector="involvedObject.name=orders-copy").items
     adopted = [e.message for e in events if e.reason == "TableAdopted"]
     assert adopted and f"was written by {namespace}/orders, which is gone" in adopted[0]
+
+
+@pytest.mark.node
+def test_a_resource_deleted_while_its_driver_starts_goes_with_its_pods_and_its_table(
+        stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
+    from ..integration.jobkit import AvroProducer, create_topic
+    from ..integration.test_job_roundtrip import produce_orders
+    from .test_operator import logs, topic_catalog
+
+    kafka_topic = f"gone-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    produce_orders(AvroProducer(stack, kafka_topic), 0, 20)
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["table"]["deletionPolicy"] = "Delete"
+    api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
+                                        body)
+    core = client.CoreV1Api(admin_client(stack))
+
+    def pods() -> list:
+        return core.list_namespaced_pod(
+            namespace, label_selector="sparkoperator.k8s.io/app-name=floe-orders").items
+
+    def running() -> list[str]:
+        return [p.metadata.name for p in pods() if p.status.phase not in ("Succeeded", "Failed")]
+
+    # Deleted as soon as its driver pod exists: the driver is still starting, and on its way
+    # to the table it would create the table again if it were dropped under it.
+    assert wait_until(lambda: running() != [], timeout=120, interval=0.5), \
+        logs(tmp_path, namespace)
+    assert topic_catalog(shared).table_exists("analytics.orders")  # the operator made it
+    api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
+                                        "orders")
+    assert wait_until(lambda: topic(api, namespace) is None, timeout=180, interval=0.5), \
+        logs(tmp_path, namespace)
+    assert running() == []  # nothing of the resource runs once it is gone
+    assert apps(api, namespace) == []
+    assert not topic_catalog(shared).table_exists("analytics.orders")
+    assert wait_until(lambda: pods() == [], timeout=120)  # the ended pods are collected
+    assert not topic_catalog(shared).table_exists("analytics.orders")

@@ -17,9 +17,11 @@ from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.config import JobConfig, parse_config
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int,
+                 config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+    for future in admin.create_topics([NewTopic(name, partitions, 1,
+                                                config=config or {})]).values():
         future.result(timeout=30)
 
 

@@ -434,17 +434,12 @@ def test_a_rollback_of_main_during_a_batch_is_not_undone(
 
 def test_a_dead_letter_topic_that_refuses_records_does_not_wedge_the_job(
         stack, spark, tmp_path, topic):
-    from confluent_kafka.admin import NewTopic
-
     from floe_sparkapp.commit import last_commit
 
     from .jobkit import consume
 
     dlq = f"{topic}.dlq"
-    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
-    for future in admin.create_topics([NewTopic(dlq, 1, 1, config={
-            "max.message.bytes": "2000"})]).values():
-        future.result(timeout=30)
+    create_topic(stack.bootstrap, dlq, partitions=1, config={"max.message.bytes": "2000"})
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 20)
     producer.send(key=b"huge", raw=b"not avro " * 1000, partition=0)  # too large for the DLQ

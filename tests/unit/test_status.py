@@ -169,3 +169,38 @@ def test_a_job_that_stopped_on_data_loss_is_not_failed_over_and_says_what_to_do(
     assert conditions(result)["JobRunning"] == ("False", "DataLoss")
     assert conditions(result)["Ready"] == ("False", "DataLoss")
     assert result["phase"] == "Failed"
+
+
+def test_a_refresh_busy_when_the_deletion_begins_ends_before_it_and_none_acts_after(
+        monkeypatch):
+    import threading
+
+    import kopf
+
+    happened: list[str] = []
+    busy, release = threading.Event(), threading.Event()
+
+    def refreshing(body, patch, logger):
+        happened.append("refresh")
+        busy.set()
+        release.wait(10)
+
+    monkeypatch.setattr(handlers, "_reconcile", refreshing)
+    monkeypatch.setattr(handlers, "_delete", lambda body, logger: happened.append("delete"))
+    body = {"metadata": {"uid": "deleted-while-refreshing", "namespace": "ns", "name": "orders"}}
+    refresh = threading.Thread(target=handlers.reconcile,
+                               kwargs={"body": body, "patch": kopf.Patch(), "logger": None})
+    refresh.start()
+    assert busy.wait(10)
+    deletion = threading.Thread(target=handlers.on_delete, kwargs={"body": body, "logger": None})
+    deletion.start()
+    deletion.join(0.5)
+    assert deletion.is_alive()  # waits for the refresh
+    release.set()
+    refresh.join(10)
+    deletion.join(10)
+    handlers.reconcile(body=body, patch=kopf.Patch(), logger=None)  # after: acts on nothing
+    marked = {"metadata": {**body["metadata"], "uid": "marked",
+                           "deletionTimestamp": "2026-11-24T00:00:00Z"}}
+    handlers.reconcile(body=marked, patch=kopf.Patch(), logger=None)
+    assert happened == ["refresh", "delete"]

@@ -56,6 +56,10 @@ release's own. One name per line. */}}
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]
   verbs: [get, list, watch, create, update, patch, delete]
+# A deleted resource waits until its job's pods are gone before its table is dropped.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, update, patch, delete]
