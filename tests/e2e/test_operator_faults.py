@@ -143,11 +143,11 @@ def test_a_second_resource_on_a_table_is_refused_and_takes_it_over_once_the_firs
 
 
 @pytest.mark.node
-def test_a_resource_deleted_while_its_driver_starts_goes_with_its_pods_and_its_table(
+def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its_table(
         stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import logs, topic_catalog
+    from .test_operator import logs, orders_rows, topic_catalog
 
     kafka_topic = f"gone-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
@@ -158,24 +158,105 @@ def test_a_resource_deleted_while_its_driver_starts_goes_with_its_pods_and_its_t
                                         body)
     core = client.CoreV1Api(admin_client(stack))
 
-    def pods() -> list:
-        return core.list_namespaced_pod(
-            namespace, label_selector="sparkoperator.k8s.io/app-name=floe-orders").items
-
     def running() -> list[str]:
-        return [p.metadata.name for p in pods() if p.status.phase not in ("Succeeded", "Failed")]
+        found = core.list_namespaced_pod(
+            namespace, label_selector="sparkoperator.k8s.io/app-name=floe-orders").items
+        return [p.metadata.name for p in found if p.status.phase not in ("Succeeded", "Failed")]
 
-    # Deleted as soon as its driver pod exists: the driver is still starting, and on its way
-    # to the table it would create the table again if it were dropped under it.
-    assert wait_until(lambda: running() != [], timeout=120, interval=0.5), \
+    catalog = topic_catalog(shared)
+    assert wait_until(lambda: len(orders_rows(catalog)) == 20, timeout=300), \
         logs(tmp_path, namespace)
-    assert topic_catalog(shared).table_exists("analytics.orders")  # the operator made it
     api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                         "orders")
-    assert wait_until(lambda: topic(api, namespace) is None, timeout=180, interval=0.5), \
+    assert wait_until(lambda: topic(api, namespace) is None, timeout=180, interval=0.2), \
         logs(tmp_path, namespace)
     assert running() == []  # nothing of the resource runs once it is gone
     assert apps(api, namespace) == []
-    assert not topic_catalog(shared).table_exists("analytics.orders")
-    assert wait_until(lambda: pods() == [], timeout=120)  # the ended pods are collected
-    assert not topic_catalog(shared).table_exists("analytics.orders")
+    assert not catalog.table_exists("analytics.orders")
+
+
+class HeldRegistry:
+    """The stack's schema registry behind a proxy that can hold requests: a registry slow to
+    answer keeps a refresh of the operator busy as long as the test wants."""
+
+    def __init__(self, target: str):
+        import http.server
+        import threading
+
+        import requests
+
+        self.holding, self.held, self.released = False, threading.Event(), threading.Event()
+        registry = self
+
+        class Forward(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the server's name for it
+                if registry.holding:
+                    registry.held.set()
+                    registry.released.wait(60)
+                answer = requests.get(target + self.path, timeout=30)
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("Content-Type", ""))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *_) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def hold(self) -> None:
+        self.holding = True
+
+    def release(self) -> None:
+        self.holding = False
+        self.released.set()
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+
+
+def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
+        stack, api, operator, namespace, tmp_path, unique_name):
+    from ..integration.jobkit import AvroProducer, create_topic
+    from ..integration.test_job_roundtrip import produce_orders
+    from .test_operator import logs, topic_catalog
+
+    kafka_topic = f"{namespace}-t"
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    produce_orders(AvroProducer(stack, kafka_topic), 0, 1)  # the subject the table is made from
+    registry = HeldRegistry(stack.registry_url)
+    try:
+        body = topic_body(stack, tmp_path, kafka_topic)
+        body["spec"]["value"]["schemaRegistry"]["url"] = registry.url
+        body["spec"]["table"]["deletionPolicy"] = "Delete"
+        api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                            "kafkaicebergtopics", body)
+        catalog = topic_catalog(tmp_path)
+        assert wait_until(lambda: catalog.table_exists("analytics.orders")
+                          and len(apps(api, namespace)) == 1, timeout=60), \
+            logs(tmp_path, namespace)
+
+        registry.hold()
+        assert registry.held.wait(30)  # the refresh timer (every 10 s) asks the registry
+        api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                            "kafkaicebergtopics", "orders")
+        # The deletion runs beside the busy refresh: an operator that dropped the table now
+        # would see the refresh create it (and the job) again once the registry answers.
+        # kopf runs the deletion beside the busy refresh: an operator that dropped the table now
+        # would see the refresh create the table and the job again once the registry answers.
+        wait_until(lambda: not catalog.table_exists("analytics.orders"), timeout=5)
+        registry.release()
+        assert wait_until(lambda: topic(api, namespace) is None, timeout=60), \
+            logs(tmp_path, namespace)
+        assert wait_until(lambda: apps(api, namespace) == [], timeout=30)
+        assert not catalog.table_exists("analytics.orders"), logs(tmp_path, namespace)
+        events = client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+            namespace, field_selector="involvedObject.name=orders").items
+        created = [e.message for e in events if e.reason == "JobCreated"]
+        assert created == ["created SparkApplication floe-orders"], created  # never again
+    finally:
+        registry.close()
