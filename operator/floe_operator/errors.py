@@ -1,12 +1,8 @@
-"""The operator's exceptions: a spec that cannot work, and infrastructure trouble to retry."""
+"""The operator's exceptions: what kopf retries later."""
 
 from __future__ import annotations
 
 import kopf
-
-
-class InvalidSpec(kopf.PermanentError):
-    """The spec cannot work; the message says what to change. Nothing is created."""
 
 
 def retry_later(message: str, delay: float = 15) -> kopf.TemporaryError:

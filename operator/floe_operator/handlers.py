@@ -28,7 +28,10 @@ from floe_sparkapp.registry import Registry
 from . import kube, metrics, observe, redact, render
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
-from .status import Observation, now_iso, status
+from .appstate import ENDED, FAILED, AppState, state_of
+from .clock import epoch, now_iso, now_ms
+from .errors import retry_later
+from .status import Observation, status
 
 FINALIZER = f"{GROUP}/finalizer"
 APPROVAL = f"{GROUP}/approve-schema-version"
@@ -158,9 +161,6 @@ def _table_config(topic: render.Topic, catalog_config: CatalogConfig) -> TableCo
                        partitioning=spec.partitioning, properties=spec.properties)
 
 
-FAILED = ("FAILED", "SUBMISSION_FAILED")
-# A streaming job never ends by itself: an application that completed is restarted too.
-ENDED = (*FAILED, "COMPLETED")
 
 
 def failover_delay(failovers: int) -> int:
@@ -176,17 +176,17 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     failovers = int(record.get("failovers", 0))
     last = record.get("lastFailoverTime")
     ended = app.get("status", {}).get("terminationTime")
-    since = max([_epoch(t) for t in (last, ended) if t] or [0])
-    waited = observe.now_ms() / 1000 - since
+    since = max([epoch(t) for t in (last, ended) if t] or [0])
+    waited = now_ms() / 1000 - since
     observed.extra["failovers"] = failovers
     observed.extra["lastFailoverTime"] = last
     if waited < failover_delay(failovers):
         return app
-    state = app.get("status", {}).get("applicationState", {}).get("state")
+    state = state_of(app)
     error = (app.get("status", {}).get("applicationState", {}).get("errorMessage") or "")
-    if state == "COMPLETED":
+    if state == AppState.COMPLETED:
         error = error or "the driver exited 0, but a streaming job never ends by itself"
-    message = (f"job {'ended' if state == 'COMPLETED' else 'failed'} ({state}); "
+    message = (f"job {'ended' if state == AppState.COMPLETED else 'failed'} ({state}); "
                f"recreating it (failover {failovers + 1}): "
                f"{error.splitlines()[0][:300] if error else 'no message'}")
     message = redact.redact(message)
@@ -232,17 +232,10 @@ def _healthy_since_failover(app: dict[str, Any] | None, record: dict[str, Any]) 
     if app is None or not record.get("failovers") or not last:
         return False
     app_status = app.get("status", {})
-    running = app_status.get("applicationState", {}).get("state") == "RUNNING"
+    running = state_of(app) == AppState.RUNNING
     attempts = int(app_status.get("executionAttempts", 0) or 0)
     return (running and attempts <= 1
-            and observe.now_ms() / 1000 - _epoch(last) >= settings().failover_reset_seconds)
-
-
-def _epoch(text: str) -> float:
-    import datetime as dt
-
-    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=dt.timezone.utc).timestamp()
+            and now_ms() / 1000 - epoch(last) >= settings().failover_reset_seconds)
 
 
 def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, Any],
@@ -275,7 +268,7 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
             logger.info("created SparkApplication %s", name)
             kopf.info(body, reason="JobCreated", message=f"created SparkApplication {name}")
         app = kube.get_spark_application(topic.namespace, name)
-    state = (app or {}).get("status", {}).get("applicationState", {}).get("state", "")
+    state = state_of(app)
     stopped = _stopped_for_the_user(app) if state in FAILED else None
     if stopped is not None:  # failing over would fail the same way: the user has to act
         observed.job_stopped = stopped
@@ -293,7 +286,7 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
             logger.info("job healthy for %ss since its last failover: failover count reset",
                         settings().failover_reset_seconds)
     app_status = (app or {}).get("status", {})
-    observed.app_state = app_status.get("applicationState", {}).get("state", "")
+    observed.app_state = state_of(app)
     observed.app_error = app_status.get("applicationState", {}).get("errorMessage") or None
     observed.app_attempts = int(app_status.get("executionAttempts", 0) or 0)
 
@@ -332,7 +325,7 @@ def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
     observed.maintenance_runs = table.maintenance_runs
     observed.dead_letter_error = table.dead_letter_error
     observed.extra["newCommits"] = table.new_commits
-    observed.now_ms = observe.now_ms()
+    observed.now_ms = now_ms()
     try:
         observed.offsets = observe.as_status_offsets(table.offsets, observe.end_offsets(topic))
     except Exception:  # noqa: BLE001 - Kafka unreachable: keep the last offsets on the status
@@ -467,10 +460,10 @@ def _delete(body: Any, logger: Any) -> None:
     kube.delete_spark_application(topic.namespace, topic.child_name)
     pods = kube.running_pods(topic.namespace, topic.child_name)
     if pods:
-        waited = time.time() - _epoch(body["metadata"]["deletionTimestamp"])
+        waited = now_ms() / 1000 - epoch(body["metadata"]["deletionTimestamp"])
         if waited < settings().deletion_wait_seconds:
-            raise kopf.TemporaryError(
-                f"waiting for the job's pods to stop: {', '.join(pods)}", delay=2)
+            raise retry_later(f"waiting for the job's pods to stop: {', '.join(pods)}",
+                              delay=2)
         logger.warning("the job's pods %s still run %d s after the deletion; going on without "
                        "them (FLOE_DELETION_WAIT_SECONDS)", ", ".join(pods), waited)
     if topic.spec.table.deletion_policy == "Delete":

@@ -1,7 +1,7 @@
 """The one module that talks to the Kubernetes API.
 
 Creation is idempotent (409 is success, then the object is brought to the desired spec), reads
-of missing objects answer None, and API trouble becomes ``kopf.TemporaryError``.
+of missing objects answer None, and API trouble becomes an error kopf retries later.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from . import redact
+from .errors import retry_later
 from .render import SPARK_API
 from .resource import GROUP, PLURAL, VERSION
 
@@ -60,7 +61,7 @@ def custom() -> client.CustomObjectsApi:
 
 
 def _temporary(what: str, error: ApiException) -> kopf.TemporaryError:
-    return kopf.TemporaryError(f"{what}: {error.status} {error.reason}", delay=10)
+    return retry_later(f"{what}: {error.status} {error.reason}", delay=10)
 
 
 APPLIED = f"{GROUP}/applied-hash"
@@ -154,7 +155,7 @@ def secret_data(namespace: str, name: str) -> dict[str, str]:
         secret = core().read_namespaced_secret(name, namespace)
     except ApiException as error:
         if error.status == 404:
-            raise kopf.TemporaryError(f"Secret {name} not found in {namespace}", delay=30) from None
+            raise retry_later(f"Secret {name} not found in {namespace}", delay=30) from None
         raise _temporary(f"reading Secret {name}", error) from None
     data = {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
     redact.remember(data)

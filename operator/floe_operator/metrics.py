@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from .clock import epoch
+
 LABELS = ("namespace", "name")
 
 READY = Gauge("floe_topic_ready", "1 when the Ready condition is True.", LABELS)
@@ -45,10 +47,7 @@ def record_status(namespace: str, name: str, status: dict[str, Any]) -> None:
         FRESHNESS.labels(*labels).set(status["freshnessSeconds"])
     committed = (status.get("table") or {}).get("committedAt")
     if committed:
-        import datetime as dt
-
-        SNAPSHOT.labels(*labels).set(dt.datetime.strptime(committed, "%Y-%m-%dT%H:%M:%SZ")
-                                     .replace(tzinfo=dt.timezone.utc).timestamp())
+        SNAPSHOT.labels(*labels).set(epoch(committed))
     FAILOVERS.labels(*labels).set((status.get("sparkApplication") or {}).get("failovers", 0))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,10 +141,6 @@ def end_offsets(topic: Topic, timeout: float = 10) -> dict[int, int]:
     except Exception:
         _consumers.drop(settings)  # a broken client is not reused
         raise
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def as_status_offsets(committed: dict[int, int], latest: dict[int, int]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ from floe_sparkapp.config import JobConfig, parse_config
 
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec
 from .settings import OperatorSettings
+from .units import duration_seconds, size_bytes
 
 JOB_CONFIG_KEY = "job.json"
 JOB_CONFIG_DIR = "/etc/floe/job"
@@ -27,27 +27,6 @@ CATALOG_SECRET_DIR = "/etc/floe/secrets/catalog"
 REGISTRY_SECRET_DIR = "/etc/floe/secrets/registry"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
-
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kmgtKMGT]i?)?$")
-_SIZE_UNIT = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
-
-
-def duration_seconds(text: str) -> int:
-    """'90s', '1m30s', '2h', '7d' as whole seconds (at least 1)."""
-    total = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
-    return max(1, round(total))
-
-
-def size_bytes(text: str) -> int:
-    """'256Mi', '1G', '512m' (Spark's way: lower case is binary) as bytes."""
-    number, unit = _SIZE.match(text).groups()
-    unit = unit or ""
-    if unit.endswith("i") or unit.islower():
-        return round(float(number) * 1024 ** ("KMGT".index(unit[0].upper()) + 1))
-    return round(float(number) * _SIZE_UNIT[unit])
-
 
 def bounded_name(base: str, suffix: str, limit: int, key: str) -> str:
     """``base + suffix`` when it fits in ``limit`` characters; otherwise ``base`` is cut and a

@@ -9,31 +9,21 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from .clock import epoch
+from .units import short_duration
+
 NONE = "-"
 
 
 def duration(seconds: float | int | None) -> str:
-    """kubectl's short form: 42s, 5m3s, 2h1m, 3d4h."""
-    if seconds is None:
-        return NONE
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        minutes, rest = divmod(seconds, 60)
-        return f"{minutes}m{rest}s" if rest and minutes < 10 else f"{minutes}m"
-    if seconds < 86400:
-        hours, rest = divmod(seconds, 3600)
-        return f"{hours}h{rest // 60}m" if rest // 60 and hours < 10 else f"{hours}h"
-    days, rest = divmod(seconds, 86400)
-    return f"{days}d{rest // 3600}h" if rest // 3600 and days < 10 else f"{days}d"
+    """kubectl's short form (42s, 5m3s, 2h1m, 3d4h), or - when unknown."""
+    return NONE if seconds is None else short_duration(seconds)
 
 
 def _since(timestamp: str | None, now: dt.datetime) -> str:
     if not timestamp:
         return NONE
-    then = dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-    return duration((now - then).total_seconds())
+    return duration(now.timestamp() - epoch(timestamp))
 
 
 def _conditions(item: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from .units import DURATION, QUANTITY, duration_seconds
+
 GROUP = "floe.dev"
 VERSION = "v1alpha1"
 KIND = "KafkaIcebergTopic"
@@ -20,12 +22,10 @@ PLURAL = "kafkaicebergtopics"
 SINGULAR = "kafkaicebergtopic"
 SHORT_NAMES = ["kit"]
 
-DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
 CRON = (r"^(@(yearly|annually|monthly|weekly|daily|hourly)|"
         r"[-0-9*/,A-Za-z?]+(\s+[-0-9*/,A-Za-z?]+){4})$")
 KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
-QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$"
 
 
 def _rules(*rules: tuple[str, ...]) -> dict:
@@ -224,8 +224,6 @@ class RemoveOrphansSpec(_MaintenanceAction):
     @field_validator("older_than")
     @classmethod
     def _at_least_an_hour(cls, value: str) -> str:
-        from .render import duration_seconds
-
         if duration_seconds(value) < 3600:
             raise ValueError("must be at least 1h: a younger unreferenced file may belong to a "
                              "commit still in flight")

@@ -7,21 +7,14 @@ condition's status changes.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from .appstate import SHOWN_FAILED, AppState
+from .clock import iso, now_iso
+
 CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
                    "DeadLetter")
-
-RUNNING_STATES = {"RUNNING"}
-STARTING_STATES = {"", "NEW", "SUBMITTED", "PENDING_RERUN", "INVALIDATING", "SUCCEEDING",
-                   "FAILING"}
-FAILED_STATES = {"FAILED", "SUBMISSION_FAILED", "UNKNOWN"}
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -90,15 +83,15 @@ def conditions(observed: Observation) -> list[Condition]:
     state = observed.app_state or ""
     if observed.suspended:
         job = Condition("JobRunning", "False", "Suspended", "spec.suspend is true")
-    elif state in RUNNING_STATES:
+    elif state == AppState.RUNNING:
         job = Condition("JobRunning", "True", "Running", f"SparkApplication {observed.app_name} "
                                                          "is running")
     elif observed.job_stopped is not None:
         job = Condition("JobRunning", "False", *observed.job_stopped)
-    elif state in FAILED_STATES:
+    elif state in SHOWN_FAILED:
         job = Condition("JobRunning", "False", "JobFailed",
                         (observed.app_error or state)[:1000])
-    elif state == "COMPLETED":
+    elif state == AppState.COMPLETED:
         job = Condition("JobRunning", "False", "JobCompleted", "the job stopped")
     else:
         job = Condition("JobRunning", "False", "Starting",
@@ -164,7 +157,7 @@ def phase(observed: Observation, ready: Condition) -> str:
         return "Suspended"
     if ready.status == "True":
         return "Running"
-    if (observed.app_state or "") in FAILED_STATES:
+    if (observed.app_state or "") in SHOWN_FAILED:
         return "Degraded"
     return "Pending"
 
@@ -205,8 +198,7 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         if observed.snapshot_id is not None:
             table["snapshotId"] = str(observed.snapshot_id)
         if observed.committed_at_ms is not None:
-            table["committedAt"] = dt.datetime.fromtimestamp(
-                observed.committed_at_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            table["committedAt"] = iso(observed.committed_at_ms / 1000)
         if observed.registry_version is not None:
             table["registryVersion"] = observed.registry_version
         result["table"] = table

@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from floe_operator.render import (
-    Topic, config_map, cron_jobs, duration_seconds, job_fingerprint, size_bytes, spark_application,
-)
+from floe_operator.render import Topic, config_map, cron_jobs, job_fingerprint, spark_application
+from floe_operator.units import duration_seconds, size_bytes
 from floe_operator.settings import OperatorSettings
 from floe_sparkapp.config import parse_config
 

@@ -1,0 +1,32 @@
+"""The states of a kubeflow spark-operator SparkApplication, and what floe makes of them."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class AppState(str, Enum):
+    NEW = "NEW"
+    SUBMITTED = "SUBMITTED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SUBMISSION_FAILED = "SUBMISSION_FAILED"
+    PENDING_RERUN = "PENDING_RERUN"
+    INVALIDATING = "INVALIDATING"
+    SUCCEEDING = "SUCCEEDING"
+    FAILING = "FAILING"
+    UNKNOWN = "UNKNOWN"
+
+
+def state_of(app: dict[str, Any] | None) -> str:
+    """The application's state as its status says it ("" before spark-operator has seen it)."""
+    return ((app or {}).get("status") or {}).get("applicationState", {}).get("state", "") or ""
+
+
+# Ended for good: spark-operator will not submit the driver again, floe fails the job over.
+FAILED = frozenset({AppState.FAILED, AppState.SUBMISSION_FAILED})
+ENDED = FAILED | {AppState.COMPLETED}
+# On the status: failed, or its driver lost (not failed over: spark-operator may find it again).
+SHOWN_FAILED = FAILED | {AppState.UNKNOWN}

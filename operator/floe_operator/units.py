@@ -1,0 +1,47 @@
+"""Durations and sizes as the resource writes them, and as ``floe status`` prints them.
+
+A leaf module: the CRD's patterns, the rules that check a spec and the renderer all read the
+same syntax from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$"
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kmgtKMGT]i?)?$")
+_SIZE_UNIT = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
+
+
+def duration_seconds(text: str) -> int:
+    """'90s', '1m30s', '2h', '7d' as whole seconds (at least 1)."""
+    total = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+    return max(1, round(total))
+
+
+def size_bytes(text: str) -> int:
+    """'256Mi', '1G', '512m' (Spark's way: lower case is binary) as bytes."""
+    number, unit = _SIZE.match(text).groups()
+    unit = unit or ""
+    if unit.endswith("i") or unit.islower():
+        return round(float(number) * 1024 ** ("KMGT".index(unit[0].upper()) + 1))
+    return round(float(number) * _SIZE_UNIT[unit])
+
+
+def short_duration(seconds: float | int) -> str:
+    """kubectl's short form: 42s, 5m3s, 2h1m, 3d4h."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes}m{rest}s" if rest and minutes < 10 else f"{minutes}m"
+    if seconds < 86400:
+        hours, rest = divmod(seconds, 3600)
+        return f"{hours}h{rest // 60}m" if rest // 60 and hours < 10 else f"{hours}h"
+    days, rest = divmod(seconds, 86400)
+    return f"{days}d{rest // 3600}h" if rest // 3600 and days < 10 else f"{days}d"
