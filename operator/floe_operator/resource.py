@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .units import DURATION, QUANTITY, duration_seconds
+from .units import DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_seconds, duration_seconds
 
 GROUP = "floe.dev"
 VERSION = "v1alpha1"
@@ -122,9 +122,20 @@ class TableSpec(_Model):
         "Retain", description="What deleting the resource does to the table.")
 
 
+def _duration(default: str, description: str, bound: str = "", message: str = "") -> Any:
+    """A duration field; ``bound`` (for example ``<= 86400.0``, in seconds) is checked by a CEL
+    rule on the API server."""
+    # Not checked when the pattern already refused the value (CEL runs either way).
+    matches = "self.matches('" + DURATION.replace("\\", "\\\\") + "')"
+    extra = _rules((f"!{matches} || {cel_seconds()} {bound}", message)) if bound else None
+    return Field(default, pattern=DURATION, min_length=1, max_length=DURATION_MAX_LENGTH,
+                 description=description, json_schema_extra=extra)
+
+
 class CommitSpec(_Model):
-    interval: str = Field("60s", pattern=DURATION,
-                          description="How often a snapshot is committed, e.g. 10s, 1m.")
+    interval: str = _duration("60s", "How often a snapshot is committed, e.g. 10s, 1m "
+                                     "(at most 1d).", "<= 86400.0",
+                              "commit.interval must be at most 1d")
     max_records_per_commit: int = Field(500_000, ge=1, le=100_000_000)
 
 
@@ -210,15 +221,18 @@ class CompactionSpec(_MaintenanceAction):
 class ExpireSnapshotsSpec(_MaintenanceAction):
     schedule: str = Field("43 3 * * *", pattern=CRON, description="Cron schedule (UTC).")
     retain_last: int = Field(100, ge=1, le=100_000, description="Snapshots always kept.")
-    max_age: str = Field("7d", pattern=DURATION, description=(
-        "Older snapshots expire (never the newest one floe wrote, which holds the offsets)."))
+    max_age: str = _duration("7d", "Older snapshots expire (never the newest one floe wrote, "
+                                   "which holds the offsets); at least 1m.",
+                             ">= 60.0", "expireSnapshots.maxAge must be at least 1m")
 
 
 class RemoveOrphansSpec(_MaintenanceAction):
     schedule: str = Field("13 4 * * 0", pattern=CRON, description="Cron schedule (UTC).")
-    older_than: str = Field("3d", pattern=DURATION, description=(
-        "Only unreferenced files older than this are deleted (at least 1h: younger ones may "
-        "belong to a commit in flight)."))
+    older_than: str = _duration("3d", "Only unreferenced files older than this are deleted "
+                                      "(at least 1h: younger ones may belong to a commit in "
+                                      "flight).", ">= 3600.0",
+                                "removeOrphans.olderThan must be at least 1h: a younger "
+                                "unreferenced file may belong to a commit still in flight")
 
 
     @field_validator("older_than")

@@ -8,13 +8,26 @@ from __future__ import annotations
 
 import re
 
-DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
+# Each unit at most once, largest first (1d12h, 90s, 1m30s, 500ms): what a CEL rule can add up.
+DURATION = (r"^([0-9]+(\.[0-9]+)?d)?([0-9]+(\.[0-9]+)?h)?([0-9]+(\.[0-9]+)?m)?"
+            r"([0-9]+(\.[0-9]+)?s)?([0-9]+(\.[0-9]+)?ms)?$")
+DURATION_MAX_LENGTH = 32
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$"
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kmgtKMGT]i?)?$")
 _SIZE_UNIT = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
+
+
+def cel_seconds(value: str = "self") -> str:
+    """A CEL expression of the seconds a duration string holds (a double). CEL's duration()
+    takes Go's units, so a leading day part is counted apart; no string is built, which keeps
+    the API server's estimate of the rule's cost small."""
+    parts = f"{value}.split('d')"
+    return (f"(size({parts}) == 1 ? double(duration({value}).getSeconds()) : "
+            f"double({parts}[0]) * 86400.0 + "
+            f"({parts}[1] == '' ? 0.0 : double(duration({parts}[1]).getSeconds())))")
 
 
 def duration_seconds(text: str) -> int:

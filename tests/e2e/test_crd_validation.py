@@ -9,6 +9,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from floe_operator.render import Topic, job_config
+from floe_operator.settings import OperatorSettings
+from floe_operator.units import DURATION
+
 from .kube import FLOE_CRD, admin_client, install_crd
 
 pytestmark = pytest.mark.e2e
@@ -101,7 +105,16 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
      '"month", "none"' + SKIPPED_RULES + "]"),
     (changed("spec.commit", {"interval": "often"}),
      'spec.commit.interval: Invalid value: "often": spec.commit.interval in body should match '
-     "'^([0-9]+(\\.[0-9]+)?(ms|s|m|h|d))+$'"),
+     "'" + DURATION + "'"),
+    (changed("spec.commit", {"interval": "1d30m"}),
+     'spec.commit.interval: Invalid value: "1d30m": commit.interval must be at most 1d'),
+    (changed("spec.maintenance", {"removeOrphans": {"olderThan": "0.5h"}}),
+     'spec.maintenance.removeOrphans.olderThan: Invalid value: "0.5h": removeOrphans.olderThan '
+     "must be "
+     "at least 1h: a younger unreferenced file may belong to a commit still in flight"),
+    (changed("spec.maintenance", {"expireSnapshots": {"maxAge": "30s"}}),
+     'spec.maintenance.expireSnapshots.maxAge: Invalid value: "30s": expireSnapshots.maxAge '
+     "must be at least 1m"),
     (changed("spec.table.identifier", "orders"),
      'spec.table.identifier: Invalid value: "orders": spec.table.identifier in body should '
      "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
@@ -110,6 +123,22 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
 def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
         api, namespace, body, message):
     assert refusal(api, namespace, body) == PREFIX + message
+
+
+@pytest.mark.parametrize("path, value", [
+    ("spec.commit", {"interval": "1d"}),
+    ("spec.commit", {"interval": "23h59m59s"}),
+    ("spec.commit", {"interval": "500ms"}),
+    ("spec.maintenance", {"removeOrphans": {"olderThan": "1h"}}),
+    ("spec.maintenance", {"removeOrphans": {"olderThan": "0.5d"}}),
+    ("spec.maintenance", {"expireSnapshots": {"maxAge": "1m"}}),
+    ("spec.maintenance", {"expireSnapshots": {"maxAge": "1d12h"}}),
+])
+def test_durations_at_their_bounds_are_accepted_and_the_operator_renders_them(
+        api, namespace, path, value):
+    created = create(api, namespace, changed(path, value))
+    config = job_config(Topic.from_body(created), OperatorSettings())  # no InvalidSpec either
+    assert config.commit.interval_seconds >= 1
 
 
 def test_the_topic_and_the_table_cannot_change(api, namespace):
