@@ -25,6 +25,11 @@ def state_of(app: dict[str, Any] | None) -> str:
     return ((app or {}).get("status") or {}).get("applicationState", {}).get("state", "") or ""
 
 
+def error_of(app: dict[str, Any] | None) -> str:
+    """What spark-operator says went wrong ("" when nothing did)."""
+    return ((app or {}).get("status") or {}).get("applicationState", {}).get("errorMessage") or ""
+
+
 # Ended for good: spark-operator will not submit the driver again, floe fails the job over.
 FAILED = frozenset({AppState.FAILED, AppState.SUBMISSION_FAILED})
 ENDED = FAILED | {AppState.COMPLETED}

@@ -26,11 +26,11 @@ from floe_sparkapp.layout import LayoutMismatch, ensure_table
 from floe_sparkapp.registry import Registry
 
 from . import kube, metrics, observe, redact, render
-from .resource import GROUP, PLURAL, VERSION
-from .settings import OperatorSettings
-from .appstate import ENDED, FAILED, AppState, state_of
+from .appstate import ENDED, FAILED, AppState, error_of, state_of
 from .clock import epoch, now_iso, now_ms
 from .errors import retry_later
+from .resource import GROUP, PLURAL, VERSION
+from .settings import OperatorSettings
 from .status import Observation, status
 
 FINALIZER = f"{GROUP}/finalizer"
@@ -161,8 +161,6 @@ def _table_config(topic: render.Topic, catalog_config: CatalogConfig) -> TableCo
                        partitioning=spec.partitioning, properties=spec.properties)
 
 
-
-
 def failover_delay(failovers: int) -> int:
     """Seconds to wait before recreating a failed job: 10 s, doubling, at most 5 minutes."""
     return min(300, 10 * 2 ** failovers)
@@ -183,7 +181,7 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
     if waited < failover_delay(failovers):
         return app
     state = state_of(app)
-    error = (app.get("status", {}).get("applicationState", {}).get("errorMessage") or "")
+    error = error_of(app)
     if state == AppState.COMPLETED:
         error = error or "the driver exited 0, but a streaming job never ends by itself"
     message = (f"job {'ended' if state == AppState.COMPLETED else 'failed'} ({state}); "
@@ -202,8 +200,9 @@ def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
 
 # The job's exit codes for what only the user can resolve.
 STOPPED_FOR_THE_USER = {
-    exit_codes.DATA_LOSS: ("DataLoss", "Kafka no longer has records the table has not got (retention deleted them, "
-                    "or the topic was deleted and created again)"),
+    exit_codes.DATA_LOSS: ("DataLoss", "Kafka no longer has records the table has not got "
+                                       "(retention deleted them, or the topic was deleted and "
+                                       "created again)"),
     exit_codes.TABLE_IN_USE: ("TableInUse", "another resource writes the table"),
 }
 
@@ -211,8 +210,7 @@ STOPPED_FOR_THE_USER = {
 def _stopped_for_the_user(app: dict[str, Any] | None) -> tuple[str, str] | None:
     """(reason, message) when the driver exited with a code that recreating the job would only
     repeat; None otherwise."""
-    error = ((app or {}).get("status", {}).get("applicationState", {}).get("errorMessage") or "")
-    found = re.search(r"ExitCode: (\d+)", error)
+    found = re.search(r"ExitCode: (\d+)", error_of(app))
     if found is None or int(found.group(1)) not in STOPPED_FOR_THE_USER:
         return None
     reason, what = STOPPED_FOR_THE_USER[int(found.group(1))]
@@ -287,7 +285,7 @@ def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, 
                         settings().failover_reset_seconds)
     app_status = (app or {}).get("status", {})
     observed.app_state = state_of(app)
-    observed.app_error = app_status.get("applicationState", {}).get("errorMessage") or None
+    observed.app_error = error_of(app) or None
     observed.app_attempts = int(app_status.get("executionAttempts", 0) or 0)
 
 
@@ -448,8 +446,8 @@ def on_delete(body: Any, logger: Any, **_: Any) -> None:
 
 
 def _delete(body: Any, logger: Any) -> None:
-    """Removes the job, waits until its pods are gone (a driver still starting would create the
-    table again, a running one could still commit), then drops the table if the policy says so.
+    """Removes the job, waits until its pods are gone (a running driver could still write to
+    the table), then drops the table if the policy says so.
     The resource stays (kopf's finalizer) while it waits, so `kubectl delete` returns once
     nothing of the resource runs."""
     metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])

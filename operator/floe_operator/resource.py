@@ -226,21 +226,22 @@ class ExpireSnapshotsSpec(_MaintenanceAction):
                              ">= 60.0", "expireSnapshots.maxAge must be at least 1m")
 
 
+ORPHANS_AT_LEAST_AN_HOUR = ("must be at least 1h: a younger unreferenced file may belong to a "
+                            "commit still in flight")
+
+
 class RemoveOrphansSpec(_MaintenanceAction):
     schedule: str = Field("13 4 * * 0", pattern=CRON, description="Cron schedule (UTC).")
     older_than: str = _duration("3d", "Only unreferenced files older than this are deleted "
                                       "(at least 1h: younger ones may belong to a commit in "
                                       "flight).", ">= 3600.0",
-                                "removeOrphans.olderThan must be at least 1h: a younger "
-                                "unreferenced file may belong to a commit still in flight")
-
+                                f"removeOrphans.olderThan {ORPHANS_AT_LEAST_AN_HOUR}")
 
     @field_validator("older_than")
     @classmethod
     def _at_least_an_hour(cls, value: str) -> str:
         if duration_seconds(value) < 3600:
-            raise ValueError("must be at least 1h: a younger unreferenced file may belong to a "
-                             "commit still in flight")
+            raise ValueError(ORPHANS_AT_LEAST_AN_HOUR)
         return value
 
 

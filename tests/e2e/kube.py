@@ -67,3 +67,10 @@ def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def running_job_pods(api_client: client.ApiClient, namespace: str, app: str) -> list[str]:
+    """The pods of a SparkApplication (driver and executors) that have not ended."""
+    found = client.CoreV1Api(api_client).list_namespaced_pod(
+        namespace, label_selector=f"sparkoperator.k8s.io/app-name={app}").items
+    return [p.metadata.name for p in found if p.status.phase not in ("Succeeded", "Failed")]

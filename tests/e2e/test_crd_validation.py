@@ -110,8 +110,7 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
      'spec.commit.interval: Invalid value: "1d30m": commit.interval must be at most 1d'),
     (changed("spec.maintenance", {"removeOrphans": {"olderThan": "0.5h"}}),
      'spec.maintenance.removeOrphans.olderThan: Invalid value: "0.5h": removeOrphans.olderThan '
-     "must be "
-     "at least 1h: a younger unreferenced file may belong to a commit still in flight"),
+     "must be at least 1h: a younger unreferenced file may belong to a commit still in flight"),
     (changed("spec.maintenance", {"expireSnapshots": {"maxAge": "30s"}}),
      'spec.maintenance.expireSnapshots.maxAge: Invalid value: "30s": expireSnapshots.maxAge '
      "must be at least 1m"),
@@ -125,20 +124,25 @@ def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
     assert refusal(api, namespace, body) == PREFIX + message
 
 
-@pytest.mark.parametrize("path, value", [
-    ("spec.commit", {"interval": "1d"}),
-    ("spec.commit", {"interval": "23h59m59s"}),
-    ("spec.commit", {"interval": "500ms"}),
-    ("spec.maintenance", {"removeOrphans": {"olderThan": "1h"}}),
-    ("spec.maintenance", {"removeOrphans": {"olderThan": "0.5d"}}),
-    ("spec.maintenance", {"expireSnapshots": {"maxAge": "1m"}}),
-    ("spec.maintenance", {"expireSnapshots": {"maxAge": "1d12h"}}),
+@pytest.mark.parametrize("path, value, rendered, seconds", [
+    ("spec.commit", {"interval": "1d"}, "commit.interval_seconds", 86_400),
+    ("spec.commit", {"interval": "23h59m59s"}, "commit.interval_seconds", 86_399),
+    ("spec.commit", {"interval": "500ms"}, "commit.interval_seconds", 1),
+    ("spec.maintenance", {"removeOrphans": {"olderThan": "1h"}},
+     "maintenance.orphan_older_than_seconds", 3_600),
+    ("spec.maintenance", {"removeOrphans": {"olderThan": "0.5d"}},
+     "maintenance.orphan_older_than_seconds", 43_200),
+    ("spec.maintenance", {"expireSnapshots": {"maxAge": "1m"}},
+     "maintenance.max_snapshot_age_seconds", 60),
+    ("spec.maintenance", {"expireSnapshots": {"maxAge": "1d12h"}},
+     "maintenance.max_snapshot_age_seconds", 129_600),
 ])
 def test_durations_at_their_bounds_are_accepted_and_the_operator_renders_them(
-        api, namespace, path, value):
+        api, namespace, path, value, rendered, seconds):
     created = create(api, namespace, changed(path, value))
     config = job_config(Topic.from_body(created), OperatorSettings())  # no InvalidSpec either
-    assert config.commit.interval_seconds >= 1
+    section, name = rendered.split(".")
+    assert getattr(getattr(config, section), name) == seconds
 
 
 def test_the_topic_and_the_table_cannot_change(api, namespace):

@@ -15,7 +15,7 @@ from hack.demo import node_values
 
 from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_job_roundtrip import produce_orders
-from .kube import admin_client, install_crd, wait_until
+from .kube import admin_client, install_crd, running_job_pods, wait_until
 from .test_helm_chart import CHART, CRDS, helm
 from .test_operator import logs, topic_body, topic_catalog
 
@@ -102,9 +102,7 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
 
     assert wait_until(gone, timeout=180, interval=1), operator_log()[-4000:]
     assert not topic_catalog(shared).table_exists("analytics.orders")
-    assert not [p for p in core.list_namespaced_pod(
-        namespace, label_selector="sparkoperator.k8s.io/app-name=floe-orders").items
-        if p.status.phase not in ("Succeeded", "Failed")]
+    assert running_job_pods(admin, namespace, "floe-orders") == []
     printed = operator_log()
     assert "403" not in printed and "Forbidden" not in printed, printed[-3000:]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from .kube import SPARK_CRD, admin_client, install_crd, wait_until
+from .kube import SPARK_CRD, admin_client, install_crd, running_job_pods, wait_until
 from .test_operator import topic_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -156,13 +156,6 @@ def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its
     body["spec"]["table"]["deletionPolicy"] = "Delete"
     api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                         body)
-    core = client.CoreV1Api(admin_client(stack))
-
-    def running() -> list[str]:
-        found = core.list_namespaced_pod(
-            namespace, label_selector="sparkoperator.k8s.io/app-name=floe-orders").items
-        return [p.metadata.name for p in found if p.status.phase not in ("Succeeded", "Failed")]
-
     catalog = topic_catalog(shared)
     assert wait_until(lambda: len(orders_rows(catalog)) == 20, timeout=300), \
         logs(tmp_path, namespace)
@@ -170,7 +163,8 @@ def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its
                                         "orders")
     assert wait_until(lambda: topic(api, namespace) is None, timeout=180, interval=0.2), \
         logs(tmp_path, namespace)
-    assert running() == []  # nothing of the resource runs once it is gone
+    # Nothing of the resource runs once it is gone.
+    assert running_job_pods(admin_client(stack), namespace, "floe-orders") == []
     assert apps(api, namespace) == []
     assert not catalog.table_exists("analytics.orders")
 
@@ -244,8 +238,6 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
         assert registry.held.wait(30)  # the refresh timer (every 10 s) asks the registry
         api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                             "kafkaicebergtopics", "orders")
-        # The deletion runs beside the busy refresh: an operator that dropped the table now
-        # would see the refresh create it (and the job) again once the registry answers.
         # kopf runs the deletion beside the busy refresh: an operator that dropped the table now
         # would see the refresh create the table and the job again once the registry answers.
         wait_until(lambda: not catalog.table_exists("analytics.orders"), timeout=5)
