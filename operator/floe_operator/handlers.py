@@ -1,4 +1,11 @@
-"""kopf handlers: thin adapters from events on KafkaIcebergTopics to reconcile().
+"""kopf handlers: thin adapters from events on KafkaIcebergTopics to observe → plan → act.
+
+Each visit observes the resource's world (:mod:`observe`; its children come from kopf's
+indexes of SparkApplications, ConfigMaps and CronJobs, kept by watches, not read per visit),
+plans the actions and the status (:mod:`plan`, pure) and runs the actions (:mod:`act`).
+The refresh timer visits every resource at its interval, so what the world changed (a job that
+ended, a child deleted, a new registry version) is acted on; changes of the resource visit it
+at once.
 
 Run: ``python -m floe_operator`` (or ``kopf run -m floe_operator.handlers``).
 """
@@ -8,34 +15,27 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from floe_sparkapp import exit_codes
-from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
-from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.commit import OWNER, TableInUse, claim_table, hand_over_table
-from floe_sparkapp.config import CatalogConfig, SchemaRegistryConfig, TableConfig
-from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
-from floe_sparkapp.layout import LayoutMismatch, ensure_table
-from floe_sparkapp.registry import Registry
+from floe_sparkapp.commit import OWNER
 
-from . import kube, metrics, observe, redact, render
-from .appstate import ENDED, FAILED, AppState, error_of, state_of
-from .clock import epoch, now_iso, now_ms
+from . import act, kube, metrics, observe, render
+from .clock import epoch, now_ms
 from .errors import retry_later
+from .plan import APPROVAL, Plan, invalid, plan
+from .render import MANAGED_BY, SPARK_API
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
-from .status import Observation, status
 
 FINALIZER = f"{GROUP}/finalizer"
-APPROVAL = f"{GROUP}/approve-schema-version"
 RESOURCE = (GROUP, VERSION, PLURAL)
+SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,264 +70,61 @@ def _invalid(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _claim_table(topic: render.Topic, table: Any, observed: Observation, logger: Any,
-                 body: Any) -> None:
-    """One table has one writer, recorded on the table: a second resource on it is refused on
-    its status; a table whose writer is gone (renamed, or deleted with Retain) is taken over,
-    and its job goes on from the offsets committed for the same Kafka topic."""
+# --- the children, indexed by kopf's watches ---------------------------------------------------
+
+@kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
+def floe_apps(namespace: str, labels: Mapping[str, str], body: Any, **_: Any) -> dict:
+    return observe.app_entry(namespace, labels, body)
+
+
+@kopf.index("v1", "configmaps", labels=MANAGED_BY)
+def floe_config_maps(namespace: str, name: str, annotations: Mapping[str, str],
+                     **_: Any) -> dict:
+    return observe.config_map_entry(namespace, name, annotations)
+
+
+@kopf.index("batch", "v1", "cronjobs", labels=MANAGED_BY)
+def floe_cron_jobs(namespace: str, name: str, labels: Mapping[str, str],
+                   annotations: Mapping[str, str], **_: Any) -> dict:
+    return observe.cron_job_entry(namespace, name, labels, annotations)
+
+
+# --- a visit -----------------------------------------------------------------------------------
+
+ROUNDS = 3  # plan → act at most this often in one visit; the next visit goes on
+
+
+def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
+               floe_config_maps: Any = None, floe_cron_jobs: Any = None) -> None:
+    previous = dict(body.get("status") or {})
     try:
-        claim_table(table, topic.writer)
+        topic = render.Topic.from_body(dict(body))
+        job = render.desired(topic, settings()).job  # a spec that cannot be rendered is invalid
+    except (ValidationError, ValueError) as error:
+        message = _invalid(error) if isinstance(error, ValidationError) else str(error)
+        patch.status.update(invalid(int(body["metadata"].get("generation", 1)), message,
+                                    previous).status)
+        logger.warning("invalid spec: %s", message)
         return
-    except TableInUse:
-        owner = table.properties[OWNER]
-    identifier = topic.spec.table.identifier
-    namespace, _, name = owner.partition("/")
-    try:
-        other = kube.get_topic(namespace, name)
-    except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it is
-        other = {"spec": {"table": {"identifier": identifier}}}
-    other_table = ((other or {}).get("spec") or {}).get("table") or {}
-    if other is not None and other_table.get("identifier") == identifier:
-        observed.table_in_use = (
-            f"table {identifier} is written by KafkaIcebergTopic {owner}; one table has one "
-            f"writer: point spec.table.identifier at another table, or delete {owner} (with "
-            "deletionPolicy Retain its table stays) and this resource takes it over")
-        return
-    message = (f"table {identifier} was written by {owner}, which is gone: this resource "
-               f"takes it over and goes on from the offsets committed for Kafka topic "
-               f"{topic.spec.kafka.topic}")
-    logger.info(message)
-    kopf.info(body, reason="TableAdopted", message=message)
-    hand_over_table(table, topic.writer)
-
-
-def _ensure_table(topic: render.Topic, catalog_config: CatalogConfig, observed: Observation,
-                  logger: Any, body: Any, approved: str | None = None) -> None:
-    """Creates the table from the registry's latest schema when absent; evolves it additively."""
-    spec = topic.spec
-    try:
-        value = None
-        registry_config = spec.value.schema_registry
-        if registry_config is not None and spec.value.format != "raw":
-            user_info = None
-            if registry_config.auth_secret_ref:
-                user_info = kube.secret_data(topic.namespace, registry_config.auth_secret_ref.name
-                                             ).get("basic.auth.user.info")
-            latest = Registry(SchemaRegistryConfig(url=registry_config.url,
-                                                   subject=registry_config.subject),
-                              user_info).latest()
-            value = avro_to_iceberg(latest.schema).struct
-            observed.registry_version = latest.version
-        catalog = load_catalog(catalog_config)
-        table, created = ensure_table(catalog, _table_config(topic, catalog_config), value)
-        if created:
-            logger.info("created table %s", spec.table.identifier)
-        _claim_table(topic, table, observed, logger, body)
-        if observed.table_in_use:
-            return
-        if value is not None and spec.schema_evolution.mode == "additive":
-            try:
-                plan = apply_evolution(table, value)
-                observed.schema_in_sync = True
-                observed.schema_message = f"table matches registry version {observed.registry_version}"
-                if plan.needs_update:
-                    logger.info("evolved table %s: %s", spec.table.identifier,
-                                "; ".join(str(c) for c in plan.changes))
-            except BreakingChange as change:
-                version = observed.registry_version
-                if approved is not None and approved == str(version):
-                    renamed = apply_approved_breaking(table, value, int(version))
-                    observed.schema_in_sync = True
-                    observed.schema_message = (f"applied approved registry version {version}: "
-                                               f"{'; '.join(renamed) or 'no column renamed'}")
-                    logger.info("schema: %s", observed.schema_message)
-                else:
-                    observed.schema_in_sync = False
-                    observed.schema_message = (
-                        f"registry version {version}: {change}; the table keeps its schema and "
-                        f"those records land in value_raw until the annotation {APPROVAL}: "
-                        f'"{version}" approves the change')
-    except (LayoutMismatch, AvroMappingError) as error:
-        observed.table_error = str(error)
-    except kopf.TemporaryError:
-        raise
-    except Exception as error:  # catalog or registry unreachable: report, retry on the timer
-        observed.table_error = f"{type(error).__name__}: {error}"[:500]
-
-
-def _table_config(topic: render.Topic, catalog_config: CatalogConfig) -> TableConfig:
-    spec = topic.spec.table
-    return TableConfig(catalog=catalog_config, identifier=spec.identifier,
-                       partitioning=spec.partitioning, properties=spec.properties)
-
-
-def failover_delay(failovers: int) -> int:
-    """Seconds to wait before recreating a failed job: 10 s, doubling, at most 5 minutes."""
-    return min(300, 10 * 2 ** failovers)
-
-
-def _failover(topic: render.Topic, app: dict[str, Any], observed: Observation,
-              previous: dict[str, Any], logger: Any, body: Any) -> dict[str, Any] | None:
-    """Recreates an application that ended (failed, or completed though a streaming job never
-    should), with exponential backoff."""
-    record = previous.get("sparkApplication", {})
-    failovers = int(record.get("failovers", 0))
-    last = record.get("lastFailoverTime")
-    ended = app.get("status", {}).get("terminationTime")
-    since = max([epoch(t) for t in (last, ended) if t] or [0])
-    waited = now_ms() / 1000 - since
-    observed.extra["failovers"] = failovers
-    observed.extra["lastFailoverTime"] = last
-    if waited < failover_delay(failovers):
-        return app
-    state = state_of(app)
-    error = error_of(app)
-    if state == AppState.COMPLETED:
-        error = error or "the driver exited 0, but a streaming job never ends by itself"
-    message = (f"job {'ended' if state == AppState.COMPLETED else 'failed'} ({state}); "
-               f"recreating it (failover {failovers + 1}): "
-               f"{error.splitlines()[0][:300] if error else 'no message'}")
-    message = redact.redact(message)
-    logger.warning(message)
-    kopf.warn(body, reason="Failover", message=message)
-    kube.delete_spark_application(topic.namespace, topic.child_name)
-    kube.create_spark_application(render.spark_application(topic, settings()))
-    observed.extra["failovers"] = failovers + 1
-    observed.extra["lastFailoverTime"] = now_iso()
-    observed.extra["lastFailure"] = error[:1000]
-    return kube.get_spark_application(topic.namespace, topic.child_name)
-
-
-# The job's exit codes for what only the user can resolve.
-STOPPED_FOR_THE_USER = {
-    exit_codes.DATA_LOSS: ("DataLoss", "Kafka no longer has records the table has not got "
-                                       "(retention deleted them, or the topic was deleted and "
-                                       "created again)"),
-    exit_codes.TABLE_IN_USE: ("TableInUse", "another resource writes the table"),
-}
-
-
-def _stopped_for_the_user(app: dict[str, Any] | None) -> tuple[str, str] | None:
-    """(reason, message) when the driver exited with a code that recreating the job would only
-    repeat; None otherwise."""
-    found = re.search(r"ExitCode: (\d+)", error_of(app))
-    if found is None or int(found.group(1)) not in STOPPED_FOR_THE_USER:
-        return None
-    reason, what = STOPPED_FOR_THE_USER[int(found.group(1))]
-    name = app["metadata"]["name"]
-    namespace = app["metadata"].get("namespace", "")
-    return reason, (f"the job stopped (exit code {found.group(1)}): {what}; `kubectl logs -n "
-                    f"{namespace} {name}-driver` says what and where. floe does not restart "
-                    f"it: once resolved, delete SparkApplication {name} (or change the spec) and "
-                    "it is created again; for a topic created again, create the resource "
-                    "again with another table.identifier")
-
-
-def _healthy_since_failover(app: dict[str, Any] | None, record: dict[str, Any]) -> bool:
-    """Whether the job a failover recreated has run long enough without dying again (the
-    spark-operator did not have to submit its driver again) for the count to start over."""
-    last = record.get("lastFailoverTime")
-    if app is None or not record.get("failovers") or not last:
-        return False
-    app_status = app.get("status", {})
-    running = state_of(app) == AppState.RUNNING
-    attempts = int(app_status.get("executionAttempts", 0) or 0)
-    return (running and attempts <= 1
-            and now_ms() / 1000 - epoch(last) >= settings().failover_reset_seconds)
-
-
-def _ensure_job(topic: render.Topic, observed: Observation, previous: dict[str, Any],
-                logger: Any, body: Any) -> None:
-    name = topic.child_name
-    observed.app_name = name
-    if topic.spec.suspend:
-        kube.delete_spark_application(topic.namespace, name)
-        return
-    kube.apply_config_map(render.config_map(topic, settings()))
-    desired = render.spark_application(topic, settings())
-    app = kube.get_spark_application(topic.namespace, name)
-    annotations = (app or {}).get("metadata", {}).get("annotations", {})
-    rendered_for = annotations.get(f"{GROUP}/generation")
-    fingerprint = desired["metadata"]["annotations"][f"{GROUP}/job-fingerprint"]
-    if app is not None and annotations.get(f"{GROUP}/job-fingerprint") != fingerprint:
-        message = f"spec changed (generation {rendered_for} -> {topic.generation}): restarting the job"
-        logger.info(message)
-        kopf.info(body, reason="JobRestarted", message=message)
-        kube.delete_spark_application(topic.namespace, name)
-        app = None
-    if app is None:
-        # A long name's child used to be its name cut at 63 characters: that one would be a
-        # second writer beside the new one.
-        for stale in kube.spark_application_names(topic.namespace, f"{GROUP}/topic={topic.label}"):
-            if stale != name:
-                kube.delete_spark_application(topic.namespace, stale)
-                logger.info("deleted SparkApplication %s (named by an older floe)", stale)
-        if kube.create_spark_application(desired):
-            logger.info("created SparkApplication %s", name)
-            kopf.info(body, reason="JobCreated", message=f"created SparkApplication {name}")
-        app = kube.get_spark_application(topic.namespace, name)
-    state = state_of(app)
-    stopped = _stopped_for_the_user(app) if state in FAILED else None
-    if stopped is not None:  # failing over would fail the same way: the user has to act
-        observed.job_stopped = stopped
-        record = previous.get("sparkApplication", {})
-        observed.extra.update({k: record[k] for k in ("failovers", "lastFailoverTime")
-                               if k in record})
-    elif app is not None and state in ENDED:
-        app = _failover(topic, app, observed, previous, logger, body)
-    else:
-        record = previous.get("sparkApplication", {})
-        observed.extra.update({k: record[k] for k in ("failovers", "lastFailoverTime",
-                                                      "lastFailure") if k in record})
-        if _healthy_since_failover(app, record):
-            observed.extra["failovers"] = 0
-            logger.info("job healthy for %ss since its last failover: failover count reset",
-                        settings().failover_reset_seconds)
-    app_status = (app or {}).get("status", {})
-    observed.app_state = state_of(app)
-    observed.app_error = error_of(app) or None
-    observed.app_attempts = int(app_status.get("executionAttempts", 0) or 0)
-
-
-def _ensure_maintenance(topic: render.Topic, observed: Observation, logger: Any) -> None:
-    """One CronJob per enabled action; those of disabled actions are removed."""
-    desired = render.cron_jobs(topic, settings())
-    existing = kube.cron_jobs(topic.namespace, f"{GROUP}/topic={topic.label},"
-                                               "app.kubernetes.io/name=floe-maintenance")
-    for cron_job in desired:
-        kube.apply_cron_job(cron_job, existing)
-    wanted = {c["metadata"]["name"] for c in desired}
-    for name in existing:
-        if name not in wanted:
-            kube.delete_cron_job(topic.namespace, name)
-            logger.info("maintenance: removed CronJob %s", name)
-    observed.maintenance = {
-        c["metadata"]["labels"][f"{GROUP}/action"]: {"schedule": c["spec"]["schedule"],
-                                                      "cronJob": c["metadata"]["name"]}
-        for c in desired}
-
-
-def _observe_progress(topic: render.Topic, catalog_config: CatalogConfig,
-                      observed: Observation, previous: dict[str, Any]) -> None:
-    seen = (previous.get("table") or {}).get("snapshotId")
-    try:
-        table = observe.table_state(topic, catalog_config, int(seen) if seen else None)
-    except Exception as error:  # noqa: BLE001 - reported on the status
-        observed.table_error = observed.table_error or f"{type(error).__name__}: {error}"[:500]
-        return
-    observed.table_exists = table.exists
-    observed.snapshot_id = table.snapshot_id
-    observed.committed_at_ms = table.committed_at_ms
-    observed.schema_id = table.schema_id
-    observed.vtts_ms = table.vtts_ms
-    observed.maintenance_runs = table.maintenance_runs
-    observed.dead_letter_error = table.dead_letter_error
-    observed.extra["newCommits"] = table.new_commits
-    observed.now_ms = now_ms()
-    try:
-        observed.offsets = observe.as_status_offsets(table.offsets, observe.end_offsets(topic))
-    except Exception:  # noqa: BLE001 - Kafka unreachable: keep the last offsets on the status
-        observed.offsets = None
+    approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
+    secrets = observe.Secrets.of(topic)
+    found = observe.children(topic, floe_apps or {}, floe_config_maps or {},
+                             floe_cron_jobs or {})
+    world = observe.observe(topic, job, found, previous, secrets)
+    planned: Plan | None = None
+    carried = previous
+    for _round in range(ROUNDS):
+        planned = plan(topic, world, carried, settings(), approved)
+        if not planned.actions or _round == ROUNDS - 1:
+            break
+        world = act.run(planned.actions, world, topic, job, secrets, body, logger)
+        # The next round sees the world the actions left; it keeps the failover record the
+        # actions wrote, and compares conditions with the status before the visit.
+        carried = {**previous, "sparkApplication": planned.status.get("sparkApplication")}
+    assert planned is not None
+    metrics.record_commits(topic.namespace, topic.name, world.table.new_commits)
+    _post_transitions(body, previous, planned.status)
+    patch.status.update(planned.status)
 
 
 class _Deletions:
@@ -363,7 +160,9 @@ class _Deletions:
 _DELETIONS = _Deletions()
 
 
-def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
+def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
+    indexes = {name: kwargs.get(name) for name in ("floe_apps", "floe_config_maps",
+                                                   "floe_cron_jobs")}
     meta = body["metadata"]
     with _DELETIONS.lock(meta["uid"]):
         if meta.get("deletionTimestamp") or _DELETIONS.began(meta["uid"]):
@@ -371,38 +170,8 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
         labels = (meta["namespace"], meta["name"])
         with metrics.RECONCILE.labels(*labels).time(), \
                 metrics.ERRORS.labels(*labels).count_exceptions():
-            _reconcile(body, patch, logger)
+            _reconcile(body, patch, logger, **indexes)
         metrics.record_status(*labels, dict(patch.status) or dict(body.get("status") or {}))
-
-
-def _reconcile(body: Any, patch: kopf.Patch, logger: Any) -> None:
-    generation = int(body["metadata"].get("generation", 1))
-    previous = dict(body.get("status") or {})
-    try:
-        topic = render.Topic.from_body(dict(body))
-        render.job_config(topic, settings())  # a spec that cannot be rendered is invalid too
-    except (ValidationError, ValueError) as error:
-        message = _invalid(error) if isinstance(error, ValidationError) else str(error)
-        patch.status.update(status(Observation(generation, invalid_spec=message), previous))
-        logger.warning("invalid spec: %s", message)
-        return
-    observed = Observation(generation, suspended=topic.spec.suspend,
-                           dead_letter_topic=(topic.spec.dead_letter.topic
-                                              if topic.spec.dead_letter else None))
-    approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
-    catalog_config = observe.catalog_config(topic)  # reads the catalog Secret once per visit
-    _ensure_table(topic, catalog_config, observed, logger, body, approved)
-    if observed.table_in_use:  # no job and no maintenance on another resource's table
-        observed.app_name = topic.child_name
-        kube.delete_spark_application(topic.namespace, topic.child_name)
-    else:
-        _ensure_job(topic, observed, previous, logger, body)
-        _ensure_maintenance(topic, observed, logger)
-        _observe_progress(topic, catalog_config, observed, previous)
-    metrics.record_commits(topic.namespace, topic.name, observed.extra.get("newCommits", 0))
-    current = redact.redact_all(status(observed, previous))
-    _post_transitions(body, previous, current)
-    patch.status.update(current)
 
 
 EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "DeadLetter")
@@ -453,7 +222,8 @@ def _delete(body: Any, logger: Any) -> None:
     metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
     try:
         topic = render.Topic.from_body(dict(body))
-    except ValidationError:
+        job = render.job_config(topic, settings())
+    except (ValidationError, ValueError):
         return  # nothing was ever created for an invalid spec
     kube.delete_spark_application(topic.namespace, topic.child_name)
     pods = kube.running_pods(topic.namespace, topic.child_name)
@@ -468,7 +238,8 @@ def _delete(body: Any, logger: Any) -> None:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            catalog = load_catalog(observe.catalog_config(topic))
+            catalog = observe.catalogs.get(
+                observe.catalog_config(job, observe.Secrets.of(topic)))
             owner = catalog.load_table(topic.spec.table.identifier).properties.get(OWNER)
             if owner not in (None, topic.writer):  # refused as a second writer: not its table
                 logger.info("deletionPolicy Delete: table %s is written by %s, kept",

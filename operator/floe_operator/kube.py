@@ -7,10 +7,7 @@ of missing objects answer None, and API trouble becomes an error kopf retries la
 from __future__ import annotations
 
 import base64
-import copy
 import functools
-import hashlib
-import json
 from typing import Any
 
 import kopf
@@ -64,36 +61,25 @@ def _temporary(what: str, error: ApiException) -> kopf.TemporaryError:
     return retry_later(f"{what}: {error.status} {error.reason}", delay=10)
 
 
-APPLIED = f"{GROUP}/applied-hash"
-
-
-def _stamped(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """A copy of the body annotated with a hash of itself, by which a later apply of the same
-    body is seen to change nothing and is skipped (no write, no watch event)."""
-    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-    body = copy.deepcopy(body)
-    body["metadata"].setdefault("annotations", {})[APPLIED] = digest
-    return body, digest
+def _apply(body: dict[str, Any], create: Any, replace: Any) -> None:
+    """Creates the object, or replaces the one there (the body is the whole desired object:
+    the planner applies it only when its hash differs from the one there)."""
+    meta = body["metadata"]
+    what = f"{body['kind']} {meta['name']}"
+    try:
+        create(meta["namespace"], body)
+    except ApiException as error:
+        if error.status != 409:
+            raise _temporary(f"creating {what}", error) from None
+        try:
+            replace(meta["name"], meta["namespace"], body)
+        except ApiException as replace_error:
+            raise _temporary(f"updating {what}", replace_error) from None
 
 
 def apply_config_map(body: dict[str, Any]) -> None:
-    body, digest = _stamped(body)
-    meta = body["metadata"]
-    try:
-        existing = core().read_namespaced_config_map(meta["name"], meta["namespace"])
-    except ApiException as error:
-        if error.status != 404:
-            raise _temporary(f"reading ConfigMap {meta['name']}", error) from None
-        existing = None
-    try:
-        if existing is None:
-            core().create_namespaced_config_map(meta["namespace"], body)
-        elif (existing.metadata.annotations or {}).get(APPLIED) != digest:
-            core().replace_namespaced_config_map(meta["name"], meta["namespace"], body)
-    except ApiException as error:
-        if error.status != 409:
-            raise _temporary(f"applying ConfigMap {meta['name']}", error) from None
-        core().replace_namespaced_config_map(meta["name"], meta["namespace"], body)
+    api = core()
+    _apply(body, api.create_namespaced_config_map, api.replace_namespaced_config_map)
 
 
 def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
@@ -106,26 +92,16 @@ def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
         raise _temporary(f"reading SparkApplication {name}", error) from None
 
 
-def create_spark_application(body: dict[str, Any]) -> bool:
-    """Creates the application; False if one by that name exists already."""
+def create_spark_application(body: dict[str, Any]) -> dict[str, Any] | None:
+    """Creates the application and returns it; None if one by that name exists already."""
     meta = body["metadata"]
     try:
-        custom().create_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, meta["namespace"],
-                                                 SPARK_PLURAL, body)
-        return True
+        return custom().create_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION,
+                                                        meta["namespace"], SPARK_PLURAL, body)
     except ApiException as error:
         if error.status == 409:
-            return False
+            return None
         raise _temporary(f"creating SparkApplication {meta['name']}", error) from None
-
-
-def spark_application_names(namespace: str, selector: str) -> list[str]:
-    try:
-        found = custom().list_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
-                                                       SPARK_PLURAL, label_selector=selector)
-    except ApiException as error:
-        raise _temporary("listing SparkApplications", error) from None
-    return [item["metadata"]["name"] for item in found.get("items", [])]
 
 
 def delete_spark_application(namespace: str, name: str) -> None:
@@ -166,31 +142,9 @@ def batch() -> client.BatchV1Api:
     return client.BatchV1Api(_api())
 
 
-def apply_cron_job(body: dict[str, Any], applied: dict[str, str]) -> None:
-    """Creates or replaces a CronJob; ``applied`` maps the existing ones to their hashes."""
-    body, digest = _stamped(body)
-    meta = body["metadata"]
-    if applied.get(meta["name"]) == digest:
-        return
-    try:
-        batch().create_namespaced_cron_job(meta["namespace"], body)
-    except ApiException as error:
-        if error.status != 409:
-            raise _temporary(f"creating CronJob {meta['name']}", error) from None
-        try:
-            batch().replace_namespaced_cron_job(meta["name"], meta["namespace"], body)
-        except ApiException as replace_error:
-            raise _temporary(f"updating CronJob {meta['name']}", replace_error) from None
-
-
-def cron_jobs(namespace: str, selector: str) -> dict[str, str]:
-    """The CronJobs matching the selector, each with the hash it was applied with."""
-    try:
-        found = batch().list_namespaced_cron_job(namespace, label_selector=selector)
-    except ApiException as error:
-        raise _temporary("listing CronJobs", error) from None
-    return {item.metadata.name: (item.metadata.annotations or {}).get(APPLIED, "")
-            for item in found.items}
+def apply_cron_job(body: dict[str, Any]) -> None:
+    api = batch()
+    _apply(body, api.create_namespaced_cron_job, api.replace_namespaced_cron_job)
 
 
 def delete_cron_job(namespace: str, name: str) -> None:

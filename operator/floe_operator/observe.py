@@ -1,7 +1,9 @@
-"""What the operator looks at to write the status: the table's commits and Kafka's offsets.
+"""What the operator sees of one KafkaIcebergTopic's world, as a frozen view: its children
+(from kopf's indexes, no API request), its table, the registry's latest version and Kafka's
+end offsets.  Nothing here acts; :mod:`plan` decides from the view and :mod:`act` acts.
 
-The operator opens the table with PyIceberg and Kafka with confluent-kafka, with the
-credentials from the resource's Secret references (read into memory, never written anywhere).
+The data side is opened with the settings of the rendered job config (the one contract the job
+runs on too), completed with the referenced Secrets' values, which stay in memory.
 """
 
 from __future__ import annotations
@@ -9,73 +11,246 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.commit import commits_since, last_commit
-from floe_sparkapp.config import CatalogConfig
+from floe_sparkapp.commit import OWNER, commits_since, last_commit
+from floe_sparkapp.config import CatalogConfig, JobConfig, SchemaRegistryConfig, TableConfig
+from floe_sparkapp.evolution import value_struct
+from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.librdkafka import librdkafka_settings
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
+from floe_sparkapp.registry import Registry
+from pyiceberg.types import StructType
 
 from . import kube
-from .render import Topic
+from .appstate import error_of, state_of
+from .clock import now_ms
+from .render import APPLIED, Topic
+from .resource import GROUP
+
+GENERATION = f"{GROUP}/generation"
+FINGERPRINT = f"{GROUP}/job-fingerprint"
+
+
+# --- children, from kopf's indexes -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class App:
+    """A SparkApplication as the planner needs it."""
+
+    name: str
+    state: str = ""
+    error: str = ""
+    attempts: int = 0
+    fingerprint: str | None = None
+    generation: str | None = None
+    terminated_at: str | None = None
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> App:
+        meta = body.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        status = body.get("status") or {}
+        return cls(name=meta["name"], state=state_of(body), error=error_of(body),
+                   attempts=int(status.get("executionAttempts", 0) or 0),
+                   fingerprint=annotations.get(FINGERPRINT),
+                   generation=annotations.get(GENERATION),
+                   terminated_at=status.get("terminationTime"))
 
 
 @dataclass(frozen=True)
-class TableState:
-    exists: bool
+class Children:
+    """The objects floe keeps for a resource, as kopf's watches last saw them."""
+
+    app: App | None = None
+    other_apps: tuple[str, ...] = ()  # the resource's applications under an older name
+    config_map: str | None = None  # the hash the job ConfigMap was applied with
+    cron_jobs: Mapping[str, str] = field(default_factory=dict)  # name -> applied hash
+
+
+def app_entry(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any]
+              ) -> dict[tuple[str, str], App]:
+    """The SparkApplication index: by namespace and the resource's label."""
+    topic = labels.get(f"{GROUP}/topic")
+    return {(namespace, topic): App.of(body)} if topic else {}
+
+
+def config_map_entry(namespace: str, name: str, annotations: Mapping[str, str]
+                     ) -> dict[tuple[str, str], str]:
+    """The job ConfigMap index: by namespace and name, the hash it was applied with."""
+    return {(namespace, name): annotations.get(APPLIED, "")}
+
+
+def cron_job_entry(namespace: str, name: str, labels: Mapping[str, str],
+                   annotations: Mapping[str, str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """The maintenance CronJob index: by namespace and the resource's label."""
+    topic = labels.get(f"{GROUP}/topic")
+    return {(namespace, topic): (name, annotations.get(APPLIED, ""))} if topic else {}
+
+
+def children(topic: Topic, apps: Mapping[Any, Iterable[App]],
+             config_maps: Mapping[Any, Iterable[str]],
+             cron_jobs: Mapping[Any, Iterable[tuple[str, str]]]) -> Children:
+    """The resource's children from the three indexes (kopf's ``Index`` or plain dicts)."""
+    key = (topic.namespace, topic.label)
+    found = list(apps.get(key, ()))
+    app = next((a for a in found if a.name == topic.child_name), None)
+    applied = list(config_maps.get((topic.namespace, f"{topic.child_name}-job"), ()))
+    return Children(app=app,
+                    other_apps=tuple(sorted(a.name for a in found if a.name != topic.child_name)),
+                    config_map=applied[0] if applied else None,
+                    cron_jobs=dict(cron_jobs.get(key, ())))
+
+
+# --- the data side, from the job config --------------------------------------------------------
+
+@dataclass(frozen=True)
+class Secrets:
+    """The referenced Secrets' values (in memory only)."""
+
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    catalog: Mapping[str, str] = field(default_factory=dict)
+    registry: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, topic: Topic) -> Secrets:
+        spec = topic.spec
+        registry = spec.value.schema_registry
+        refs = (spec.kafka.auth_secret_ref, spec.table.catalog.secret_ref,
+                registry.auth_secret_ref if registry else None)
+        kafka, catalog, registry_data = (
+            kube.secret_data(topic.namespace, ref.name) if ref else {} for ref in refs)
+        return cls(kafka, catalog, registry_data)
+
+
+def catalog_config(job: JobConfig, secrets: Secrets) -> CatalogConfig:
+    """The job's catalog, with the Secret's values in place of the directory it mounts."""
+    catalog = job.table.catalog
+    return catalog.model_copy(update={"properties": {**catalog.properties, **secrets.catalog},
+                                      "properties_dir": None})
+
+
+def table_config(job: JobConfig, secrets: Secrets) -> TableConfig:
+    return job.table.model_copy(update={"catalog": catalog_config(job, secrets)})
+
+
+def registry_config(job: JobConfig) -> SchemaRegistryConfig | None:
+    """The registry the table's schema comes from; None for a raw table."""
+    if job.value.format == "raw":
+        return None
+    registry = job.value.schema_registry
+    return registry.model_copy(update={"basic_auth_file": None}) if registry else None
+
+
+def kafka_settings(job: JobConfig, secrets: Secrets) -> dict[str, str]:
+    """The job's Kafka client settings (Java client names) for the operator's librdkafka."""
+    return librdkafka_settings({"bootstrap.servers": job.kafka.bootstrap_servers,
+                                **job.kafka.properties, **secrets.kafka})
+
+
+class _Catalogs:
+    """One PyIceberg catalog per distinct catalog config, kept across visits (opening one
+    builds a database engine or an HTTP session). At most ``size`` are kept."""
+
+    def __init__(self, size: int = 32):
+        self.size = size
+        self.lock = threading.Lock()
+        self.catalogs: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, config: CatalogConfig) -> Any:
+        key = config.model_dump_json()
+        with self.lock:
+            if key in self.catalogs:
+                self.catalogs.move_to_end(key)
+                return self.catalogs[key]
+        catalog = load_catalog(config)
+        with self.lock:
+            self.catalogs[key] = catalog
+            while len(self.catalogs) > self.size:
+                self.catalogs.popitem(last=False)
+        return catalog
+
+    def drop(self, config: CatalogConfig) -> None:
+        with self.lock:
+            self.catalogs.pop(config.model_dump_json(), None)
+
+
+catalogs = _Catalogs()
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TableView:
+    """The table as the resource's job left it."""
+
+    exists: bool = False
+    error: str | None = None  # the catalog could not be read
+    layout_error: str | None = None  # the table is not laid out the way floe writes
+    owner: str | None = None  # the writer recorded on the table
+    value: StructType | None = None  # the value column's type (None: a raw table)
+    schema_id: int | None = None
     snapshot_id: int | None = None
     committed_at_ms: int | None = None
-    schema_id: int | None = None
-    offsets: dict[int, int] = field(default_factory=dict)
+    offsets: Mapping[int, int] = field(default_factory=dict)
     vtts_ms: int | None = None
-    maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    maintenance_runs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     new_commits: int = 0  # floe commits since the snapshot the previous visit saw
     dead_letter_error: str | None = None  # the newest commit's records the DLQ refused
+    handle: Any = field(default=None, compare=False, repr=False)  # the PyIceberg table
 
 
-def catalog_config(topic: Topic) -> CatalogConfig:
-    spec = topic.spec.table.catalog
-    properties = dict(spec.properties)
-    if spec.secret_ref:
-        properties.update(kube.secret_data(topic.namespace, spec.secret_ref.name))
-    return CatalogConfig(type=spec.type, name=spec.name, uri=spec.uri, warehouse=spec.warehouse,
-                         properties=properties)
-
-
-def kafka_settings(topic: Topic) -> dict[str, str]:
-    """The resource's Kafka client settings (Java client names, as the Spark job uses them),
-    translated for the operator's librdkafka client."""
-    settings = {"bootstrap.servers": topic.spec.kafka.bootstrap_servers,
-                **topic.spec.kafka.properties}
-    if topic.spec.kafka.auth_secret_ref:
-        settings.update(kube.secret_data(topic.namespace, topic.spec.kafka.auth_secret_ref.name))
-    return librdkafka_settings(settings)
-
-
-def table_state(topic: Topic, catalog: CatalogConfig,
-                seen_snapshot_id: int | None = None) -> TableState:
-    from pyiceberg.exceptions import NoSuchTableError
-
+def table_view(table: Any, topic: Topic, job: JobConfig, seen_snapshot_id: int | None
+               ) -> TableView:
+    """What the loaded table says: its writer, schema and the job's newest commit."""
     try:
-        table = load_catalog(catalog).load_table(topic.spec.table.identifier)
-    except NoSuchTableError:
-        return TableState(exists=False)
+        check_layout(table, job.table, StructType() if job.value.format != "raw" else None)
+        layout_error = None
+    except LayoutMismatch as error:
+        layout_error = str(error)
     committed = last_commit(table, topic.writer, topic.spec.kafka.topic)
     snapshot = table.snapshot_by_id(committed.snapshot_id) if committed.snapshot_id else None
-    return TableState(
-        exists=True, snapshot_id=committed.snapshot_id,
+    return TableView(
+        exists=True, layout_error=layout_error, owner=table.properties.get(OWNER),
+        value=value_struct(table) if layout_error is None else None,
+        schema_id=table.schema().schema_id, snapshot_id=committed.snapshot_id,
         committed_at_ms=snapshot.timestamp_ms if snapshot else None,
-        schema_id=table.schema().schema_id, offsets=committed.offsets, vtts_ms=committed.vtts,
+        offsets=committed.offsets, vtts_ms=committed.vtts,
         maintenance_runs=maintenance_runs(table.properties),
         dead_letter_error=committed.dead_letter_error,
         new_commits=(commits_since(table, topic.writer, seen_snapshot_id,
                                    topic=topic.spec.kafka.topic)
-                     if committed.snapshot_id != seen_snapshot_id else 0))
+                     if committed.snapshot_id != seen_snapshot_id else 0),
+        handle=table)
 
 
-def maintenance_runs(properties: dict[str, str]) -> dict[str, dict[str, Any]]:
+def error_text(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:500]
+
+
+def observe_table(topic: Topic, job: JobConfig, secrets: Secrets,
+                  seen_snapshot_id: int | None) -> TableView:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    config = catalog_config(job, secrets)
+    try:
+        table = catalogs.get(config).load_table(job.table.identifier)
+    except NoSuchTableError:
+        return TableView()
+    except Exception as error:  # noqa: BLE001 - catalog unreachable: reported, retried
+        catalogs.drop(config)
+        return TableView(error=error_text(error))
+    try:
+        return table_view(table, topic, job, seen_snapshot_id)
+    except Exception as error:  # noqa: BLE001 - reported on the status
+        return TableView(exists=True, error=error_text(error), handle=table)
+
+
+def maintenance_runs(properties: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """The last outcome of each maintenance action, as the action recorded it on the table."""
     runs = {}
     for key, value in properties.items():
@@ -86,6 +261,34 @@ def maintenance_runs(properties: dict[str, str]) -> dict[str, dict[str, Any]]:
                 continue
     return runs
 
+
+# --- the registry ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RegistryView:
+    """The registry subject's latest version, mapped to the table's value type."""
+
+    version: int | None = None
+    value: StructType | None = None
+    error: str | None = None
+
+
+def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
+    """None for a raw table (no registry)."""
+    config = registry_config(job)
+    if config is None:
+        return None
+    try:
+        latest = Registry(config, secrets.registry.get("basic.auth.user.info")).latest()
+    except Exception as error:  # noqa: BLE001 - registry unreachable: reported, retried
+        return RegistryView(error=error_text(error))
+    try:
+        return RegistryView(latest.version, avro_to_iceberg(latest.schema).struct)
+    except AvroMappingError as error:
+        return RegistryView(latest.version, error=str(error))
+
+
+# --- Kafka -------------------------------------------------------------------------------------
 
 class _Consumers:
     """One Kafka client per distinct set of client settings, kept across visits: opening a
@@ -125,17 +328,17 @@ class _Consumers:
 _consumers = _Consumers()
 
 
-def end_offsets(topic: Topic, timeout: float = 10) -> dict[int, int]:
+def end_offsets(job: JobConfig, secrets: Secrets, timeout: float = 10) -> dict[int, int]:
     """The next offset Kafka would assign, per partition (the latest offsets)."""
     from confluent_kafka import TopicPartition
 
-    settings = kafka_settings(topic)
+    settings = kafka_settings(job, secrets)
     consumer, lock = _consumers.get(settings)
     try:
         with lock:
-            metadata = consumer.list_topics(topic.spec.kafka.topic, timeout=timeout)
-            partitions = metadata.topics[topic.spec.kafka.topic].partitions
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic.spec.kafka.topic, p),
+            metadata = consumer.list_topics(job.kafka.topic, timeout=timeout)
+            partitions = metadata.topics[job.kafka.topic].partitions
+            return {p: consumer.get_watermark_offsets(TopicPartition(job.kafka.topic, p),
                                                       timeout=timeout)[1]
                     for p in sorted(partitions)}
     except Exception:
@@ -143,7 +346,48 @@ def end_offsets(topic: Topic, timeout: float = 10) -> dict[int, int]:
         raise
 
 
-def as_status_offsets(committed: dict[int, int], latest: dict[int, int]) -> dict[str, Any]:
+# --- the whole view ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class World:
+    """Everything one visit saw of a resource's world; the planner decides from this alone."""
+
+    now_ms: int
+    children: Children = Children()
+    table: TableView = TableView()
+    registry: RegistryView | None = None  # None: a raw table, no registry
+    latest_offsets: Mapping[int, int] | None = None  # None: Kafka could not be asked
+    owner_claims_table: bool = True  # the table's other writer still points at it
+    schema_applied: str | None = None  # what this visit applied to the schema (an approval)
+
+
+def owner_claims(owner: str, identifier: str) -> bool:
+    """Whether the resource recorded as a table's writer still exists and writes it."""
+    namespace, _, name = owner.partition("/")
+    try:
+        other = kube.get_topic(namespace, name)
+    except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it does
+        return True
+    table = (((other or {}).get("spec") or {}).get("table") or {})
+    return other is not None and table.get("identifier") == identifier
+
+
+def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str, Any],
+            secrets: Secrets) -> World:
+    seen = (previous.get("table") or {}).get("snapshotId")
+    registry = observe_registry(job, secrets)
+    table = observe_table(topic, job, secrets, int(seen) if seen else None)
+    claims = (owner_claims(table.owner, job.table.identifier)
+              if table.owner not in (None, topic.writer) else True)
+    try:
+        latest = end_offsets(job, secrets)
+    except Exception:  # noqa: BLE001 - Kafka unreachable: the status keeps its last offsets
+        latest = None
+    return World(now_ms=now_ms(), children=found, table=table, registry=registry,
+                 latest_offsets=latest, owner_claims_table=claims)
+
+
+def as_status_offsets(committed: Mapping[int, int], latest: Mapping[int, int]) -> dict[str, Any]:
     lag = sum(max(0, end - committed.get(p, 0)) for p, end in latest.items())
     return {"committed": {str(p): o for p, o in sorted(committed.items())},
             "latest": {str(p): o for p, o in sorted(latest.items())}, "lag": lag}

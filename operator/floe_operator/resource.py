@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .units import DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_seconds, duration_seconds
+from .units import (DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_bytes, cel_seconds,
+                    duration_seconds)
 
 GROUP = "floe.dev"
 VERSION = "v1alpha1"
@@ -132,6 +133,14 @@ def _duration(default: str, description: str, bound: str = "", message: str = ""
                  description=description, json_schema_extra=extra)
 
 
+def _size(default: str, description: str, bound: str, message: str) -> Any:
+    """A size field (``256Mi``, Spark's ``512m``); ``bound`` (for example ``>= 1048576.0``, in
+    bytes) is checked by a CEL rule on the API server."""
+    matches = "self.matches('" + QUANTITY.replace("\\", "\\\\") + "')"
+    return Field(default, pattern=QUANTITY, max_length=32, description=description,
+                 json_schema_extra=_rules((f"!{matches} || {cel_bytes()} {bound}", message)))
+
+
 class CommitSpec(_Model):
     interval: str = _duration("60s", "How often a snapshot is committed, e.g. 10s, 1m "
                                      "(at most 1d).", "<= 86400.0",
@@ -212,8 +221,9 @@ class _MaintenanceAction(_Model):
 
 class CompactionSpec(_MaintenanceAction):
     schedule: str = Field("17 * * * *", pattern=CRON, description="Cron schedule (UTC).")
-    target_file_size: str = Field("256Mi", pattern=QUANTITY,
-                                  description="Size of the files compaction writes.")
+    target_file_size: str = _size("256Mi", "Size of the files compaction writes (at least "
+                                           "1Mi; lower-case units are binary, as in Spark).",
+                                  ">= 1048576.0", "compaction.targetFileSize must be at least 1Mi")
     min_input_files: int = Field(5, ge=2, le=10_000, description=(
         "Rewrite a partition's files only when there are at least this many."))
 

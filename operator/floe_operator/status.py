@@ -25,9 +25,9 @@ class Condition:
     message: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Observation:
-    """Everything one visit learned; None where it could not be learned."""
+    """What the planner made of one visit; None where it could not be learned."""
 
     generation: int
     suspended: bool = False
@@ -39,6 +39,7 @@ class Observation:
     table_exists: bool | None = None
     table_error: str | None = None
     table_in_use: str | None = None  # another resource writes the table
+    layout_error: str | None = None  # the table is not laid out the way floe writes
     job_stopped: tuple[str, str] | None = None  # (reason, message): the job needs the user
     snapshot_id: int | None = None
     committed_at_ms: int | None = None
@@ -53,7 +54,9 @@ class Observation:
     dead_letter_topic: str | None = None
     dead_letter_error: str | None = None  # the newest commit's records the topic refused
     now_ms: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    failovers: int | None = None  # times floe recreated the job (the backoff's exponent)
+    last_failover_time: str | None = None
+    last_failure: str | None = None  # the error the last failover recreated the job after
 
 
 def _refused(reason: str, message: str, table: str) -> list[Condition]:
@@ -71,6 +74,8 @@ def conditions(observed: Observation) -> list[Condition]:
         return _refused("InvalidSpec", observed.invalid_spec, "Unknown")
     if observed.table_in_use:
         return _refused("TableInUse", observed.table_in_use, "False")
+    if observed.layout_error:
+        return _refused("LayoutMismatch", observed.layout_error, "False")
 
     if observed.table_exists:
         table = Condition("TableReady", "True", "TableExists",
@@ -151,7 +156,8 @@ def maintenance_condition(observed: Observation) -> Condition:
 
 
 def phase(observed: Observation, ready: Condition) -> str:
-    if observed.invalid_spec or observed.table_in_use or observed.job_stopped:
+    if (observed.invalid_spec or observed.table_in_use or observed.layout_error
+            or observed.job_stopped):
         return "Failed"  # the user has to change something
     if observed.suspended:
         return "Suspended"
@@ -190,9 +196,11 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
                                       "attempts": observed.app_attempts}
         if observed.app_error:
             result["sparkApplication"]["lastFailure"] = observed.app_error[:1000]
-        for key in ("failovers", "lastFailoverTime", "lastFailure"):
-            if observed.extra.get(key) is not None:
-                result["sparkApplication"][key] = observed.extra[key]
+        for key, value in (("failovers", observed.failovers),
+                           ("lastFailoverTime", observed.last_failover_time),
+                           ("lastFailure", observed.last_failure)):
+            if value is not None:
+                result["sparkApplication"][key] = value
     if observed.table_exists:
         table: dict[str, Any] = {"schemaId": observed.schema_id}
         if observed.snapshot_id is not None:

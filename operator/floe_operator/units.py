@@ -30,6 +30,18 @@ def cel_seconds(value: str = "self") -> str:
             f"({parts}[1] == '' ? 0.0 : double(duration({parts}[1]).getSeconds())))")
 
 
+def cel_bytes(value: str = "self") -> str:
+    """A CEL expression of the bytes a size string holds (a double), as :func:`size_bytes`
+    counts them: lower case and ``i`` units are binary (Spark's ``512m`` is 512 MiB)."""
+    units = [("Ti", 1024**4), ("t", 1024**4), ("T", 1000**4), ("Gi", 1024**3), ("g", 1024**3),
+             ("G", 1000**3), ("Mi", 1024**2), ("m", 1024**2), ("M", 1000**2), ("Ki", 1024),
+             ("k", 1024), ("K", 1000)]
+    factor = "1.0"
+    for unit, bytes_ in reversed(units):
+        factor = f"({value}.endsWith('{unit}') ? {float(bytes_)} : {factor})"
+    return f"double({value}.find('^[0-9]+(\\\\.[0-9]+)?')) * {factor}"
+
+
 def duration_seconds(text: str) -> int:
     """'90s', '1m30s', '2h', '7d' as whole seconds (at least 1)."""
     total = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))

@@ -114,6 +114,12 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
     (changed("spec.maintenance", {"expireSnapshots": {"maxAge": "30s"}}),
      'spec.maintenance.expireSnapshots.maxAge: Invalid value: "30s": expireSnapshots.maxAge '
      "must be at least 1m"),
+    (changed("spec.maintenance", {"compaction": {"targetFileSize": "1023Ki"}}),
+     'spec.maintenance.compaction.targetFileSize: Invalid value: "1023Ki": '
+     "compaction.targetFileSize must be at least 1Mi"),
+    (changed("spec.maintenance", {"compaction": {"targetFileSize": "1M"}}),
+     'spec.maintenance.compaction.targetFileSize: Invalid value: "1M": '
+     "compaction.targetFileSize must be at least 1Mi"),
     (changed("spec.table.identifier", "orders"),
      'spec.table.identifier: Invalid value: "orders": spec.table.identifier in body should '
      "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
@@ -125,6 +131,14 @@ def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
 
 
 @pytest.mark.parametrize("path, value, rendered, seconds", [
+    ("spec.maintenance", {"compaction": {"targetFileSize": "1Mi"}},
+     "maintenance.target_file_size_bytes", 1_048_576),
+    ("spec.maintenance", {"compaction": {"targetFileSize": "1m"}},  # Spark's way: 1 MiB
+     "maintenance.target_file_size_bytes", 1_048_576),
+    ("spec.maintenance", {"compaction": {"targetFileSize": "1048576"}},
+     "maintenance.target_file_size_bytes", 1_048_576),
+    ("spec.maintenance", {"compaction": {"targetFileSize": "1.5G"}},
+     "maintenance.target_file_size_bytes", 1_500_000_000),
     ("spec.commit", {"interval": "1d"}, "commit.interval_seconds", 86_400),
     ("spec.commit", {"interval": "23h59m59s"}, "commit.interval_seconds", 86_399),
     ("spec.commit", {"interval": "500ms"}, "commit.interval_seconds", 1),
@@ -137,7 +151,7 @@ def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
     ("spec.maintenance", {"expireSnapshots": {"maxAge": "1d12h"}},
      "maintenance.max_snapshot_age_seconds", 129_600),
 ])
-def test_durations_at_their_bounds_are_accepted_and_the_operator_renders_them(
+def test_durations_and_sizes_at_their_bounds_are_accepted_and_the_operator_renders_them(
         api, namespace, path, value, rendered, seconds):
     created = create(api, namespace, changed(path, value))
     config = job_config(Topic.from_body(created), OperatorSettings())  # no InvalidSpec either

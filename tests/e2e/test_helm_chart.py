@@ -53,9 +53,9 @@ OPERATOR_RULES = [
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["configmaps"],
-     "verbs": ["get", "create", "update", "patch", "delete"]},
+     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": ["batch"], "resources": ["cronjobs"],
-     "verbs": ["get", "list", "create", "update", "patch", "delete"]},
+     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]

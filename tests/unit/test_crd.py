@@ -62,3 +62,73 @@ def test_the_designs_example_spec_parses_with_defaults():
     assert spec.schema_evolution.mode == "additive"
     assert spec.spark.executor.instances == 1
     assert spec.suspend is False
+
+
+# Every bound of the job config and the spec field it is rendered from, whose CRD schema must
+# refuse what the job config refuses: "what the API server accepts, the operator accepts".
+# None: no spec field renders it (the operator's own value, or Kubernetes' metadata).
+JOB_CONFIG_BOUNDS = {
+    ("CommitConfig", "interval_seconds"): "commit.interval",
+    ("CommitConfig", "max_records_per_commit"): "commit.maxRecordsPerCommit",
+    ("MaintenanceConfig", "target_file_size_bytes"): "maintenance.compaction.targetFileSize",
+    ("MaintenanceConfig", "min_input_files"): "maintenance.compaction.minInputFiles",
+    ("MaintenanceConfig", "retain_last"): "maintenance.expireSnapshots.retainLast",
+    ("MaintenanceConfig", "max_snapshot_age_seconds"): "maintenance.expireSnapshots.maxAge",
+    ("MaintenanceConfig", "orphan_older_than_seconds"): "maintenance.removeOrphans.olderThan",
+    ("MaintenanceConfig", "max_attempts"): None,  # the operator renders the default
+    ("JobConfig", "generation"): None,  # metadata.generation, at least 1 by Kubernetes
+}
+
+
+def _bounds(field):
+    import annotated_types
+
+    found = {}
+    for item in field.metadata:
+        for name, kind in (("ge", annotated_types.Ge), ("gt", annotated_types.Gt),
+                           ("le", annotated_types.Le), ("lt", annotated_types.Lt)):
+            if isinstance(item, kind):
+                found[name] = getattr(item, name)
+    return found
+
+
+def _job_config_models():
+    from floe_sparkapp import config
+
+    return {name: model for name, model in vars(config).items()
+            if isinstance(model, type) and issubclass(model, config._Model)
+            and model is not config._Model}
+
+
+def test_every_bound_of_the_job_config_is_listed_with_its_spec_field():
+    bounded = {(name, field_name) for name, model in _job_config_models().items()
+               for field_name, field in model.model_fields.items() if _bounds(field)}
+    assert bounded == set(JOB_CONFIG_BOUNDS), (
+        "a job config bound without a CRD counterpart: add the bound to the resource model "
+        "(a minimum, a maximum or a CEL rule) and list it here")
+
+
+@pytest.mark.parametrize("model, field_name", [k for k, v in JOB_CONFIG_BOUNDS.items() if v])
+def test_the_crd_refuses_what_the_job_config_refuses(model, field_name):
+    """An integer field's minimum and maximum are at least as strict as the job config's; a
+    duration's or a size's CEL rule compares it, in seconds or bytes, with the same bound."""
+    bounds = _bounds(_job_config_models()[model].model_fields[field_name])
+    node = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"]["properties"]["spec"]
+    for part in JOB_CONFIG_BOUNDS[(model, field_name)].split("."):
+        node = node["properties"][part]
+    if node["type"] == "integer":
+        if "ge" in bounds:
+            assert node["minimum"] >= bounds["ge"]
+        if "le" in bounds:
+            assert node["maximum"] <= bounds["le"]
+        return
+    rules = " ".join(r["rule"] for r in node.get("x-kubernetes-validations", []))
+    for name, operator in (("ge", ">="), ("le", "<=")):
+        if name not in bounds:
+            continue
+        if name == "ge" and bounds["ge"] <= 1 and "duration" in rules:
+            continue  # a duration renders as at least 1 second
+        assert f"{operator} {float(bounds[name])}" in rules, (
+            f"{JOB_CONFIG_BOUNDS[(model, field_name)]}: no CEL rule for {operator} "
+            f"{bounds[name]}")

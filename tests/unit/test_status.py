@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from floe_operator import handlers
-from floe_operator.handlers import failover_delay
+from floe_operator import handlers, plan
+from floe_operator.observe import App
+from floe_operator.plan import failover_delay
 from floe_operator.status import Observation, status
 
 pytestmark = pytest.mark.unit
@@ -148,20 +149,19 @@ def test_maintenance_is_scheduled_with_each_actions_last_run_on_the_status():
 
 def test_a_job_that_stopped_on_data_loss_is_not_failed_over_and_says_what_to_do():
     def app(error):
-        return {"metadata": {"name": "floe-orders", "namespace": "data"},
-                "status": {"applicationState": {"state": "FAILED", "errorMessage": error}}}
+        return App("floe-orders", state="FAILED", error=error)
 
-    assert handlers._stopped_for_the_user(app(
-        "driver container failed with ExitCode: 137, Reason: Error")) is None
-    reason, message = handlers._stopped_for_the_user(app(
-        "driver container failed with ExitCode: 3, Reason: Error"))
+    assert plan.stopped_for_the_user(app(
+        "driver container failed with ExitCode: 137, Reason: Error"), "data") is None
+    reason, message = plan.stopped_for_the_user(app(
+        "driver container failed with ExitCode: 3, Reason: Error"), "data")
     assert reason == "DataLoss"
     assert message.startswith("the job stopped (exit code 3): Kafka no longer has records the "
                               "table has not got")
     assert "kubectl logs -n data floe-orders-driver" in message
     assert "delete SparkApplication floe-orders" in message
-    assert handlers._stopped_for_the_user(app(
-        "driver container failed with ExitCode: 5, Reason: Error"))[0] == "TableInUse"
+    assert plan.stopped_for_the_user(app(
+        "driver container failed with ExitCode: 5, Reason: Error"), "data")[0] == "TableInUse"
 
     observed = Observation(generation=1, app_state="FAILED", app_name="floe-orders",
                            table_exists=True, job_stopped=(reason, message))
@@ -180,7 +180,7 @@ def test_a_refresh_busy_when_the_deletion_begins_ends_before_it_and_none_acts_af
     happened: list[str] = []
     busy, release = threading.Event(), threading.Event()
 
-    def refreshing(body, patch, logger):
+    def refreshing(body, patch, logger, **indexes):
         happened.append("refresh")
         busy.set()
         release.wait(10)

@@ -60,13 +60,15 @@ release's own. One name per line. */}}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+# The job ConfigMaps, SparkApplications and CronJobs floe keeps are watched (kopf indexes
+# them), not read on every visit.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, update, patch, delete]
+  verbs: [get, list, watch, create, update, patch, delete]
 # Table maintenance: one CronJob per enabled action.
 - apiGroups: [batch]
   resources: [cronjobs]
-  verbs: [get, list, create, update, patch, delete]
+  verbs: [get, list, watch, create, update, patch, delete]
 # Only the Secrets a resource references are read: their values stay in memory, and are masked
 # in logs, Events and the status.
 - apiGroups: [""]

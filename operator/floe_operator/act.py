@@ -1,0 +1,155 @@
+"""Runs the planner's actions: on Kubernetes through :mod:`kube`, on the table through the
+table contract of :mod:`floe_sparkapp`.  Each action returns the world as it left it, so the
+status written after acting describes what is there, not what was there."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import kopf
+
+from floe_sparkapp.commit import TableInUse, claim_table, hand_over_table
+from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
+from floe_sparkapp.layout import LayoutMismatch, ensure_table
+
+from . import kube, observe
+from floe_sparkapp.config import JobConfig
+
+from .observe import App, Secrets, World
+from .plan import (Action, ApplyApproved, ApplyConfigMap, ApplyCronJob, ClaimTable, CreateApp,
+                   CreateTable, DeleteApp, DeleteCronJob, EvolveTable, Event)
+from .render import APPLIED, Topic
+
+
+def run(actions: tuple[Action, ...], world: World, topic: Topic, job: JobConfig,
+        secrets: Secrets, body: Any, logger: Any) -> World:
+    for action in actions:
+        world = _run(action, world, topic, job, secrets, body, logger)
+    return world
+
+
+def _table(world: World, table: Any, topic: Topic, job: JobConfig) -> World:
+    seen = world.table.snapshot_id
+    view = observe.table_view(table, topic, job, seen)
+    return replace(world, table=replace(view, new_commits=world.table.new_commits))
+
+
+def _run(action: Action, world: World, topic: Topic, job: JobConfig, secrets: Secrets,
+         body: Any, logger: Any) -> World:
+    if isinstance(action, Event):
+        (logger.warning if action.warning else logger.info)(action.message)
+        (kopf.warn if action.warning else kopf.info)(body, reason=action.reason,
+                                                     message=action.message)
+        return world
+    if isinstance(action, (CreateTable, ClaimTable, EvolveTable, ApplyApproved)):
+        try:
+            return _run_on_table(action, world, topic, job, secrets, logger)
+        except kopf.TemporaryError:
+            raise
+        except Exception as error:  # noqa: BLE001 - catalog unreachable: reported, retried
+            return replace(world, table=replace(world.table,
+                                                error=observe.error_text(error)))
+    return _run_on_kubernetes(action, world, topic, body, logger)
+
+
+def _run_on_table(action: Action, world: World, topic: Topic, job: JobConfig,
+                  secrets: Secrets, logger: Any) -> World:
+    if isinstance(action, CreateTable):
+        return _create_table(world, topic, job, secrets, logger)
+    if isinstance(action, ClaimTable):
+        table = world.table.handle
+        if action.taking_over_from:
+            hand_over_table(table, topic.writer)
+        else:
+            try:
+                claim_table(table, topic.writer)
+            except TableInUse:
+                table.refresh()  # another resource claimed it first: the next plan says so
+        return _table(world, table, topic, job)
+    if isinstance(action, EvolveTable):
+        return _evolve(world, topic, job, logger)
+    if isinstance(action, ApplyApproved):
+        table = world.table.handle
+        try:
+            renamed = apply_approved_breaking(table, world.registry.value, action.version)
+        except BreakingChange as refused:
+            logger.warning("schema: approved version %s cannot be applied: %s",
+                           action.version, refused)
+            table.refresh()
+            return _table(world, table, topic, job)
+        applied = (f"applied approved registry version {action.version}: "
+                   f"{'; '.join(renamed) or 'no column renamed'}")
+        logger.info("schema: %s", applied)
+        return replace(_table(world, table, topic, job), schema_applied=applied)
+    raise TypeError(f"no way to run {action!r}")
+
+
+def _run_on_kubernetes(action: Action, world: World, topic: Topic, body: Any,
+                       logger: Any) -> World:
+    namespace = topic.namespace
+    if isinstance(action, ApplyConfigMap):
+        kube.apply_config_map(action.body)
+        return replace(world, children=replace(world.children, config_map=action.digest))
+    if isinstance(action, DeleteApp):
+        kube.delete_spark_application(namespace, action.name)
+        if action.why:
+            logger.info("deleted SparkApplication %s (%s)", action.name, action.why)
+        children = world.children
+        if children.app is not None and children.app.name == action.name:
+            children = replace(children, app=None)
+        return replace(world, children=replace(
+            children, other_apps=tuple(a for a in children.other_apps if a != action.name)))
+    if isinstance(action, CreateApp):
+        created = kube.create_spark_application(action.body)
+        if created is not None:
+            logger.info("created SparkApplication %s", action.name)
+            if action.announce:
+                kopf.info(body, reason="JobCreated",
+                          message=f"created SparkApplication {action.name}")
+        else:  # there already (the index had not seen it yet)
+            created = kube.get_spark_application(namespace, action.name)
+        app = App.of(created) if created is not None else None
+        return replace(world, children=replace(world.children, app=app))
+    if isinstance(action, ApplyCronJob):
+        kube.apply_cron_job(action.body)
+        digest = action.body["metadata"]["annotations"][APPLIED]
+        return replace(world, children=replace(
+            world.children, cron_jobs={**world.children.cron_jobs, action.name: digest}))
+    if isinstance(action, DeleteCronJob):
+        kube.delete_cron_job(namespace, action.name)
+        logger.info("maintenance: removed CronJob %s", action.name)
+        return replace(world, children=replace(world.children, cron_jobs={
+            n: h for n, h in world.children.cron_jobs.items() if n != action.name}))
+    raise TypeError(f"no way to run {action!r}")
+
+
+def _create_table(world: World, topic: Topic, job: JobConfig, secrets: Secrets,
+                  logger: Any) -> World:
+    value = world.registry.value if world.registry is not None else None
+    try:
+        catalog = observe.catalogs.get(observe.catalog_config(job, secrets))
+        table, created = ensure_table(catalog, observe.table_config(job, secrets), value)
+    except LayoutMismatch as error:  # made by something else since the visit looked
+        return replace(world, table=replace(world.table, exists=True,
+                                            layout_error=str(error)))
+    if created:
+        logger.info("created table %s", job.table.identifier)
+    try:
+        claim_table(table, topic.writer)
+    except TableInUse:
+        table.refresh()  # created by another resource at the same time: the next plan says so
+    return _table(world, table, topic, job)
+
+
+def _evolve(world: World, topic: Topic, job: JobConfig, logger: Any) -> World:
+    table = world.table.handle
+    try:
+        evolution = apply_evolution(table, world.registry.value)
+    except BreakingChange:  # the table changed since the visit looked: the next plan says so
+        table.refresh()
+        return _table(world, table, topic, job)
+    if evolution.needs_update:
+        logger.info("evolved table %s: %s", job.table.identifier,
+                    "; ".join(str(c) for c in evolution.changes))
+    return _table(world, table, topic, job)

@@ -1,0 +1,366 @@
+"""What to do about one KafkaIcebergTopic, decided from what was observed: a pure function.
+
+``plan(topic, world, previous, settings, approved)`` returns the actions that bring the world
+to the spec and the status that describes it; :mod:`act` runs the actions, :mod:`observe`
+builds the world.  Nothing here talks to Kubernetes, the catalog, the registry or Kafka.
+
+The decisions, in order:
+
+* **table**: created when absent (from the registry's latest version); claimed for this
+  resource when it has no writer; taken over when its writer is gone; refused (TableInUse)
+  when another resource writes it; refused (LayoutMismatch) when floe did not make it;
+* **schema**: the one comparison the job uses too (:func:`floe_sparkapp.evolution.plan_evolution`):
+  an additive version evolves the table, a breaking one waits for its approval annotation;
+* **job**: which spec changes restart it is declared by the job fingerprint (the job config
+  without the maintenance settings, and the SparkApplication); an application that ended is
+  failed over with backoff, one that stopped on an exit code only the user can resolve is not;
+* **maintenance**: one CronJob per enabled action, those of disabled actions removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from floe_sparkapp import exit_codes
+from floe_sparkapp.evolution import BreakingChange, plan_evolution
+
+from . import redact, render
+from .appstate import ENDED, FAILED, AppState
+from .clock import epoch, iso
+from .observe import App, World, as_status_offsets
+from .render import Topic
+from .resource import GROUP
+from .settings import OperatorSettings
+from .status import Observation, status
+
+APPROVAL = f"{GROUP}/approve-schema-version"
+
+
+# --- actions -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CreateTable:
+    """Create the table (from the registry's latest value type) and claim it."""
+
+
+@dataclass(frozen=True)
+class ClaimTable:
+    """Record this resource as the table's writer; ``taking_over_from``: a writer that is gone."""
+
+    taking_over_from: str | None = None
+
+
+@dataclass(frozen=True)
+class EvolveTable:
+    """Apply the registry's latest version (additive changes)."""
+
+    version: int | None
+    changes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ApplyApproved:
+    """Apply a breaking version its annotation approved."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class ApplyConfigMap:
+    body: dict[str, Any] = field(compare=False)
+    digest: str = ""
+
+
+@dataclass(frozen=True)
+class CreateApp:
+    body: dict[str, Any] = field(compare=False)
+    name: str = ""
+    announce: bool = True  # a JobCreated Event (not for a failover, which has its own)
+
+
+@dataclass(frozen=True)
+class DeleteApp:
+    name: str
+    why: str = ""  # for the operator's log
+
+
+@dataclass(frozen=True)
+class ApplyCronJob:
+    body: dict[str, Any] = field(compare=False)
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class DeleteCronJob:
+    name: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event on the resource (and a line in the operator's log)."""
+
+    warning: bool
+    reason: str
+    message: str
+
+
+Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | ApplyConfigMap | CreateApp
+          | DeleteApp | ApplyCronJob | DeleteCronJob | Event)
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    status: dict[str, Any]
+    new_commits: int = 0
+
+
+# --- failover policy ---------------------------------------------------------------------------
+
+def failover_delay(failovers: int) -> int:
+    """Seconds to wait before recreating a failed job: 10 s, doubling, at most 5 minutes."""
+    return min(300, 10 * 2 ** failovers)
+
+
+# The job's exit codes for what only the user can resolve.
+STOPPED_FOR_THE_USER = {
+    exit_codes.DATA_LOSS: ("DataLoss", "Kafka no longer has records the table has not got "
+                                       "(retention deleted them, or the topic was deleted and "
+                                       "created again)"),
+    exit_codes.TABLE_IN_USE: ("TableInUse", "another resource writes the table"),
+}
+
+
+def stopped_for_the_user(app: App, namespace: str) -> tuple[str, str] | None:
+    """(reason, message) when the driver exited with a code that recreating the job would only
+    repeat; None otherwise."""
+    found = re.search(r"ExitCode: (\d+)", app.error)
+    if found is None or int(found.group(1)) not in STOPPED_FOR_THE_USER:
+        return None
+    reason, what = STOPPED_FOR_THE_USER[int(found.group(1))]
+    return reason, (f"the job stopped (exit code {found.group(1)}): {what}; `kubectl logs -n "
+                    f"{namespace} {app.name}-driver` says what and where. floe does not restart "
+                    f"it: once resolved, delete SparkApplication {app.name} (or change the spec) "
+                    "and it is created again; for a topic created again, create the resource "
+                    "again with another table.identifier")
+
+
+@dataclass(frozen=True)
+class Failovers:
+    """The failover record kept on the status (``status.sparkApplication``)."""
+
+    count: int = 0
+    last_time: str | None = None
+    last_failure: str | None = None
+
+    @classmethod
+    def of(cls, previous: Mapping[str, Any]) -> Failovers:
+        record = previous.get("sparkApplication") or {}
+        return cls(int(record.get("failovers", 0) or 0), record.get("lastFailoverTime"),
+                   record.get("lastFailure"))
+
+
+def _healthy_since_failover(app: App, record: Failovers, now_s: float,
+                            settings: OperatorSettings) -> bool:
+    """Whether the job a failover recreated has run long enough without dying again (the
+    spark-operator did not have to submit its driver again) for the count to start over."""
+    if not record.count or not record.last_time:
+        return False
+    return (app.state == AppState.RUNNING and app.attempts <= 1
+            and now_s - epoch(record.last_time) >= settings.failover_reset_seconds)
+
+
+# --- the planner -------------------------------------------------------------------------------
+
+@dataclass
+class _Decisions:
+    """What the planner decided so far: the actions, and what the status will say."""
+
+    actions: list[Action] = field(default_factory=list)
+    observed: dict[str, Any] = field(default_factory=dict)
+
+    def act(self, *actions: Action) -> None:
+        self.actions.extend(actions)
+
+    def say(self, **fields: Any) -> None:
+        self.observed.update(fields)
+
+
+def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: OperatorSettings,
+         approved: str | None = None) -> Plan:
+    """The actions and the status for one visit of ``topic``, whose world is ``world``."""
+    previous = dict(previous or {})
+    spec = topic.spec
+    decided = _Decisions()
+    decided.say(generation=topic.generation, suspended=spec.suspend, now_ms=world.now_ms,
+                dead_letter_topic=spec.dead_letter.topic if spec.dead_letter else None)
+    in_use = _plan_table(topic, world, decided)
+    if not in_use:
+        _plan_schema(topic, world, decided, approved)
+    if in_use or world.table.layout_error:  # no job and no maintenance on another's table
+        decided.say(app_name=topic.child_name)
+        if world.children.app is not None:
+            decided.act(DeleteApp(topic.child_name))
+    else:
+        _plan_job(topic, world, previous, settings, decided)
+        _plan_maintenance(topic, world, settings, decided)
+        _progress(world, decided)
+    observed = Observation(**decided.observed)
+    return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
+                world.table.new_commits if world.table.exists else 0)
+
+
+def invalid(topic_generation: int, message: str, previous: Mapping[str, Any]) -> Plan:
+    """The plan for a spec that cannot be rendered: nothing is done, the status says why."""
+    return Plan((), status(Observation(topic_generation, invalid_spec=message), dict(previous)))
+
+
+def _plan_table(topic: Topic, world: World, decided: _Decisions) -> bool:
+    """Table actions; True when another resource writes the table."""
+    table, registry = world.table, world.registry
+    error = (registry.error if registry else None) or table.error
+    if error:
+        decided.say(table_error=error)
+    if table.layout_error:
+        decided.say(layout_error=table.layout_error)
+    if registry is not None:
+        decided.say(registry_version=registry.version)
+    if not table.exists:
+        if not table.error and not (registry and registry.value is None):
+            decided.act(CreateTable())
+        return False
+    if table.layout_error or table.owner == topic.writer:
+        return False
+    if table.owner is None:
+        decided.act(ClaimTable())
+        return False
+    if world.owner_claims_table:
+        decided.say(table_in_use=(
+            f"table {topic.spec.table.identifier} is written by KafkaIcebergTopic "
+            f"{table.owner}; one table has one writer: point spec.table.identifier at another "
+            f"table, or delete {table.owner} (with deletionPolicy Retain its table stays) and "
+            "this resource takes it over"))
+        return True
+    decided.act(ClaimTable(taking_over_from=table.owner), Event(False, "TableAdopted", (
+        f"table {topic.spec.table.identifier} was written by {table.owner}, which is gone: "
+        f"this resource takes it over and goes on from the offsets committed for Kafka topic "
+        f"{topic.spec.kafka.topic}")))
+    return False
+
+
+def _plan_schema(topic: Topic, world: World, decided: _Decisions, approved: str | None) -> None:
+    table, registry = world.table, world.registry
+    if (registry is None or registry.value is None or not table.exists or table.layout_error
+            or topic.spec.schema_evolution.mode != "additive"):
+        return
+    version = registry.version
+    if world.schema_applied:
+        decided.say(schema_in_sync=True, schema_message=world.schema_applied)
+        return
+    evolution = (plan_evolution(table.value, registry.value) if table.value is not None
+                 else None)
+    if evolution is not None and evolution.is_additive:
+        decided.say(schema_in_sync=True,
+                    schema_message=f"table matches registry version {version}")
+        if evolution.needs_update:
+            decided.act(EvolveTable(version, tuple(str(c) for c in evolution.changes)))
+        return
+    if approved is not None and approved == str(version) and version is not None:
+        decided.act(ApplyApproved(version))
+        return
+    reason = (str(BreakingChange(evolution)) if evolution is not None
+              else "breaking schema change: value: the table has no value column (raw)")
+    decided.say(schema_in_sync=False, schema_message=(
+        f"registry version {version}: {reason}; the table keeps its schema and those records "
+        f'land in value_raw until the annotation {APPROVAL}: "{version}" approves the change'))
+
+
+def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
+              settings: OperatorSettings, decided: _Decisions) -> None:
+    name = topic.child_name
+    app = world.children.app
+    decided.say(app_name=name)
+    if topic.spec.suspend:
+        if app is not None:
+            decided.act(DeleteApp(name))
+        return
+    rendered = render.desired(topic, settings)
+    if world.children.config_map != rendered.config_map_digest:
+        decided.act(ApplyConfigMap(rendered.config_map, rendered.config_map_digest))
+    desired = rendered.spark_application
+    if app is not None and app.fingerprint != rendered.fingerprint:
+        decided.act(Event(False, "JobRestarted",
+                          f"spec changed (generation {app.generation} -> {topic.generation}): "
+                          "restarting the job"),
+                    DeleteApp(name))
+        app = None
+    record = Failovers.of(previous)
+    if app is None:
+        # A long name's child used to be its name cut at 63 characters: that one would be a
+        # second writer beside the new one.
+        decided.act(*(DeleteApp(stale, "named by an older floe")
+                      for stale in world.children.other_apps))
+        decided.act(CreateApp(desired, name))
+    elif app.state in FAILED and (stopped := stopped_for_the_user(app, topic.namespace)):
+        decided.say(job_stopped=stopped)  # failing over would fail the same way
+        record = replace(record, last_failure=None)
+    elif app.state in ENDED:
+        record = _plan_failover(topic, app, record, world, desired, decided)
+    elif _healthy_since_failover(app, record, world.now_ms / 1000, settings):
+        record = replace(record, count=0)
+        decided.act(Event(False, "FailoversReset",
+                          f"job healthy for {settings.failover_reset_seconds:g}s since its last "
+                          "failover: failover count reset"))
+    if app is not None:
+        decided.say(app_state=app.state, app_error=app.error or None, app_attempts=app.attempts)
+    decided.say(failovers=record.count, last_failover_time=record.last_time,
+                last_failure=record.last_failure)
+
+
+def _plan_failover(topic: Topic, app: App, record: Failovers, world: World,
+                   desired: dict[str, Any], decided: _Decisions) -> Failovers:
+    """Recreates an application that ended (failed, or completed though a streaming job never
+    should), with exponential backoff."""
+    since = max([epoch(t) for t in (record.last_time, app.terminated_at) if t] or [0])
+    if world.now_ms / 1000 - since < failover_delay(record.count):
+        return replace(record, last_failure=None)  # the status shows the application's error
+    error = app.error
+    if app.state == AppState.COMPLETED:
+        error = error or "the driver exited 0, but a streaming job never ends by itself"
+    message = (f"job {'ended' if app.state == AppState.COMPLETED else 'failed'} ({app.state}); "
+               f"recreating it (failover {record.count + 1}): "
+               f"{error.splitlines()[0][:300] if error else 'no message'}")
+    decided.act(Event(True, "Failover", redact.redact(message)), DeleteApp(app.name),
+                CreateApp(desired, topic.child_name, announce=False))
+    return Failovers(record.count + 1, iso(world.now_ms / 1000), error[:1000])
+
+
+def _plan_maintenance(topic: Topic, world: World, settings: OperatorSettings,
+                      decided: _Decisions) -> None:
+    """One CronJob per enabled action; those of disabled actions are removed."""
+    desired = [body for body, _ in render.desired(topic, settings).cron_jobs]
+    existing = world.children.cron_jobs
+    for body, digest in render.desired(topic, settings).cron_jobs:
+        if existing.get(body["metadata"]["name"]) != digest:
+            decided.act(ApplyCronJob(body, body["metadata"]["name"]))
+    wanted = {c["metadata"]["name"] for c in desired}
+    decided.act(*(DeleteCronJob(name) for name in sorted(existing) if name not in wanted))
+    decided.say(maintenance={
+        c["metadata"]["labels"][f"{GROUP}/action"]: {"schedule": c["spec"]["schedule"],
+                                                      "cronJob": c["metadata"]["name"]}
+        for c in desired})
+
+
+def _progress(world: World, decided: _Decisions) -> None:
+    table = world.table
+    decided.say(table_exists=table.exists)
+    if table.exists:
+        decided.say(snapshot_id=table.snapshot_id, committed_at_ms=table.committed_at_ms,
+                    schema_id=table.schema_id, vtts_ms=table.vtts_ms,
+                    maintenance_runs=dict(table.maintenance_runs),
+                    dead_letter_error=table.dead_letter_error)
+    if world.latest_offsets is not None:
+        decided.say(offsets=as_status_offsets(table.offsets, world.latest_offsets))

@@ -1,0 +1,296 @@
+"""The planner: from what a visit observed to the actions and the status, without a cluster."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType
+
+from floe_operator import render
+from floe_operator.observe import App, Children, RegistryView, TableView, World
+from floe_operator.plan import (ApplyApproved, ApplyConfigMap, ApplyCronJob, ClaimTable,
+                                CreateApp, CreateTable, DeleteApp, DeleteCronJob, EvolveTable,
+                                Event, plan)
+from floe_operator.settings import OperatorSettings
+
+pytestmark = pytest.mark.unit
+
+NOW_MS = 1_795_000_000_000  # 2026-11-18T11:06:40Z
+SETTINGS = OperatorSettings(spark_image="floe/floe-spark:test")
+BODY = {
+    "metadata": {"name": "orders", "namespace": "data", "uid": "u-1", "generation": 2},
+    "spec": {
+        "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"},
+        "value": {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
+                                                       "subject": "orders-value"}},
+        "table": {"catalog": {"uri": "jdbc:sqlite:/lake/catalog.db",
+                              "warehouse": "file:///lake/wh"},
+                  "identifier": "analytics.orders"},
+        "maintenance": {"compaction": {"enabled": True}, "expireSnapshots": {"enabled": True},
+                        "removeOrphans": {"enabled": False},
+                        "rewriteManifests": {"enabled": False}},
+    },
+}
+V1 = StructType(NestedField(10, "id", LongType(), required=False),
+                NestedField(11, "quantity", IntegerType(), required=False))
+V2 = StructType(*V1.fields, NestedField(12, "note", StringType(), required=False))
+V3 = StructType(NestedField(10, "id", LongType(), required=False),
+                NestedField(11, "quantity", StringType(), required=False))
+
+
+def topic_of(**spec_changes):
+    body = copy.deepcopy(BODY)
+    for path, value in spec_changes.items():
+        node = body["spec"]
+        *parents, leaf = path.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return render.Topic.from_body(body)
+
+
+TOPIC = topic_of()
+
+
+def fingerprint(topic=TOPIC):
+    return render.spark_application(topic, SETTINGS)["metadata"]["annotations"][
+        "floe.dev/job-fingerprint"]
+
+
+def steady(topic=TOPIC, **changes) -> World:
+    """A resource whose table, job and CronJobs are all as its spec says, and whose job runs."""
+    cron_jobs = {}
+    for cron_job in render.cron_jobs(topic, SETTINGS):
+        body, digest = render.stamped(cron_job)
+        cron_jobs[body["metadata"]["name"]] = digest
+    world = World(
+        now_ms=NOW_MS,
+        children=Children(
+            app=App("floe-orders", state="RUNNING", attempts=1, fingerprint=fingerprint(topic),
+                    generation="2"),
+            config_map=render.stamped(render.config_map(topic, SETTINGS))[1],
+            cron_jobs=cron_jobs),
+        table=TableView(exists=True, owner="data/orders", value=V1, schema_id=1,
+                        snapshot_id=42, committed_at_ms=NOW_MS - 5000, offsets={0: 10},
+                        vtts_ms=NOW_MS - 7000),
+        registry=RegistryView(version=1, value=V1),
+        latest_offsets={0: 12})
+    return replace(world, **changes)
+
+
+def with_app(world: World, **changes) -> World:
+    return replace(world, children=replace(world.children,
+                                           app=replace(world.children.app, **changes)))
+
+
+def conditions(status):
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+FAILED = dict(state="FAILED", error="driver container failed with ExitCode: 1, Reason: Error",
+              terminated_at="2026-11-18T11:06:35Z")  # 5 s before NOW_MS
+FAILED_ON_DATA_LOSS = dict(FAILED, error="driver container failed with ExitCode: 3")
+APPLICATION_RECORD = {"sparkApplication": {"name": "floe-orders", "failovers": 2,
+                                           "lastFailoverTime": "2026-11-18T10:00:00Z"}}
+
+# (case, world, previous status, approved version, actions, Ready, phase). The status is the
+# one of the world observed: the handler plans again on the world the actions left.
+CASES = [
+    ("steady: nothing to do", steady(), {}, None, [], ("True", "Landing"), "Running"),
+    ("a new resource: table, config, job and CronJobs are created",
+     World(now_ms=NOW_MS, registry=RegistryView(1, V1)), {}, None,
+     ["CreateTable", "ApplyConfigMap", "CreateApp", "ApplyCronJob", "ApplyCronJob"],
+     ("False", "Pending"), "Pending"),
+    ("the registry cannot be reached: no table is created from a guess",
+     World(now_ms=NOW_MS, registry=RegistryView(error="ConnectionError: refused")), {}, None,
+     ["ApplyConfigMap", "CreateApp", "ApplyCronJob", "ApplyCronJob"],
+     ("False", "CatalogUnavailable"), "Pending"),
+    ("a table nobody claimed is claimed",
+     steady(table=replace(steady().table, owner=None)), {}, None, ["ClaimTable"],
+     ("True", "Landing"), "Running"),
+    ("a table another resource writes: no job, the user is told",
+     steady(table=replace(steady().table, owner="data/other")), {}, None, ["DeleteApp"],
+     ("False", "TableInUse"), "Failed"),
+    ("a table whose writer is gone is taken over",
+     steady(table=replace(steady().table, owner="data/renamed"), owner_claims_table=False), {},
+     None, ["ClaimTable", "Event"], ("True", "Landing"), "Running"),
+    ("a table floe did not make: no job, the user is told",
+     steady(table=TableView(exists=True, layout_error="table analytics.orders exists but is "
+                                                      "not a floe table")),
+     {}, None, ["DeleteApp"], ("False", "LayoutMismatch"), "Failed"),
+    ("an additive registry version evolves the table",
+     steady(registry=RegistryView(2, V2)), {}, None, ["EvolveTable"], ("True", "Landing"),
+     "Running"),
+    ("a breaking registry version waits for its approval",
+     steady(registry=RegistryView(3, V3)), {}, "2", [], ("True", "Landing"), "Running"),
+    ("an approved breaking version is applied",
+     steady(registry=RegistryView(3, V3)), {}, "3", ["ApplyApproved"], ("True", "Landing"),
+     "Running"),
+    ("a spec change that the job depends on restarts it",
+     with_app(steady(), fingerprint="older", generation="1"), {}, None,
+     ["Event", "DeleteApp", "CreateApp"], ("False", "Starting"), "Pending"),
+    ("a failed job waits for its backoff", with_app(steady(), **FAILED), {}, None, [],
+     ("False", "JobFailed"), "Degraded"),
+    ("a failed job is recreated after its backoff",
+     replace(with_app(steady(), **FAILED), now_ms=NOW_MS + 60_000), {}, None,
+     ["Event", "DeleteApp", "CreateApp"], ("False", "JobFailed"), "Degraded"),
+    ("a job that stopped on data loss is left for the user",
+     replace(with_app(steady(), **FAILED_ON_DATA_LOSS), now_ms=NOW_MS + 600_000),
+     APPLICATION_RECORD, None, [], ("False", "DataLoss"), "Failed"),
+    ("a job that completed is recreated",
+     replace(with_app(steady(), state="COMPLETED", terminated_at="2026-11-18T11:06:00Z"),
+             now_ms=NOW_MS + 60_000), {}, None, ["Event", "DeleteApp", "CreateApp"],
+     ("False", "JobCompleted"), "Pending"),
+    ("a suspended resource's job is deleted",
+     steady(topic_of(suspend=True)), {}, None, ["DeleteApp"],
+     ("False", "Suspended"), "Suspended"),
+    ("a disabled action's CronJob is removed",
+     steady(children=replace(steady().children, cron_jobs={
+         **steady().children.cron_jobs, "floe-orders-remove-orphans": "x"})),
+     {}, None, ["DeleteCronJob"], ("True", "Landing"), "Running"),
+    ("an application under an older name is deleted before the new one is made",
+     steady(children=replace(steady().children, app=None, other_apps=("floe-orders-cut",))),
+     {}, None, ["DeleteApp", "CreateApp"], ("False", "Starting"), "Pending"),
+    ("a changed maintenance setting updates the config, not the job",
+     steady(), {}, None, ["ApplyConfigMap"], ("True", "Landing"), "Running"),
+]
+
+
+@pytest.mark.parametrize("case, world, previous, approved, actions, ready, phase", CASES,
+                         ids=[c[0] for c in CASES])
+def test_plan(case, world, previous, approved, actions, ready, phase):
+    topic = (topic_of(suspend=True) if "suspended" in case else
+             topic_of(maintenance__compaction={"enabled": True, "minInputFiles": 9})
+             if "maintenance setting" in case else TOPIC)
+    planned = plan(topic, world, previous, SETTINGS, approved)
+    assert kinds(planned.actions) == actions
+    assert conditions(planned.status)["Ready"] == ready
+    assert planned.status["phase"] == phase
+
+
+def test_a_plan_is_the_same_for_the_same_world_and_changes_nothing_it_was_given():
+    world = replace(with_app(steady(), **FAILED), now_ms=NOW_MS + 60_000)
+    before = copy.deepcopy(APPLICATION_RECORD)
+    first = plan(TOPIC, world, APPLICATION_RECORD, SETTINGS)
+    again = plan(TOPIC, world, APPLICATION_RECORD, SETTINGS)
+    assert first.actions == again.actions
+    assert first.status == again.status
+    assert APPLICATION_RECORD == before
+
+
+def test_a_new_table_is_made_for_this_resource_and_its_job_created_with_an_event():
+    planned = plan(TOPIC, World(now_ms=NOW_MS, registry=RegistryView(1, V1)), {}, SETTINGS)
+    assert planned.actions[0] == CreateTable()
+    create = next(a for a in planned.actions if isinstance(a, CreateApp))
+    assert create.announce and create.body["metadata"]["name"] == "floe-orders"
+    config = next(a for a in planned.actions if isinstance(a, ApplyConfigMap))
+    assert config.body["metadata"]["annotations"]["floe.dev/applied-hash"] == config.digest
+    assert {a.name for a in planned.actions if isinstance(a, ApplyCronJob)} == {
+        "floe-orders-compaction", "floe-orders-expire-snapshots"}
+
+
+def test_taking_over_a_table_says_from_whom_and_why():
+    world = steady(table=replace(steady().table, owner="data/renamed"), owner_claims_table=False)
+    claim, event = plan(TOPIC, world, {}, SETTINGS).actions
+    assert claim == ClaimTable(taking_over_from="data/renamed")
+    assert event == Event(False, "TableAdopted", (
+        "table analytics.orders was written by data/renamed, which is gone: this resource "
+        "takes it over and goes on from the offsets committed for Kafka topic orders"))
+    in_use = plan(TOPIC, steady(table=replace(steady().table, owner="data/other")), {},
+                  SETTINGS)
+    message = next(c["message"] for c in in_use.status["conditions"] if c["type"] == "Ready")
+    assert message.startswith("table analytics.orders is written by KafkaIcebergTopic "
+                              "data/other; one table has one writer")
+
+
+def test_schema_versions_evolve_wait_for_approval_or_apply_and_say_so_on_the_status():
+    def schema(planned):
+        return next((c["status"], c["reason"], c["message"])
+                    for c in planned.status["conditions"] if c["type"] == "SchemaInSync")
+
+    evolve = plan(TOPIC, steady(registry=RegistryView(2, V2)), {}, SETTINGS)
+    assert evolve.actions == (EvolveTable(2, ("value.note: new field of type string",)),)
+    assert schema(evolve) == ("True", "InSync", "table matches registry version 2")
+    assert evolve.status["table"]["registryVersion"] == 2
+
+    waiting = plan(TOPIC, steady(registry=RegistryView(3, V3)), {}, SETTINGS)
+    assert schema(waiting) == (
+        "False", "BreakingChange",
+        "registry version 3: breaking schema change: value.quantity: type changed from int to "
+        "string; the table keeps its schema and those records land in value_raw until the "
+        'annotation floe.dev/approve-schema-version: "3" approves the change')
+
+    approved = plan(TOPIC, steady(registry=RegistryView(3, V3)), {}, SETTINGS, approved="3")
+    assert approved.actions == (ApplyApproved(3),)
+    applied = plan(TOPIC, steady(registry=RegistryView(3, V3), schema_applied=(
+        "applied approved registry version 3: value.quantity -> quantity_before_v3")),
+        {}, SETTINGS, approved="3")
+    assert applied.actions == ()
+    assert schema(applied) == ("True", "InSync", "applied approved registry version 3: "
+                                                 "value.quantity -> quantity_before_v3")
+
+    frozen = plan(topic_of(schemaEvolution={"mode": "none"}),
+                  steady(topic_of(schemaEvolution={"mode": "none"}),
+                         registry=RegistryView(2, V2)), {}, SETTINGS)
+    assert frozen.actions == ()
+
+
+def test_failover_backs_off_records_each_failover_and_resets_once_healthy():
+    failed = with_app(steady(), **FAILED)
+    planned = plan(TOPIC, replace(failed, now_ms=NOW_MS + 30_000), APPLICATION_RECORD, SETTINGS)
+    assert kinds(planned.actions) == []  # after two failovers: 40 s after it ended
+    later = replace(failed, now_ms=NOW_MS + 40 * 60_000)
+    planned = plan(TOPIC, later, APPLICATION_RECORD, SETTINGS)
+    event, delete, create = planned.actions
+    assert event.warning and event.reason == "Failover"
+    assert event.message == ("job failed (FAILED); recreating it (failover 3): driver container "
+                             "failed with ExitCode: 1, Reason: Error")
+    assert delete == DeleteApp("floe-orders") and not create.announce
+    record = planned.status["sparkApplication"]
+    assert record["failovers"] == 3
+    assert record["lastFailoverTime"] == "2026-11-18T11:46:40Z"
+    assert record["lastFailure"] == FAILED["error"]
+
+    healthy = plan(TOPIC, replace(steady(), now_ms=NOW_MS + 40 * 60_000), APPLICATION_RECORD,
+                   SETTINGS)
+    assert healthy.status["sparkApplication"]["failovers"] == 0
+    assert kinds(healthy.actions) == ["Event"]
+    recent = plan(TOPIC, replace(steady(), now_ms=NOW_MS), {"sparkApplication": {
+        "failovers": 2, "lastFailoverTime": "2026-11-18T11:00:00Z"}}, SETTINGS)
+    assert recent.status["sparkApplication"]["failovers"] == 2  # not 10 minutes yet
+
+
+def test_a_job_stopped_for_the_user_keeps_its_record_and_says_what_to_do():
+    world = with_app(steady(), **FAILED_ON_DATA_LOSS)
+    planned = plan(TOPIC, world, APPLICATION_RECORD, SETTINGS)
+    assert planned.actions == ()
+    job = next(c for c in planned.status["conditions"] if c["type"] == "JobRunning")
+    assert (job["status"], job["reason"]) == ("False", "DataLoss")
+    assert "kubectl logs -n data floe-orders-driver" in job["message"]
+    assert planned.status["sparkApplication"]["failovers"] == 2
+
+
+def test_progress_comes_from_the_table_and_kafka():
+    planned = plan(TOPIC, steady(), {}, SETTINGS)
+    assert planned.status["offsets"] == {"committed": {"0": 10}, "latest": {"0": 12}, "lag": 2}
+    assert planned.status["freshnessSeconds"] == 7
+    assert planned.status["table"] == {"schemaId": 1, "snapshotId": "42",
+                                       "committedAt": "2026-11-18T11:06:35Z",
+                                       "registryVersion": 1}
+    unreachable = plan(TOPIC, steady(latest_offsets=None), {}, SETTINGS)
+    assert "offsets" not in unreachable.status  # the status keeps the last ones (merge patch)
+
+
+def test_a_removed_maintenance_action_is_deleted_and_dropped_from_the_status():
+    world = steady(children=replace(steady().children, cron_jobs={
+        **steady().children.cron_jobs, "floe-orders-remove-orphans": "x"}))
+    planned = plan(TOPIC, world, {"maintenance": {"remove-orphans": {"schedule": "x"}}},
+                   SETTINGS)
+    assert planned.actions == (DeleteCronJob("floe-orders-remove-orphans"),)
+    assert planned.status["maintenance"]["remove-orphans"] is None
