@@ -153,10 +153,11 @@ def kafka_settings(job: JobConfig, secrets: Secrets) -> dict[str, str]:
 
 
 class _Catalogs:
-    """One PyIceberg catalog per distinct catalog config, kept across visits (opening one
-    builds a database engine or an HTTP session). At most ``size`` are kept."""
+    """One PyIceberg catalog per distinct catalog config, kept across visits: opening one
+    builds a database engine (and checks its tables) or an HTTP session. Resources usually
+    share a few catalogs; at most ``size`` are kept, the least recently used dropped."""
 
-    def __init__(self, size: int = 32):
+    def __init__(self, size: int = 1024):
         self.size = size
         self.lock = threading.Lock()
         self.catalogs: OrderedDict[str, Any] = OrderedDict()
