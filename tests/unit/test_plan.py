@@ -294,3 +294,33 @@ def test_a_removed_maintenance_action_is_deleted_and_dropped_from_the_status():
                    SETTINGS)
     assert planned.actions == (DeleteCronJob("floe-orders-remove-orphans"),)
     assert planned.status["maintenance"]["remove-orphans"] is None
+
+
+def test_the_children_are_read_from_the_indexes_the_watches_keep():
+    from floe_operator import observe
+
+    app = {"metadata": {"name": "floe-orders", "annotations": {
+        "floe.dev/job-fingerprint": "f1", "floe.dev/generation": "2"}},
+        "status": {"applicationState": {"state": "RUNNING"}, "executionAttempts": 1}}
+    old = {"metadata": {"name": "floe-orders-cut"}}
+    labels = {"floe.dev/topic": "orders"}
+    apps, config_maps, cron_jobs = {}, {}, {}
+    for body in (app, old):
+        for key, value in observe.app_entry("data", labels, body).items():
+            apps.setdefault(key, []).append(value)
+    config_maps.update({k: [v] for k, v in observe.config_map_entry(
+        "data", "floe-orders-job", {"floe.dev/applied-hash": "c1"}).items()})
+    for name in ("floe-orders-compaction", "floe-orders-expire-snapshots"):
+        for key, value in observe.cron_job_entry("data", name, labels,
+                                                 {"floe.dev/applied-hash": name[-4:]}).items():
+            cron_jobs.setdefault(key, []).append(value)
+    assert observe.app_entry("data", {}, app) == {}  # not a floe child
+
+    found = observe.children(TOPIC, apps, config_maps, cron_jobs)
+    assert found.app == App("floe-orders", state="RUNNING", attempts=1, fingerprint="f1",
+                            generation="2")
+    assert found.other_apps == ("floe-orders-cut",)
+    assert found.config_map == "c1"
+    assert found.cron_jobs == {"floe-orders-compaction": "tion",
+                               "floe-orders-expire-snapshots": "hots"}
+    assert observe.children(TOPIC, {}, {}, {}) == Children()
