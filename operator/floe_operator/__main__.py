@@ -20,6 +20,9 @@ def main() -> int:
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The registry client logs every request at INFO: one line per resource per refresh.
+    for quiet in ("httpx", "httpx2"):
+        logging.getLogger(quiet).setLevel(logging.WARNING)
     redact.install()
     settings = OperatorSettings()
     metrics.serve(settings.metrics_port)

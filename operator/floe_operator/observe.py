@@ -152,35 +152,46 @@ def kafka_settings(job: JobConfig, secrets: Secrets) -> dict[str, str]:
                                 **job.kafka.properties, **secrets.kafka})
 
 
-class _Catalogs:
-    """One PyIceberg catalog per distinct catalog config, kept across visits: opening one
-    builds a database engine (and checks its tables) or an HTTP session. Resources usually
-    share a few catalogs; at most ``size`` are kept, the least recently used dropped."""
+class _Kept:
+    """Clients kept across visits, one per distinct key, built on first use: opening a catalog
+    builds a database engine (and checks its tables) or an HTTP session, a registry client an
+    HTTP client. Resources usually share a few; at most ``size`` are kept, the least recently
+    used dropped."""
 
-    def __init__(self, size: int = 1024):
+    def __init__(self, build: Any, size: int = 1024):
+        self.build = build
         self.size = size
         self.lock = threading.Lock()
-        self.catalogs: OrderedDict[str, Any] = OrderedDict()
+        self.kept: OrderedDict[str, Any] = OrderedDict()
 
-    def get(self, config: CatalogConfig) -> Any:
-        key = config.model_dump_json()
+    def get(self, *args: Any) -> Any:
+        key = json.dumps([a.model_dump_json() if hasattr(a, "model_dump_json") else a
+                          for a in args])
         with self.lock:
-            if key in self.catalogs:
-                self.catalogs.move_to_end(key)
-                return self.catalogs[key]
-        catalog = load_catalog(config)
+            if key in self.kept:
+                self.kept.move_to_end(key)
+                return self.kept[key]
+        built = self.build(*args)
         with self.lock:
-            self.catalogs[key] = catalog
-            while len(self.catalogs) > self.size:
-                self.catalogs.popitem(last=False)
-        return catalog
+            self.kept[key] = built
+            while len(self.kept) > self.size:
+                self.kept.popitem(last=False)
+        return built
 
-    def drop(self, config: CatalogConfig) -> None:
+    def drop(self, *args: Any) -> None:
+        key = json.dumps([a.model_dump_json() if hasattr(a, "model_dump_json") else a
+                          for a in args])
         with self.lock:
-            self.catalogs.pop(config.model_dump_json(), None)
+            self.kept.pop(key, None)
 
 
-catalogs = _Catalogs()
+# The registry's latest version is asked again after this long: a new version shows within a
+# refresh interval and this.
+LATEST_VERSION_TTL_SECONDS = 5
+
+catalogs = _Kept(load_catalog)
+registries = _Kept(lambda config, user_info: Registry(
+    config, user_info, latest_ttl_seconds=LATEST_VERSION_TTL_SECONDS))
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -279,9 +290,11 @@ def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
     config = registry_config(job)
     if config is None:
         return None
+    user_info = secrets.registry.get("basic.auth.user.info")
     try:
-        latest = Registry(config, secrets.registry.get("basic.auth.user.info")).latest()
+        latest = registries.get(config, user_info).latest()
     except Exception as error:  # noqa: BLE001 - registry unreachable: reported, retried
+        registries.drop(config, user_info)
         return RegistryView(error=error_text(error))
     try:
         return RegistryView(latest.version, avro_to_iceberg(latest.schema).struct)

@@ -20,8 +20,14 @@ class RegisteredSchema:
 
 
 class Registry:
-    def __init__(self, config: SchemaRegistryConfig, user_info: str | None = None):
-        settings = {"url": config.url}
+    """``latest_ttl_seconds``: how long the subject's latest version is kept (the client keeps
+    it for good when None, which suits a client used once)."""
+
+    def __init__(self, config: SchemaRegistryConfig, user_info: str | None = None,
+                 latest_ttl_seconds: float | None = None):
+        settings: dict[str, object] = {"url": config.url}
+        if latest_ttl_seconds is not None:
+            settings["cache.latest.ttl.sec"] = latest_ttl_seconds
         if user_info:
             settings["basic.auth.user.info"] = user_info
         elif config.basic_auth_env:
