@@ -95,17 +95,18 @@ ROUNDS = 3  # plan → act at most this often in one visit; the next visit goes 
 
 
 def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
-               floe_config_maps: Any = None, floe_cron_jobs: Any = None) -> None:
+               floe_config_maps: Any = None, floe_cron_jobs: Any = None) -> dict[str, Any]:
+    """One visit; returns the resource's status after it."""
     previous = dict(body.get("status") or {})
     try:
         topic = render.Topic.from_body(dict(body))
         job = render.desired(topic, settings()).job  # a spec that cannot be rendered is invalid
     except (ValidationError, ValueError) as error:
         message = _invalid(error) if isinstance(error, ValidationError) else str(error)
-        patch.status.update(invalid(int(body["metadata"].get("generation", 1)), message,
-                                    previous).status)
+        current = invalid(int(body["metadata"].get("generation", 1)), message, previous).status
+        patch.status.update(_changed(previous, current))
         logger.warning("invalid spec: %s", message)
-        return
+        return {**previous, **current}
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     secrets = observe.Secrets.of(topic)
     found = observe.children(topic, floe_apps or {}, floe_config_maps or {},
@@ -124,7 +125,14 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
     assert planned is not None
     metrics.record_commits(topic.namespace, topic.name, world.table.new_commits)
     _post_transitions(body, previous, planned.status)
-    patch.status.update(planned.status)
+    patch.status.update(_changed(previous, planned.status))
+    return {**previous, **planned.status}
+
+
+def _changed(previous: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """The status fields a visit changed: a visit that changed nothing writes nothing (no
+    request, and no watch event for every client watching the resource)."""
+    return {key: value for key, value in current.items() if previous.get(key) != value}
 
 
 class _Deletions:
@@ -170,8 +178,8 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
         labels = (meta["namespace"], meta["name"])
         with metrics.RECONCILE.labels(*labels).time(), \
                 metrics.ERRORS.labels(*labels).count_exceptions():
-            _reconcile(body, patch, logger, **indexes)
-        metrics.record_status(*labels, dict(patch.status) or dict(body.get("status") or {}))
+            current = _reconcile(body, patch, logger, **indexes)
+        metrics.record_status(*labels, current)
 
 
 EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "DeadLetter")

@@ -324,3 +324,14 @@ def test_the_children_are_read_from_the_indexes_the_watches_keep():
     assert found.cron_jobs == {"floe-orders-compaction": "tion",
                                "floe-orders-expire-snapshots": "hots"}
     assert observe.children(TOPIC, {}, {}, {}) == Children()
+
+
+def test_a_visit_that_changed_nothing_writes_nothing():
+    from floe_operator.handlers import _changed
+
+    first = plan(TOPIC, steady(), {}, SETTINGS).status
+    again = plan(TOPIC, steady(), first, SETTINGS).status
+    assert _changed(first, again) == {}
+    moved = plan(TOPIC, steady(latest_offsets={0: 20}), first, SETTINGS).status
+    assert _changed(first, moved) == {"offsets": {"committed": {"0": 10}, "latest": {"0": 20},
+                                                  "lag": 10}}

@@ -184,6 +184,7 @@ def test_a_refresh_busy_when_the_deletion_begins_ends_before_it_and_none_acts_af
         happened.append("refresh")
         busy.set()
         release.wait(10)
+        return {}
 
     monkeypatch.setattr(handlers, "_reconcile", refreshing)
     monkeypatch.setattr(handlers, "_delete", lambda body, logger: happened.append("delete"))
