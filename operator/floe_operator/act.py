@@ -17,9 +17,9 @@ from . import kube, observe
 from floe_sparkapp.config import JobConfig
 
 from .observe import App, Secrets, World
-from .plan import (Action, ApplyApproved, ApplyConfigMap, ApplyCronJob, ClaimTable, CreateApp,
-                   CreateTable, DeleteApp, DeleteCronJob, EvolveTable, Event)
-from .render import APPLIED, Topic
+from .plan import (Action, Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable, DeleteApp,
+                   DeleteCronJob, EvolveTable, Event)
+from .render import Topic
 
 
 def run(actions: tuple[Action, ...], world: World, topic: Topic, job: JobConfig,
@@ -88,9 +88,13 @@ def _run_on_table(action: Action, world: World, topic: Topic, job: JobConfig,
 def _run_on_kubernetes(action: Action, world: World, topic: Topic, body: Any,
                        logger: Any) -> World:
     namespace = topic.namespace
-    if isinstance(action, ApplyConfigMap):
+    if isinstance(action, Apply) and action.kind == "ConfigMap":
         kube.apply_config_map(action.body)
         return replace(world, children=replace(world.children, config_map=action.digest))
+    if isinstance(action, Apply) and action.kind == "CronJob":
+        kube.apply_cron_job(action.body)
+        return replace(world, children=replace(
+            world.children, cron_jobs={**world.children.cron_jobs, action.name: action.digest}))
     if isinstance(action, DeleteApp):
         kube.delete_spark_application(namespace, action.name)
         if action.why:
@@ -111,11 +115,6 @@ def _run_on_kubernetes(action: Action, world: World, topic: Topic, body: Any,
             created = kube.get_spark_application(namespace, action.name)
         app = App.of(created) if created is not None else None
         return replace(world, children=replace(world.children, app=app))
-    if isinstance(action, ApplyCronJob):
-        kube.apply_cron_job(action.body)
-        digest = action.body["metadata"]["annotations"][APPLIED]
-        return replace(world, children=replace(
-            world.children, cron_jobs={**world.children.cron_jobs, action.name: digest}))
     if isinstance(action, DeleteCronJob):
         kube.delete_cron_job(namespace, action.name)
         logger.info("maintenance: removed CronJob %s", action.name)

@@ -69,9 +69,14 @@ class ApplyApproved:
 
 
 @dataclass(frozen=True)
-class ApplyConfigMap:
+class Apply:
+    """Create or replace a child kept as rendered (the job ConfigMap, a maintenance CronJob);
+    ``digest`` is the hash it is stamped with."""
+
+    kind: str
+    name: str
+    digest: str
     body: dict[str, Any] = field(compare=False)
-    digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,6 @@ class DeleteApp:
 
 
 @dataclass(frozen=True)
-class ApplyCronJob:
-    body: dict[str, Any] = field(compare=False)
-    name: str = ""
-
-
-@dataclass(frozen=True)
 class DeleteCronJob:
     name: str
 
@@ -107,8 +106,8 @@ class Event:
     message: str
 
 
-Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | ApplyConfigMap | CreateApp
-          | DeleteApp | ApplyCronJob | DeleteCronJob | Event)
+Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | Apply | CreateApp | DeleteApp
+          | DeleteCronJob | Event)
 
 
 @dataclass(frozen=True)
@@ -289,7 +288,8 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
         return
     rendered = render.desired(topic, settings)
     if world.children.config_map != rendered.config_map_digest:
-        decided.act(ApplyConfigMap(rendered.config_map, rendered.config_map_digest))
+        decided.act(Apply("ConfigMap", rendered.config_map["metadata"]["name"],
+                          rendered.config_map_digest, rendered.config_map))
     desired = rendered.spark_application
     if app is not None and app.fingerprint != rendered.fingerprint:
         decided.act(Event(False, "JobRestarted",
@@ -345,7 +345,7 @@ def _plan_maintenance(topic: Topic, world: World, settings: OperatorSettings,
     existing = world.children.cron_jobs
     for body, digest in render.desired(topic, settings).cron_jobs:
         if existing.get(body["metadata"]["name"]) != digest:
-            decided.act(ApplyCronJob(body, body["metadata"]["name"]))
+            decided.act(Apply("CronJob", body["metadata"]["name"], digest, body))
     wanted = {c["metadata"]["name"] for c in desired}
     decided.act(*(DeleteCronJob(name) for name in sorted(existing) if name not in wanted))
     decided.say(maintenance={

@@ -10,9 +10,8 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType, Stru
 
 from floe_operator import render
 from floe_operator.observe import App, Children, RegistryView, TableView, World
-from floe_operator.plan import (ApplyApproved, ApplyConfigMap, ApplyCronJob, ClaimTable,
-                                CreateApp, CreateTable, DeleteApp, DeleteCronJob, EvolveTable,
-                                Event, plan)
+from floe_operator.plan import (Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable,
+                                DeleteApp, DeleteCronJob, EvolveTable, Event, plan)
 from floe_operator.settings import OperatorSettings
 
 pytestmark = pytest.mark.unit
@@ -90,7 +89,7 @@ def conditions(status):
 
 
 def kinds(actions):
-    return [type(a).__name__ for a in actions]
+    return [f"Apply{a.kind}" if isinstance(a, Apply) else type(a).__name__ for a in actions]
 
 
 FAILED = dict(state="FAILED", error="driver container failed with ExitCode: 1, Reason: Error",
@@ -189,9 +188,10 @@ def test_a_new_table_is_made_for_this_resource_and_its_job_created_with_an_event
     assert planned.actions[0] == CreateTable()
     create = next(a for a in planned.actions if isinstance(a, CreateApp))
     assert create.announce and create.body["metadata"]["name"] == "floe-orders"
-    config = next(a for a in planned.actions if isinstance(a, ApplyConfigMap))
+    config = next(a for a in planned.actions if isinstance(a, Apply) and a.kind == "ConfigMap")
     assert config.body["metadata"]["annotations"]["floe.dev/applied-hash"] == config.digest
-    assert {a.name for a in planned.actions if isinstance(a, ApplyCronJob)} == {
+    assert config.name == "floe-orders-job"
+    assert {a.name for a in planned.actions if isinstance(a, Apply) and a.kind == "CronJob"} == {
         "floe-orders-compaction", "floe-orders-expire-snapshots"}
 
 
