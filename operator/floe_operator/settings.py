@@ -30,8 +30,9 @@ class OperatorSettings(BaseSettings):
                                "paused one takes over.")
     refresh_seconds: float = Field(
         10, ge=1, le=3600, description="Seconds between two refreshes of a resource's status "
-                                       "from its table and Kafka (each costs a catalog read, a "
-                                       "Kafka offsets request and a few API requests).")
+                                       "from its table and Kafka (each costs a catalog read and "
+                                       "a Kafka offsets request; the status is written only when "
+                                       "it changed).")
     failover_reset_seconds: float = Field(
         600, ge=10, description="Seconds a job recreated by a failover must run without dying "
                                 "again before its failover count (and so the backoff) starts "

@@ -103,7 +103,7 @@ def test_cluster_wide_mode_renders_a_cluster_role_and_a_hardened_deployment(stac
     assert operator["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in operator["ports"]} == {"health": 8080,
                                                                           "metrics": 9090}
-    assert operator["resources"]["limits"]["memory"] == "512Mi"
+    assert operator["resources"]["limits"]["memory"] == "1Gi"
     assert {"name": "tmp", "mountPath": "/tmp"} in operator["volumeMounts"]
     env = env_of(docs)
     assert env["FLOE_NAMESPACES"] == "" and env["FLOE_PEERING"] == "floe"
