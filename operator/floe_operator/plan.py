@@ -231,8 +231,8 @@ def _plan_table(topic: Topic, world: World, decided: _Decisions) -> bool:
         if not table.error and not (registry and registry.value is None):
             decided.act(CreateTable())
         return False
-    if table.layout_error or table.owner == topic.writer:
-        return False
+    if table.error or table.layout_error or table.owner == topic.writer:
+        return False  # a table that could not be read is not claimed either
     if table.owner is None:
         decided.act(ClaimTable())
         return False
@@ -252,8 +252,8 @@ def _plan_table(topic: Topic, world: World, decided: _Decisions) -> bool:
 
 def _plan_schema(topic: Topic, world: World, decided: _Decisions, approved: str | None) -> None:
     table, registry = world.table, world.registry
-    if (registry is None or registry.value is None or not table.exists or table.layout_error
-            or topic.spec.schema_evolution.mode != "additive"):
+    if (registry is None or registry.value is None or not table.exists or table.error
+            or table.layout_error or topic.spec.schema_evolution.mode != "additive"):
         return
     version = registry.version
     if world.schema_applied:

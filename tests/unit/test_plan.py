@@ -110,6 +110,9 @@ CASES = [
      World(now_ms=NOW_MS, registry=RegistryView(error="ConnectionError: refused")), {}, None,
      ["ApplyConfigMap", "CreateApp", "ApplyCronJob", "ApplyCronJob"],
      ("False", "CatalogUnavailable"), "Pending"),
+    ("a table that could not be read is neither claimed nor changed",
+     steady(table=TableView(exists=True, error="OSError: metadata unreadable"),
+            registry=RegistryView(2, V2)), {}, None, [], ("True", "Landing"), "Running"),
     ("a table nobody claimed is claimed",
      steady(table=replace(steady().table, owner=None)), {}, None, ["ClaimTable"],
      ("True", "Landing"), "Running"),
@@ -213,6 +216,10 @@ def test_schema_versions_evolve_wait_for_approval_or_apply_and_say_so_on_the_sta
     def schema(planned):
         return next((c["status"], c["reason"], c["message"])
                     for c in planned.status["conditions"] if c["type"] == "SchemaInSync")
+
+    unreadable = plan(TOPIC, steady(table=TableView(exists=True, error="OSError: unreadable"),
+                                    registry=RegistryView(2, V2)), {}, SETTINGS)
+    assert schema(unreadable)[:2] == ("Unknown", "Pending")  # not compared with a guess
 
     evolve = plan(TOPIC, steady(registry=RegistryView(2, V2)), {}, SETTINGS)
     assert evolve.actions == (EvolveTable(2, ("value.note: new field of type string",)),)
