@@ -35,13 +35,26 @@ def _families(text: str) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def apiserver_requests(api_client) -> float:
-    """Requests the API server has served since it started (all clients)."""
+def apiserver_requests_by_kind(api_client) -> dict[str, float]:
+    """Requests the API server has served since it started (all clients), by verb and
+    resource."""
     settings = api_client.configuration
     text = requests.get(f"{settings.host}/metrics", timeout=30, verify=settings.ssl_ca_cert,
                         headers={"Authorization": settings.api_key["BearerToken"]}).text
     family = _families(text).get("apiserver_request")
-    return sum(s.value for s in family.samples if s.name == "apiserver_request_total")
+    kinds: dict[str, float] = {}
+    for sample in family.samples:
+        if sample.name == "apiserver_request_total":
+            labels = sample.labels
+            kind = " ".join(filter(None, (labels.get("verb"), labels.get("resource"),
+                                          labels.get("subresource"))))
+            kinds[kind] = kinds.get(kind, 0.0) + sample.value
+    return kinds
+
+
+def apiserver_requests(api_client) -> float:
+    """Requests the API server has served since it started (all clients)."""
+    return sum(apiserver_requests_by_kind(api_client).values())
 
 
 def reconcile_buckets(metrics_url: str) -> dict[float, float]:
@@ -118,7 +131,7 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
             timeout: float) -> dict[str, Any]:
     from kubernetes import client, config
 
-    from tests.e2e.kube import delete_namespace_without_operator
+    from tests.e2e.kube import delete_namespace_without_operator, wait_until
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     # Everyone else's requests (controller manager, leases), measured right before this size's
@@ -161,11 +174,18 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
         latencies = sorted(steady_at[n] - created[n] for n in steady_at)
         p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else None
 
-        before_buckets, before_requests = reconcile_buckets(metrics_url), apiserver_requests(api_client)
+        before_buckets = reconcile_buckets(metrics_url)
+        before_kinds = apiserver_requests_by_kind(api_client)
         window_started = time.monotonic()
         time.sleep(IDLE_SECONDS)
-        after_buckets, after_requests = reconcile_buckets(metrics_url), apiserver_requests(api_client)
+        after_buckets = reconcile_buckets(metrics_url)
+        after_kinds = apiserver_requests_by_kind(api_client)
         minutes = (time.monotonic() - window_started) / 60
+        before_requests, after_requests = sum(before_kinds.values()), sum(after_kinds.values())
+        # What the API server served in the window, most first (everyone's requests, not only
+        # the operator's): shows which requests an idle operator still makes.
+        by_kind = sorted(((kind, (count - before_kinds.get(kind, 0.0)) / minutes)
+                          for kind, count in after_kinds.items()), key=lambda kc: -kc[1])
         visits = after_buckets[float("inf")] - before_buckets.get(float("inf"), 0)
         operator_requests = (after_requests - before_requests) / minutes - baseline_per_minute
         memory = _memory(operator.pid)
@@ -178,6 +198,8 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
             "idle_visits_per_resource_per_minute": round(visits / size / minutes, 2),
             "idle_api_requests_per_resource_per_minute": round(operator_requests / size, 2),
             "baseline_api_requests_per_minute": round(baseline_per_minute, 1),
+            "idle_api_requests_per_minute_by_kind": {kind: round(rate, 1)
+                                                     for kind, rate in by_kind[:8] if rate},
             "operator_rss_bytes": memory.get("VmRSS"), "operator_peak_rss_bytes": memory.get("VmHWM"),
         }
     finally:
@@ -188,6 +210,21 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
             os.killpg(operator.pid, signal.SIGKILL)
         log.close()
         delete_namespace_without_operator(api_client, namespace)
+        # The next size's baseline starts once the namespace and its objects are gone: the
+        # namespace controller's deletions would otherwise count as everyone else's requests.
+        wait_until(lambda: _gone(core, namespace), timeout=900, interval=2)
+
+
+def _gone(core, namespace: str) -> bool:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        core.read_namespace(namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
 
 
 def baseline_requests_per_minute(env: dict[str, str], seconds: int = 30) -> float:

@@ -71,20 +71,24 @@ def _invalid(error: ValidationError) -> str:
 
 
 # --- the children, indexed by kopf's watches ---------------------------------------------------
+# Coroutines, so kopf runs them on its event loop as each watch event arrives: a plain function
+# would wait for a thread of the pool the visits use, and at hundreds of resources the index
+# would lag the visits (a visit would then not see the children its previous visit created, and
+# create them again).
 
 @kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
-def floe_apps(namespace: str, labels: Mapping[str, str], body: Any, **_: Any) -> dict:
+async def floe_apps(namespace: str, labels: Mapping[str, str], body: Any, **_: Any) -> dict:
     return observe.app_entry(namespace, labels, body)
 
 
 @kopf.index("v1", "configmaps", labels=MANAGED_BY)
-def floe_config_maps(namespace: str, name: str, annotations: Mapping[str, str],
+async def floe_config_maps(namespace: str, name: str, annotations: Mapping[str, str],
                      **_: Any) -> dict:
     return observe.config_map_entry(namespace, name, annotations)
 
 
 @kopf.index("batch", "v1", "cronjobs", labels=MANAGED_BY)
-def floe_cron_jobs(namespace: str, name: str, labels: Mapping[str, str],
+async def floe_cron_jobs(namespace: str, name: str, labels: Mapping[str, str],
                    annotations: Mapping[str, str], **_: Any) -> dict:
     return observe.cron_job_entry(namespace, name, labels, annotations)
 
@@ -209,7 +213,8 @@ def on_change(**kwargs: Any) -> None:
     reconcile(**kwargs)
 
 
-@kopf.timer(*RESOURCE, interval=settings().refresh_seconds, initial_delay=5, idle=0)
+# sharp: visits keep to the interval's grid (a visit's own time is not added to the interval).
+@kopf.timer(*RESOURCE, interval=settings().refresh_seconds, sharp=True, initial_delay=5, idle=0)
 def refresh(**kwargs: Any) -> None:
     reconcile(**kwargs)
 
