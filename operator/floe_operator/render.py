@@ -224,10 +224,10 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             "arguments": ["run", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"],
             "sparkVersion": spec.spark.spark_version,
             "sparkConf": {"spark.ui.showConsoleProgress": "false", **spec.spark.conf},
-            "restartPolicy": {"type": "OnFailure", "onFailureRetries": 3,
-                              "onFailureRetryInterval": 10,
-                              "onSubmissionFailureRetries": 3,
-                              "onSubmissionFailureRetryInterval": 20},
+            # floe's failover is the only restart: spark-operator resubmitting first would
+            # repeat an exit only the user can resolve (DataLoss) several times before floe
+            # could see it, and stack two backoffs.
+            "restartPolicy": {"type": "Never"},
             "driver": {
                 "labels": labels,
                 "cores": spec.spark.driver.cores,

@@ -551,8 +551,33 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
             log.warning("restarting the query after Spark's replay metrics failure "
                         "(attempt %d of %d)", attempt + 1, restarts)
             continue
+        lost = _data_loss(config)
+        if lost is not None:
+            raise lost from error
         raise error
     raise RuntimeError(f"query kept failing after {restarts} restarts")
+
+
+def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossError | None:
+    """Whether a failed query ran into lost records: the topic deleted and created again, or
+    retention deleting what the table has not got, while the query ran. Spark's Kafka source
+    fails on these in its own words; the job then says DataLoss, as it does when it finds them
+    at its start, so that it is not restarted only to stop again.  A topic being deleted and
+    created again may be missing for a moment: asked again a few times."""
+    for attempt in range(tries):
+        try:
+            table = catalogs.load_catalog(config.table.catalog).load_table(
+                config.table.identifier)
+            check_offsets_available(config, last_commit(table, config.writer,
+                                                        config.kafka.topic))
+            return None
+        except DataLossError as error:
+            return error
+        except Exception as error:  # noqa: BLE001 - cannot tell yet
+            log.warning("could not check Kafka's offsets against the table's (%d of %d): %s",
+                        attempt + 1, tries, str(error).splitlines()[0][:300])
+            time.sleep(pause)
+    return None  # the query's own failure stands
 
 
 class _StopOnSigterm:

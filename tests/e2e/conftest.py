@@ -121,7 +121,7 @@ def operator(stack, tmp_path, namespace):
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
                                 "FLOE_METRICS_PORT": str(metrics_port),
                                 "FLOE_NAMESPACES": namespace,
-                                "FLOE_FAILOVER_RESET_SECONDS": "30"})
+                                "FLOE_FAILOVER_RESET_SECONDS": "45"})
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     _stop(process, log)

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from kubernetes import client
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic, recreate_topic
 from ..integration.test_job_roundtrip import V1, V2, order, produce_orders
+from floe_operator.clock import epoch
+from floe_operator.plan import failover_delay
 from hack.demo import node_spark
 
 from .kube import SPARK_CRD, admin_client, install_crd, wait_until
@@ -342,44 +345,50 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
         except client.ApiException:
             return {}
 
-    # spark-operator's policy resubmits three times; the fourth death leaves it FAILED.  Each
-    # death: every process of the driver's container but its init is killed, the JVM with them.
-    for attempt in range(1, 5):
-        assert wait_until(lambda: app_status().get("executionAttempts") == attempt and
-                          app_status().get("applicationState", {}).get("state") == "RUNNING",
-                          timeout=180, interval=1), logs(tmp_path, namespace)
-        kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
-                "--", "sh", "-c", "kill -KILL -1")
-
     def record() -> dict:
         return custom.get_namespaced_custom_object(*args).get("status", {}).get(
             "sparkApplication", {})
 
-    seen: dict = {}
-
-    def failed_over() -> bool:  # kept: the count starts over once the job is healthy again
-        seen.update(record())
-        return seen.get("failovers") == 1
-
-    assert wait_until(failed_over, timeout=120), logs(tmp_path, namespace)
-    assert "driver container failed with ExitCode: 137" in seen["lastFailure"]
-    assert wait_until(lambda: app_status().get("applicationState", {}).get("state") == "RUNNING",
-                      timeout=120), logs(tmp_path, namespace)
-    def failover_event():
+    def failover_events() -> list:
         events = client.CoreV1Api(admin).list_namespaced_event(
             namespace, field_selector="involvedObject.name=orders").items
-        return next((e for e in events if e.reason == "Failover"), None)
+        return sorted((e for e in events if e.reason == "Failover"),
+                      key=lambda e: e.metadata.creation_timestamp)
 
-    assert wait_until(lambda: failover_event() is not None, timeout=30)
-    assert failover_event().type == "Warning"
-    assert "recreating it (failover 1)" in failover_event().message
+    # The driver dies twice: spark-operator does not resubmit it (restartPolicy Never); the
+    # operator recreates the application each time, after 10 s and then 20 s. Each death: every
+    # process of the driver's container but its init is killed, the JVM with them.
+    seen: dict = {}
+    for failover in (1, 2):
+        assert wait_until(lambda: app_status().get("applicationState", {}).get("state")
+                          == "RUNNING", timeout=180, interval=1), logs(tmp_path, namespace)
+        assert app_status().get("executionAttempts") == 1  # one submission per application
+        killed = time.time()
+        kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
+                "--", "sh", "-c", "kill -KILL -1")
+
+        def failed_over() -> bool:  # kept: the count starts over once the job is healthy again
+            seen.update(record())
+            return seen.get("failovers") == failover
+
+        assert wait_until(failed_over, timeout=120), logs(tmp_path, namespace)
+        assert "driver container failed with ExitCode: 137" in seen["lastFailure"]
+        # The backoff: no sooner than 10 s, then 20 s, after the driver died (the status'
+        # timestamps are whole seconds).
+        assert epoch(seen["lastFailoverTime"]) + 1 >= killed + failover_delay(failover - 1)
+        assert wait_until(lambda: len(failover_events()) == failover, timeout=30)
+        event = failover_events()[-1]
+        assert event.type == "Warning"
+        assert f"recreating it (failover {failover})" in event.message
+    assert wait_until(lambda: app_status().get("applicationState", {}).get("state") == "RUNNING",
+                      timeout=120), logs(tmp_path, namespace)
 
     produce_orders(producer, 50, 30)
     catalog = topic_catalog(shared)
     assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180), logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(catalog), producer.sent)
 
-    # Running without dying again for FLOE_FAILOVER_RESET_SECONDS (the fixture's 30) resets
+    # Running without dying again for FLOE_FAILOVER_RESET_SECONDS (the fixture's 45) resets
     # the count, and so the backoff; the last failure stays on the status.
     assert wait_until(lambda: record().get("failovers") == 0, timeout=120), logs(tmp_path, namespace)
     assert record()["state"] == "RUNNING"
@@ -401,12 +410,18 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
     assert_exactly_once(orders_rows(catalog), producer.sent)
 
 
+def visits(operator, name: str) -> float:
+    """How many visits of the resource the operator has finished (its reconcile histogram)."""
+    scraped = requests.get(operator.metrics_url, timeout=10).text
+    found = re.search(rf'^floe_reconcile_duration_seconds_count{{name="{name}",[^}}]*}} (\S+)$',
+                      scraped, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 @pytest.mark.node
 @pytest.mark.faults
 def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
-    import time
-
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"loss-{unique_name}".replace("_", "-")
@@ -431,7 +446,17 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
         logs(tmp_path, namespace)
     assert state()["phase"] == "Failed"
     assert "the job stopped (exit code 3)" in job_condition()["message"]
-    time.sleep(25)  # longer than the first failover's backoff: nothing is recreated
+    # Not failed over: the operator visits the resource after a failover would have been due,
+    # and the failed application is still there, untouched.
+    app_args = ("sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications", "floe-orders")
+    failed = custom.get_namespaced_custom_object(*app_args)
+    assert failed["status"]["applicationState"]["state"] == "FAILED"
+    due = epoch(failed["status"]["terminationTime"]) + failover_delay(0)
+    assert wait_until(lambda: time.time() > due, timeout=60)
+    after_due = visits(operator, "orders") + 1  # the one under way may have begun before
+    assert wait_until(lambda: visits(operator, "orders") > after_due, timeout=60)
+    assert custom.get_namespaced_custom_object(*app_args)["metadata"]["uid"] == \
+        failed["metadata"]["uid"]
     assert not state().get("sparkApplication", {}).get("failovers")
     assert job_condition().get("reason") == "DataLoss"
     assert len(orders_rows(catalog)) == 20  # nothing of the new topic over the old offsets

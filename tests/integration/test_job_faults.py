@@ -515,6 +515,38 @@ def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
     assert_exactly_once(table_rows(config), producer.sent)  # nothing of the new topic mixed in
 
 
+def test_a_topic_deleted_and_created_again_while_the_job_runs_stops_it_with_data_loss(
+        stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic, interval=1)
+    failures = []
+
+    def streaming():
+        try:
+            run(config, spark, timeout=300)
+        except Exception as error:  # noqa: BLE001 - asserted below
+            failures.append(error)
+
+    thread = threading.Thread(target=streaming)
+    thread.start()
+    try:
+        assert len(wait_for_rows(config, 30)) == 30
+        recreate_topic(stack.bootstrap, topic, partitions=3)
+        produce_orders(AvroProducer(stack, topic), 100, 6)  # offsets from 0 again
+        thread.join(timeout=300)
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        thread.join()
+    # Spark's Kafka source stops the query in its own words; the job says DataLoss (its exit
+    # code tells the operator not to restart it).
+    assert len(failures) == 1 and isinstance(failures[0], DataLossError), failures
+    assert str(failures[0]).startswith(f"DataLoss: topic {topic}: Kafka's offsets are below "
+                                       "the table's, so the topic was deleted and created again")
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
 def test_a_compacted_topic_with_offset_gaps_lands_what_compaction_kept(
         stack, spark, tmp_path, unique_name):
     from confluent_kafka import Consumer
