@@ -132,8 +132,8 @@ class TableSpec(_Model):
     mode: Literal["append", "upsert"] = Field(
         "append", description="append: a row per record. upsert: a row per key, each record "
                               "replacing its key's row and a tombstone (null value) deleting "
-                              "it, written as deletion vectors (format version 3). A table "
-                              "keeps the mode it was made with.")
+                              "it, written as position deletes (merge-on-read), never "
+                              "equality deletes. A table keeps the mode it was made with.")
     key_columns: list[str] = Field(
         default_factory=list, max_length=8,
         description="upsert: the value fields (dotted paths, e.g. id or customer.id) that "

@@ -235,7 +235,7 @@ class BranchCommitter:
             target = f"{self.table_ref}.branch_{branch}"
             write_started = time.monotonic()
             if upsert is not None:
-                applied = upsert.apply(self.spark, rows, target, properties)
+                applied = upsert.apply(rows, target, properties)
             else:
                 writer = rows.writeTo(target)
                 for key, value in properties.items():

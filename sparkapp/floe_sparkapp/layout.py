@@ -47,10 +47,10 @@ DEFAULT_PROPERTIES = {
     "write.distribution-mode": "none",
 }
 
-# An upsert table changes rows by deletion vectors (format version 3, merge-on-read): every
-# engine that reads version 3 reads them, unlike equality deletes.
+# An upsert table changes rows by position deletes (merge-on-read), never equality deletes,
+# which several engines cannot read. Format version 2: PyIceberg cannot yet write the metadata
+# of a version 3 table, whose position deletes are deletion vectors.
 UPSERT_PROPERTIES = {
-    "format-version": "3",
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",

@@ -9,10 +9,9 @@ order per partition does, so a key's records must all go to one partition (produ
 partition by key do).  A record whose key is null, or whose value could not be decoded, has no
 identity: it is added as a row of its own, replacing nothing.
 
-The table is format version 3 with merge-on-read: replaced and deleted rows are marked in
-deletion vectors, never equality deletes, so every engine that reads version 3 sees the same
-rows.  The batch's snapshot properties (its offsets) go on the branch's last snapshot through
-Iceberg's ``CommitMetadata``.
+The table is merge-on-read: replaced and deleted rows are marked by position deletes, never
+equality deletes, which several engines cannot read.  The batch's snapshot properties (its
+offsets) go on the branch's last snapshot through Iceberg's ``CommitMetadata``.
 """
 
 from __future__ import annotations
@@ -80,10 +79,12 @@ class Upsert:
             return " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
         return "t.key = s.key"
 
-    def apply(self, spark: Any, rows: DataFrame, target: str,
-              properties: dict[str, str]) -> int:
+    def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
         """Changes ``target`` (the batch's branch) by the batch's records; the last statement's
         snapshot carries ``properties``.  Returns how many records applied."""
+        # The views and statements go to the batch's own session (foreachBatch gives each
+        # batch a session of its own).
+        spark = rows.sparkSession
         upserts, tombstones = self.changes(rows)
         upserts = upserts.persist()
         tombstones = tombstones.persist()

@@ -89,12 +89,12 @@ def test_upsert_holds_the_last_record_per_key_through_crashes_and_tombstones(
     assert sorted((r["key"].decode(), r["id"], r["item"]) for r in spark_rows(spark, config)) == \
         sorted((r["key"].decode(), r["value"]["id"], r["value"]["item"]) for r in rows)
 
-    # Changed rows are deletion vectors (Puffin files of position deletes); no equality deletes.
+    # Changed rows are position deletes; no equality deletes.
     files = delete_files(spark, config)
-    assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PUFFIN")}
+    assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PARQUET")}
     table = load_table(config)
-    assert table.format_version == 3
     assert table.properties["floe.mode"] == "upsert"
+    assert table.properties["write.merge.mode"] == "merge-on-read"
 
 
 def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
