@@ -112,7 +112,15 @@ class CatalogSpec(_Model):
                           "(jdbc.password, s3.secret-access-key, token, ...).")
 
 
+FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+
 class TableSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("self.mode == 'upsert' || !has(self.keyColumns) || size(self.keyColumns) == 0",
+         "keyColumns apply to mode upsert only", ".keyColumns"),
+    ))
+
     catalog: CatalogSpec
     identifier: str = Field(pattern=IDENTIFIER, description="namespace.table")
     partitioning: Literal["hour", "day", "month", "none"] = Field(
@@ -121,6 +129,17 @@ class TableSpec(_Model):
                                        description="Iceberg table properties.")
     deletion_policy: Literal["Retain", "Delete"] = Field(
         "Retain", description="What deleting the resource does to the table.")
+    mode: Literal["append", "upsert"] = Field(
+        "append", description="append: a row per record. upsert: a row per key, each record "
+                              "replacing its key's row and a tombstone (null value) deleting "
+                              "it, written as position deletes (merge-on-read), never "
+                              "equality deletes. A table keeps the mode it was made with.")
+    key_columns: list[str] = Field(
+        default_factory=list, max_length=8,
+        description="upsert: the value fields (dotted paths, e.g. id or customer.id) that "
+                    "identify a row; empty: the record's Kafka key does.",
+        json_schema_extra={"items": {"type": "string", "pattern": FIELD_PATH, "maxLength": 253},
+                           "x-kubernetes-list-type": "set"})
 
 
 def _duration(default: str, description: str, bound: str = "", message: str = "") -> Any:
@@ -277,6 +296,13 @@ class KafkaIcebergTopicSpec(_Model):
         ("self.table.identifier == oldSelf.table.identifier",
          "table.identifier cannot change: create a new resource for another table",
          ".table.identifier"),
+        ("self.table.mode == oldSelf.table.mode",
+         "table.mode cannot change: a table keeps the mode it was made with; create a new "
+         "resource with another table.identifier", ".table.mode"),
+        ("self.value.format != 'raw' || !has(self.table.keyColumns) "
+         "|| size(self.table.keyColumns) == 0",
+         "table.keyColumns name value fields, and a raw topic's value has none: leave "
+         "keyColumns out to key rows by the Kafka key", ".table.keyColumns"),
     ))
 
     kafka: KafkaSpec

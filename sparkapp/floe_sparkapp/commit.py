@@ -213,26 +213,34 @@ class BranchCommitter:
     def table_ref(self) -> str:
         return f"{self.catalog_name}.{self.identifier}"
 
-    def commit(self, rows: Any, base_snapshot_id: int,
-               properties: dict[str, str]) -> dict[str, float]:
-        """Appends ``rows`` on top of ``base_snapshot_id`` and moves ``main`` there, or raises
-        CommitConflict when ``main`` is no longer at ``base_snapshot_id``.
+    def commit(self, rows: Any, base_snapshot_id: int, properties: dict[str, str],
+               upsert: Any = None) -> dict[str, float]:
+        """Appends ``rows`` on top of ``base_snapshot_id`` (or, with an
+        :class:`~floe_sparkapp.upsert.Upsert`, changes the rows their keys name) and moves
+        ``main`` there, or raises CommitConflict when ``main`` is no longer at
+        ``base_snapshot_id``.
 
         Returns the seconds spent writing the data files (``write_seconds``: the Spark job) and
-        in the catalog (``commit_seconds``: the branch, then the move of ``main``)."""
+        in the catalog (``commit_seconds``: the branch, then the move of ``main``), and for an
+        upsert how many records applied (``applied``)."""
         branch = f"{branch_prefix(self.writer)}{uuid.uuid4().hex[:16]}"
         created = merged = False
+        applied = 0
         started = time.monotonic()
         write_seconds = 0.0
         try:
             self._sql(f"ALTER TABLE {self.table_ref} CREATE BRANCH `{branch}` "
                       f"AS OF VERSION {base_snapshot_id}")
             created = True
-            writer = rows.writeTo(f"{self.table_ref}.branch_{branch}")
-            for key, value in properties.items():
-                writer = writer.option(f"snapshot-property.{key}", value)
+            target = f"{self.table_ref}.branch_{branch}"
             write_started = time.monotonic()
-            writer.append()
+            if upsert is not None:
+                applied = upsert.apply(rows, target, properties)
+            else:
+                writer = rows.writeTo(target)
+                for key, value in properties.items():
+                    writer = writer.option(f"snapshot-property.{key}", value)
+                writer.append()
             write_seconds = time.monotonic() - write_started
             self._merge(branch, base_snapshot_id)
             merged = True
@@ -243,8 +251,11 @@ class BranchCommitter:
         finally:
             if created and not merged:
                 self._drop(branch)
-        return {"write_seconds": write_seconds,
-                "commit_seconds": time.monotonic() - started - write_seconds}
+        outcome = {"write_seconds": write_seconds,
+                   "commit_seconds": time.monotonic() - started - write_seconds}
+        if upsert is not None:
+            outcome["applied"] = applied
+        return outcome
 
     def _merge(self, branch: str, base_snapshot_id: int, attempts: int = 5) -> None:
         """Step 4: one metadata commit that moves ``main`` from ``base_snapshot_id`` to the

@@ -17,6 +17,8 @@ from pydantic.alias_generators import to_camel
 
 KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+MAX_KEY_COLUMNS = 8
 
 
 class ConfigError(ValueError):
@@ -99,6 +101,27 @@ class TableConfig(_Model):
     identifier: str = Field(pattern=IDENTIFIER, description="namespace.table")
     partitioning: Literal["hour", "day", "month", "none"] = "day"
     properties: dict[str, str] = Field(default_factory=dict)
+    mode: Literal["append", "upsert"] = Field(
+        "append", description="append: a row per record; upsert: a row per key, each record "
+                              "replacing its key's row and a tombstone deleting it")
+    key_columns: tuple[str, ...] = Field(
+        (), max_length=MAX_KEY_COLUMNS,
+        description="upsert: the value fields (dotted paths) that identify a row; none: the "
+                    "record's Kafka key does")
+
+    @model_validator(mode="after")
+    def _keys_for_upsert(self) -> TableConfig:
+        import re
+
+        if self.key_columns and self.mode != "upsert":
+            raise ValueError("keyColumns apply to mode upsert only")
+        bad = [c for c in self.key_columns if not re.match(FIELD_PATH, c)]
+        if bad:
+            raise ValueError(f"keyColumns must be value field paths such as id or "
+                             f"customer.id: {', '.join(bad)}")
+        if len(set(self.key_columns)) != len(self.key_columns):
+            raise ValueError("keyColumns names a field twice")
+        return self
 
     @property
     def namespace(self) -> str:
@@ -150,6 +173,13 @@ class JobConfig(_Model):
         "additive", description="additive: the job evolves the table for a writer's new fields "
                                 "and wider types; none: the table keeps its schema (new fields "
                                 "are left out, a value that needs a wider type is kept raw)")
+
+    @model_validator(mode="after")
+    def _keys_in_the_value(self) -> JobConfig:
+        if self.table.key_columns and self.value.format == "raw":
+            raise ValueError("table.keyColumns name value fields, and a raw topic's value has "
+                             "none: leave keyColumns out to key rows by the Kafka key")
+        return self
 
     @property
     def consumer_group(self) -> str:

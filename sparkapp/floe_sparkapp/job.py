@@ -40,6 +40,7 @@ from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
 from .layout import ensure_table
 from .librdkafka import librdkafka_settings
 from .registry import Registry
+from .upsert import Upsert
 
 log = logging.getLogger("floe.job")
 
@@ -223,6 +224,7 @@ class BatchWriter:
     spark: SparkSession
     registry: Registry | None
     committer: BranchCommitter = field(init=False)
+    upsert: Upsert | None = field(init=False, default=None)  # mode upsert: how rows change
     plans: dict[int, WriterPlan] = field(default_factory=dict)
     planned_for: int | None = None  # the table schema id the plans were made against
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
@@ -231,6 +233,9 @@ class BatchWriter:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
                                          self.config.table.identifier, self.config.writer)
         self.catalog = catalogs.load_catalog(self.config.table.catalog)
+        self.upsert = (Upsert(self.config.table.key_columns,
+                              has_value=self.config.value.format != "raw")
+                       if self.config.table.mode == "upsert" else None)
 
     @property
     def table_name(self) -> str:
@@ -382,6 +387,16 @@ class BatchWriter:
                 outcome["dead_lettered"] = True
             if outcome.get("dead_letter_error"):
                 props = {**props, DEAD_LETTER_ERROR: outcome["dead_letter_error"]}
+            if self.upsert is not None:
+                rows = rows.persist()
+                try:
+                    errors = rows.filter(_undecodable(rows)).count()
+                    outcome.update(self.committer.commit(rows, base, props, self.upsert))
+                    outcome["written"] = int(outcome.pop("applied"))
+                    outcome["errors"] = errors
+                finally:
+                    rows.unpersist()
+                return
             observation = Observation(f"floe_{uuid.uuid4().hex}")
             observed = rows.observe(
                 observation, F.count(F.lit(1)).alias("rows"),

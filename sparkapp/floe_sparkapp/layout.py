@@ -47,7 +47,23 @@ DEFAULT_PROPERTIES = {
     "write.distribution-mode": "none",
 }
 
+# An upsert table changes rows by position deletes (merge-on-read), never equality deletes,
+# which several engines cannot read. Format version 2: PyIceberg cannot yet write the metadata
+# of a version 3 table, whose position deletes are deletion vectors.
+UPSERT_PROPERTIES = {
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+}
+MODE = "floe.mode"  # the table property recording the mode the table was made for
+
 _TRANSFORMS = {"hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}
+
+
+def table_properties(table: TableConfig) -> dict[str, str]:
+    """The properties a new table is made with: floe's, the mode's, then the user's."""
+    mode = UPSERT_PROPERTIES if table.mode == "upsert" else {}
+    return {**DEFAULT_PROPERTIES, **mode, MODE: table.mode, **table.properties}
 
 
 def lineage_struct() -> StructType:
@@ -126,12 +142,42 @@ def check_layout(existing: Any, table: TableConfig, value: StructType | None) ->
         raise LayoutMismatch(
             f"table {table.identifier} exists but is not a floe table: it has no column(s) "
             f"{', '.join(missing)}. Point table.identifier at a new table, or drop this one.")
+    _check_keys(existing, table)
+    made_for = existing.properties.get(MODE, "append")
+    if made_for != table.mode:
+        raise LayoutMismatch(
+            f"table {table.identifier} was made for mode {made_for}, the spec says "
+            f"{table.mode}: a table keeps the mode it was made with. Point table.identifier at "
+            "a new table, or set the mode back.")
     lineage = existing.schema().find_field("kafka").field_type
     lineage_names = {f.name for f in getattr(lineage, "fields", [])}
     missing = sorted({"topic", "partition", "offset", "timestamp"} - lineage_names)
     if missing:
         raise LayoutMismatch(
             f"table {table.identifier} exists but its kafka column lacks {', '.join(missing)}")
+
+
+def _check_keys(existing: Any, table: TableConfig) -> None:
+    """An upsert's key columns are primitive fields of the value."""
+    if table.mode != "upsert" or not table.key_columns:
+        return
+    schema = existing.schema()
+    problems = []
+    for column in table.key_columns:
+        try:
+            found = schema.find_field(f"value.{column}")
+        except ValueError:
+            problems.append(f"the value has no field {column}")
+            continue
+        if not found.field_type.is_primitive:
+            problems.append(f"{column} is a {found.field_type}, not a single value")
+    if problems:
+        value = schema.find_field("value").field_type if "value" in {
+            f.name for f in schema.fields} else None
+        fields = ", ".join(f.name for f in getattr(value, "fields", []))
+        raise LayoutMismatch(f"table.keyColumns: {'; '.join(problems)} (the value's fields: "
+                             f"{fields or 'none'}). Name fields of the value that identify "
+                             "a row.")
 
 
 def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> tuple[Any, bool]:
@@ -157,7 +203,8 @@ def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> 
             table.identifier, schema=schema,
             partition_spec=partition_spec(schema, table.partitioning),
             sort_order=sort_order(schema),
-            properties={**DEFAULT_PROPERTIES, **table.properties})
+            properties=table_properties(table))
+        _check_keys(created, table)
         return _with_root_snapshot(created), True
     except TableAlreadyExistsError:
         return _with_root_snapshot(catalog.load_table(table.identifier)), False

@@ -3,7 +3,8 @@
 ``python -m floe_sparkapp maintain --config FILE --action ACTION`` runs one of:
 
 - ``compaction``: ``rewrite_data_files`` to the target file size, only in partitions older than
-  the one being written now (for an unpartitioned table: files older than an hour);
+  the one being written now (for an unpartitioned table: files older than an hour); in an
+  upsert table also every file with deleted rows, its deletion vectors applied;
 - ``expire-snapshots``: ``expire_snapshots`` past the retention, but never the newest snapshot
   written by floe (its summary holds the committed offsets the job restarts from when its
   checkpoint is lost) nor anything after it;
@@ -72,6 +73,10 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
                "min-input-files": settings.min_input_files,
                # Compacting a few small files is still worth it when nothing else is to do.
                "rewrite-all": "false", "partial-progress.enabled": "true"}
+    if config.table.mode == "upsert":
+        # A file with rows replaced or deleted is rewritten without them, however few: the
+        # deletion vectors are applied, then dropped.
+        options.update({"delete-file-threshold": 1, "remove-dangling-deletes": "true"})
     option_map = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
     where = f"kafka.timestamp < {_sql_timestamp(cutoff)}".replace("'", "\\'")
     rows = spark.sql(f"CALL {_name(config)}.system.rewrite_data_files(table => "

@@ -86,6 +86,13 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
                  "the object was invalid; correct the existing errors to complete validation")
 
 
+def upsert(key_columns: list[str], format_: str = "avro") -> dict:
+    body = changed("spec.table.mode", "upsert")
+    body["spec"]["table"]["keyColumns"] = key_columns
+    body["spec"]["value"]["format"] = format_
+    return body
+
+
 @pytest.mark.parametrize("body, message", [
     (changed("spec.value.schemaRegistry", ...),
      "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is avro "
@@ -124,6 +131,16 @@ SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not c
      'spec.table.identifier: Invalid value: "orders": spec.table.identifier in body should '
      "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
     (changed("spec.kafka.topic", ...), "[spec.kafka.topic: Required value" + SKIPPED_RULES + "]"),
+    (changed("spec.table.keyColumns", ["id"]),
+     "spec.table.keyColumns: Invalid value: keyColumns apply to mode upsert only"),
+    (upsert(["id", "id"]),
+     'spec.table.keyColumns[1]: Duplicate value: "id"'),
+    (upsert(["value.id!"]),
+     'spec.table.keyColumns[0]: Invalid value: "value.id!": spec.table.keyColumns[0] in body '
+     "should match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$'"),
+    (upsert(["id"], format_="raw"),
+     "spec.table.keyColumns: Invalid value: table.keyColumns name value fields, and "
+     "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key"),
 ])
 def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
         api, namespace, body, message):
@@ -159,6 +176,12 @@ def test_durations_and_sizes_at_their_bounds_are_accepted_and_the_operator_rende
     assert getattr(getattr(config, section), name) == seconds
 
 
+def test_an_upsert_resource_is_accepted_and_rendered_with_its_keys(api, namespace):
+    created = create(api, namespace, upsert(["id", "customer.id"]))
+    config = job_config(Topic.from_body(created), OperatorSettings())
+    assert (config.table.mode, config.table.key_columns) == ("upsert", ("id", "customer.id"))
+
+
 def test_the_topic_and_the_table_cannot_change(api, namespace):
     create(api, namespace, VALID)
     for path, value, message in [
@@ -168,6 +191,9 @@ def test_the_topic_and_the_table_cannot_change(api, namespace):
         ("spec.table.identifier", "analytics.payments",
          "spec.table.identifier: Invalid value: table.identifier cannot change: create a new "
          "resource for another table"),
+        ("spec.table.mode", "upsert",
+         "spec.table.mode: Invalid value: table.mode cannot change: a table keeps the mode it "
+         "was made with; create a new resource with another table.identifier"),
     ]:
         with pytest.raises(ApiException) as refused:
             api.patch_namespaced_custom_object(*ARGS, namespace, "kafkaicebergtopics", "orders",

@@ -93,7 +93,8 @@ class AvroProducer:
 
 def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: str = "data/orders",
                dead_letter: str | None = None, interval: int = 1, max_records: int = 100_000,
-               catalog_dir: Path | None = None) -> JobConfig:
+               catalog_dir: Path | None = None, mode: str = "append",
+               key_columns: tuple[str, ...] = ()) -> JobConfig:
     catalog_dir = catalog_dir or tmp_path
     # Spark keeps a catalog instance per name for the session: one name per catalog database.
     catalog_name = "c" + hashlib.sha1(str(catalog_dir).encode()).hexdigest()[:10]
@@ -107,6 +108,7 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
                         "uri": f"jdbc:sqlite:{catalog_dir / 'catalog.db'}",
                         "warehouse": f"file://{catalog_dir / 'warehouse'}"},
             "identifier": f"analytics.{topic.replace('-', '_')}",
+            "mode": mode, "keyColumns": list(key_columns),
         },
         "commit": {"intervalSeconds": interval, "maxRecordsPerCommit": max_records},
         "checkpointLocation": str(tmp_path / "checkpoint"),

@@ -215,3 +215,25 @@ def test_manifest_rewrite_keeps_the_rows(stack, spark, tmp_path, topic):
     assert result["rewritten_manifests_count"] == manifests_before
     assert len(table.current_snapshot().manifests(table.io)) < manifests_before
     assert multiset(table_rows(config)) == multiset(rows)
+
+
+def test_compaction_of_an_upsert_table_applies_its_deletes(stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic, max_records=25, mode="upsert")
+    # Too few files for a rewrite by their number alone: the deletes are what is rewritten.
+    config = config.model_copy(update={"maintenance": config.maintenance.model_copy(
+        update={"min_input_files": 50})})
+    for i in range(200):  # 40 keys, each updated five times, in a partition nobody writes now
+        producer.send(key=f"k{i % 40}".encode(), value={**order(i % 40, 1), "item": f"u{i}"},
+                      schema=V1, timestamp_ms=TWO_DAYS_AGO + i)
+    producer.flush()
+    run(config, spark, available_now=True, timeout=600)  # 25 records a commit
+    before = table_rows(config)
+    assert sorted(r["value"]["item"] for r in before) == sorted(f"u{i}" for i in range(160, 200))
+    assert any(task.delete_files for task in load_table(config).scan().plan_files())
+
+    maintain(config, "compaction", spark)
+
+    assert multiset(table_rows(config)) == multiset(before)
+    tasks = list(load_table(config).scan().plan_files())
+    assert tasks and not any(task.delete_files for task in tasks)  # rewritten without them

@@ -60,6 +60,8 @@ def test_config_round_trips_through_json_with_defaults():
     ("table.partitioning", "week", "table.partitioning: Input should be 'hour', 'day', 'month' "
                                    "or 'none'"),
     ("writer", "orders", "writer: String should match pattern"),
+    ("table.keyColumns", ["id"], "table: keyColumns apply to mode upsert only"),
+    ("table.mode", "merge", "table.mode: Input should be 'append' or 'upsert'"),
     ("kafka.brokers", "x", "kafka.brokers: Extra inputs are not permitted"),
 ])
 def test_bad_configs_name_the_field_and_what_is_wrong(path, value, message):
@@ -88,3 +90,26 @@ def test_a_missing_or_broken_file_is_reported(tmp_path):
     broken.write_text("{not json")
     with pytest.raises(ConfigError, match="is not JSON"):
         load_config(broken)
+
+
+def test_upsert_keys_are_value_field_paths_and_a_raw_topic_has_none():
+    upsert = with_("table.mode", "upsert")
+    upsert["table"]["keyColumns"] = ["id", "customer.id"]
+    assert parse_config(upsert).table.key_columns == ("id", "customer.id")
+    for columns, message in [(["id", "id"], "table: keyColumns names a field twice"),
+                             (["value.id!"], "table: keyColumns must be value field paths such "
+                                             "as id or customer.id: value.id!"),
+                             ([f"k{i}" for i in range(9)], "table.keyColumns: Tuple should have "
+                                                           "at most 8 items")]:
+        upsert["table"]["keyColumns"] = columns
+        with pytest.raises(ConfigError) as error:
+            parse_config(upsert)
+        assert message in str(error.value)
+    raw = with_("value.format", "raw")
+    raw["table"].update(mode="upsert", keyColumns=["id"])
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert ("table.keyColumns name value fields, and a raw topic's value has none: leave "
+            "keyColumns out to key rows by the Kafka key") in str(error.value)
+    raw["table"]["keyColumns"] = []
+    assert parse_config(raw).table.mode == "upsert"  # keyed by the Kafka key

@@ -1,0 +1,141 @@
+"""Row-level changes (``table.mode: upsert``): which records of a batch change which rows, and
+the statements that change them on the batch's branch.
+
+A row is identified by its key: the ``table.keyColumns`` value fields, or, when there are none,
+the record's Kafka key.  A record replaces the row with its key (``MERGE INTO``); a tombstone
+(a record whose value is null) deletes the row last written with its Kafka key.  Within a
+batch only the last record per key applies, by (partition, offset); across batches, Kafka's
+order per partition does, so a key's records must all go to one partition (producers that
+partition by key do).  A record whose key is null, or whose value could not be decoded, has no
+identity: it is added as a row of its own, replacing nothing.
+
+The table is merge-on-read: replaced and deleted rows are marked by position deletes, never
+equality deletes, which several engines cannot read.  The batch's snapshot properties (its
+offsets) go on the branch's last snapshot through Iceberg's ``CommitMetadata``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+
+@dataclass(frozen=True)
+class Upsert:
+    key_columns: tuple[str, ...] = ()  # value fields; none: the Kafka key
+    has_value: bool = True  # false for a raw table (no value column)
+
+    # --- which records apply ------------------------------------------------------------------
+
+    def _identity(self) -> list[Any]:
+        if self.key_columns:
+            return [F.col(f"value.{c}") for c in self.key_columns]
+        return [F.col("key")]
+
+    def tombstone(self) -> Any:
+        """The record's value was null."""
+        condition = F.col("value_raw").isNull() & F.col("value_error").isNull()
+        return condition & F.col("value").isNull() if self.has_value else condition
+
+    def _identified(self) -> Any:
+        identified = F.lit(True)
+        for column in self._identity():
+            identified = identified & column.isNotNull()
+        return identified & ~self.tombstone() & F.col("value_error").isNull()
+
+    def changes(self, rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """(upserts, tombstones): the batch's records that apply, at most one per key."""
+        position = F.struct(F.col("kafka.partition"), F.col("kafka.offset"))
+        by_kafka_key = Window.partitionBy(F.col("key"))
+        ranked = (rows.withColumn("_floe_position", position)
+                  .withColumn("_floe_tombstone", self.tombstone())
+                  # the newest tombstone of the record's Kafka key in this batch
+                  .withColumn("_floe_deleted_at", F.max(F.when(
+                      F.col("_floe_tombstone") & F.col("key").isNotNull(),
+                      F.col("_floe_position"))).over(by_kafka_key)))
+        tombstones = (ranked.filter(F.col("_floe_tombstone") & F.col("key").isNotNull()
+                                    & (F.col("_floe_position") == F.col("_floe_deleted_at")))
+                      .select("key"))
+        # A record followed by a tombstone of its Kafka key is deleted by it.
+        live = ranked.filter(~F.col("_floe_tombstone") & (
+            F.col("_floe_deleted_at").isNull()
+            | (F.col("_floe_position") > F.col("_floe_deleted_at"))))
+        newest = Window.partitionBy(*self._identity()).orderBy(F.col("_floe_position").desc())
+        upserts = (live.withColumn("_floe_rank", F.when(self._identified(),
+                                                        F.row_number().over(newest))
+                                   .otherwise(F.lit(1)))
+                   .filter(F.col("_floe_rank") == 1)
+                   .drop("_floe_rank", "_floe_position", "_floe_tombstone", "_floe_deleted_at"))
+        return upserts, tombstones
+
+    # --- the statements -----------------------------------------------------------------------
+
+    def _on(self) -> str:
+        if self.key_columns:
+            return " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
+        return "t.key = s.key"
+
+    def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
+        """Changes ``target`` (the batch's branch) by the batch's records; the last statement's
+        snapshot carries ``properties``.  Returns how many records applied."""
+        # The views and statements go to the batch's own session (foreachBatch gives each
+        # batch a session of its own).
+        spark = rows.sparkSession
+        upserts, tombstones = self.changes(rows)
+        upserts = upserts.persist()
+        tombstones = tombstones.persist()
+        try:
+            statements = []
+            deleted, changed = tombstones.count(), upserts.count()
+            suffix = uuid.uuid4().hex[:12]
+            if deleted:
+                view = f"floe_tombstones_{suffix}"
+                tombstones.createOrReplaceTempView(view)
+                statements.append(f"MERGE INTO {target} t USING {view} s ON t.key = s.key "
+                                  "WHEN MATCHED THEN DELETE")
+            if changed:
+                view = f"floe_upserts_{suffix}"
+                upserts.createOrReplaceTempView(view)
+                statements.append(
+                    f"MERGE INTO {target} t USING {view} s ON {self._on()} "
+                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+            if not statements:  # nothing changes: an empty append records the offsets
+                writer = upserts.writeTo(target)
+                for key, value in properties.items():
+                    writer = writer.option(f"snapshot-property.{key}", value)
+                writer.append()
+                return 0
+            for statement in statements[:-1]:
+                spark.sql(statement)
+            with_commit_properties(spark, properties, lambda: spark.sql(statements[-1]))
+            return deleted + changed
+        finally:
+            upserts.unpersist()
+            tombstones.unpersist()
+
+
+class _Callable:
+    """A Python function the JVM calls as a ``java.util.concurrent.Callable`` (py4j)."""
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    def call(self) -> None:
+        self.function()
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+def with_commit_properties(spark: Any, properties: dict[str, str], run: Any) -> None:
+    """Runs ``run`` (a SQL write) with ``properties`` added to the snapshots it commits."""
+    jvm = spark._jvm
+    java_properties = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        java_properties.put(key, value)
+    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+        java_properties, _Callable(run), jvm.java.lang.Class.forName("java.lang.RuntimeException"))

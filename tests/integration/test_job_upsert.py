@@ -1,0 +1,139 @@
+"""Upsert (``table.mode: upsert``): the table holds one row per key, the last record's; a
+tombstone deletes the key's row; the changes are deletion vectors, read alike by PyIceberg and
+Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from floe_sparkapp.commit import BranchCommitter
+from floe_sparkapp.job import run
+
+from .jobkit import AvroProducer, create_topic, job_config, load_table, table_rows
+from .test_job_roundtrip import V1, order
+
+pytestmark = [pytest.mark.integration]
+
+KEYS = 500
+
+
+def run_once(config, spark):
+    run(config, spark, available_now=True, timeout=600)
+
+
+@pytest.fixture
+def topic(stack, unique_name):
+    name = f"upsert-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, name, partitions=4)
+    return name
+
+
+def update(producer: AvroProducer, i: int, *, key_field: bool = False) -> tuple[str, dict]:
+    """Update number ``i``: key k<i mod 500>, its item naming the update."""
+    k = i % KEYS
+    value = {**order(k, 1), "item": f"update-{i}"}
+    producer.send(key=f"k{k}".encode(), value=value, schema=V1)
+    return f"k{k}", value
+
+
+def spark_rows(spark, config) -> list:
+    name = f"{config.table.catalog.name}.{config.table.identifier}"
+    return spark.table(name).select("key", "value.id", "value.item").collect()
+
+
+def delete_files(spark, config) -> list:
+    name = f"{config.table.catalog.name}.{config.table.identifier}"
+    return spark.sql(f"SELECT content, file_format FROM {name}.all_delete_files").collect()
+
+
+def test_upsert_holds_the_last_record_per_key_through_crashes_and_tombstones(
+        stack, spark, tmp_path, topic, monkeypatch):
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic, mode="upsert", max_records=1000)
+    latest: dict[str, dict] = {}
+
+    # A crash after the batch's rows are on its branch, before main moves: the batch is not
+    # committed, and the job started again applies it once.
+    merge = BranchCommitter._merge
+    crashes = []
+
+    def crash_once(self, branch, base_snapshot_id, attempts=5):
+        if not crashes:
+            crashes.append(branch)
+            raise RuntimeError("killed between the branch and main")
+        return merge(self, branch, base_snapshot_id, attempts)
+
+    for round_ in range(4):  # 10,000 updates over 500 keys, in four runs of several batches
+        for i in range(round_ * 2500, (round_ + 1) * 2500):
+            key, value = update(producer, i)
+            latest[key] = value
+        producer.flush()
+        if round_ == 1:
+            monkeypatch.setattr(BranchCommitter, "_merge", crash_once)
+            with pytest.raises(Exception):
+                run_once(config, spark)
+            monkeypatch.setattr(BranchCommitter, "_merge", merge)
+        run_once(config, spark)
+    assert crashes
+
+    for k in range(50):  # tombstones delete keys k0 .. k49
+        producer.send(key=f"k{k}".encode(), raw=None)
+        latest.pop(f"k{k}")
+    producer.flush()
+    run_once(config, spark)
+
+    rows = table_rows(config)
+    assert len(rows) == len(latest) == KEYS - 50
+    assert {r["key"].decode(): r["value"]["item"] for r in rows} == {
+        k: v["item"] for k, v in latest.items()}
+    assert sorted((r["key"].decode(), r["id"], r["item"]) for r in spark_rows(spark, config)) == \
+        sorted((r["key"].decode(), r["value"]["id"], r["value"]["item"]) for r in rows)
+
+    # Changed rows are position deletes; no equality deletes.
+    files = delete_files(spark, config)
+    assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PARQUET")}
+    table = load_table(config)
+    assert table.properties["floe.mode"] == "upsert"
+    assert table.properties["write.merge.mode"] == "merge-on-read"
+
+
+def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
+        stack, spark, tmp_path, topic):
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic, mode="upsert", key_columns=("id",))
+
+    def send(key: str, i: int | None, item: str = "") -> None:
+        if i is None:
+            producer.send(key=key.encode(), raw=None, partition=0)
+        else:
+            producer.send(key=key.encode(), value={**order(i, 1), "item": item}, schema=V1,
+                          partition=0)
+
+    for i in range(5):
+        send(f"a{i}", i, "first")
+    producer.flush()
+    run_once(config, spark)
+
+    # One batch: id 0 updated twice; id 1 updated then deleted (tombstone of its Kafka key);
+    # id 2 deleted then inserted again; id 3 updated under another Kafka key (the row follows
+    # its value's id); a record that does not decode is a row of its own.
+    send("a0", 0, "second")
+    send("a0", 0, "third")
+    send("a1", 1, "second")
+    send("a1", None)
+    send("a2", None)
+    send("a2", 2, "again")
+    send("b3", 3, "moved")
+    producer.send(key=b"a4", raw=b"not avro", partition=0)
+    producer.flush()
+    run_once(config, spark)
+
+    rows = table_rows(config)
+    decoded = {r["value"]["id"]: (r["key"].decode(), r["value"]["item"])
+               for r in rows if r["value"] is not None}
+    assert decoded == {0: ("a0", "third"), 2: ("a2", "again"), 3: ("b3", "moved"),
+                       4: ("a4", "first")}
+    undecodable = [r for r in rows if r["value"] is None]
+    assert len(undecodable) == 1 and undecodable[0]["value_raw"] == b"not avro"
+    assert undecodable[0]["value_error"]
+    assert len(rows) == 5
