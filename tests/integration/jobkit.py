@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +184,34 @@ def assert_exactly_once(rows: list[dict[str, Any]], sent: dict[tuple[int, int], 
     assert not missing, f"{len(missing)} records missing, e.g. {sorted(missing)[:5]}"
     extra = set(positions) - set(sent)
     assert not extra, f"{len(extra)} rows that were never produced, e.g. {sorted(extra)[:5]}"
+
+
+def run_once(config: JobConfig, spark) -> None:
+    """Runs the job until it has caught up with the topic."""
+    from floe_sparkapp.job import run
+
+    run(config, spark, available_now=True, timeout=600)
+
+
+@contextlib.contextmanager
+def streaming(config: JobConfig, spark, timeout: float = 300):
+    """Runs the job on its trigger in a thread for the block; yields (failures, thread): what
+    the job failed with lands in failures. Leaving the block stops the query."""
+    from floe_sparkapp.job import run
+
+    failures: list[Exception] = []
+
+    def target() -> None:
+        try:
+            run(config, spark, timeout=timeout)
+        except Exception as error:  # noqa: BLE001 - the test asserts on it
+            failures.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        yield failures, thread
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        thread.join()

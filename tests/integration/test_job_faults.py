@@ -11,19 +11,15 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from floe_sparkapp.commit import branch_prefix, offsets_tag
-from floe_sparkapp.job import DataLossError, run, start
+from floe_sparkapp.job import DataLossError, start
 
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, recreate_topic,
-    table_rows, wait_for_rows,
+    run_once, streaming, table_rows, wait_for_rows,
 )
 from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
-
-def run_once(config, spark):
-    run(config, spark, available_now=True, timeout=600)
 
 
 @pytest.fixture
@@ -375,26 +371,12 @@ def test_a_rollback_of_main_between_batches_is_ingested_again(stack, spark, tmp_
     config = job_config(stack, tmp_path, topic, interval=1)
     run_once(config, spark)
     rolled_back_to = load_table(config).current_snapshot().snapshot_id
-    failures = []
-
-    def streaming():
-        try:
-            run(config, spark, timeout=300)
-        except Exception as error:  # noqa: BLE001 - reported below
-            failures.append(error)
-
-    thread = threading.Thread(target=streaming)
-    thread.start()
-    try:
+    with streaming(config, spark) as (failures, _):
         produce_orders(producer, 30, 30)
         assert len(wait_for_rows(config, 60)) == 60
         _rollback(spark, config, rolled_back_to)  # a user undoes the last batches
         produce_orders(producer, 60, 20)
         rows = wait_for_rows(config, 80, timeout=120)
-    finally:
-        for query in spark.streams.active:
-            query.stop()
-        thread.join()
     assert not failures, failures
     assert_exactly_once(rows, producer.sent)
     assert rolled_back_to in _ancestry(load_table(config))
@@ -520,25 +502,11 @@ def test_a_topic_deleted_and_created_again_while_the_job_runs_stops_it_with_data
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
     config = job_config(stack, tmp_path, topic, interval=1)
-    failures = []
-
-    def streaming():
-        try:
-            run(config, spark, timeout=300)
-        except Exception as error:  # noqa: BLE001 - asserted below
-            failures.append(error)
-
-    thread = threading.Thread(target=streaming)
-    thread.start()
-    try:
+    with streaming(config, spark) as (failures, thread):
         assert len(wait_for_rows(config, 30)) == 30
         recreate_topic(stack.bootstrap, topic, partitions=3)
         produce_orders(AvroProducer(stack, topic), 100, 6)  # offsets from 0 again
         thread.join(timeout=300)
-    finally:
-        for query in spark.streams.active:
-            query.stop()
-        thread.join()
     # Spark's Kafka source stops the query in its own words; the job says DataLoss (its exit
     # code tells the operator not to restart it).
     assert len(failures) == 1 and isinstance(failures[0], DataLossError), failures

@@ -7,18 +7,12 @@ from __future__ import annotations
 import pytest
 
 from floe_sparkapp.commit import BranchCommitter
-from floe_sparkapp.job import run
-
-from .jobkit import AvroProducer, create_topic, job_config, load_table, table_rows
+from .jobkit import AvroProducer, create_topic, job_config, load_table, run_once, table_rows
 from .test_job_roundtrip import V1, order
 
 pytestmark = [pytest.mark.integration]
 
 KEYS = 500
-
-
-def run_once(config, spark):
-    run(config, spark, available_now=True, timeout=600)
 
 
 @pytest.fixture
