@@ -158,13 +158,17 @@ def consume(stack, topic: str, expected: int, timeout: float = 30) -> list:
     return found
 
 
-def wait_for_rows(config: JobConfig, count: int, timeout: float = 180) -> list[dict[str, Any]]:
-    """Polls the table until it has at least ``count`` rows (or the timeout passes)."""
+def wait_for_rows(config: JobConfig, count: int, timeout: float = 180,
+                  query: Any = None) -> list[dict[str, Any]]:
+    """Polls the table until it has at least ``count`` rows (or the timeout passes); with the
+    streaming ``query`` that fills it, fails at once with its error when it stops."""
     import time
 
     deadline = time.monotonic() + timeout
     rows: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
+        if query is not None and not query.isActive:
+            raise AssertionError(f"the query stopped: {query.exception()}")
         try:
             rows = table_rows(config)
         except Exception:  # the table may not exist yet

@@ -115,9 +115,10 @@ def test_compaction_while_the_job_commits_loses_and_duplicates_nothing(stack, sp
     finally:
         stop.set()
         thread.join()
-    wait_for_rows(config, len(producer.sent), timeout=180)
+    rows = wait_for_rows(config, len(producer.sent), timeout=300, query=query)
     query.stop()
     assert query.exception() is None
+    assert len(rows) >= len(producer.sent), f"{len(rows)} of {len(producer.sent)} rows landed"
     assert sum(r["rewritten_data_files_count"] for r in results) > 0
     assert_exactly_once(table_rows(config), producer.sent)
 
