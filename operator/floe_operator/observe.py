@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
+from floe_sparkapp.avro_types import AvroMappingError
+from floe_sparkapp.cdc import table_value
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.commit import OWNER, commits_since, last_commit
 from floe_sparkapp.config import CatalogConfig, JobConfig, SchemaRegistryConfig, TableConfig
@@ -297,7 +298,7 @@ def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
         registries.drop(config, user_info)
         return RegistryView(error=error_text(error))
     try:
-        return RegistryView(latest.version, avro_to_iceberg(latest.schema).struct)
+        return RegistryView(latest.version, table_value(latest.schema, job.table.mode).struct)
     except AvroMappingError as error:
         return RegistryView(latest.version, error=str(error))
 

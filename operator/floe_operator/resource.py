@@ -117,8 +117,8 @@ FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 class TableSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_rules(
-        ("self.mode == 'upsert' || !has(self.keyColumns) || size(self.keyColumns) == 0",
-         "keyColumns apply to mode upsert only", ".keyColumns"),
+        ("self.mode != 'append' || !has(self.keyColumns) || size(self.keyColumns) == 0",
+         "keyColumns apply to modes upsert and cdc only", ".keyColumns"),
     ))
 
     catalog: CatalogSpec
@@ -129,15 +129,18 @@ class TableSpec(_Model):
                                        description="Iceberg table properties.")
     deletion_policy: Literal["Retain", "Delete"] = Field(
         "Retain", description="What deleting the resource does to the table.")
-    mode: Literal["append", "upsert"] = Field(
+    mode: Literal["append", "upsert", "cdc"] = Field(
         "append", description="append: a row per record. upsert: a row per key, each record "
                               "replacing its key's row and a tombstone (null value) deleting "
-                              "it, written as position deletes (merge-on-read), never "
+                              "it. cdc: Debezium change events (Avro or JSON envelopes); the "
+                              "table holds the source's rows, op d deleting one. upsert and "
+                              "cdc write deletion vectors (format v3, merge-on-read), never "
                               "equality deletes. A table keeps the mode it was made with.")
     key_columns: list[str] = Field(
         default_factory=list, max_length=8,
-        description="upsert: the value fields (dotted paths, e.g. id or customer.id) that "
-                    "identify a row; empty: the record's Kafka key does.",
+        description="upsert, cdc: the value fields (dotted paths, e.g. id or customer.id; for "
+                    "cdc, fields of the row) that identify a row; empty: the record's Kafka "
+                    "key does.",
         json_schema_extra={"items": {"type": "string", "pattern": FIELD_PATH, "maxLength": 253},
                            "x-kubernetes-list-type": "set"})
 
@@ -299,6 +302,9 @@ class KafkaIcebergTopicSpec(_Model):
         ("self.table.mode == oldSelf.table.mode",
          "table.mode cannot change: a table keeps the mode it was made with; create a new "
          "resource with another table.identifier", ".table.mode"),
+        ("self.value.format != 'raw' || self.table.mode != 'cdc'",
+         "table.mode cdc reads Debezium change events: value.format must be avro or json",
+         ".table.mode"),
         ("self.value.format != 'raw' || !has(self.table.keyColumns) "
          "|| size(self.table.keyColumns) == 0",
          "table.keyColumns name value fields, and a raw topic's value has none: leave "

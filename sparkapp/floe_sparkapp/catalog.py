@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from . import format_v3
 from .config import CatalogConfig, ConfigError, dir_values, env_values
 
 SPARK_TYPES = {"rest": "rest", "hive": "hive", "glue": "glue", "nessie": "nessie"}
@@ -78,7 +79,8 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
 
 
 def load_catalog(catalog: CatalogConfig) -> Any:
-    """The catalog opened with PyIceberg."""
+    """The catalog opened with PyIceberg (which then writes version 3 tables' metadata)."""
+    format_v3.enable()
     props = pyiceberg_properties(catalog)
     if catalog.type == "sql":
         from pyiceberg.catalog.sql import SqlCatalog

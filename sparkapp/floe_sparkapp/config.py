@@ -96,25 +96,29 @@ class CatalogConfig(_Model):
         return self
 
 
+ROW_LEVEL = ("upsert", "cdc")  # the modes whose records change rows (MERGE INTO)
+
+
 class TableConfig(_Model):
     catalog: CatalogConfig
     identifier: str = Field(pattern=IDENTIFIER, description="namespace.table")
     partitioning: Literal["hour", "day", "month", "none"] = "day"
     properties: dict[str, str] = Field(default_factory=dict)
-    mode: Literal["append", "upsert"] = Field(
+    mode: Literal["append", "upsert", "cdc"] = Field(
         "append", description="append: a row per record; upsert: a row per key, each record "
-                              "replacing its key's row and a tombstone deleting it")
+                              "replacing its key's row and a tombstone deleting it; cdc: "
+                              "Debezium change events, the table holding the source's rows")
     key_columns: tuple[str, ...] = Field(
         (), max_length=MAX_KEY_COLUMNS,
-        description="upsert: the value fields (dotted paths) that identify a row; none: the "
-                    "record's Kafka key does")
+        description="upsert, cdc: the value fields (dotted paths; for cdc, fields of the row) "
+                    "that identify a row; none: the record's Kafka key does")
 
     @model_validator(mode="after")
     def _keys_for_upsert(self) -> TableConfig:
         import re
 
-        if self.key_columns and self.mode != "upsert":
-            raise ValueError("keyColumns apply to mode upsert only")
+        if self.key_columns and self.mode not in ROW_LEVEL:
+            raise ValueError("keyColumns apply to modes upsert and cdc only")
         bad = [c for c in self.key_columns if not re.match(FIELD_PATH, c)]
         if bad:
             raise ValueError(f"keyColumns must be value field paths such as id or "
@@ -176,6 +180,9 @@ class JobConfig(_Model):
 
     @model_validator(mode="after")
     def _keys_in_the_value(self) -> JobConfig:
+        if self.table.mode == "cdc" and self.value.format == "raw":
+            raise ValueError("table.mode cdc reads Debezium change events: value.format must "
+                             "be avro or json")
         if self.table.key_columns and self.value.format == "raw":
             raise ValueError("table.keyColumns name value fields, and a raw topic's value has "
                              "none: leave keyColumns out to key rows by the Kafka key")

@@ -82,6 +82,13 @@ def project(col: Column, source: T.DataType, target: T.DataType,
         return F.transform(col, lambda x: project(x, source.elementType, target.elementType))
     if isinstance(source, T.MapType) and isinstance(target, T.MapType):
         return F.transform_values(col, lambda _, v: project(v, source.valueType, target.valueType))
+    if isinstance(source, T.StructType) and isinstance(target, T.MapType):
+        # a record of any shape as text by field name (a Debezium source block)
+        entries = F.array(*[F.struct(F.lit(f.name).alias("key"),
+                                     col.getField(f.name).cast("string").alias("value"))
+                            for f in source.fields])
+        present = F.filter(entries, lambda entry: entry.getField("value").isNotNull())
+        return F.when(col.isNotNull(), F.map_from_entries(present))
     return col.cast(target)
 
 
@@ -191,8 +198,9 @@ def decode_raw(df: DataFrame) -> DataFrame:
             .withColumn("_schema_id", F.lit(None).cast("int")))
 
 
-def table_rows(df: DataFrame, has_value: bool) -> DataFrame:
-    """Selects the table's columns from decoded Kafka source rows."""
+def table_rows(df: DataFrame, has_value: bool, cdc: bool = False) -> DataFrame:
+    """Selects the table's columns from decoded Kafka source rows (for ``cdc``, from rows
+    made by :func:`.cdc.change_rows`, with the before image a delete is keyed by)."""
     kafka = F.struct(
         F.col("topic").alias("topic"),
         F.col("partition").alias("partition"),
@@ -202,8 +210,13 @@ def table_rows(df: DataFrame, has_value: bool) -> DataFrame:
         F.col("headers").alias("headers"),
         F.col("_schema_id").alias("schema_id"),
     )
-    columns = [kafka.alias("kafka"), F.col("key")]
+    columns = [kafka.alias("kafka")]
+    if cdc:
+        columns.append(F.col("_cdc").alias("cdc"))
+    columns.append(F.col("key"))
     if has_value:
         columns.append(F.col("_value").alias("value"))
     columns += [F.col("value_raw"), F.col("value_error")]
+    if cdc:
+        columns.append(F.col("_floe_before"))
     return df.select(*columns)

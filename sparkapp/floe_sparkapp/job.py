@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
@@ -20,8 +20,8 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import checkpoint, metrics
-from .avro_types import AvroMappingError, avro_to_iceberg
+from . import cdc, checkpoint, metrics
+from .avro_types import AvroMappingError
 from .checkpoint import CheckpointAhead
 from .commit import (
     DEAD_LETTER_ERROR,
@@ -34,13 +34,13 @@ from .commit import (
     summary_properties,
     sweep_branches,
 )
-from .config import JobConfig, dir_values, env_values
+from .config import ROW_LEVEL, JobConfig, dir_values, env_values
 from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
 from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
 from .layout import ensure_table
 from .librdkafka import librdkafka_settings
 from .registry import Registry
-from .upsert import Upsert
+from .upsert import Upsert, with_deletion_vectors
 
 log = logging.getLogger("floe.job")
 
@@ -92,7 +92,7 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     value = None
     if registry is not None:
         latest = registry.latest()
-        value = avro_to_iceberg(latest.schema).struct
+        value = cdc.table_value(latest.schema, config.table.mode).struct
     catalog = catalogs.load_catalog(config.table.catalog)
     table, created = ensure_table(catalog, config.table, value)
     if created:
@@ -233,9 +233,10 @@ class BatchWriter:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
                                          self.config.table.identifier, self.config.writer)
         self.catalog = catalogs.load_catalog(self.config.table.catalog)
+        mode = self.config.table.mode
         self.upsert = (Upsert(self.config.table.key_columns,
-                              has_value=self.config.value.format != "raw")
-                       if self.config.table.mode == "upsert" else None)
+                              has_value=self.config.value.format != "raw", cdc=mode == "cdc")
+                       if mode in ROW_LEVEL else None)
 
     @property
     def table_name(self) -> str:
@@ -252,7 +253,7 @@ class BatchWriter:
             return WriterPlan(schema_id, error=f"schema id {schema_id} is "
                                                f"{found.schema_type}, not Avro")
         try:
-            mapped = avro_to_iceberg(found.schema)
+            mapped = cdc.table_value(found.schema, self.config.table.mode)
         except AvroMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
         fit = evolve_for_writer if self.config.schema_evolution == "additive" else (
@@ -274,6 +275,10 @@ class BatchWriter:
         if fmt == "raw":
             return table_rows(decode_raw(fresh), has_value=False)
         value_type = self.spark.table(self.table_name).schema["value"].dataType
+        changes = self.config.table.mode == "cdc"
+        if fmt == "json" and changes:
+            parsed = decode_json(fresh, cdc.json_type(value_type))
+            return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
             return table_rows(decode_json(fresh, value_type), has_value=True)
         changed = False
@@ -293,7 +298,15 @@ class BatchWriter:
             plans[schema_id] = plan
         if changed:  # plans made against the older schema still decode; the projection changed
             value_type = self.spark.table(self.table_name).schema["value"].dataType
+        if changes:  # the envelope decoded, its images projected onto the table's rows
+            plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
+                     for i, plan in plans.items()}
+            return self._changes(decode_avro(frame(fresh), plans, cdc.envelope_type(value_type)))
         return table_rows(decode_avro(frame(fresh), plans, value_type), has_value=True)
+
+    def _changes(self, envelopes: DataFrame) -> DataFrame:
+        return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),
+                          has_value=True, cdc=True)
 
     def _dead_letters(self, bad: DataFrame) -> None:
         """Sends undecodable rows to the dead-letter topic, with why and where from."""
@@ -493,6 +506,9 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     metrics.register(spark)
     registry = _registry(config)
     table = prepare_table(config, registry)
+    if config.table.mode in ROW_LEVEL:
+        table = with_deletion_vectors(
+            spark, f"{config.table.catalog.name}.{config.table.identifier}", table)
     claim_table(table, config.writer)
     try:
         swept = sweep_branches(table, config.writer)

@@ -5,6 +5,7 @@ column         contents
 =============  ==============================================================================
 kafka          struct: topic, partition, offset, timestamp (timestamptz), timestamp_type,
                headers (list of key/value), schema_id (the value's registry id, if framed)
+cdc            (mode cdc) struct: op, ts, source: the change event a row comes from
 key            the key bytes, untouched
 value          struct from the registry schema; null when the value is null or undecodable
                (absent when the format is ``raw``)
@@ -37,7 +38,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from .config import TableConfig
+from . import cdc
+from .config import ROW_LEVEL, TableConfig
 
 DEFAULT_PROPERTIES = {
     "format-version": "2",
@@ -47,9 +49,10 @@ DEFAULT_PROPERTIES = {
     "write.distribution-mode": "none",
 }
 
-# An upsert table changes rows by position deletes (merge-on-read), never equality deletes,
-# which several engines cannot read. Format version 2: PyIceberg cannot yet write the metadata
-# of a version 3 table, whose position deletes are deletion vectors.
+# An upsert or cdc table changes rows by deletion vectors (merge-on-read, format version 3), never
+# equality deletes, which several engines cannot read. It is made at version 2, like every table
+# (PyIceberg cannot write a version 3 snapshot, and a new table gets an empty root snapshot);
+# the job upgrades it before its first change (upsert.with_deletion_vectors).
 UPSERT_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
@@ -62,7 +65,7 @@ _TRANSFORMS = {"hour": HourTransform(), "day": DayTransform(), "month": MonthTra
 
 def table_properties(table: TableConfig) -> dict[str, str]:
     """The properties a new table is made with: floe's, the mode's, then the user's."""
-    mode = UPSERT_PROPERTIES if table.mode == "upsert" else {}
+    mode = UPSERT_PROPERTIES if table.mode in ROW_LEVEL else {}
     return {**DEFAULT_PROPERTIES, **mode, MODE: table.mode, **table.properties}
 
 
@@ -82,15 +85,17 @@ def lineage_struct() -> StructType:
     )
 
 
-def table_schema(value: StructType | None) -> Schema:
+def table_schema(value: StructType | None, mode: str = "append") -> Schema:
     """The full table schema; ``value`` is the mapped registry schema, None for raw topics.
 
     Field ids here are placeholders: creating the table assigns fresh ones.
     """
-    fields = [
-        NestedField(1, "kafka", lineage_struct(), required=True, doc="Kafka lineage"),
-        NestedField(2, "key", BinaryType(), required=False, doc="the record key, untouched"),
-    ]
+    fields = [NestedField(1, "kafka", lineage_struct(), required=True, doc="Kafka lineage")]
+    if mode == "cdc":
+        fields.append(NestedField(6, "cdc", cdc.lineage_struct(), required=False,
+                                  doc="the change event a row's last change came from"))
+    fields.append(NestedField(2, "key", BinaryType(), required=False,
+                              doc="the record key, untouched"))
     if value is not None:
         fields.append(NestedField(3, "value", _offset_ids(value, 1000), required=False,
                                   doc="the decoded value; null when null or undecodable"))
@@ -137,6 +142,8 @@ def check_layout(existing: Any, table: TableConfig, value: StructType | None) ->
     """Refuses an existing table that lacks floe's columns (it was made by something else)."""
     names = {f.name for f in existing.schema().fields}
     wanted = {"kafka", "key", "value_raw", "value_error"} | ({"value"} if value is not None else set())
+    if table.mode == "cdc":
+        wanted.add("cdc")
     missing = sorted(wanted - names)
     if missing:
         raise LayoutMismatch(
@@ -159,7 +166,7 @@ def check_layout(existing: Any, table: TableConfig, value: StructType | None) ->
 
 def _check_keys(existing: Any, table: TableConfig) -> None:
     """An upsert's key columns are primitive fields of the value."""
-    if table.mode != "upsert" or not table.key_columns:
+    if table.mode not in ROW_LEVEL or not table.key_columns:
         return
     schema = existing.schema()
     problems = []
@@ -197,7 +204,7 @@ def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> 
         catalog.create_namespace(table.namespace)
     except NamespaceAlreadyExistsError:
         pass
-    schema = table_schema(value)
+    schema = table_schema(value, table.mode)
     try:
         created = catalog.create_table(
             table.identifier, schema=schema,

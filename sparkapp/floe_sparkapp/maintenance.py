@@ -4,7 +4,7 @@
 
 - ``compaction``: ``rewrite_data_files`` to the target file size, only in partitions older than
   the one being written now (for an unpartitioned table: files older than an hour); in an
-  upsert table also every file with deleted rows, its deletion vectors applied;
+  upsert or cdc table also every file with deleted rows, its deletion vectors applied;
 - ``expire-snapshots``: ``expire_snapshots`` past the retention, but never the newest snapshot
   written by floe (its summary holds the committed offsets the job restarts from when its
   checkpoint is lost) nor anything after it;
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from .catalog import load_catalog
 from .commit import last_commit
-from .config import JobConfig
+from .config import ROW_LEVEL, JobConfig
 
 log = logging.getLogger("floe.maintenance")
 
@@ -73,7 +73,7 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
                "min-input-files": settings.min_input_files,
                # Compacting a few small files is still worth it when nothing else is to do.
                "rewrite-all": "false", "partial-progress.enabled": "true"}
-    if config.table.mode == "upsert":
+    if config.table.mode in ROW_LEVEL:
         # A file with rows replaced or deleted is rewritten without them, however few: the
         # deletion vectors are applied, then dropped.
         options.update({"delete-file-threshold": 1, "remove-dangling-deletes": "true"})

@@ -1,5 +1,5 @@
-"""Row-level changes (``table.mode: upsert``): which records of a batch change which rows, and
-the statements that change them on the batch's branch.
+"""Row-level changes (``table.mode: upsert``, and ``cdc`` through :mod:`.cdc`): which records
+of a batch change which rows, and the statements that change them on the batch's branch.
 
 A row is identified by its key: the ``table.keyColumns`` value fields, or, when there are none,
 the record's Kafka key.  A record replaces the row with its key (``MERGE INTO``); a tombstone
@@ -7,11 +7,13 @@ the record's Kafka key.  A record replaces the row with its key (``MERGE INTO``)
 batch only the last record per key applies, by (partition, offset); across batches, Kafka's
 order per partition does, so a key's records must all go to one partition (producers that
 partition by key do).  A record whose key is null, or whose value could not be decoded, has no
-identity: it is added as a row of its own, replacing nothing.
+identity: it is added as a row of its own, replacing nothing, and nothing replaces or deletes
+it later.
 
-The table is merge-on-read: replaced and deleted rows are marked by position deletes, never
-equality deletes, which several engines cannot read.  The batch's snapshot properties (its
-offsets) go on the branch's last snapshot through Iceberg's ``CommitMetadata``.
+The table is format version 3 and merge-on-read: replaced and deleted rows are marked by
+deletion vectors (a bitmap of deleted positions per data file, in Puffin files), never equality
+deletes, which several engines cannot read.  The batch's snapshot properties (its offsets) go on
+the branch's last snapshot through Iceberg's ``CommitMetadata``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ from pyspark.sql import functions as F
 class Upsert:
     key_columns: tuple[str, ...] = ()  # value fields; none: the Kafka key
     has_value: bool = True  # false for a raw table (no value column)
+    cdc: bool = False  # mode cdc: rows of change events (cdc.change_rows), op d deletes
 
     # --- which records apply ------------------------------------------------------------------
 
     def _identity(self) -> list[Any]:
+        if self.key_columns and self.cdc:  # a delete's key is in its before image
+            return [F.coalesce(F.col(f"value.{c}"), F.col(f"_floe_before.{c}"))
+                    for c in self.key_columns]
         if self.key_columns:
             return [F.col(f"value.{c}") for c in self.key_columns]
         return [F.col("key")]
@@ -39,7 +45,13 @@ class Upsert:
     def tombstone(self) -> Any:
         """The record's value was null."""
         condition = F.col("value_raw").isNull() & F.col("value_error").isNull()
+        if self.cdc:
+            return condition & F.col("cdc").isNull()
         return condition & F.col("value").isNull() if self.has_value else condition
+
+    def _deletes(self) -> Any:
+        """The record is a change event deleting its row."""
+        return F.coalesce(F.col("cdc.op") == "d", F.lit(False)) if self.cdc else F.lit(False)
 
     def _identified(self) -> Any:
         identified = F.lit(True)
@@ -47,8 +59,9 @@ class Upsert:
             identified = identified & column.isNotNull()
         return identified & ~self.tombstone() & F.col("value_error").isNull()
 
-    def changes(self, rows: DataFrame) -> tuple[DataFrame, DataFrame]:
-        """(upserts, tombstones): the batch's records that apply, at most one per key."""
+    def changes(self, rows: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame | None]:
+        """(upserts, tombstones, deletes): the batch's records that apply, at most one per
+        key; ``deletes`` (mode cdc with keyColumns) are the keys whose last change deletes."""
         position = F.struct(F.col("kafka.partition"), F.col("kafka.offset"))
         by_kafka_key = Window.partitionBy(F.col("key"))
         ranked = (rows.withColumn("_floe_position", position)
@@ -65,19 +78,33 @@ class Upsert:
             F.col("_floe_deleted_at").isNull()
             | (F.col("_floe_position") > F.col("_floe_deleted_at"))))
         newest = Window.partitionBy(*self._identity()).orderBy(F.col("_floe_position").desc())
-        upserts = (live.withColumn("_floe_rank", F.when(self._identified(),
-                                                        F.row_number().over(newest))
-                                   .otherwise(F.lit(1)))
-                   .filter(F.col("_floe_rank") == 1)
-                   .drop("_floe_rank", "_floe_position", "_floe_tombstone", "_floe_deleted_at"))
-        return upserts, tombstones
+        last = (live.withColumn("_floe_rank", F.when(self._identified(),
+                                                     F.row_number().over(newest))
+                                .otherwise(F.lit(1)))
+                .filter(F.col("_floe_rank") == 1))
+        upserts = last.filter(~self._deletes()).drop(
+            "_floe_rank", "_floe_position", "_floe_tombstone", "_floe_deleted_at",
+            "_floe_before")
+        deletes = None
+        if self.cdc:
+            removed = last.filter(self._deletes())
+            if self.key_columns:
+                deletes = removed.select(*[column.alias(f"_floe_k{i}")
+                                           for i, column in enumerate(self._identity())])
+            else:  # keyed by the Kafka key, a delete is a tombstone
+                tombstones = tombstones.unionByName(removed.select("key")).distinct()
+        return upserts, tombstones, deletes
 
     # --- the statements -----------------------------------------------------------------------
 
     def _on(self) -> str:
+        """Which row a record replaces: the one with its key, never a row of its own (one
+        that could not be decoded, on either side)."""
         if self.key_columns:
-            return " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
-        return "t.key = s.key"
+            on = " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
+        else:
+            on = "t.key = s.key"
+        return f"{on} AND t.value_error IS NULL AND s.value_error IS NULL"
 
     def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
         """Changes ``target`` (the batch's branch) by the batch's records; the last statement's
@@ -85,24 +112,35 @@ class Upsert:
         # The views and statements go to the batch's own session (foreachBatch gives each
         # batch a session of its own).
         spark = rows.sparkSession
-        upserts, tombstones = self.changes(rows)
-        upserts = upserts.persist()
-        tombstones = tombstones.persist()
+        upserts, tombstones, deletes = self.changes(rows)
+        cached = [frame.persist() for frame in (upserts, tombstones, deletes)
+                  if frame is not None]
         try:
             statements = []
-            deleted, changed = tombstones.count(), upserts.count()
+            applied = 0
             suffix = uuid.uuid4().hex[:12]
-            if deleted:
-                view = f"floe_tombstones_{suffix}"
-                tombstones.createOrReplaceTempView(view)
-                statements.append(f"MERGE INTO {target} t USING {view} s ON t.key = s.key "
-                                  "WHEN MATCHED THEN DELETE")
+            kept = " AND t.value_error IS NULL"  # a record kept raw is never deleted
+            removals = [("tombstones", tombstones, "t.key = s.key" + kept)]
+            if deletes is not None:
+                removals.append(("deletes", deletes, " AND ".join(
+                    f"t.value.{c} = s._floe_k{i}" for i, c in enumerate(self.key_columns))
+                    + kept))
+            for name, frame, on in removals:
+                count = frame.count()
+                if count:
+                    view = f"floe_{name}_{suffix}"
+                    frame.createOrReplaceTempView(view)
+                    statements.append(f"MERGE INTO {target} t USING {view} s ON {on} "
+                                      "WHEN MATCHED THEN DELETE")
+                    applied += count
+            changed = upserts.count()
             if changed:
                 view = f"floe_upserts_{suffix}"
                 upserts.createOrReplaceTempView(view)
                 statements.append(
                     f"MERGE INTO {target} t USING {view} s ON {self._on()} "
                     "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+                applied += changed
             if not statements:  # nothing changes: an empty append records the offsets
                 writer = upserts.writeTo(target)
                 for key, value in properties.items():
@@ -112,10 +150,23 @@ class Upsert:
             for statement in statements[:-1]:
                 spark.sql(statement)
             with_commit_properties(spark, properties, lambda: spark.sql(statements[-1]))
-            return deleted + changed
+            return applied
         finally:
-            upserts.unpersist()
-            tombstones.unpersist()
+            for frame in cached:
+                frame.unpersist()
+
+
+def with_deletion_vectors(spark: Any, table_ref: str, table: Any) -> Any:
+    """Upgrades ``table`` to format version 3 unless it is already; returns it refreshed.
+
+    The operator and the job make a table with PyIceberg, which cannot write a version 3
+    snapshot (a new table gets an empty root snapshot), so an upsert or cdc table is made at
+    version 2
+    and Iceberg Java upgrades it here, before the job's first change."""
+    if table.format_version >= 3:
+        return table
+    spark.sql(f"ALTER TABLE {table_ref} SET TBLPROPERTIES ('format-version' = '3')")
+    return table.refresh()
 
 
 class _Callable:

@@ -93,6 +93,12 @@ def upsert(key_columns: list[str], format_: str = "avro") -> dict:
     return body
 
 
+def cdc_of_raw_values() -> dict:
+    body = changed("spec.value.format", "raw")
+    body["spec"]["table"]["mode"] = "cdc"
+    return body
+
+
 @pytest.mark.parametrize("body, message", [
     (changed("spec.value.schemaRegistry", ...),
      "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is avro "
@@ -132,12 +138,15 @@ def upsert(key_columns: list[str], format_: str = "avro") -> dict:
      "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
     (changed("spec.kafka.topic", ...), "[spec.kafka.topic: Required value" + SKIPPED_RULES + "]"),
     (changed("spec.table.keyColumns", ["id"]),
-     "spec.table.keyColumns: Invalid value: keyColumns apply to mode upsert only"),
+     "spec.table.keyColumns: Invalid value: keyColumns apply to modes upsert and cdc only"),
     (upsert(["id", "id"]),
      'spec.table.keyColumns[1]: Duplicate value: "id"'),
     (upsert(["value.id!"]),
      'spec.table.keyColumns[0]: Invalid value: "value.id!": spec.table.keyColumns[0] in body '
      "should match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$'"),
+    (cdc_of_raw_values(),
+     "spec.table.mode: Invalid value: table.mode cdc reads Debezium change events: "
+     "value.format must be avro or json"),
     (upsert(["id"], format_="raw"),
      "spec.table.keyColumns: Invalid value: table.keyColumns name value fields, and "
      "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key"),
@@ -180,6 +189,14 @@ def test_an_upsert_resource_is_accepted_and_rendered_with_its_keys(api, namespac
     created = create(api, namespace, upsert(["id", "customer.id"]))
     config = job_config(Topic.from_body(created), OperatorSettings())
     assert (config.table.mode, config.table.key_columns) == ("upsert", ("id", "customer.id"))
+
+
+def test_a_cdc_resource_is_accepted_and_rendered_with_its_keys(api, namespace):
+    body = upsert(["id"], format_="json")
+    body["spec"]["table"]["mode"] = "cdc"
+    config = job_config(Topic.from_body(create(api, namespace, body)), OperatorSettings())
+    assert (config.table.mode, config.table.key_columns, config.value.format) == \
+        ("cdc", ("id",), "json")
 
 
 def test_the_topic_and_the_table_cannot_change(api, namespace):

@@ -516,3 +516,46 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
         assert wait_until(gone, timeout=60), logs(tmp_path, namespace)
     assert exists("analytics.kept")
     assert not exists("analytics.dropped")
+
+
+@pytest.mark.node
+@pytest.mark.faults
+def test_an_upsert_topic_holds_the_last_record_per_key_through_killed_drivers(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    admin = admin_client(stack)
+    custom = client.CustomObjectsApi(admin)
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"upsert-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    latest: dict[str, str] = {}
+
+    def updates(start_at: int, count: int) -> None:  # 100 keys, each updated in turn
+        for i in range(start_at, start_at + count):
+            key = f"k{i % 100}"
+            producer.send(key=key.encode(), value={**order(i % 100, 1), "item": f"u{i}"},
+                          schema=V1)
+            latest[key] = f"u{i}"
+        producer.flush()
+
+    def table() -> dict:
+        return {r["key"].decode(): r["value"]["item"] for r in orders_rows(catalog)}
+
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["table"].update(mode="upsert")
+    catalog = topic_catalog(shared)
+    updates(0, 500)
+    custom.create_namespaced_custom_object(*args[:4], body)
+    for round_ in range(1, 3):  # the driver killed twice, right after more updates came
+        assert wait_until(lambda: table() == latest, timeout=300), logs(tmp_path, namespace)
+        updates(round_ * 500, 500)
+        kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
+                "--", "sh", "-c", "kill -KILL -1")
+    for k in range(10):  # tombstones
+        producer.send(key=f"k{k}".encode(), raw=None)
+        latest.pop(f"k{k}")
+    producer.flush()
+    assert wait_until(lambda: table() == latest, timeout=420), logs(tmp_path, namespace)
+    assert len(orders_rows(catalog)) == 90  # one row per key
+    failed = custom.get_namespaced_custom_object(*args)["status"]["sparkApplication"]
+    assert "driver container failed with ExitCode: 137" in failed["lastFailure"]

@@ -4,6 +4,8 @@ Spark."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from floe_sparkapp.commit import BranchCommitter
@@ -83,12 +85,55 @@ def test_upsert_holds_the_last_record_per_key_through_crashes_and_tombstones(
     assert sorted((r["key"].decode(), r["id"], r["item"]) for r in spark_rows(spark, config)) == \
         sorted((r["key"].decode(), r["value"]["id"], r["value"]["item"]) for r in rows)
 
-    # Changed rows are position deletes; no equality deletes.
+    # Changed rows are deletion vectors (position deletes in Puffin files); no equality deletes.
     files = delete_files(spark, config)
-    assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PARQUET")}
+    assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PUFFIN")}
     table = load_table(config)
+    assert table.format_version == 3
     assert table.properties["floe.mode"] == "upsert"
     assert table.properties["write.merge.mode"] == "merge-on-read"
+
+
+def metadata(table) -> dict:
+    """The table's metadata file, an empty list of identifier fields written or not alike."""
+    with table.io.new_input(table.metadata_location).open() as file:
+        found = json.load(file)
+    for schema in found["schemas"]:
+        if schema.get("identifier-field-ids") == []:
+            del schema["identifier-field-ids"]
+    return found
+
+
+def test_pyiceberg_changing_a_version_3_table_keeps_what_iceberg_java_wrote(
+        stack, spark, tmp_path, topic):
+    """floe changes an upsert table's metadata with PyIceberg (its writer, schema, tags) between
+    the job's commits, which Iceberg Java writes: the file PyIceberg writes keeps every field
+    of the one Java wrote (row lineage included), and Spark goes on reading and writing it."""
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic, mode="upsert")
+    for i in range(1200):
+        update(producer, i)
+    producer.flush()
+    run_once(config, spark)
+    table = load_table(config)
+    before = metadata(table)
+    assert before["format-version"] == 3 and before["next-row-id"] > 0
+    assert all("first-row-id" in s for s in before["snapshots"] if s["sequence-number"] > 1)
+
+    with table.transaction() as change:
+        change.set_properties({"owner-team": "orders"})
+    after = metadata(load_table(config))
+    assert after["properties"] == {**before["properties"], "owner-team": "orders"}
+    changed = {"properties", "last-updated-ms", "metadata-log"}
+    assert {k: v for k, v in after.items() if k not in changed} == \
+        {k: v for k, v in before.items() if k not in changed}
+
+    for i in range(1200, 1300):
+        update(producer, i)
+    producer.flush()
+    run_once(config, spark)
+    assert len(spark_rows(spark, config)) == len(table_rows(config)) == KEYS
+    assert metadata(load_table(config))["next-row-id"] > before["next-row-id"]
 
 
 def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(

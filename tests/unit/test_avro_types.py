@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyiceberg.types import (
     BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType, IntegerType,
@@ -137,3 +139,26 @@ def test_unmappable_schemas_name_the_field(schema, message):
     with pytest.raises(AvroMappingError) as error:
         avro_to_iceberg(schema)
     assert str(error.value) == message
+
+
+def test_a_cdc_table_holds_the_row_inside_the_debezium_envelope():
+    from floe_sparkapp.cdc import table_value
+
+    row = {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"]}]}
+    envelope = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row]},
+        {"name": "after", "type": ["null", "Value"]},
+        {"name": "source", "type": {"type": "record", "name": "Source",
+                                    "fields": [{"name": "lsn", "type": "long"}]}},
+        {"name": "op", "type": "string"}]}
+    mapped = table_value(json.dumps(envelope), "cdc")
+    assert field_types(mapped.struct) == {"id": IntegerType(), "name": StringType()}
+    assert list(field_types(table_value(json.dumps(envelope), "upsert").struct)) == [
+        "before", "after", "source", "op"]
+    with pytest.raises(AvroMappingError) as refused:
+        table_value(json.dumps(row), "cdc")
+    assert str(refused.value) == (
+        "mode cdc reads Debezium change events, and the schema has no before, after, op "
+        "field(s) (it has id, name): register the connector's envelope schema for the topic, "
+        "or use mode upsert or append")

@@ -60,8 +60,8 @@ def test_config_round_trips_through_json_with_defaults():
     ("table.partitioning", "week", "table.partitioning: Input should be 'hour', 'day', 'month' "
                                    "or 'none'"),
     ("writer", "orders", "writer: String should match pattern"),
-    ("table.keyColumns", ["id"], "table: keyColumns apply to mode upsert only"),
-    ("table.mode", "merge", "table.mode: Input should be 'append' or 'upsert'"),
+    ("table.keyColumns", ["id"], "table: keyColumns apply to modes upsert and cdc only"),
+    ("table.mode", "merge", "table.mode: Input should be 'append', 'upsert' or 'cdc'"),
     ("kafka.brokers", "x", "kafka.brokers: Extra inputs are not permitted"),
 ])
 def test_bad_configs_name_the_field_and_what_is_wrong(path, value, message):
@@ -113,3 +113,15 @@ def test_upsert_keys_are_value_field_paths_and_a_raw_topic_has_none():
             "keyColumns out to key rows by the Kafka key") in str(error.value)
     raw["table"]["keyColumns"] = []
     assert parse_config(raw).table.mode == "upsert"  # keyed by the Kafka key
+
+
+def test_cdc_reads_decoded_envelopes_keyed_by_fields_of_the_row():
+    cdc = with_("table.mode", "cdc")
+    cdc["table"]["keyColumns"] = ["id"]
+    assert parse_config(cdc).table.key_columns == ("id",)
+    raw = with_("value.format", "raw")
+    raw["table"]["mode"] = "cdc"
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert ("table.mode cdc reads Debezium change events: value.format must be avro or json"
+            in str(error.value))

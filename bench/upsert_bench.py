@@ -1,0 +1,174 @@
+"""Upsert against append on the same records: ingest rows/s, then the cost of reading the
+table after N commits, before and after compaction.
+
+One topic of 4 partitions holds ``--records`` Avro records (about 100 bytes) updating
+``--keys`` keys in turn, keyed by key (so a key's updates share a partition). The floe job
+lands it twice, each table in a catalog of its own, ``--per-commit`` records a commit: once with
+``table.mode: append`` (a row per record) and once with ``upsert`` (a row per key: each commit
+a MERGE INTO writing deletion vectors). For each table: rows/s from start to caught up (JVM
+warm: the append run goes first and starts the session), then a full read with PyIceberg and
+with Spark (best of three), the data and delete files, then the ``compaction`` action and the
+same read again.
+
+Usage: python bench/upsert_bench.py [--records N] [--keys K] [--per-commit M]
+Needs the local stack (started if not running). Writes bench/results/upsert.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decode_bench import SCHEMA  # noqa: E402 - the same ~100-byte order records
+
+
+def produce(env: dict[str, str], topic: str, records: int, keys: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result()
+    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
+                               json.dumps(SCHEMA))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10000, "compression.type": "lz4"})
+    two_days_ago = int(time.time() * 1000) - 2 * 86_400_000  # a partition compaction may take
+    for i in range(records):
+        key = i % keys
+        value = serialize({"id": key, "customer": f"customer-{key % 977}",
+                           "item": f"update-{i}", "quantity": i % 50,
+                           "price": (i % 10_000) / 100, "status": ("NEW", "PAID", "SHIPPED")[i % 3],
+                           "at": two_days_ago + i, "note": None if i % 4 else "gift wrap"},
+                          context)
+        while True:
+            try:
+                producer.produce(topic, key=f"k{key}".encode(), value=value,
+                                 timestamp=two_days_ago + i // 100)
+                break
+            except BufferError:
+                producer.poll(0.5)
+    assert producer.flush(120) == 0
+
+
+def files(table) -> dict[str, int]:
+    tasks = list(table.scan().plan_files())
+    deletes = {d.file_path for task in tasks for d in task.delete_files}
+    return {"data_files": len(tasks), "delete_files": len(deletes)}
+
+
+def read_seconds(spark, config, catalog) -> dict[str, float]:
+    """A full read of the table, best of three: PyIceberg to Arrow, Spark counting every row."""
+    name = f"{config.table.catalog.name}.{config.table.identifier}"
+    timings: dict[str, list[float]] = {"pyiceberg": [], "spark": []}
+    rows = None
+    for _ in range(3):
+        table = catalog.load_table(config.table.identifier)
+        started = time.monotonic()
+        rows = table.scan().to_arrow().num_rows
+        timings["pyiceberg"].append(time.monotonic() - started)
+        started = time.monotonic()
+        spark.table(name).selectExpr("sum(value.quantity)").collect()
+        timings["spark"].append(time.monotonic() - started)
+    return {"rows": rows, **{k: round(min(v), 3) for k, v in timings.items()}}
+
+
+def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict:
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.config import parse_config
+    from floe_sparkapp.job import run, spark_catalog_conf
+    from floe_sparkapp.maintenance import maintain
+
+    config = parse_config({
+        "writer": f"bench/{mode}", "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"],
+                                             "topic": topic},
+        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
+                                                       "subject": f"{topic}-value"}},
+        "table": {"catalog": {"name": f"bench_{mode}",
+                              "uri": f"jdbc:sqlite:{work / f'{mode}.db'}",
+                              "warehouse": f"file://{work / mode}"},
+                  "identifier": "bench.orders", "mode": mode},
+        "commit": {"intervalSeconds": 1, "maxRecordsPerCommit": per_commit},
+        "checkpointLocation": str(work / f"checkpoint-{mode}"),
+        "maintenance": {"minInputFiles": 2},
+    })
+    for key, value in spark_catalog_conf(config).items():
+        spark.conf.set(key, value)
+    catalog = load_catalog(config.table.catalog)
+    started = time.monotonic()
+    run(config, spark, available_now=True, timeout=7200)
+    seconds = time.monotonic() - started
+    table = catalog.load_table(config.table.identifier)
+    commits = sum(1 for s in table.snapshots() if (s.summary or {}).get("floe.writer"))
+    before = {**files(table), **read_seconds(spark, config, catalog)}
+    started = time.monotonic()
+    maintain(config, "compaction", spark)
+    compaction_seconds = time.monotonic() - started
+    after = {**files(catalog.load_table(config.table.identifier)),
+             **read_seconds(spark, config, catalog)}
+    return {"ingest_seconds": round(seconds, 1), "commits": commits,
+            "compaction_seconds": round(compaction_seconds, 1),
+            "before_compaction": before, "after_compaction": after}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--keys", type=int, default=50_000)
+    parser.add_argument("--per-commit", type=int, default=25_000)
+    args = parser.parse_args()
+
+    from hack import stack as local_stack
+
+    state, _ = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    os.environ.update(env)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("floe upsert bench")
+             .config("spark.jars", env["FLOE_SPARK_JARS"])
+             .config("spark.driver.memory", "2g").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.sql.extensions",
+                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    work = Path(tempfile.mkdtemp(prefix="floe-upsert-bench-"))
+    topic = f"bench-upsert-{uuid.uuid4().hex[:8]}"
+    produce(env, topic, args.records, args.keys)
+    results = {mode: land(spark, env, work, topic, mode, args.per_commit)
+               for mode in ("append", "upsert")}
+    for entry in results.values():
+        entry["rows_per_second"] = round(args.records / entry["ingest_seconds"])
+
+    import pyspark
+
+    out = {"command": "python bench/upsert_bench.py " + " ".join(sys.argv[1:]),
+           "date": time.strftime("%Y-%m-%d"), "records": args.records, "keys": args.keys,
+           "per_commit": args.per_commit, **results,
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                       "spark": pyspark.__version__}}
+    path = ROOT / "bench" / "results" / "upsert.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
