@@ -16,8 +16,8 @@ from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 
-from .kube import (FLOE_CRD, ROOT, admin_client, delete_namespace_without_operator, install_crd,
-                   wait_until)
+from .kube import (FLOE_CRD, ROOT, admin_client, delete_namespace_without_operator,
+                   drop_topic_finalizers, install_crd, wait_until)
 
 # The namespace where the node's spark-operator runs the jobs of tests marked `node`.
 NODE_JOBS = JOB_NAMESPACES[1]
@@ -47,8 +47,8 @@ def namespace(stack, unique_name, request):
             except ApiException as error:
                 assert error.status in (404, 409), error
             # Its pods stop first: a driver's JVM has its grace period to stop.
-            assert wait_until(lambda: _gone(core, name), timeout=300, interval=1), \
-                f"namespace {name} still terminating"
+            assert wait_until(lambda: _gone(core, name) or drop_topic_finalizers(api, name),
+                              timeout=300, interval=1), f"namespace {name} still terminating"
     else:
         name = unique_name.replace("_", "-")[:50]
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))

@@ -45,6 +45,13 @@ def install_crd(api_client: client.ApiClient, path: Path) -> None:
 def delete_namespace_without_operator(api_client: client.ApiClient, namespace: str) -> None:
     """Deletes a namespace once no operator watches it: the finalizers of the topics left in it
     are dropped first, or the namespace would stay Terminating in the stack for good."""
+    drop_topic_finalizers(api_client, namespace)
+    client.CoreV1Api(api_client).delete_namespace(namespace)
+
+
+def drop_topic_finalizers(api_client: client.ApiClient, namespace: str) -> None:
+    """Drops the finalizers of the topics in ``namespace`` (an operator that ran in it, as the
+    chart installs one, may have put them back while it was being deleted)."""
     custom = client.CustomObjectsApi(api_client)
     try:
         topics = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
@@ -54,10 +61,15 @@ def delete_namespace_without_operator(api_client: client.ApiClient, namespace: s
             raise
         topics = []
     for topic in topics:
-        custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                              "kafkaicebergtopics", topic["metadata"]["name"],
-                                              {"metadata": {"finalizers": None}})
-    client.CoreV1Api(api_client).delete_namespace(namespace)
+        if not topic["metadata"].get("finalizers"):
+            continue
+        try:
+            custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                  "kafkaicebergtopics", topic["metadata"]["name"],
+                                                  {"metadata": {"finalizers": None}})
+        except ApiException as error:
+            if error.status != 404:  # 404: gone meanwhile
+                raise
 
 
 def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:

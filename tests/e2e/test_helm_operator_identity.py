@@ -94,9 +94,15 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
     events = core.list_namespaced_event(
         namespace, field_selector="involvedObject.name=orders").items
     assert any(e.reason == "JobCreated" for e in events)  # Events are within the grant
-    peering = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
-                                                  "floe")
-    assert replica.metadata.name in peering.get("status", {})
+
+    def peers() -> dict:
+        return custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
+                                                   "floe").get("status", {})
+
+    # The replica keeps itself in the peering (kopf drops a record it sees expired, and writes
+    # it again at its next keep-alive).
+    assert wait_until(lambda: replica.metadata.name in peers(), timeout=90, interval=2), \
+        f"{peers()}\n{operator_log()[-4000:]}"
     # Deleted with deletionPolicy Delete: it waits for the job's pods, then drops the table.
     custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                           "orders", {"spec": {"table": {"deletionPolicy": "Delete"}}})
