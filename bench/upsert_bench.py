@@ -159,7 +159,7 @@ def main() -> int:
 
     import pyspark
 
-    out = {"command": "python bench/upsert_bench.py " + " ".join(sys.argv[1:]),
+    out = {"command": " ".join(["python bench/upsert_bench.py", *sys.argv[1:]]),
            "date": time.strftime("%Y-%m-%d"), "records": args.records, "keys": args.keys,
            "per_commit": args.per_commit, **results,
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
