@@ -28,7 +28,10 @@ sys.path.insert(0, str(ROOT))
 from decode_bench import SCHEMA  # noqa: E402 - the same ~100-byte order records
 
 
-def produce(env: dict[str, str], topic: str, records: int) -> None:
+def produce(env: dict[str, str], topic: str, records: int, keys: int | None = None) -> None:
+    """``records`` orders on 4 partitions, timestamped two days ago (in a partition compaction
+    may take); with ``keys``, updates of that many keys in turn, keyed by key (a key's updates
+    share a partition), else each record a key of its own."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -45,14 +48,16 @@ def produce(env: dict[str, str], topic: str, records: int) -> None:
                          "batch.num.messages": 10000, "compression.type": "lz4"})
     two_days_ago = int(time.time() * 1000) - 2 * 86_400_000
     for i in range(records):
-        value = serialize({"id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
+        key = i % keys if keys else i
+        value = serialize({"id": key, "customer": f"customer-{key % 977}",
+                           "item": f"update-{i}" if keys else f"item-{i % 131}",
                            "quantity": i % 50, "price": (i % 10_000) / 100,
                            "status": ("NEW", "PAID", "SHIPPED")[i % 3],
                            "at": two_days_ago + i, "note": None if i % 4 else "gift wrap"},
                           context)
         while True:
             try:
-                producer.produce(topic, key=f"k{i}".encode(), value=value,
+                producer.produce(topic, key=f"k{key}".encode(), value=value,
                                  timestamp=two_days_ago + i // 100)
                 break
             except BufferError:

@@ -29,40 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from decode_bench import SCHEMA  # noqa: E402 - the same ~100-byte order records
-
-
-def produce(env: dict[str, str], topic: str, records: int, keys: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result()
-    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
-                               json.dumps(SCHEMA))
-    context = SerializationContext(topic, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "compression.type": "lz4"})
-    two_days_ago = int(time.time() * 1000) - 2 * 86_400_000  # a partition compaction may take
-    for i in range(records):
-        key = i % keys
-        value = serialize({"id": key, "customer": f"customer-{key % 977}",
-                           "item": f"update-{i}", "quantity": i % 50,
-                           "price": (i % 10_000) / 100, "status": ("NEW", "PAID", "SHIPPED")[i % 3],
-                           "at": two_days_ago + i, "note": None if i % 4 else "gift wrap"},
-                          context)
-        while True:
-            try:
-                producer.produce(topic, key=f"k{key}".encode(), value=value,
-                                 timestamp=two_days_ago + i // 100)
-                break
-            except BufferError:
-                producer.poll(0.5)
-    assert producer.flush(120) == 0
+from compaction_bench import produce  # noqa: E402 - the same ~100-byte order records
 
 
 def files(table) -> dict[str, int]:

@@ -559,3 +559,58 @@ def test_an_upsert_topic_holds_the_last_record_per_key_through_killed_drivers(
     assert len(orders_rows(catalog)) == 90  # one row per key
     failed = custom.get_namespaced_custom_object(*args)["status"]["sparkApplication"]
     assert "driver container failed with ExitCode: 137" in failed["lastFailure"]
+
+
+@pytest.mark.node
+@pytest.mark.faults
+def test_a_cdc_topic_holds_the_source_tables_rows_through_a_killed_driver(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """Debezium change events through the operator: it makes the table from the envelope's
+    row, the job applies snapshot reads, inserts, updates and deletes, and the source table
+    gaining a column evolves the table."""
+    from ..integration.test_job_cdc import ROW_V1, ROW_V2, Database, envelope
+
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"cdc-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    db = Database()
+
+    def send(op: str, row_id: int, schema: dict, **fields) -> None:
+        producer.send(key=str(row_id).encode(), value=db.change(op, row_id, **fields),
+                      schema=schema)
+
+    def table() -> dict:
+        return {r["value"]["id"]: r["value"] for r in orders_rows(catalog)
+                if r["value"] is not None}
+
+    for i in range(60):
+        send("r", i, envelope(ROW_V1), name=f"customer {i}")
+    producer.flush()
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["table"].update(mode="cdc", keyColumns=["id"])
+    catalog = topic_catalog(shared)
+    custom.create_namespaced_custom_object(*args[:4], body)
+    expected = {i: {k: v for k, v in row.items() if k != "tier"} for i, row in db.rows.items()}
+    assert wait_until(lambda: table() == expected, timeout=300), logs(tmp_path, namespace)
+
+    for i in range(60, 80):
+        send("c", i, envelope(ROW_V1), name=f"customer {i}")
+    for i in range(0, 40, 2):
+        send("u", i, envelope(ROW_V1), email=f"{i}@example.com")
+    producer.flush()
+    kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
+            "--", "sh", "-c", "kill -KILL -1")
+    for i in range(1, 40, 2):
+        send("d", i, envelope(ROW_V2))
+    for i in range(0, 20, 2):
+        send("u", i, envelope(ROW_V2), tier="gold")
+    producer.flush()
+    assert wait_until(lambda: table() == db.rows, timeout=420), logs(tmp_path, namespace)
+    assert len(db.rows) == 60
+    rows = orders_rows(catalog)
+    assert {r["cdc"]["op"] for r in rows} == {"r", "c", "u"}
+    status = custom.get_namespaced_custom_object(*args)["status"]
+    assert "driver container failed with ExitCode: 137" in \
+        status["sparkApplication"]["lastFailure"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,22 @@ def streaming(config: JobConfig, spark, timeout: float = 300):
         for query in spark.streams.active:
             query.stop()
         thread.join()
+
+
+def run_killed_between_branch_and_main(config: JobConfig, spark, monkeypatch) -> str:
+    """Runs the job once, killed after its first batch's rows are on the batch's branch and
+    before main moves: the batch is not committed.  Returns the branch."""
+    import pytest
+
+    from floe_sparkapp.commit import BranchCommitter
+
+    def killed(self, branch, base_snapshot_id, attempts=5):
+        raise RuntimeError(f"killed between the branch {branch} and main")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BranchCommitter, "_merge", killed)
+        with pytest.raises(Exception) as error:
+            run_once(config, spark)
+    found = re.search(r"killed between the branch (\S+) and main", str(error.value))
+    assert found, error.value
+    return found.group(1)
