@@ -128,6 +128,22 @@ def table_rows(config: JobConfig) -> list[dict[str, Any]]:
     return table.scan().to_arrow().to_pylist()
 
 
+def duckdb_rows(config: JobConfig, columns: str, where: str = "true") -> list[tuple]:
+    """The table's rows as DuckDB reads them: its iceberg extension (from PyPI, as DuckDB's own
+    binaries), from the table's current metadata file."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    connection = duckdb.connect()
+    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+        [extension] = Path(module.__file__).parent.rglob("*.duckdb_extension")
+        connection.execute(f"LOAD '{extension}'")
+    location = load_table(config).metadata_location.removeprefix("file://")
+    return connection.execute(
+        f"SELECT {columns} FROM iceberg_scan('{location}') WHERE {where}").fetchall()
+
+
 def load_table(config: JobConfig):
     return load_catalog(config.table.catalog).load_table(config.table.identifier)
 

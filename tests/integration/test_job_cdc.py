@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from .jobkit import (AvroProducer, create_topic, job_config, load_table,
+from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
                      run_killed_between_branch_and_main, run_once, table_rows)
 from .test_job_upsert import delete_files
 
@@ -168,6 +168,9 @@ def test_cdc_table_equals_the_source_through_a_crash_and_a_schema_change(
     assert sorted(tuple(r) for r in spark_rows(spark, config)) == sorted(
         (r["value"]["id"], r["value"]["name"], r["value"]["email"], r["value"]["tier"])
         for r in changed)
+    assert sorted(duckdb_rows(config, "value.id, value.name, value.email, value.tier",
+                              "value IS NOT NULL")) == sorted(
+        tuple(r) for r in spark_rows(spark, config))
     files = delete_files(spark, config)
     assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PUFFIN")}
     assert load_table(config).format_version == 3

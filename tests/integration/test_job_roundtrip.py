@@ -18,7 +18,8 @@ from floe_sparkapp.commit import last_commit
 from floe_sparkapp.job import start
 
 from .jobkit import (
-    AvroProducer, consume, create_topic, group_offsets, job_config, load_table, table_rows,
+    AvroProducer, consume, create_topic, duckdb_rows, group_offsets, job_config, load_table,
+    table_rows,
 )
 
 pytestmark = pytest.mark.integration
@@ -109,6 +110,10 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
             assert row["kafka"]["schema_id"] is None
     schema_ids = {r["kafka"]["schema_id"] for r in rows if r["value"] is not None}
     assert len(schema_ids) == 2  # two writer schema versions, one table schema
+    # DuckDB reads the same rows
+    assert sorted(duckdb_rows(config, "kafka.partition, kafka.offset, key, value.id")) == sorted(
+        (r["kafka"]["partition"], r["kafka"]["offset"], r["key"],
+         r["value"]["id"] if r["value"] else None) for r in rows)
 
     table = load_table(config)
     committed = last_commit(table, config.writer)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from .jobkit import (AvroProducer, create_topic, job_config, load_table,
+from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
                      run_killed_between_branch_and_main, run_once, table_rows)
 from .test_job_roundtrip import V1, order
 
@@ -69,8 +69,11 @@ def test_upsert_holds_the_last_record_per_key_through_crashes_and_tombstones(
     assert len(rows) == len(latest) == KEYS - 50
     assert {r["key"].decode(): r["value"]["item"] for r in rows} == {
         k: v["item"] for k, v in latest.items()}
-    assert sorted((r["key"].decode(), r["id"], r["item"]) for r in spark_rows(spark, config)) == \
-        sorted((r["key"].decode(), r["value"]["id"], r["value"]["item"]) for r in rows)
+    expected = sorted((r["key"].decode(), r["value"]["id"], r["value"]["item"]) for r in rows)
+    assert sorted((r["key"].decode(), r["id"], r["item"])
+                  for r in spark_rows(spark, config)) == expected
+    assert sorted((key.decode(), i, item) for key, i, item in
+                  duckdb_rows(config, "key, value.id, value.item")) == expected
 
     # Changed rows are deletion vectors (position deletes in Puffin files); no equality deletes.
     files = delete_files(spark, config)
