@@ -26,6 +26,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 
+# A row kept raw (its value could not be decoded) is a row of its own: no statement matches it.
+KEPT_RAW_UNTOUCHED = " AND t.value_error IS NULL"
+
+
 @dataclass(frozen=True)
 class Upsert:
     key_columns: tuple[str, ...] = ()  # value fields; none: the Kafka key
@@ -104,7 +108,7 @@ class Upsert:
             on = " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
         else:
             on = "t.key = s.key"
-        return f"{on} AND t.value_error IS NULL AND s.value_error IS NULL"
+        return f"{on}{KEPT_RAW_UNTOUCHED} AND s.value_error IS NULL"
 
     def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
         """Changes ``target`` (the batch's branch) by the batch's records; the last statement's
@@ -119,12 +123,11 @@ class Upsert:
             statements = []
             applied = 0
             suffix = uuid.uuid4().hex[:12]
-            kept = " AND t.value_error IS NULL"  # a record kept raw is never deleted
-            removals = [("tombstones", tombstones, "t.key = s.key" + kept)]
+            removals = [("tombstones", tombstones, "t.key = s.key" + KEPT_RAW_UNTOUCHED)]
             if deletes is not None:
                 removals.append(("deletes", deletes, " AND ".join(
                     f"t.value.{c} = s._floe_k{i}" for i, c in enumerate(self.key_columns))
-                    + kept))
+                    + KEPT_RAW_UNTOUCHED))
             for name, frame, on in removals:
                 count = frame.count()
                 if count:
@@ -161,8 +164,7 @@ def with_deletion_vectors(spark: Any, table_ref: str, table: Any) -> Any:
 
     The operator and the job make a table with PyIceberg, which cannot write a version 3
     snapshot (a new table gets an empty root snapshot), so an upsert or cdc table is made at
-    version 2
-    and Iceberg Java upgrades it here, before the job's first change."""
+    version 2 and Iceberg Java upgrades it here, before the job's first change."""
     if table.format_version >= 3:
         return table
     spark.sql(f"ALTER TABLE {table_ref} SET TBLPROPERTIES ('format-version' = '3')")

@@ -75,6 +75,13 @@ def kubectl(*args: str) -> str:
     return done.stdout + done.stderr
 
 
+def kill_driver(namespace: str) -> None:
+    """SIGKILLs every process of the orders job's driver container but its init, the JVM among
+    them: the driver dies with exit code 137."""
+    kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
+            "--", "sh", "-c", "kill -KILL -1")
+
+
 def logs(tmp_path, namespace: str) -> str:
     """What a failing test shows: the operator's log, the namespace's pods and applications, and
     the end of each Spark pod's log."""
@@ -364,8 +371,7 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
                           == "RUNNING", timeout=180, interval=1), logs(tmp_path, namespace)
         assert app_status().get("executionAttempts") == 1  # one submission per application
         killed = time.time()
-        kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
-                "--", "sh", "-c", "kill -KILL -1")
+        kill_driver(namespace)
 
         def failed_over() -> bool:  # kept: the count starts over once the job is healthy again
             seen.update(record())
@@ -549,8 +555,7 @@ def test_an_upsert_topic_holds_the_last_record_per_key_through_killed_drivers(
     for round_ in range(1, 3):  # the driver killed twice, right after more updates came
         assert wait_until(lambda: table() == latest, timeout=300), logs(tmp_path, namespace)
         updates(round_ * 500, 500)
-        kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
-                "--", "sh", "-c", "kill -KILL -1")
+        kill_driver(namespace)
     for k in range(10):  # tombstones
         producer.send(key=f"k{k}".encode(), raw=None)
         latest.pop(f"k{k}")
@@ -600,8 +605,7 @@ def test_a_cdc_topic_holds_the_source_tables_rows_through_a_killed_driver(
     for i in range(0, 40, 2):
         send("u", i, envelope(ROW_V1), email=f"{i}@example.com")
     producer.flush()
-    kubectl("exec", "-n", namespace, "floe-orders-driver", "-c", "spark-kubernetes-driver",
-            "--", "sh", "-c", "kill -KILL -1")
+    kill_driver(namespace)
     for i in range(1, 40, 2):
         send("d", i, envelope(ROW_V2))
     for i in range(0, 20, 2):
