@@ -6,7 +6,7 @@ Phases, each run ``--repeat`` times after a warm-up run, the best kept:
 * ``kafka_read``:      Spark's Kafka source into the ``noop`` sink (what the noop baseline does);
 * ``cache_and_stats``: the batch persisted and the writer's one pass for offsets, timestamps
                        and writer schema ids (``BatchWriter._stats``): the Kafka read included;
-* ``decode``:          the cached batch decoded into table rows (``BatchWriter._decode``), into
+* ``decode``:          the cached batch decoded into table rows (``TableWriter._decode``), into
                        ``noop``;
 * ``write_table``:     the decoded rows appended to the floe table (Iceberg, zstd Parquet,
                        sorted by partition and offset), without the commit protocol;
@@ -89,9 +89,9 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
     batch = kafka().persist()
     stats = writer._stats(batch)
     ids = sorted({i for r in stats for i in (r["schema_ids"] or [])})
-    rows = writer._decode(batch, table, ids)
+    rows = writer.tables[0]._decode(batch, table, ids)
     seconds["decode"] = best(lambda: noop(rows), repeat)
-    seconds["write_table"] = best(lambda: rows.writeTo(writer.table_name).append(), repeat)
+    seconds["write_table"] = best(lambda: rows.writeTo(writer.tables[0].table_name).append(), repeat)
     seconds["raw_parquet"] = best(
         lambda: batch.write.mode("overwrite").option("compression", "zstd")
         .parquet(str(work / topic / "parquet")), repeat)

@@ -247,18 +247,20 @@ def _delete(body: Any, logger: Any) -> None:
                               delay=2)
         logger.warning("the job's pods %s still run %d s after the deletion; going on without "
                        "them (FLOE_DELETION_WAIT_SECONDS)", ", ".join(pods), waited)
-    if topic.spec.table.deletion_policy == "Delete":
-        from pyiceberg.exceptions import NoSuchTableError
+    if topic.spec.table.deletion_policy != "Delete":
+        return
+    from pyiceberg.exceptions import NoSuchTableError
 
+    catalog = observe.catalogs.get(observe.catalog_config(job, observe.Secrets.of(topic)))
+    for destination in job.destinations():  # the topic's table and each route's
+        identifier = destination.table.identifier
         try:
-            catalog = observe.catalogs.get(
-                observe.catalog_config(job, observe.Secrets.of(topic)))
-            owner = catalog.load_table(topic.spec.table.identifier).properties.get(OWNER)
+            owner = catalog.load_table(identifier).properties.get(OWNER)
             if owner not in (None, topic.writer):  # refused as a second writer: not its table
                 logger.info("deletionPolicy Delete: table %s is written by %s, kept",
-                            topic.spec.table.identifier, owner)
-                return
-            catalog.purge_table(topic.spec.table.identifier)
-            logger.info("deletionPolicy Delete: dropped table %s", topic.spec.table.identifier)
+                            identifier, owner)
+                continue
+            catalog.purge_table(identifier)
+            logger.info("deletionPolicy Delete: dropped table %s", identifier)
         except NoSuchTableError:
             pass

@@ -372,6 +372,7 @@ class World:
     table: TableView = TableView()
     registry: RegistryView | None = None  # None: a raw table, no registry
     latest_offsets: Mapping[int, int] | None = None  # None: Kafka could not be asked
+    routes: tuple[TableView, ...] = ()  # the routes' tables, in the spec's order
     owner_claims_table: bool = True  # the table's other writer still points at it
     schema_applied: str | None = None  # what this visit applied to the schema (an approval)
 
@@ -383,8 +384,10 @@ def owner_claims(owner: str, identifier: str) -> bool:
         other = kube.get_topic(namespace, name)
     except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it does
         return True
-    table = (((other or {}).get("spec") or {}).get("table") or {})
-    return other is not None and table.get("identifier") == identifier
+    spec = (other or {}).get("spec") or {}
+    tables = [spec.get("table") or {}, *((r or {}).get("table") or {}
+                                         for r in spec.get("routes") or [])]
+    return other is not None and any(t.get("identifier") == identifier for t in tables)
 
 
 def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str, Any],
@@ -392,6 +395,12 @@ def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str
     seen = (previous.get("table") or {}).get("snapshotId")
     registry = observe_registry(job, secrets)
     table = observe_table(topic, job, secrets, int(seen) if seen else None)
+    seen_routes = {entry.get("identifier"): entry.get("snapshotId")
+                   for entry in previous.get("tables") or []}
+    routes = tuple(observe_table(topic, route, secrets,
+                                 int(seen_routes[route.table.identifier])
+                                 if seen_routes.get(route.table.identifier) else None)
+                   for route in job.destinations()[1:])
     claims = (owner_claims(table.owner, job.table.identifier)
               if table.owner not in (None, topic.writer) else True)
     try:
@@ -399,7 +408,7 @@ def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str
     except Exception:  # noqa: BLE001 - Kafka unreachable: the status keeps its last offsets
         latest = None
     return World(now_ms=now_ms(), children=found, table=table, registry=registry,
-                 latest_offsets=latest, owner_claims_table=claims)
+                 latest_offsets=latest, routes=routes, owner_claims_table=claims)
 
 
 def as_status_offsets(committed: Mapping[int, int], latest: Mapping[int, int]) -> dict[str, Any]:

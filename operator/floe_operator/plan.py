@@ -30,7 +30,7 @@ from floe_sparkapp.evolution import BreakingChange, plan_evolution
 from . import redact, render
 from .appstate import ENDED, FAILED, AppState
 from .clock import epoch, iso
-from .observe import App, World, as_status_offsets
+from .observe import App, TableView, World, as_status_offsets
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
@@ -206,7 +206,7 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
     else:
         _plan_job(topic, world, previous, settings, decided)
         _plan_maintenance(topic, world, settings, decided)
-        _progress(world, decided)
+        _progress(topic, world, decided)
     observed = Observation(**decided.observed)
     return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
                 world.table.new_commits if world.table.exists else 0)
@@ -354,13 +354,46 @@ def _plan_maintenance(topic: Topic, world: World, settings: OperatorSettings,
         for c in desired})
 
 
-def _progress(world: World, decided: _Decisions) -> None:
+def _progress(topic: Topic, world: World, decided: _Decisions) -> None:
     table = world.table
     decided.say(table_exists=table.exists)
     if table.exists:
         decided.say(snapshot_id=table.snapshot_id, committed_at_ms=table.committed_at_ms,
-                    schema_id=table.schema_id, vtts_ms=table.vtts_ms,
+                    schema_id=table.schema_id,
                     maintenance_runs=dict(table.maintenance_runs),
                     dead_letter_error=table.dead_letter_error)
+    offsets, vtts = table.offsets, table.vtts_ms
+    if world.routes:  # the printer columns show the table furthest behind
+        views = [table, *world.routes]
+        decided.say(tables=[_table_entry(identifier, view, world)
+                            for identifier, view in zip(_identifiers(topic), views)])
+        written = [v for v in views if v.exists and v.offsets]
+        offsets = {p: min(v.offsets.get(p, 0) for v in written)
+                   for p in set().union(*(v.offsets for v in written))} if written else {}
+        stamps = [v.vtts_ms for v in written if v.vtts_ms is not None]
+        vtts = min(stamps) if stamps else None
+    decided.say(vtts_ms=vtts)
     if world.latest_offsets is not None:
-        decided.say(offsets=as_status_offsets(table.offsets, world.latest_offsets))
+        decided.say(offsets=as_status_offsets(offsets, world.latest_offsets))
+
+
+def _identifiers(topic: Topic) -> list[str]:
+    return [topic.spec.table.identifier, *(r.table.identifier for r in topic.spec.routes)]
+
+
+def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, Any]:
+    """One table's line in ``status.tables``: its snapshot, offsets, lag and freshness."""
+    entry: dict[str, Any] = {"identifier": identifier, "exists": view.exists}
+    if view.error or view.layout_error:
+        entry["error"] = (view.error or view.layout_error or "")[:500]
+    if view.snapshot_id is not None:
+        entry["snapshotId"] = str(view.snapshot_id)
+    if view.committed_at_ms is not None:
+        entry["committedAt"] = iso(view.committed_at_ms / 1000)
+    if view.exists:
+        entry["committed"] = {str(p): o for p, o in sorted(view.offsets.items())}
+    if world.latest_offsets is not None and view.exists:
+        entry["lag"] = as_status_offsets(view.offsets, world.latest_offsets)["lag"]
+    if view.vtts_ms is not None:
+        entry["freshnessSeconds"] = max(0, (world.now_ms - view.vtts_ms) // 1000)
+    return entry

@@ -143,6 +143,13 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
         "table": {"catalog": catalog_config, "identifier": spec.table.identifier,
                   "partitioning": spec.table.partitioning, "properties": spec.table.properties,
                   "mode": spec.table.mode, "keyColumns": spec.table.key_columns},
+        "routes": [{"field": route.field, "values": route.values,
+                    **({"subject": route.subject} if route.subject else {}),
+                    "table": {"catalog": catalog_config, "identifier": route.table.identifier,
+                              "partitioning": route.table.partitioning,
+                              "properties": route.table.properties, "mode": route.table.mode,
+                              "keyColumns": route.table.key_columns}}
+                   for route in spec.routes],
         "commit": {"intervalSeconds": duration_seconds(spec.commit.interval),
                    "maxRecordsPerCommit": spec.commit.max_records_per_commit},
         "checkpointLocation": checkpoint_location(topic, settings),

@@ -145,6 +145,40 @@ class TableSpec(_Model):
                            "x-kubernetes-list-type": "set"})
 
 
+class RouteTableSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("self.mode != 'append' || !has(self.keyColumns) || size(self.keyColumns) == 0",
+         "keyColumns apply to modes upsert and cdc only", ".keyColumns"),
+    ))
+
+    identifier: str = Field(pattern=IDENTIFIER, max_length=253,
+                            description="namespace.table, in the topic's catalog")
+    partitioning: Literal["hour", "day", "month", "none"] = "day"
+    properties: dict[str, str] = Field(default_factory=dict,
+                                       description="Iceberg table properties.")
+    mode: Literal["append", "upsert", "cdc"] = Field("append", description="As table.mode.")
+    key_columns: list[str] = Field(
+        default_factory=list, max_length=8, description="As table.keyColumns.",
+        json_schema_extra={"items": {"type": "string", "pattern": FIELD_PATH, "maxLength": 253},
+                           "x-kubernetes-list-type": "set"})
+
+
+class RouteSpec(_Model):
+    field: str = Field(pattern=FIELD_PATH, max_length=253, description=(
+        "A field of the value as its writer wrote it, dotted: source.table for Debezium "
+        "envelopes, or a field of the record such as region."))
+    values: list[str] = Field(
+        min_length=1, max_length=256, description="The field's values (as text) this route "
+                                                  "takes.",
+        json_schema_extra={"items": {"type": "string", "maxLength": 253}})
+    table: RouteTableSpec
+    subject: str | None = Field(
+        None, min_length=1, max_length=253, description=(
+            "Registry subject this table is made and evolved from (default: the value's "
+            "subject). Set it when routes carry records of different schemas, such as "
+            "Debezium's <topic>-<record name> subjects."))
+
+
 def _duration(default: str, description: str, bound: str = "", message: str = "") -> Any:
     """A duration field; ``bound`` (for example ``<= 86400.0``, in seconds) is checked by a CEL
     rule on the API server."""
@@ -309,11 +343,23 @@ class KafkaIcebergTopicSpec(_Model):
          "|| size(self.table.keyColumns) == 0",
          "table.keyColumns name value fields, and a raw topic's value has none: leave "
          "keyColumns out to key rows by the Kafka key", ".table.keyColumns"),
+        ("self.value.format != 'raw' || !has(self.routes) || size(self.routes) == 0",
+         "routes pick a table by a value field, and a raw topic's value has none: value.format "
+         "must be avro or json", ".routes"),
+        ("!has(self.routes) || self.routes.all(r, r.table.identifier != self.table.identifier "
+         "&& self.routes.exists_one(o, o.table.identifier == r.table.identifier))",
+         "each route needs a table of its own: routes[].table.identifier must differ from "
+         "table.identifier and from each other", ".routes"),
     ))
 
     kafka: KafkaSpec
     value: ValueSpec
     table: TableSpec
+    routes: list[RouteSpec] = Field(
+        default_factory=list, max_length=16, description=(
+            "Other tables, each taking the records whose field has one of its values (the "
+            "first route that matches wins); table takes the records no route matches. Each "
+            "table has its own mode, keys and committed offsets, in table's catalog."))
     commit: CommitSpec = CommitSpec()
     schema_evolution: SchemaEvolutionSpec = SchemaEvolutionSpec()
     dead_letter: DeadLetterSpec | None = None

@@ -47,7 +47,8 @@ class Observation:
     registry_version: int | None = None
     schema_in_sync: bool | None = None
     schema_message: str = ""
-    offsets: dict[str, Any] | None = None
+    offsets: dict[str, Any] | None = None  # with routes: per partition, the lowest table's
+    tables: list[dict[str, Any]] | None = None  # with routes: each table's progress
     vtts_ms: int | None = None
     maintenance: dict[str, dict[str, str]] | None = None  # action -> schedule, CronJob
     maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -212,6 +213,10 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         result["table"] = table
     if observed.offsets is not None:
         result["offsets"] = observed.offsets
+    if observed.tables is not None:
+        result["tables"] = observed.tables
+    elif (previous or {}).get("tables"):  # the routes are gone (the status is merge-patched)
+        result["tables"] = None
     if observed.vtts_ms is not None and observed.now_ms:
         result["freshnessSeconds"] = max(0, (observed.now_ms - observed.vtts_ms) // 1000)
     if observed.maintenance is not None:

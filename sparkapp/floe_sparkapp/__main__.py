@@ -42,12 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "maintain":
         from .maintenance import MaintenanceError, maintain as run_action
 
-        try:
-            run_action(config, args.action)
-        except MaintenanceError as error:
-            print(f"floe: {error}", file=sys.stderr)
-            return MAINTENANCE_FAILED
-        return 0
+        failed = False
+        for destination in config.destinations():  # the topic's table, then each route's
+            try:
+                run_action(destination, args.action)
+            except MaintenanceError as error:
+                print(f"floe: {error}", file=sys.stderr)
+                failed = True
+        return MAINTENANCE_FAILED if failed else 0
 
     from .commit import TableInUse
     from .job import DataLossError, run

@@ -136,6 +136,22 @@ class TableConfig(_Model):
         return self.identifier.rsplit(".", 1)[1]
 
 
+MAX_ROUTES = 16
+
+
+class RouteConfig(_Model):
+    """Records whose value ``field`` (a dotted path in the value as its writer wrote it, for
+    example Debezium's ``source.table``) is one of ``values`` go to ``table``; the first route
+    that matches wins, and records no route matches go to the spec's own table."""
+
+    field: str = Field(pattern=FIELD_PATH)
+    values: tuple[str, ...] = Field(min_length=1, max_length=256)
+    table: TableConfig
+    subject: str | None = Field(
+        None, min_length=1, description="Registry subject the table is made from (default: "
+                                        "the value's subject)")
+
+
 class CommitConfig(_Model):
     interval_seconds: int = Field(60, ge=1, le=86_400)
     max_records_per_commit: int = Field(500_000, ge=1)
@@ -178,6 +194,27 @@ class JobConfig(_Model):
                                 "and wider types; none: the table keeps its schema (new fields "
                                 "are left out, a value that needs a wider type is kept raw)")
 
+    routes: tuple[RouteConfig, ...] = Field(
+        (), max_length=MAX_ROUTES,
+        description="Tables other than table for records by a value field; table takes the "
+                    "records no route matches")
+
+    @model_validator(mode="after")
+    def _routes_apart(self) -> JobConfig:
+        if self.routes and self.value.format == "raw":
+            raise ValueError("routes pick a table by a value field, and a raw topic's value has "
+                             "none: value.format must be avro or json")
+        seen = {self.table.identifier}
+        for number, route in enumerate(self.routes):
+            if route.table.identifier in seen:
+                raise ValueError(f"routes[{number}].table.identifier {route.table.identifier} "
+                                 "is already a table of this topic: each route needs a table "
+                                 "of its own")
+            seen.add(route.table.identifier)
+            if route.table.catalog != self.table.catalog:
+                raise ValueError(f"routes[{number}]: a route's table is in the topic's catalog")
+        return self
+
     @model_validator(mode="after")
     def _keys_in_the_value(self) -> JobConfig:
         if self.table.mode == "cdc" and self.value.format == "raw":
@@ -187,6 +224,19 @@ class JobConfig(_Model):
             raise ValueError("table.keyColumns name value fields, and a raw topic's value has "
                              "none: leave keyColumns out to key rows by the Kafka key")
         return self
+
+    def destinations(self) -> list[JobConfig]:
+        """One config per table the topic lands in: the spec's table first (the records no
+        route matches), then each route's, with the route's registry subject."""
+        tables = [self]
+        for route in self.routes:
+            value = self.value
+            if route.subject and value.schema_registry is not None:
+                value = value.model_copy(update={"schema_registry": value.schema_registry
+                                                 .model_copy(update={"subject": route.subject})})
+            tables.append(self.model_copy(update={"table": route.table, "value": value,
+                                                  "routes": ()}))
+        return tables
 
     @property
     def consumer_group(self) -> str:
@@ -224,6 +274,13 @@ def load_config(path: str | Path) -> JobConfig:
     except json.JSONDecodeError as error:
         raise ConfigError(f"job config {path} is not JSON: {error}") from None
     return parse_config(text)
+
+
+def kafka_client_settings(config: JobConfig) -> dict[str, str]:
+    """Extra Kafka client settings: the plain ones and the secret ones (files, environment)."""
+    return {**config.kafka.properties,
+            **dir_values(config.kafka.properties_dir, "kafka.propertiesDir"),
+            **env_values(config.kafka.properties_from_env, "kafka.propertiesFromEnv")}
 
 
 def env_values(names: dict[str, str], what: str) -> dict[str, str]:

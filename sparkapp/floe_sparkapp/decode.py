@@ -102,17 +102,11 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
     decoding is not cheap; written as one expression, every field read and every check would
     decode the value again (conditional branches escape common-subexpression elimination).
     """
-    body = F.expr(f"substring(value, {HEADER_BYTES + 1})")
     schema_id = F.col("_schema_id")
     decodable = [plan for plan in plans.values() if plan.schema is not None]
-    checks = {}
-    columns = []
-    for plan in decodable:
-        raw, checks[plan.schema_id] = _from_avro(
-            body, plan.schema, cut_recursion=bool(plan.recursive_fields))
-        columns.append(F.when(schema_id == F.lit(plan.schema_id), raw)
-                       .alias(_decoded_name(plan.schema_id)))
-    df = df.select("*", *columns)
+    df = decode_writers(df, {plan.schema_id: (plan.schema, bool(plan.recursive_fields))
+                             for plan in decodable})
+    checks = {plan.schema_id: _decoded_ok(plan.schema) for plan in decodable}
     decoded = None
     failure = None
     partial = None  # decoded, but recursive fields left out: the full bytes stay in value_raw
@@ -155,10 +149,42 @@ def _decoded_name(schema_id: int) -> str:
     return f"_decoded_{schema_id}"
 
 
-def _from_avro(body: Column, writer_schema: str, *,
-               cut_recursion: bool = False) -> tuple[Column, Callable[[Column], Column]]:
-    """Decodes with the writer schema; returns the value and how to tell, from it, whether
-    decoding succeeded.
+def decode_writers(df: DataFrame, writers: Mapping[int, tuple[str, bool]]) -> DataFrame:
+    """Adds a ``_decoded_<id>`` column per writer schema id (``{id: (schema, recursive)}``),
+    null for rows of other ids; a column already there (decoded to pick a route) is kept."""
+    body = F.expr(f"substring(value, {HEADER_BYTES + 1})")
+    columns = [F.when(F.col("_schema_id") == F.lit(schema_id),
+                      _from_avro(body, schema, cut_recursion=recursive))
+               .alias(_decoded_name(schema_id))
+               for schema_id, (schema, recursive) in writers.items()
+               if _decoded_name(schema_id) not in df.columns]
+    return df.select("*", *columns) if columns else df
+
+
+def decoded_field(df: DataFrame, schema_id: int, writer_schema: str, path: str) -> Column | None:
+    """The field at ``path`` (dotted) of values decoded with writer ``schema_id`` (see
+    :func:`decode_writers`), as text; None when the writer's schema has no such field."""
+    name = _decoded_name(schema_id)
+    column, kind = F.col(name), df.schema[name].dataType
+    for part in path.split("."):
+        if not isinstance(kind, T.StructType) or part not in kind.fieldNames():
+            return None
+        column, kind = column.getField(part), kind[part].dataType
+    if isinstance(kind, (T.StructType, T.ArrayType, T.MapType)):
+        return None
+    return F.when(_decoded_ok(writer_schema)(F.col(name)), column.cast("string"))
+
+
+def _decoded_ok(writer_schema: str) -> Callable[[Column], Column]:
+    """How to tell, from a value :func:`_from_avro` decoded, whether decoding succeeded."""
+    parsed = json.loads(writer_schema)
+    if isinstance(parsed, dict) and parsed.get("type") in ("record", "error"):
+        return lambda decoded: F.coalesce(decoded.getField(OK_FIELD), F.lit(False))
+    return lambda decoded: decoded.isNotNull()
+
+
+def _from_avro(body: Column, writer_schema: str, *, cut_recursion: bool = False) -> Column:
+    """Decodes with the writer schema (:func:`_decoded_ok` tells whether it succeeded).
 
     In PERMISSIVE mode Spark answers a record it cannot decode with a struct of nulls, which a
     valid all-null record would also give.  Reading through a reader schema with one extra
@@ -171,9 +197,8 @@ def _from_avro(body: Column, writer_schema: str, *,
     if isinstance(parsed, dict) and parsed.get("type") in ("record", "error"):
         reader = {**parsed, "fields": [*parsed["fields"],
                                        {"name": OK_FIELD, "type": "boolean", "default": True}]}
-        raw = from_avro(body, writer_schema, {**options, "avroSchema": json.dumps(reader)})
-        return raw, lambda decoded: F.coalesce(decoded.getField(OK_FIELD), F.lit(False))
-    return from_avro(body, writer_schema, options), lambda decoded: decoded.isNotNull()
+        return from_avro(body, writer_schema, {**options, "avroSchema": json.dumps(reader)})
+    return from_avro(body, writer_schema, options)
 
 
 def decode_json(df: DataFrame, value_type: T.StructType) -> DataFrame:

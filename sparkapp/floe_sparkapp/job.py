@@ -9,51 +9,31 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, metrics
-from .avro_types import AvroMappingError
-from .checkpoint import CheckpointAhead
-from .commit import (
-    DEAD_LETTER_ERROR,
-    BranchCommitter,
-    Committed,
-    claim_table,
-    commit_with_retries,
-    last_commit,
-    merge_offsets,
-    summary_properties,
-    sweep_branches,
-)
-from .config import ROW_LEVEL, JobConfig, dir_values, env_values
-from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
-from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
+from . import cdc, checkpoint, metrics, routing
+from .commit import Committed, claim_table, last_commit, merge_offsets, sweep_branches
+from .config import ROW_LEVEL, JobConfig, kafka_client_settings
+from .decode import frame
+from .evolution import BreakingChange, evolve_for_writer
 from .layout import ensure_table
 from .librdkafka import librdkafka_settings
 from .registry import Registry
-from .upsert import Upsert, with_deletion_vectors
+from .table_writer import TableWriter
+from .upsert import with_deletion_vectors
 
 log = logging.getLogger("floe.job")
 
 
 class DataLossError(RuntimeError):
     """Kafka no longer has records the table has not got: never skipped silently."""
-
-
-def kafka_client_settings(config: JobConfig) -> dict[str, str]:
-    """Extra Kafka client settings: the plain ones and the secret ones (files, environment)."""
-    return {**config.kafka.properties,
-            **dir_values(config.kafka.properties_dir, "kafka.propertiesDir"),
-            **env_values(config.kafka.properties_from_env, "kafka.propertiesFromEnv")}
 
 
 def _consumer(config: JobConfig) -> Any:
@@ -196,162 +176,25 @@ def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committ
     return False
 
 
-DEAD_LETTER_ATTEMPTS = 3
-
-
-def _cause(error: Exception) -> str:
-    """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
-    line of the error."""
-    text = str(error)
-    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
-    if causes:
-        return causes[-1][:500]
-    found = re.search(r"([\w.$]+(?:Exception|Error): [^\n]*)", text)
-    return (found.group(1) if found else text.splitlines()[0] if text else repr(error))[:500]
-
-
-def _undecodable(rows: DataFrame) -> Any:
-    """Rows whose value could not be decoded (not those decoded but for recursive fields)."""
-    failed = F.col("value_error").isNotNull()
-    return failed & F.col("value").isNull() if "value" in rows.columns else failed
-
-
 @dataclass
 class BatchWriter:
-    """``foreachBatch`` function: decodes one micro-batch and commits it exactly once."""
+    """``foreachBatch`` function: one micro-batch into the topic's tables, exactly once each.
+
+    Without routes the batch goes to the one table.  With routes, each record's table is
+    picked first (:func:`.routing.routed`), from the value as its writer wrote it; each table
+    then gets its records, decoded only with the writer schemas routed to it, and commits them
+    with the batch's end offsets on its own, so a crash between two tables' commits leaves each
+    table whole and the batch, replayed, is a no-op where it was committed."""
 
     config: JobConfig
     spark: SparkSession
     registry: Registry | None
-    committer: BranchCommitter = field(init=False)
-    upsert: Upsert | None = field(init=False, default=None)  # mode upsert: how rows change
-    plans: dict[int, WriterPlan] = field(default_factory=dict)
-    planned_for: int | None = None  # the table schema id the plans were made against
+    tables: list[TableWriter] = field(init=False)
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
 
     def __post_init__(self) -> None:
-        self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
-                                         self.config.table.identifier, self.config.writer)
-        self.catalog = catalogs.load_catalog(self.config.table.catalog)
-        mode = self.config.table.mode
-        self.upsert = (Upsert(self.config.table.key_columns,
-                              has_value=self.config.value.format != "raw", cdc=mode == "cdc")
-                       if mode in ROW_LEVEL else None)
-
-    @property
-    def table_name(self) -> str:
-        return f"{self.config.table.catalog.name}.{self.config.table.identifier}"
-
-    def _plan(self, schema_id: int, table: Any) -> WriterPlan:
-        """How to decode records of one writer schema id (evolving the table if additive)."""
-        assert self.registry is not None
-        found = self.registry.by_id(schema_id)
-        if found is None:
-            return WriterPlan(schema_id, error=f"unknown schema id {schema_id}: the schema "
-                                               "registry has no schema with this id")
-        if found.schema_type.upper() != "AVRO":
-            return WriterPlan(schema_id, error=f"schema id {schema_id} is "
-                                               f"{found.schema_type}, not Avro")
-        try:
-            mapped = cdc.table_value(found.schema, self.config.table.mode)
-        except AvroMappingError as error:
-            return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
-        fit = evolve_for_writer if self.config.schema_evolution == "additive" else (
-            fit_without_evolution)
-        try:
-            plan = fit(table, mapped.struct)
-        except BreakingChange as change:
-            return WriterPlan(schema_id, error=f"schema id {schema_id}: {change}")
-        if plan.needs_update:
-            log.info("schema id %d evolved table %s: %s", schema_id, self.table_name,
-                     "; ".join(str(c) for c in plan.changes))
-        return WriterPlan(schema_id, schema=found.schema,
-                          recursive_fields=mapped.recursive_fields,
-                          routes=tuple(sorted(plan.routes.items())))
-
-    def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int]) -> DataFrame:
-        """Table rows from Kafka rows; ``schema_ids`` are the writer schema ids in the batch."""
-        fmt = self.config.value.format
-        if fmt == "raw":
-            return table_rows(decode_raw(fresh), has_value=False)
-        value_type = self.spark.table(self.table_name).schema["value"].dataType
-        changes = self.config.table.mode == "cdc"
-        if fmt == "json" and changes:
-            parsed = decode_json(fresh, cdc.json_type(value_type))
-            return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
-        if fmt == "json":
-            return table_rows(decode_json(fresh, value_type), has_value=True)
-        changed = False
-        plans = {}
-        if table.schema().schema_id != self.planned_for:  # e.g. an approval renamed columns
-            self.plans.clear()
-            self.planned_for = table.schema().schema_id
-        for schema_id in schema_ids:
-            plan = self.plans.get(schema_id)
-            if plan is None:
-                before = table.schema().schema_id
-                plan = self._plan(schema_id, table)
-                if plan.error is None:  # refused ones are looked at again: an approval may come
-                    self.plans[schema_id] = plan
-                table.refresh()
-                changed |= table.schema().schema_id != before
-            plans[schema_id] = plan
-        if changed:  # plans made against the older schema still decode; the projection changed
-            value_type = self.spark.table(self.table_name).schema["value"].dataType
-        if changes:  # the envelope decoded, its images projected onto the table's rows
-            plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
-                     for i, plan in plans.items()}
-            return self._changes(decode_avro(frame(fresh), plans, cdc.envelope_type(value_type)))
-        return table_rows(decode_avro(frame(fresh), plans, value_type), has_value=True)
-
-    def _changes(self, envelopes: DataFrame) -> DataFrame:
-        return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),
-                          has_value=True, cdc=True)
-
-    def _dead_letters(self, bad: DataFrame) -> None:
-        """Sends undecodable rows to the dead-letter topic, with why and where from."""
-        headers = F.concat(
-            F.coalesce(F.col("kafka.headers"), F.array().cast("array<struct<key:string,value:binary>>")),
-            F.array(
-                F.struct(F.lit("floe.error").alias("key"),
-                         F.encode(F.col("value_error"), "UTF-8").alias("value")),
-                F.struct(F.lit("floe.topic").alias("key"),
-                         F.encode(F.col("kafka.topic"), "UTF-8").alias("value")),
-                F.struct(F.lit("floe.partition").alias("key"),
-                         F.encode(F.col("kafka.partition").cast("string"), "UTF-8").alias("value")),
-                F.struct(F.lit("floe.offset").alias("key"),
-                         F.encode(F.col("kafka.offset").cast("string"), "UTF-8").alias("value")),
-            ))
-        writer = (bad.select(F.col("key"), F.col("value_raw").alias("value"),
-                             headers.alias("headers"))
-                  .write.format("kafka")
-                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
-                  .option("topic", self.config.dead_letter.topic)
-                  .option("includeHeaders", "true")
-                  # a missing topic fails the send in seconds rather than a minute
-                  .option("kafka.max.block.ms", "15000"))
-        for key, value in kafka_client_settings(self.config).items():
-            writer = writer.option(f"kafka.{key}", value)
-        writer.save()
-
-    def _send_dead_letters(self, bad: DataFrame, errors: int) -> str | None:
-        """Sends the undecodable rows to the dead-letter topic, trying a few times.  When the
-        topic keeps refusing them (too large, missing, not allowed), returns why: the rows are
-        still committed, with their raw value and reason, and the commit records the failure
-        for the status."""
-        topic = self.config.dead_letter.topic
-        for attempt in range(1, DEAD_LETTER_ATTEMPTS + 1):
-            try:
-                self._dead_letters(bad)
-                return None
-            except Exception as error:  # noqa: BLE001 - any refusal, reported below
-                cause = _cause(error)
-                log.warning("dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
-                            topic, errors, attempt, DEAD_LETTER_ATTEMPTS, cause)
-                if attempt < DEAD_LETTER_ATTEMPTS:
-                    time.sleep(2 ** attempt)
-        return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
-                f"{DEAD_LETTER_ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
+        self.tables = [TableWriter(destination, self.spark, self.registry)
+                       for destination in self.config.destinations()]
 
     def _commit_consumer_group(self, offsets: dict[int, int]) -> None:
         from confluent_kafka import TopicPartition
@@ -378,50 +221,6 @@ class BatchWriter:
             batch = frame(batch)
             aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))
         return batch.groupBy("partition").agg(*aggregates).collect()
-
-    def _write(self, rows: DataFrame, base: int, props: dict[str, str],
-               outcome: dict[str, Any]) -> None:
-        """Commits ``rows``; counts them and the undecodable ones in the same pass as the write
-        (an observation), except when a dead-letter topic needs them first (once per batch,
-        even when the commit is retried)."""
-        dead_letter = self.config.dead_letter is not None and not outcome.get("dead_lettered")
-        if dead_letter:
-            rows = rows.persist()
-        try:
-            if dead_letter:
-                bad = rows.filter(_undecodable(rows))
-                errors = bad.count()
-                if errors:
-                    failure = self._send_dead_letters(bad, errors)
-                    if failure is None:
-                        outcome["dead_letters"] = errors
-                    else:
-                        outcome["dead_letter_error"] = failure
-                outcome["dead_lettered"] = True
-            if outcome.get("dead_letter_error"):
-                props = {**props, DEAD_LETTER_ERROR: outcome["dead_letter_error"]}
-            if self.upsert is not None:
-                rows = rows.persist()
-                try:
-                    errors = rows.filter(_undecodable(rows)).count()
-                    outcome.update(self.committer.commit(rows, base, props, self.upsert))
-                    outcome["written"] = int(outcome.pop("applied"))
-                    outcome["errors"] = errors
-                finally:
-                    rows.unpersist()
-                return
-            observation = Observation(f"floe_{uuid.uuid4().hex}")
-            observed = rows.observe(
-                observation, F.count(F.lit(1)).alias("rows"),
-                F.coalesce(F.sum(F.when(_undecodable(rows), 1).otherwise(0)),
-                           F.lit(0)).alias("errors"))
-            outcome.update(self.committer.commit(observed, base, props))
-            counted = observation.get
-            outcome["written"] = int(counted["rows"])
-            outcome["errors"] = int(counted["errors"])
-        finally:
-            if dead_letter:
-                rows.unpersist()
 
     def _batch_offsets(self, batch_id: int, stats: list[Any]) -> tuple[dict[int, int] | None,
                                                                        dict[int, int]]:
@@ -450,51 +249,73 @@ class BatchWriter:
             vtts = min(latest) if latest else None
             schema_ids = sorted({i for r in stats for i in (r["schema_ids"] or [])}
                                 if stats and "schema_ids" in stats[0] else set())
-            outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
-                                       "write_seconds": 0.0, "commit_seconds": 0.0}
-
-            def attempt() -> None:
-                table = self.catalog.load_table(self.config.table.identifier)
-                base = table.current_snapshot().snapshot_id  # offsets below are read from here
-                committed = last_commit(table, self.config.writer, self.config.kafka.topic)
-                ahead = checkpoint.ahead_of(start or {}, committed.offsets)
-                if ahead:
-                    raise CheckpointAhead(
-                        f"CheckpointAhead: batch {batch_id} of {self.config.writer} would start "
-                        f"above the table's offsets ({'; '.join(ahead)}); main was rolled "
-                        f"back or the table replaced: the job starts again from the table")
-                known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
-                                       for x in (p, o)]) if committed.offsets else None
-                fresh = batch if known is None else batch.filter(
-                    F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
-                offsets = merge_offsets(committed.offsets, batch_next)
-                if offsets == committed.offsets:
-                    log.info("batch %d of %s: already committed in snapshot %s", batch_id,
-                             self.config.writer, committed.snapshot_id)
-                    return
-                newest = [t for t in (vtts, committed.vtts) if t is not None]
-                props = summary_properties(
-                    self.config.writer, self.config.kafka.topic, offsets,
-                    max(newest) if newest else None, self.config.generation, batch_id)
-                self._write(self._decode(fresh, table, schema_ids), base, props, outcome)
-                outcome["offsets"] = offsets
-
-            conflicts = commit_with_retries(attempt)
-            if "offsets" in outcome:
-                self._commit_consumer_group(outcome["offsets"])
+            if self.config.routes:
+                routed = routing.routed(batch, self.config, self.registry, schema_ids).persist()
+                parts = routing.split(routed, self.config, len(self.tables))
+            else:
+                routed, parts = None, [(batch, schema_ids)]
+            try:
+                outcomes = [table.commit_batch(rows, batch_id, start, batch_next, vtts, ids)
+                            for table, (rows, ids) in zip(self.tables, parts)]
+            finally:
+                if routed is not None:
+                    routed.unpersist()
+            done = [o["offsets"] for o in outcomes if "offsets" in o]
+            if done:
+                self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
+                                             for p in set().union(*done)})
             seconds = time.monotonic() - started
             input_bytes = sum(int(r["bytes"] or 0) for r in stats)
             log.info(json.dumps({
                 "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
-                "input_rows": sum(int(r["rows"]) for r in stats), "rows": outcome["written"],
+                "input_rows": sum(int(r["rows"]) for r in stats),
+                "rows": sum(o["written"] for o in outcomes),
                 "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
-                "decode_failures": outcome["errors"], "dead_letters": outcome["dead_letters"],
-                "conflicts": conflicts, "stats_seconds": round(stats_seconds, 3),
-                "write_seconds": round(outcome["write_seconds"], 3),
-                "commit_seconds": round(outcome["commit_seconds"], 3),
+                "decode_failures": sum(o["errors"] for o in outcomes),
+                "dead_letters": sum(o["dead_letters"] for o in outcomes),
+                "conflicts": sum(o["conflicts"] for o in outcomes),
+                "stats_seconds": round(stats_seconds, 3),
+                "write_seconds": round(sum(o["write_seconds"] for o in outcomes), 3),
+                "commit_seconds": round(sum(o["commit_seconds"] for o in outcomes), 3),
+                **({"tables": {t.config.table.identifier: o["written"]
+                               for t, o in zip(self.tables, outcomes)}}
+                   if self.config.routes else {}),
                 "seconds": round(seconds, 3)}))
         finally:
             batch.unpersist()
+
+
+def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | None) -> Any:
+    """The table made ready for the job: created or evolved, upgraded for deletion vectors
+    (upsert, cdc), claimed for the writer, its branches of interrupted batches dropped."""
+    table = prepare_table(config, registry)
+    if config.table.mode in ROW_LEVEL:
+        table = with_deletion_vectors(
+            spark, f"{config.table.catalog.name}.{config.table.identifier}", table)
+    claim_table(table, config.writer)
+    try:
+        swept = sweep_branches(table, config.writer)
+        if swept:
+            log.info("dropped %d branch(es) of %s left by interrupted batches: %s", len(swept),
+                     config.table.identifier, ", ".join(swept))
+    except Exception as error:  # noqa: BLE001 - a left branch only pins its snapshot
+        log.warning("could not drop the branches of interrupted batches: %s", error)
+    return table
+
+
+def lowest_commit(config: JobConfig, tables: list[Any]) -> Committed:
+    """Where the topic's tables are all committed up to: per partition, the lowest of their
+    offsets.  The query starts there, and each table skips what it already has.  A table with
+    no offsets yet (a route just added) goes on from where the others are."""
+    found = [last_commit(table, config.writer, config.kafka.topic) for table in tables]
+    if len(found) == 1:
+        return found[0]
+    committed = [c for c in found if c.offsets]
+    if not committed:
+        return Committed()
+    partitions = set().union(*(c.offsets for c in committed))
+    return Committed(offsets={p: min(c.offsets[p] for c in committed if p in c.offsets)
+                              for p in sorted(partitions)})
 
 
 def start(config: JobConfig, spark: SparkSession | None = None, *,
@@ -505,19 +326,9 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
         spark.conf.set(key, value)
     metrics.register(spark)
     registry = _registry(config)
-    table = prepare_table(config, registry)
-    if config.table.mode in ROW_LEVEL:
-        table = with_deletion_vectors(
-            spark, f"{config.table.catalog.name}.{config.table.identifier}", table)
-    claim_table(table, config.writer)
-    try:
-        swept = sweep_branches(table, config.writer)
-        if swept:
-            log.info("dropped %d branch(es) left by interrupted batches: %s", len(swept),
-                     ", ".join(swept))
-    except Exception as error:  # noqa: BLE001 - a left branch only pins its snapshot
-        log.warning("could not drop the branches of interrupted batches: %s", error)
-    committed = last_commit(table, config.writer, config.kafka.topic)
+    tables = [ready_table(spark, destination, _registry(destination))
+              for destination in config.destinations()]
+    committed = lowest_commit(config, tables)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     start_at = starting_offsets(config, committed, partitions)  # unless a checkpoint resumes
@@ -597,10 +408,9 @@ def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossE
     created again may be missing for a moment: asked again a few times."""
     for attempt in range(tries):
         try:
-            table = catalogs.load_catalog(config.table.catalog).load_table(
-                config.table.identifier)
-            check_offsets_available(config, last_commit(table, config.writer,
-                                                        config.kafka.topic))
+            catalog = catalogs.load_catalog(config.table.catalog)
+            tables = [catalog.load_table(d.table.identifier) for d in config.destinations()]
+            check_offsets_available(config, lowest_commit(config, tables))
             return None
         except DataLossError as error:
             return error

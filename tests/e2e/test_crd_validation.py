@@ -99,6 +99,13 @@ def cdc_of_raw_values() -> dict:
     return body
 
 
+def routed(*identifiers: str, format_: str = "avro") -> dict:
+    body = changed("spec.routes", [{"field": "source.table", "values": [name.split(".")[-1]],
+                                    "table": {"identifier": name}} for name in identifiers])
+    body["spec"]["value"]["format"] = format_
+    return body
+
+
 @pytest.mark.parametrize("body, message", [
     (changed("spec.value.schemaRegistry", ...),
      "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is avro "
@@ -150,6 +157,15 @@ def cdc_of_raw_values() -> dict:
     (upsert(["id"], format_="raw"),
      "spec.table.keyColumns: Invalid value: table.keyColumns name value fields, and "
      "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key"),
+    (routed("inventory.customers", format_="raw"),
+     "spec.routes: Invalid value: routes pick a table by a value field, and a raw topic's value "
+     "has none: value.format must be avro or json"),
+    (routed("inventory.customers", "inventory.customers"),
+     "spec.routes: Invalid value: each route needs a table of its own: "
+     "routes[].table.identifier must differ from table.identifier and from each other"),
+    (routed("analytics.orders"),
+     "spec.routes: Invalid value: each route needs a table of its own: "
+     "routes[].table.identifier must differ from table.identifier and from each other"),
 ])
 def test_invalid_specs_are_refused_with_a_message_that_says_what_to_change(
         api, namespace, body, message):
@@ -197,6 +213,20 @@ def test_a_cdc_resource_is_accepted_and_rendered_with_its_keys(api, namespace):
     config = job_config(Topic.from_body(create(api, namespace, body)), OperatorSettings())
     assert (config.table.mode, config.table.key_columns, config.value.format) == \
         ("cdc", ("id",), "json")
+
+
+def test_a_routed_resource_is_accepted_and_rendered_with_each_tables_config(api, namespace):
+    body = routed("inventory.customers", "inventory.orders")
+    body["spec"]["routes"][0]["table"].update(mode="cdc", keyColumns=["id"])
+    body["spec"]["routes"][0]["subject"] = "inventory-customers"
+    config = job_config(Topic.from_body(create(api, namespace, body)), OperatorSettings())
+    tables = [(d.table.identifier, d.table.mode, d.table.key_columns,
+               d.value.schema_registry.subject) for d in config.destinations()]
+    assert tables == [("analytics.orders", "append", (), "orders-value"),
+                      ("inventory.customers", "cdc", ("id",), "inventory-customers"),
+                      ("inventory.orders", "append", (), "orders-value")]
+    assert [(r.field, r.values) for r in config.routes] == [
+        ("source.table", ("customers",)), ("source.table", ("orders",))]
 
 
 def test_the_topic_and_the_table_cannot_change(api, namespace):

@@ -618,3 +618,80 @@ def test_a_cdc_topic_holds_the_source_tables_rows_through_a_killed_driver(
     status = custom.get_namespaced_custom_object(*args)["status"]
     assert "driver container failed with ExitCode: 137" in \
         status["sparkApplication"]["lastFailure"]
+
+
+SALE = {"type": "record", "name": "Sale", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "region", "type": "string"},
+    {"name": "amount", "type": "double"}]}
+
+
+@pytest.mark.node
+@pytest.mark.faults
+def test_a_routed_topic_lands_in_each_table_once_through_a_killed_driver(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """Routes through the operator: sales of eu go to an append table, those of us to an
+    upsert table keyed by id, the rest to the topic's own table; the driver is killed
+    mid-stream, and the status shows each table's progress."""
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"routes-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    regions = ("eu", "us", "apac")
+
+    def sales(start_at: int, count: int) -> None:
+        for i in range(start_at, start_at + count):
+            producer.send(key=str(i % 50).encode(), schema=SALE, value={
+                "id": i % 50, "region": regions[i % 3], "amount": float(i)})
+        producer.flush()
+
+    def rows(identifier: str) -> list[dict]:
+        try:
+            return catalog.load_table(identifier).scan().to_arrow().to_pylist()
+        except Exception:  # not made yet, or the catalog busy with a commit
+            return []
+
+    def sent(region: str) -> dict:
+        return {p: r for p, r in producer.sent.items() if r["value"]["region"] == region}
+
+    def landed() -> bool:
+        return (len(rows("analytics.sales_eu")) == len(sent("eu"))
+                and len(rows("analytics.orders")) == len(sent("apac"))
+                and {r["value"]["id"]: r["value"]["amount"] for r in rows("analytics.sales_us")}
+                == last_us())
+
+    def last_us() -> dict:
+        return {r["value"]["id"]: r["value"]["amount"]
+                for _, r in sorted(sent("us").items(), key=lambda item: item[1]["value"]["amount"])}
+
+    sales(0, 300)
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["routes"] = [
+        {"field": "region", "values": ["eu"], "table": {"identifier": "analytics.sales_eu"}},
+        {"field": "region", "values": ["us"],
+         "table": {"identifier": "analytics.sales_us", "mode": "upsert", "keyColumns": ["id"]}}]
+    catalog = topic_catalog(shared)
+    custom.create_namespaced_custom_object(*args[:4], body)
+    assert wait_until(landed, timeout=300), logs(tmp_path, namespace)
+    sales(300, 300)
+    kill_driver(namespace)
+    sales(600, 300)
+    assert wait_until(landed, timeout=420), logs(tmp_path, namespace)
+
+    assert_exactly_once(rows("analytics.sales_eu"), sent("eu"))
+    assert_exactly_once(rows("analytics.orders"), sent("apac"))
+    assert len(rows("analytics.sales_us")) == len(last_us())  # a row per id
+    latest = {str(p): o for p, o in producer.next_offsets().items()}
+
+    def caught_up() -> bool:
+        status = custom.get_namespaced_custom_object(*args).get("status") or {}
+        return [(t["identifier"], t.get("committed"), t.get("lag"))
+                for t in status.get("tables") or []] == [
+            (name, latest, 0) for name in ("analytics.orders", "analytics.sales_eu",
+                                           "analytics.sales_us")]
+
+    assert wait_until(caught_up, timeout=60), custom.get_namespaced_custom_object(*args)
+    status = custom.get_namespaced_custom_object(*args)["status"]
+    assert status["offsets"]["lag"] == 0
+    assert "driver container failed with ExitCode: 137" in \
+        status["sparkApplication"]["lastFailure"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -50,8 +50,12 @@ def recreate_topic(bootstrap: str, name: str, partitions: int, timeout: float = 
 class AvroProducer:
     """Produces Avro values framed by the registry, remembering what landed where."""
 
-    def __init__(self, stack, topic: str):
+    def __init__(self, stack, topic: str, *, record_subjects: bool = False):
+        """``record_subjects``: each record type under a subject of its own,
+        ``<topic>-<record's full name>`` (the registry's TopicRecordNameStrategy), as a topic
+        carrying several tables' changes has them."""
         self.topic = topic
+        self.record_subjects = record_subjects
         self.registry = SchemaRegistryClient({"url": stack.registry_url})
         self.producer = Producer({"bootstrap.servers": stack.bootstrap, "enable.idempotence": True,
                                   "linger.ms": 5})
@@ -61,7 +65,9 @@ class AvroProducer:
     def _serializer(self, schema: dict) -> AvroSerializer:
         text = json.dumps(schema)
         if text not in self.serializers:
-            self.serializers[text] = AvroSerializer(self.registry, text)
+            conf = {"subject.name.strategy": topic_record_subject_name_strategy} \
+                if self.record_subjects else None
+            self.serializers[text] = AvroSerializer(self.registry, text, conf=conf)
         return self.serializers[text]
 
     def send(self, *, key: bytes | None, value: dict | None = None, schema: dict | None = None,

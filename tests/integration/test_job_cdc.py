@@ -36,12 +36,12 @@ ROW_V1 = [{"name": "id", "type": "int"},
 ROW_V2 = [*ROW_V1, {"name": "tier", "type": ["null", "string"], "default": None}]
 
 
-def envelope(row_fields: list) -> dict:
+def envelope(row_fields: list, namespace: str = NAMESPACE) -> dict:
     """Debezium's envelope schema for a table whose rows have ``row_fields``."""
-    row = {"type": "record", "name": "Value", "namespace": NAMESPACE, "fields": row_fields}
-    return {"type": "record", "name": "Envelope", "namespace": NAMESPACE, "fields": [
+    row = {"type": "record", "name": "Value", "namespace": namespace, "fields": row_fields}
+    return {"type": "record", "name": "Envelope", "namespace": namespace, "fields": [
         {"name": "before", "type": ["null", row], "default": None},
-        {"name": "after", "type": ["null", f"{NAMESPACE}.Value"], "default": None},
+        {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
         {"name": "source", "type": SOURCE},
         {"name": "op", "type": "string"},
         {"name": "ts_ms", "type": ["null", "long"], "default": None},
@@ -55,7 +55,9 @@ def envelope(row_fields: list) -> dict:
 class Database:
     """The source table, and the change events a Debezium connector would send for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: str = "customers", blank: dict | None = None) -> None:
+        self.table = table
+        self.blank = {"email": None, "tier": None} if blank is None else blank  # a new row
         self.rows: dict[int, dict] = {}
         self.lsn = 1000
         self.last: dict[int, tuple[str, int]] = {}  # id -> (op, lsn) of its last change
@@ -64,7 +66,7 @@ class Database:
         """The event of a change of row ``row_id``, applied to the source table."""
         before = self.rows.get(row_id)
         after = None if op == "d" else {
-            **(before or {"id": row_id, "email": None, "tier": None}), **fields}
+            **(before or {"id": row_id, **self.blank}), **fields}
         event = self.event(op, before, after)
         if after is None:
             self.rows.pop(row_id)
@@ -78,7 +80,7 @@ class Database:
         self.lsn += 8
         source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "inventory",
                   "ts_ms": 1_700_000_000_000 + self.lsn, "snapshot": "true" if op == "r" else
-                  "false", "db": "inventory", "schema": "public", "table": "customers",
+                  "false", "db": "inventory", "schema": "public", "table": self.table,
                   "txId": self.lsn // 8, "lsn": self.lsn}
         return {"before": before, "after": after, "source": source, "op": op,
                 "ts_ms": 1_700_000_000_500 + self.lsn, "transaction": None}

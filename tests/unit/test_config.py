@@ -125,3 +125,48 @@ def test_cdc_reads_decoded_envelopes_keyed_by_fields_of_the_row():
         parse_config(raw)
     assert ("table.mode cdc reads Debezium change events: value.format must be avro or json"
             in str(error.value))
+
+
+def route(field: str, values: list[str], identifier: str, **table) -> dict:
+    return {"field": field, "values": values,
+            "table": {"catalog": GOOD["table"]["catalog"], "identifier": identifier, **table}}
+
+
+def test_routes_give_each_table_its_own_config_and_subject():
+    routed = with_("routes", [
+        {**route("source.table", ["customers"], "crm.customers", mode="cdc"),
+         "subject": "inventory-customers"},
+        route("region", ["eu", "uk"], "analytics.orders_eu")])
+    config = parse_config(routed)
+    default, customers, europe = config.destinations()
+    assert default == config
+    assert (customers.table.identifier, customers.table.mode, customers.routes) == (
+        "crm.customers", "cdc", ())
+    assert customers.value.schema_registry.subject == "inventory-customers"
+    assert europe.value.schema_registry.subject == "orders-value"  # the topic's own
+    assert {d.writer for d in config.destinations()} == {"data/orders"}
+    assert parse_config(json.loads(config.to_json())) == config
+
+
+@pytest.mark.parametrize("routes, fmt, message", [
+    ([route("region", ["eu"], "analytics.orders")], "avro",
+     "routes[0].table.identifier analytics.orders is already a table of this topic: each "
+     "route needs a table of its own"),
+    ([route("region", ["eu"], "analytics.eu"), route("region", ["uk"], "analytics.eu")], "avro",
+     "routes[1].table.identifier analytics.eu is already a table of this topic"),
+    ([route("region", ["eu"], "analytics.eu")], "raw",
+     "routes pick a table by a value field, and a raw topic's value has none"),
+    ([route("region", [], "analytics.eu")], "avro",
+     "routes.0.values: Tuple should have at least 1 item"),
+    ([route("region!", ["eu"], "analytics.eu")], "avro", "routes.0.field: String should match"),
+    ([{**route("region", ["eu"], "analytics.eu"),
+       "table": {**route("region", ["eu"], "analytics.eu")["table"],
+                 "catalog": {**GOOD["table"]["catalog"], "name": "other"}}}], "avro",
+     "routes[0]: a route's table is in the topic's catalog"),
+])
+def test_bad_routes_say_what_to_change(routes, fmt, message):
+    data = with_("routes", routes)
+    data["value"]["format"] = fmt
+    with pytest.raises(ConfigError) as error:
+        parse_config(data)
+    assert message in str(error.value)

@@ -294,6 +294,29 @@ def test_progress_comes_from_the_table_and_kafka():
     assert "offsets" not in unreachable.status  # the status keeps the last ones (merge patch)
 
 
+def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_behind():
+    routed = topic_of(routes=[
+        {"field": "region", "values": ["eu"], "table": {"identifier": "analytics.orders_eu"}},
+        {"field": "region", "values": ["us"], "table": {"identifier": "analytics.orders_us"}}])
+    europe = TableView(exists=True, owner="data/orders", value=V1, schema_id=1, snapshot_id=7,
+                       committed_at_ms=NOW_MS - 9000, offsets={0: 8}, vtts_ms=NOW_MS - 30_000)
+    world = steady(routed, routes=(europe, TableView()))  # us: made when the job starts
+    planned = plan(routed, world, {}, SETTINGS)
+    assert planned.status["tables"] == [
+        {"identifier": "analytics.orders", "exists": True, "snapshotId": "42",
+         "committedAt": "2026-11-18T11:06:35Z", "committed": {"0": 10}, "lag": 2,
+         "freshnessSeconds": 7},
+        {"identifier": "analytics.orders_eu", "exists": True, "snapshotId": "7",
+         "committedAt": "2026-11-18T11:06:31Z", "committed": {"0": 8}, "lag": 4,
+         "freshnessSeconds": 30},
+        {"identifier": "analytics.orders_us", "exists": False}]
+    assert planned.status["offsets"] == {"committed": {"0": 8}, "latest": {"0": 12}, "lag": 4}
+    assert planned.status["freshnessSeconds"] == 30
+    assert planned.status["table"]["snapshotId"] == "42"  # the topic's own table
+    unrouted = plan(TOPIC, steady(), planned.status, SETTINGS)
+    assert unrouted.status["tables"] is None  # removed from the status
+
+
 def test_a_removed_maintenance_action_is_deleted_and_dropped_from_the_status():
     world = steady(children=replace(steady().children, cron_jobs={
         **steady().children.cron_jobs, "floe-orders-remove-orphans": "x"}))

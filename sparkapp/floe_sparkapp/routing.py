@@ -1,0 +1,84 @@
+"""Routing (``routes``): one topic's records to several tables by a field of the value.
+
+A route names a field (a dotted path in the value as its writer wrote it: Debezium's
+``source.table``, or a field of the record such as ``region``), the values it takes and the
+table those records go to; the first route that matches wins, and the topic's own table takes
+every record no route matches, undecodable ones and tombstones included (they have no field to
+route by).
+
+The route is decided from each record's own writer schema, before any table is planned or
+evolved: an Avro value is decoded once per writer schema id, the field read from that, and the
+decoded columns kept for the tables' own projections.  So a table only ever sees, and is
+evolved by, the writer schemas of records routed to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .avro_types import AvroMappingError, avro_to_iceberg
+from .config import JobConfig
+from .decode import decode_writers, decoded_field, frame
+from .registry import Registry
+
+ROUTE = "_route"  # 0: the topic's own table; n: routes[n - 1]'s
+
+
+def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
+           schema_ids: list[int]) -> DataFrame:
+    """The batch with ``_route`` (and, for Avro, its values decoded per writer schema id)."""
+    if config.value.format == "avro":
+        assert registry is not None
+        writers = _writers(registry, schema_ids)
+        df = decode_writers(frame(batch), {i: (schema, recursive)
+                                           for i, (schema, recursive) in writers.items()})
+
+        def field_of(path: str) -> Column:
+            found = [c for i, (schema, _) in writers.items()
+                     if (c := decoded_field(df, i, schema, path)) is not None]
+            return F.coalesce(*found) if found else F.lit(None).cast("string")
+    else:
+        df = batch
+        text = F.col("value").cast("string")
+
+        def field_of(path: str) -> Column:  # bare, or in the JSON converter's payload
+            return F.coalesce(F.get_json_object(text, f"$.{path}"),
+                              F.get_json_object(text, f"$.payload.{path}"))
+    fields: dict[str, Column] = {}
+    route: Any = F
+    for number, rule in enumerate(config.routes, start=1):
+        value = fields.setdefault(rule.field, field_of(rule.field))
+        route = route.when(value.isin(*rule.values), F.lit(number))
+    return df.withColumn(ROUTE, route.otherwise(F.lit(0)))
+
+
+def _writers(registry: Registry, schema_ids: list[int]) -> dict[int, tuple[str, bool]]:
+    """The batch's writer schemas that decode (``{id: (schema, has recursive fields)}``);
+    records of the others cannot be routed, and their table keeps them raw with the reason."""
+    writers = {}
+    for schema_id in schema_ids:
+        found = registry.by_id(schema_id)
+        if found is None or found.schema_type.upper() != "AVRO":
+            continue
+        try:
+            recursive = bool(avro_to_iceberg(found.schema).recursive_fields)
+        except AvroMappingError:
+            continue
+        writers[schema_id] = (found.schema, recursive)
+    return writers
+
+
+def split(routed_batch: DataFrame, config: JobConfig,
+          tables: int) -> list[tuple[DataFrame, list[int]]]:
+    """Each table's records and the writer schema ids among them, in the order of
+    :meth:`~floe_sparkapp.config.JobConfig.destinations`."""
+    ids: dict[int, list[int]] = {}
+    if config.value.format == "avro":
+        for row in routed_batch.groupBy(ROUTE).agg(
+                F.collect_set("_schema_id").alias("ids")).collect():
+            ids[int(row[ROUTE])] = sorted(row["ids"])
+    return [(routed_batch.filter(F.col(ROUTE) == F.lit(number)), ids.get(number, []))
+            for number in range(tables)]

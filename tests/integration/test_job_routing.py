@@ -1,0 +1,170 @@
+"""Routing (``routes``): one topic carrying several source tables' Debezium change events,
+routed by ``source.table`` to a table each, each with its own mode, keys and registry subject;
+events of a table no route names, a tombstone and an undecodable record land in the topic's
+own table.  A crash between two tables' commits of one batch neither loses nor duplicates a
+record in any table."""
+
+from __future__ import annotations
+
+import pytest
+
+from floe_sparkapp.commit import last_commit
+from floe_sparkapp.config import parse_config
+from floe_sparkapp.table_writer import TableWriter
+
+from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
+                     run_once, table_rows)
+from .test_job_cdc import ROW_V1, ROW_V2, Database, envelope
+
+pytestmark = [pytest.mark.integration]
+
+ORDER_ROW = [{"name": "id", "type": "int"}, {"name": "customer", "type": "int"},
+             {"name": "total", "type": "double"}]
+PRODUCT_ROW = [{"name": "id", "type": "int"}, {"name": "title", "type": "string"}]
+AUDIT_ROW = [{"name": "id", "type": "int"}, {"name": "what", "type": "string"}]
+
+
+def namespace(table: str) -> str:
+    return f"inventory.public.{table}"
+
+
+def subject(topic: str, table: str) -> str:
+    """The registry's TopicRecordNameStrategy subject of a table's envelopes."""
+    return f"{topic}-{namespace(table)}.Envelope"
+
+
+def routed_config(stack, tmp_path, topic: str):
+    base = job_config(stack, tmp_path, topic, max_records=60)
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["value"]["schemaRegistry"]["subject"] = subject(topic, "audit")
+    stem = base.table.identifier
+
+    def route(table: str, mode: str, keys: list[str]) -> dict:
+        return {"field": "source.table", "values": [table], "subject": subject(topic, table),
+                "table": {"catalog": data["table"]["catalog"],
+                          "identifier": f"{stem}_{table}", "mode": mode, "keyColumns": keys}}
+
+    data["routes"] = [route("customers", "cdc", []),  # keyed by the Kafka key
+                      route("orders", "cdc", ["id"]),
+                      route("products", "append", [])]
+    return parse_config(data)
+
+
+def for_table(config, identifier: str):
+    [found] = [d for d in config.destinations() if d.table.identifier == identifier]
+    return found
+
+
+def test_one_topic_routed_to_three_tables_exactly_once_through_a_crash_between_commits(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    topic = f"routes-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=3)
+    producer = AvroProducer(stack, topic, record_subjects=True)
+    config = routed_config(stack, tmp_path, topic)
+    audit, customers, orders, products = config.destinations()
+    databases = {"customers": Database("customers"),
+                 "orders": Database("orders", blank={"customer": 0, "total": 0.0}),
+                 "products": Database("products", blank={}),
+                 "audit": Database("audit", blank={})}
+    schemas = {"customers": envelope(ROW_V1, namespace("customers")),
+               "orders": envelope(ORDER_ROW, namespace("orders")),
+               "products": envelope(PRODUCT_ROW, namespace("products")),
+               "audit": envelope(AUDIT_ROW, namespace("audit"))}
+    sent_to: dict[str, set] = {name: set() for name in databases}
+    before = set()
+
+    def send(table: str, op: str, row_id: int, **fields) -> None:
+        value = databases[table].change(op, row_id, **fields)
+        producer.send(key=f'{{"id":{row_id}}}'.encode(), value=value, schema=schemas[table])
+
+    def note_sent() -> None:  # which table each record produced since the last call is for
+        producer.flush()
+        for position, record in producer.sent.items():
+            if position in before:
+                continue
+            before.add(position)
+            value = record["value"]
+            table = value["source"]["table"] if value is not None else "audit"
+            sent_to[table if table in sent_to else "audit"].add(position)
+
+    # The snapshot: every table's rows read, an event of a table no route names (audit), a
+    # tombstone and a record that is not Avro at all (both no route can take).
+    for i in range(30):
+        send("customers", "r", i, name=f"customer {i}")
+        send("orders", "r", i, customer=i % 7, total=float(i))
+    for i in range(20):
+        send("products", "r", i, title=f"product {i}")
+    for i in range(5):
+        send("audit", "c", i, what=f"login {i}")
+    producer.send(key=b"gone", value=None)
+    producer.send(key=b"broken", raw=b"\x01not avro")
+    note_sent()
+    run_once(config, spark)
+
+    # Changes of every table; the job crashes after a batch committed to the topic's own table
+    # and to customers, before orders and products: those two are behind until it starts again.
+    for i in range(30, 60):
+        send("customers", "c", i, name=f"customer {i}")
+        send("orders", "c", i, customer=i % 7, total=float(i))
+    for i in range(0, 60, 3):
+        send("customers", "u", i, email=f"c{i}@example.com")
+        send("orders", "u", i, total=float(i) * 2)
+    for i in range(0, 60, 10):
+        send("customers", "d", i)
+        send("orders", "d", i)
+    for i in range(20, 30):
+        send("products", "c", i, title=f"product {i}")
+    send("audit", "c", 5, what="logout")
+    note_sent()
+
+    commit_batch = TableWriter.commit_batch
+
+    def crash_before_orders(self, *args, **kwargs):
+        if self.config.table.identifier == orders.table.identifier:
+            raise RuntimeError("crashed between two tables' commits")
+        return commit_batch(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TableWriter, "commit_batch", crash_before_orders)
+        with pytest.raises(Exception, match="crashed between two tables' commits"):
+            run_once(config, spark)
+    ahead = last_commit(load_table(customers), config.writer, topic).offsets
+    behind = last_commit(load_table(orders), config.writer, topic).offsets
+    assert sum(ahead.values()) > sum(behind.values()), (ahead, behind)
+    run_once(config, spark)
+
+    # customers' source table gains a column: only the customers table evolves.
+    schemas["customers"] = envelope(ROW_V2, namespace("customers"))
+    for i in range(60, 70):
+        send("customers", "c", i, name=f"customer {i}", tier="gold")
+    send("customers", "u", 1, tier="silver")
+    note_sent()
+    run_once(config, spark)
+
+    for name, destination in (("customers", customers), ("orders", orders)):
+        rows = table_rows(destination)
+        assert {r["value"]["id"]: r["value"] for r in rows} == databases[name].rows, name
+        assert len(rows) == len(databases[name].rows)
+    assert [f.name for f in load_table(customers).schema().find_field("value").field_type.fields] \
+        == ["id", "name", "email", "tier"]
+    assert [f.name for f in load_table(orders).schema().find_field("value").field_type.fields] \
+        == ["id", "customer", "total"]
+
+    # Append tables: a row per record routed there, each once.
+    assert_exactly_once(table_rows(products), {p: None for p in sent_to["products"]})
+    assert {r["value"]["after"]["title"] for r in table_rows(products)} == {
+        f"product {i}" for i in range(30)}
+    unmatched = table_rows(audit)
+    assert_exactly_once(unmatched, {p: None for p in sent_to["audit"]})
+    assert sorted(r["value"]["after"]["what"] for r in unmatched if r["value"]) == sorted(
+        [f"login {i}" for i in range(5)] + ["logout"])
+    [broken] = [r for r in unmatched if r["value_error"]]
+    assert broken["value_raw"] == b"\x01not avro"
+    assert "Confluent wire format" in broken["value_error"]
+    [tombstone] = [r for r in unmatched if r["key"] == b"gone"]
+    assert tombstone["value"] is None and tombstone["value_raw"] is None
+
+    # Every table has the topic's offsets, each its own commit.
+    for destination in (audit, customers, orders, products):
+        assert last_commit(load_table(destination), config.writer, topic).offsets == \
+            producer.next_offsets(), destination.table.identifier
