@@ -119,6 +119,16 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
         lines.append("Offsets:")
         lines += ["  " + line for line in
                   table(rows, ["PARTITION", "COMMITTED", "LATEST", "LAG"]).splitlines()]
+    routed = status.get("tables") or []
+    if routed:
+        rows = [{"TABLE": t.get("identifier", NONE),
+                 "SNAPSHOT": t.get("snapshotId", NONE if t.get("exists") else "not made yet"),
+                 "LAG": str(t["lag"]) if "lag" in t else NONE,
+                 "FRESHNESS": f"{t['freshnessSeconds']}s" if "freshnessSeconds" in t else NONE}
+                for t in routed]
+        lines.append("Tables:")
+        lines += ["  " + line for line in
+                  table(rows, ["TABLE", "SNAPSHOT", "LAG", "FRESHNESS"]).splitlines()]
     conditions = status.get("conditions") or []
     lines.append("Conditions:")
     if conditions:

@@ -168,3 +168,43 @@ def test_one_topic_routed_to_three_tables_exactly_once_through_a_crash_between_c
     for destination in (audit, customers, orders, products):
         assert last_commit(load_table(destination), config.writer, topic).offsets == \
             producer.next_offsets(), destination.table.identifier
+
+
+def test_json_values_are_routed_by_a_field(
+        stack, spark, tmp_path, unique_name):
+    import json
+
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    topic = f"routes-json-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    schema = {"type": "record", "name": "Sale", "fields": [
+        {"name": "id", "type": "long"}, {"name": "region", "type": "string"}]}
+    SchemaRegistryClient({"url": stack.registry_url}).register_schema(
+        f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
+    base = job_config(stack, tmp_path, topic, fmt="json")
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["routes"] = [{"field": "region", "values": ["eu", "uk"],
+                       "table": {**data["table"], "identifier": f"{base.table.identifier}_eu"}},
+                      {"field": "region", "values": ["us"],
+                       "table": {**data["table"], "identifier": f"{base.table.identifier}_us",
+                                 "mode": "upsert", "keyColumns": ["id"]}}]
+    config = parse_config(data)
+    default, europe, america = config.destinations()
+    producer = Producer({"bootstrap.servers": stack.bootstrap})
+    payloads = [b'{"id": 1, "region": "eu"}', b'{"id": 2, "region": "uk"}',
+                b'{"id": 4, "region": "us"}', b'{"id": 4, "region": "us", "later": 1}',
+                b'{"id": 5, "region": "apac"}', b'{"id": 6}', b"not json"]
+    for i, payload in enumerate(payloads):
+        producer.produce(topic, key=str(i).encode(), value=payload)
+    producer.flush(30)
+
+    run_once(config, spark)
+
+    assert sorted(r["value"]["id"] for r in table_rows(europe)) == [1, 2]
+    assert [r["key"] for r in table_rows(america)] == [b"3"]  # the last record of id 4
+    rest = {r["key"]: r for r in table_rows(default)}  # no route's value, no field, not JSON
+    assert {k: (r["value"] or {}).get("id") for k, r in rest.items()} == {
+        b"4": 5, b"5": 6, b"6": None}
+    assert rest[b"6"]["value_raw"] == b"not json"

@@ -30,3 +30,18 @@ def test_a_generation_not_yet_observed_is_shown_as_updating():
     row = report.summary_row(item, NOW)
     assert (row["PHASE"], row["READY"], row["AGE"], row["LAG"]) == (
         "Running (updating)", "True", "1h", "-")
+
+
+def test_the_details_of_a_routed_topic_list_each_table():
+    item = {"metadata": {"name": "inventory", "namespace": "data", "generation": 1,
+                         "creationTimestamp": "2026-11-22T11:00:00Z"},
+            "spec": {"table": {"identifier": "inventory.other"}},
+            "status": {"observedGeneration": 1, "phase": "Running",
+                       "tables": [{"identifier": "inventory.other", "exists": True,
+                                   "snapshotId": "42", "lag": 0, "freshnessSeconds": 4},
+                                  {"identifier": "inventory.customers", "exists": False}]}}
+    shown = report.details(item, NOW)
+    assert ("Tables:\n"
+            "  TABLE                 SNAPSHOT       LAG   FRESHNESS\n"
+            "  inventory.other       42             0     4s\n"
+            "  inventory.customers   not made yet   -     -\n") in shown
