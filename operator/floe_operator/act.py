@@ -128,7 +128,8 @@ def _create_table(world: World, topic: Topic, job: JobConfig, secrets: Secrets,
     value = world.registry.value if world.registry is not None else None
     try:
         catalog = observe.catalogs.get(observe.catalog_config(job, secrets))
-        table, created = ensure_table(catalog, observe.table_config(job, secrets), value)
+        table, created = ensure_table(catalog, observe.table_config(job, secrets), value,
+                                      observe.key_struct(job, secrets))
     except LayoutMismatch as error:  # made by something else since the visit looked
         return replace(world, table=replace(world.table, exists=True,
                                             layout_error=str(error)))

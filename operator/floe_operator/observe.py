@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from floe_sparkapp.avro_types import AvroMappingError
+from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
 from floe_sparkapp.cdc import table_value
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.commit import OWNER, commits_since, last_commit
@@ -221,7 +221,8 @@ def table_view(table: Any, topic: Topic, job: JobConfig, seen_snapshot_id: int |
                ) -> TableView:
     """What the loaded table says: its writer, schema and the job's newest commit."""
     try:
-        check_layout(table, job.table, StructType() if job.value.format != "raw" else None)
+        check_layout(table, job.table, StructType() if job.value.format != "raw" else None,
+                     StructType() if job.key.decoded else None)
         layout_error = None
     except LayoutMismatch as error:
         layout_error = str(error)
@@ -301,6 +302,15 @@ def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
         return RegistryView(latest.version, table_value(latest.schema, job.table.mode).struct)
     except AvroMappingError as error:
         return RegistryView(latest.version, error=str(error))
+
+
+def key_struct(job: JobConfig, secrets: Secrets) -> StructType | None:
+    """The key subject's latest version as the ``key_fields`` type (None: the key is raw)."""
+    if not job.key.decoded or job.key.schema_registry is None:
+        return None
+    config = job.key.schema_registry.model_copy(update={"basic_auth_file": None})
+    latest = registries.get(config, secrets.registry.get("basic.auth.user.info")).latest()
+    return avro_to_iceberg(latest.schema).struct
 
 
 # --- Kafka -------------------------------------------------------------------------------------

@@ -127,6 +127,9 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
         value["schemaRegistry"] = {"url": registry.url, "subject": registry.subject}
         if registry.auth_secret_ref:
             value["schemaRegistry"]["basicAuthFile"] = f"{REGISTRY_SECRET_DIR}/basic.auth.user.info"
+    key_config: dict[str, Any] = {"format": spec.key.format}
+    if spec.key.format != "raw" and "schemaRegistry" in value:
+        key_config["schemaRegistry"] = {**value["schemaRegistry"], "subject": spec.key.subject}
     catalog = spec.table.catalog
     catalog_config: dict[str, Any] = {"type": catalog.type, "name": catalog.name,
                                       "properties": catalog.properties}
@@ -140,11 +143,13 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
         "generation": topic.generation,
         "kafka": kafka,
         "value": value,
+        "key": key_config,
         "table": {"catalog": catalog_config, "identifier": spec.table.identifier,
                   "partitioning": spec.table.partitioning, "properties": spec.table.properties,
                   "mode": spec.table.mode, "keyColumns": spec.table.key_columns},
         "routes": [{"field": route.field, "values": route.values,
                     **({"subject": route.subject} if route.subject else {}),
+                    **({"keySubject": route.key_subject} if route.key_subject else {}),
                     "table": {"catalog": catalog_config, "identifier": route.table.identifier,
                               "partitioning": route.table.partitioning,
                               "properties": route.table.properties, "mode": route.table.mode,

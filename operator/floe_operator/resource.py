@@ -88,6 +88,22 @@ class ValueSpec(_Model):
     schema_registry: SchemaRegistrySpec | None = None
 
 
+class KeySpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("self.format == 'raw' || has(self.subject)",
+         "key.subject is required when key.format is avro or json: the key_fields column comes "
+         "from the registry (use format raw to keep the key's bytes only)",
+         ".subject", "FieldValueRequired"),
+    ))
+
+    format: Literal["avro", "json", "raw"] = Field(
+        "raw", description="raw: the key's bytes only. avro, json: also decoded, by its own "
+                           "registry subject, into the key_fields column, which identifies an "
+                           "upsert or cdc table's rows when keyColumns are empty.")
+    subject: str | None = Field(None, min_length=1, max_length=253, description=(
+        "Subject of the key schema, in value.schemaRegistry's registry."))
+
+
 class CatalogSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_rules(
         ("self.type != 'sql' || (has(self.uri) && self.uri.startsWith('jdbc:'))",
@@ -172,6 +188,10 @@ class RouteSpec(_Model):
                                                   "takes.",
         json_schema_extra={"items": {"type": "string", "maxLength": 253}})
     table: RouteTableSpec
+    key_subject: str | None = Field(
+        None, min_length=1, max_length=253, description=(
+            "Registry subject of this table's keys, when key.format decodes them (default: "
+            "key.subject)."))
     subject: str | None = Field(
         None, min_length=1, max_length=253, description=(
             "Registry subject this table is made and evolved from (default: the value's "
@@ -343,6 +363,9 @@ class KafkaIcebergTopicSpec(_Model):
          "|| size(self.table.keyColumns) == 0",
          "table.keyColumns name value fields, and a raw topic's value has none: leave "
          "keyColumns out to key rows by the Kafka key", ".table.keyColumns"),
+        ("self.key.format == 'raw' || self.value.format != 'raw'",
+         "key.format avro or json reads the key schema from value.schemaRegistry's registry: "
+         "value.format must be avro or json too", ".key.format"),
         ("self.value.format != 'raw' || !has(self.routes) || size(self.routes) == 0",
          "routes pick a table by a value field, and a raw topic's value has none: value.format "
          "must be avro or json", ".routes"),
@@ -354,6 +377,7 @@ class KafkaIcebergTopicSpec(_Model):
 
     kafka: KafkaSpec
     value: ValueSpec
+    key: KeySpec = Field(KeySpec(), description="How the Kafka key is read.")
     table: TableSpec
     routes: list[RouteSpec] = Field(
         default_factory=list, max_length=16, description=(

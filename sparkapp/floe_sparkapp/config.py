@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -70,6 +70,26 @@ class ValueConfig(_Model):
             raise ValueError(f"format {self.format!r} needs schemaRegistry (url and subject) for "
                              "the value schema; use format 'raw' to keep the bytes only")
         return self
+
+
+class KeyConfig(_Model):
+    """How the Kafka key is read: kept as bytes only (``raw``), or also decoded, through its
+    own registry subject, into the ``key_fields`` column, which then identifies an upsert or
+    cdc table's rows (across key schema versions, unlike the bytes)."""
+
+    format: Literal["avro", "json", "raw"] = "raw"
+    schema_registry: SchemaRegistryConfig | None = None
+
+    @model_validator(mode="after")
+    def _registry_for_schemas(self) -> KeyConfig:
+        if self.format != "raw" and self.schema_registry is None:
+            raise ValueError(f"format {self.format!r} needs schemaRegistry (url and subject) "
+                             "for the key schema; use format 'raw' to keep the key's bytes only")
+        return self
+
+    @property
+    def decoded(self) -> bool:
+        return self.format != "raw"
 
 
 class CatalogConfig(_Model):
@@ -150,6 +170,9 @@ class RouteConfig(_Model):
     subject: str | None = Field(
         None, min_length=1, description="Registry subject the table is made from (default: "
                                         "the value's subject)")
+    key_subject: str | None = Field(
+        None, min_length=1, description="Registry subject of the key, when the key is decoded "
+                                        "(default: the key's subject)")
 
 
 class CommitConfig(_Model):
@@ -184,6 +207,7 @@ class JobConfig(_Model):
     generation: int = Field(1, ge=1)
     kafka: KafkaConfig
     value: ValueConfig
+    key: KeyConfig = KeyConfig()
     table: TableConfig
     commit: CommitConfig = CommitConfig()
     dead_letter: DeadLetterConfig | None = None
@@ -230,12 +254,9 @@ class JobConfig(_Model):
         route matches), then each route's, with the route's registry subject."""
         tables = [self]
         for route in self.routes:
-            value = self.value
-            if route.subject and value.schema_registry is not None:
-                value = value.model_copy(update={"schema_registry": value.schema_registry
-                                                 .model_copy(update={"subject": route.subject})})
-            tables.append(self.model_copy(update={"table": route.table, "value": value,
-                                                  "routes": ()}))
+            tables.append(self.model_copy(update={
+                "table": route.table, "value": _with_subject(self.value, route.subject),
+                "key": _with_subject(self.key, route.key_subject), "routes": ()}))
         return tables
 
     @property
@@ -244,6 +265,13 @@ class JobConfig(_Model):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+
+
+def _with_subject(config: ValueConfig | KeyConfig, subject: str | None) -> Any:
+    if not subject or config.schema_registry is None:
+        return config
+    return config.model_copy(update={"schema_registry": config.schema_registry.model_copy(
+        update={"subject": subject})})
 
 
 def _describe(error: ValidationError) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -36,22 +36,31 @@ class WriterPlan:
     routes: tuple[tuple[str, str], ...] = ()  # field path -> its <name>_before_v<N> column
 
 
-def frame(df: DataFrame) -> DataFrame:
-    """Adds ``_schema_id`` (the framed writer schema id) and ``_frame_error``."""
-    value = F.col("value")
+def _names(column: str) -> tuple[str, str]:
+    """The framing columns of ``column``: its writer schema id, and why it is not framed."""
+    prefix = "" if column == "value" else f"_{column}"
+    return f"{prefix}_schema_id", f"{prefix}_frame_error"
+
+
+def frame(df: DataFrame, column: str = "value") -> DataFrame:
+    """Adds ``_schema_id`` (the framed writer schema id) and ``_frame_error`` (for the key:
+    ``_key_schema_id``, ``_key_frame_error``)."""
+    value = F.col(column)
     magic = F.substring(value, 1, 1)
     error = (
         F.when(value.isNull(), F.lit(None))
         .when(F.length(value) < HEADER_BYTES,
-              F.format_string("value is %d bytes, shorter than the 5-byte Confluent header",
+              F.format_string(f"{column} is %d bytes, shorter than the 5-byte Confluent header",
                               F.length(value)))
         .when(magic != F.lit(bytearray(b"\x00")),
-              F.concat(F.lit("not in the Confluent wire format: first byte 0x"), F.hex(magic),
+              F.concat(F.lit(("" if column == "value" else f"{column} ")
+                             + "not in the Confluent wire format: first byte 0x"), F.hex(magic),
                        F.lit(", expected 0x00")))
     )
     schema_id = F.when(value.isNotNull() & error.isNull(),
                        F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int"))
-    return df.withColumn("_frame_error", error).withColumn("_schema_id", schema_id)
+    id_name, error_name = _names(column)
+    return df.withColumn(error_name, error).withColumn(id_name, schema_id)
 
 
 def project(col: Column, source: T.DataType, target: T.DataType,
@@ -145,20 +154,72 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
 OK_FIELD = "__floe_decoded"
 
 
-def _decoded_name(schema_id: int) -> str:
-    return f"_decoded_{schema_id}"
+def _decoded_name(schema_id: int, column: str = "value") -> str:
+    return f"_decoded_{schema_id}" if column == "value" else f"_{column}_decoded_{schema_id}"
 
 
-def decode_writers(df: DataFrame, writers: Mapping[int, tuple[str, bool]]) -> DataFrame:
+def decode_writers(df: DataFrame, writers: Mapping[int, tuple[str, bool]],
+                   column: str = "value") -> DataFrame:
     """Adds a ``_decoded_<id>`` column per writer schema id (``{id: (schema, recursive)}``),
     null for rows of other ids; a column already there (decoded to pick a route) is kept."""
-    body = F.expr(f"substring(value, {HEADER_BYTES + 1})")
-    columns = [F.when(F.col("_schema_id") == F.lit(schema_id),
+    body = F.expr(f"substring({column}, {HEADER_BYTES + 1})")
+    id_name = _names(column)[0]
+    columns = [F.when(F.col(id_name) == F.lit(schema_id),
                       _from_avro(body, schema, cut_recursion=recursive))
-               .alias(_decoded_name(schema_id))
+               .alias(_decoded_name(schema_id, column))
                for schema_id, (schema, recursive) in writers.items()
-               if _decoded_name(schema_id) not in df.columns]
+               if _decoded_name(schema_id, column) not in df.columns]
     return df.select("*", *columns) if columns else df
+
+
+KEY_FIELDS, KEY_ERROR = "_key_fields", "_key_error"
+
+
+def decode_avro_key(df: DataFrame, plans: Mapping[int, WriterPlan],
+                    key_type: T.StructType) -> DataFrame:
+    """Adds ``_key_fields`` (the key decoded with its writer schema, projected onto the
+    table's ``key_fields`` type) and ``_key_error`` (why it could not be) to rows whose key
+    is framed (``frame(df, "key")``); a null key is neither."""
+    decodable = [plan for plan in plans.values() if plan.schema is not None]
+    df = decode_writers(df, {p.schema_id: (p.schema, bool(p.recursive_fields))
+                             for p in decodable}, "key")
+    schema_id = F.col("_key_schema_id")
+    decoded: Any = F
+    failure: Any = F
+    for plan in plans.values():
+        matches = schema_id == F.lit(plan.schema_id)
+        if plan.schema is None:
+            failure = failure.when(matches, F.lit(f"key: {plan.error}"))
+            continue
+        name = _decoded_name(plan.schema_id, "key")
+        ok = _decoded_ok(plan.schema)(F.col(name))
+        decoded = decoded.when(matches, project(F.col(name), df.schema[name].dataType,
+                                                key_type, dict(plan.routes), "key_fields"))
+        failure = failure.when(matches & ~ok, F.lit(
+            f"Avro key could not be decoded with its writer schema id {plan.schema_id} "
+            "(truncated, corrupt, or a value out of its type's range)"))
+    decoded_col = decoded.otherwise(F.lit(None)) if decoded is not F else F.lit(None)
+    failure_col = failure.otherwise(F.lit(None)) if failure is not F else F.lit(None)
+    error = F.coalesce(F.col("_key_frame_error"),
+                       F.when(F.col("key").isNotNull(), failure_col.cast("string")))
+    return (df.select("*", error.alias(KEY_ERROR),
+                      F.when(error.isNull(), decoded_col.cast(key_type)).alias(KEY_FIELDS))
+            .drop(*[_decoded_name(plan.schema_id, "key") for plan in decodable]))
+
+
+def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:
+    """``_key_fields`` and ``_key_error`` of JSON keys, parsed against the table's type."""
+    corrupt = "__floe_corrupt"
+    with_corrupt = T.StructType([*key_type.fields, T.StructField(corrupt, T.StringType())])
+    parsed = F.from_json(F.col("key").cast("string"), with_corrupt,
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
+    error = F.when(F.col("key").isNotNull()
+                   & (parsed.isNull() | parsed.getField(corrupt).isNotNull()),
+                   F.lit("key is not a JSON object matching the table's key_fields"))
+    return (df.withColumn(KEY_ERROR, error)
+            .withColumn(KEY_FIELDS, F.when(error.isNull(),
+                                           project(parsed, with_corrupt, key_type, None,
+                                                   "key_fields"))))
 
 
 def decoded_field(df: DataFrame, schema_id: int, writer_schema: str, path: str) -> Column | None:
@@ -223,9 +284,20 @@ def decode_raw(df: DataFrame) -> DataFrame:
             .withColumn("_schema_id", F.lit(None).cast("int")))
 
 
-def table_rows(df: DataFrame, has_value: bool, cdc: bool = False) -> DataFrame:
+def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
+               key_fields: bool = False) -> DataFrame:
     """Selects the table's columns from decoded Kafka source rows (for ``cdc``, from rows
-    made by :func:`.cdc.change_rows`, with the before image a delete is keyed by)."""
+    made by :func:`.cdc.change_rows`, with the before image a delete is keyed by; with
+    ``key_fields``, from rows whose key was decoded too: a record whose key could not be is
+    kept raw, the key's reason in ``value_error``)."""
+    if key_fields:
+        bad_key = F.col(KEY_ERROR).isNotNull()
+        df = (df.withColumn("value_error", F.coalesce(F.col("value_error"), F.col(KEY_ERROR)))
+              .withColumn("value_raw", F.when(bad_key, F.col("value"))
+                          .otherwise(F.col("value_raw"))))
+        for name in ("_value", "_cdc", "_floe_before"):
+            if name in df.columns:
+                df = df.withColumn(name, F.when(~bad_key, F.col(name)))
     kafka = F.struct(
         F.col("topic").alias("topic"),
         F.col("partition").alias("partition"),
@@ -239,6 +311,8 @@ def table_rows(df: DataFrame, has_value: bool, cdc: bool = False) -> DataFrame:
     if cdc:
         columns.append(F.col("_cdc").alias("cdc"))
     columns.append(F.col("key"))
+    if key_fields:
+        columns.append(F.col(KEY_FIELDS).alias("key_fields"))
     if has_value:
         columns.append(F.col("_value").alias("value"))
     columns += [F.col("value_raw"), F.col("value_error")]

@@ -160,14 +160,14 @@ def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change],
 
 
 def plan_evolution(table_value: StructType, incoming: StructType, *,
-                   route: bool = False) -> EvolutionPlan:
+                   route: bool = False, column: str = "value") -> EvolutionPlan:
     """Compares the table's value struct with the one mapped from a new registry schema.
 
     With ``route`` (a writer's records, not the registry's latest version), a field whose type
     an approved change replaced goes to the ``<name>_before_v<N>`` column that kept its type
     (a "route"), rather than being incompatible."""
     changes: list[Change] = []
-    _compare(table_value, incoming, "value", changes, route)
+    _compare(table_value, incoming, column, changes, route)
     return EvolutionPlan(tuple(changes))
 
 
@@ -187,10 +187,10 @@ def required_fields_added(old_avro: str | dict[str, Any], new_avro: str | dict[s
     return changes
 
 
-def value_struct(table: Any) -> StructType | None:
-    """The table's current value struct (None for a raw table)."""
+def value_struct(table: Any, column: str = "value") -> StructType | None:
+    """The table's current value struct (None for a raw table), or another struct column's."""
     try:
-        field = table.schema().find_field("value")
+        field = table.schema().find_field(column)
     except ValueError:
         return None
     assert isinstance(field.field_type, StructType)
@@ -211,17 +211,17 @@ def apply_evolution(table: Any, incoming: StructType) -> EvolutionPlan:
     return plan
 
 
-def _value_or_refuse(table: Any) -> StructType:
-    current = value_struct(table)
+def _value_or_refuse(table: Any, column: str = "value") -> StructType:
+    current = value_struct(table, column)
     if current is None:
-        raise BreakingChange(EvolutionPlan((Change("value", "incompatible",
-                                                   "the table has no value column (raw)"),)))
+        raise BreakingChange(EvolutionPlan((Change(column, "incompatible",
+                                                   f"the table has no {column} column"),)))
     return current
 
 
-def _union_value(table: Any, value: StructType) -> None:
+def _union_value(table: Any, value: StructType, column: str = "value") -> None:
     with table.update_schema() as update:
-        update.union_by_name(Schema(NestedField(1, "value", value, required=False)))
+        update.union_by_name(Schema(NestedField(1, column, value, required=False)))
 
 
 def _keep_wider(old: IcebergType, new: IcebergType) -> IcebergType:
@@ -244,26 +244,27 @@ def _keep_wider(old: IcebergType, new: IcebergType) -> IcebergType:
     return new if old == new or _widens(old, new) else old  # narrower, or routed: the table's
 
 
-def evolve_for_writer(table: Any, writer: StructType) -> EvolutionPlan:
+def evolve_for_writer(table: Any, writer: StructType, column: str = "value") -> EvolutionPlan:
     """What the job does on meeting a writer schema: evolve the table for its new fields and
     wider types, keep the table's wider types where the writer's are narrower (older data fits),
     send the values of a type an approved change replaced to the column that kept it, and
     refuse other incompatible types (BreakingChange) so those records are kept raw."""
-    current = _value_or_refuse(table)
-    plan = plan_evolution(current, writer, route=True)
+    current = _value_or_refuse(table, column)
+    plan = plan_evolution(current, writer, route=True, column=column)
     if not plan.decodable:
         raise BreakingChange(plan)
     if plan.needs_update:
-        _union_value(table, _keep_wider(current, writer))
+        _union_value(table, _keep_wider(current, writer), column)
     return plan
 
 
-def fit_without_evolution(table: Any, writer: StructType) -> EvolutionPlan:
+def fit_without_evolution(table: Any, writer: StructType, column: str = "value"
+                          ) -> EvolutionPlan:
     """What the job does on meeting a writer schema under ``schemaEvolution: none``: the table
     keeps its schema; the writer's new fields are left out, and a writer whose values need the
     table to change (a wider or another type) is refused (BreakingChange), so its records are
     kept raw."""
-    plan = plan_evolution(_value_or_refuse(table), writer, route=True)
+    plan = plan_evolution(_value_or_refuse(table, column), writer, route=True, column=column)
     blocking = tuple(c for c in plan.changes if c.kind in ("widen", "incompatible"))
     if blocking:
         raise BreakingChange(EvolutionPlan(blocking), (

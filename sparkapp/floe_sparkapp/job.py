@@ -23,7 +23,8 @@ from .commit import Committed, claim_table, last_commit, merge_offsets, sweep_br
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings
 from .decode import frame
 from .evolution import BreakingChange, evolve_for_writer
-from .layout import ensure_table
+from .avro_types import avro_to_iceberg
+from .layout import KEY_FIELDS, ensure_table
 from .librdkafka import librdkafka_settings
 from .registry import Registry
 from .table_writer import TableWriter
@@ -63,28 +64,37 @@ def build_session(config: JobConfig) -> SparkSession:
 
 
 def _registry(config: JobConfig) -> Registry | None:
-    registry = config.value.schema_registry
-    return Registry(registry) if registry is not None and config.value.format != "raw" else None
+    """The value subject's registry (for a raw value with a decoded key, the key's)."""
+    if config.value.format != "raw" and config.value.schema_registry is not None:
+        return Registry(config.value.schema_registry)
+    return Registry(config.key.schema_registry) if config.key.decoded else None
 
 
 def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
-    """Creates the table when absent and evolves it to the subject's latest schema."""
-    value = None
-    if registry is not None:
+    """Creates the table when absent and evolves it to the subjects' latest schemas (the
+    value's, and the key's when the key is decoded)."""
+    value = key = None
+    if registry is not None and config.value.format != "raw":
         latest = registry.latest()
         value = cdc.table_value(latest.schema, config.table.mode).struct
+    if config.key.decoded:
+        key = avro_to_iceberg(Registry(config.key.schema_registry).latest().schema).struct
     catalog = catalogs.load_catalog(config.table.catalog)
-    table, created = ensure_table(catalog, config.table, value)
+    table, created = ensure_table(catalog, config.table, value, key)
     if created:
         log.info("created table %s", config.table.identifier)
-    elif value is not None and config.schema_evolution == "additive":
-        try:
-            plan = evolve_for_writer(table, value)
-            if plan.needs_update:
-                log.info("evolved table %s: %s", config.table.identifier,
-                         "; ".join(str(c) for c in plan.changes))
-        except BreakingChange as change:
-            log.warning("table %s keeps its schema: %s", config.table.identifier, change)
+    elif config.schema_evolution == "additive":
+        for column, struct in (("value", value), (KEY_FIELDS, key)):
+            if struct is None:
+                continue
+            try:
+                plan = evolve_for_writer(table, struct, column)
+                if plan.needs_update:
+                    log.info("evolved table %s: %s", config.table.identifier,
+                             "; ".join(str(c) for c in plan.changes))
+            except BreakingChange as change:
+                log.warning("table %s keeps its %s schema: %s", config.table.identifier,
+                            column, change)
     return table
 
 
@@ -220,6 +230,9 @@ class BatchWriter:
         if self.config.value.format == "avro":
             batch = frame(batch)
             aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))
+        if self.config.key.format == "avro":
+            batch = frame(batch, "key")
+            aggregates.append(F.collect_set("_key_schema_id").alias("key_ids"))
         return batch.groupBy("partition").agg(*aggregates).collect()
 
     def _batch_offsets(self, batch_id: int, stats: list[Any]) -> tuple[dict[int, int] | None,
@@ -247,16 +260,18 @@ class BatchWriter:
                 return
             latest = [int(r["latest"].timestamp() * 1000) for r in stats]
             vtts = min(latest) if latest else None
-            schema_ids = sorted({i for r in stats for i in (r["schema_ids"] or [])}
-                                if stats and "schema_ids" in stats[0] else set())
+            schema_ids, key_ids = (sorted({i for r in stats for i in (r[name] or [])})
+                                   if stats and name in stats[0] else []
+                                   for name in ("schema_ids", "key_ids"))
             if self.config.routes:
                 routed = routing.routed(batch, self.config, self.registry, schema_ids).persist()
                 parts = routing.split(routed, self.config, len(self.tables))
             else:
-                routed, parts = None, [(batch, schema_ids)]
+                routed, parts = None, [(batch, schema_ids, key_ids)]
             try:
-                outcomes = [table.commit_batch(rows, batch_id, start, batch_next, vtts, ids)
-                            for table, (rows, ids) in zip(self.tables, parts)]
+                outcomes = [table.commit_batch(rows, batch_id, start, batch_next, vtts, ids,
+                                               keys)
+                            for table, (rows, ids, keys) in zip(self.tables, parts)]
             finally:
                 if routed is not None:
                     routed.unpersist()

@@ -58,6 +58,8 @@ UPSERT_PROPERTIES = {
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
 }
+KEY_FIELDS = "key_fields"  # the decoded Kafka key (key.format avro or json)
+KEY_FIELDS_ID = 7
 MODE = "floe.mode"  # the table property recording the mode the table was made for
 
 _TRANSFORMS = {"hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}
@@ -85,8 +87,10 @@ def lineage_struct() -> StructType:
     )
 
 
-def table_schema(value: StructType | None, mode: str = "append") -> Schema:
-    """The full table schema; ``value`` is the mapped registry schema, None for raw topics.
+def table_schema(value: StructType | None, mode: str = "append",
+                 key: StructType | None = None) -> Schema:
+    """The full table schema; ``value`` is the mapped registry schema, None for raw topics;
+    ``key`` the key's, when the key is decoded.
 
     Field ids here are placeholders: creating the table assigns fresh ones.
     """
@@ -96,6 +100,9 @@ def table_schema(value: StructType | None, mode: str = "append") -> Schema:
                                   doc="the change event a row's last change came from"))
     fields.append(NestedField(2, "key", BinaryType(), required=False,
                               doc="the record key, untouched"))
+    if key is not None:
+        fields.append(NestedField(KEY_FIELDS_ID, KEY_FIELDS, _offset_ids(key, 500_000),
+                                  required=False, doc="the decoded record key"))
     if value is not None:
         fields.append(NestedField(3, "value", _offset_ids(value, 1000), required=False,
                                   doc="the decoded value; null when null or undecodable"))
@@ -138,10 +145,16 @@ class LayoutMismatch(ValueError):
     """The table exists but is not laid out the way floe writes it."""
 
 
-def check_layout(existing: Any, table: TableConfig, value: StructType | None) -> None:
+def check_layout(existing: Any, table: TableConfig, value: StructType | None,
+                 key: StructType | None = None) -> None:
     """Refuses an existing table that lacks floe's columns (it was made by something else)."""
     names = {f.name for f in existing.schema().fields}
     wanted = {"kafka", "key", "value_raw", "value_error"} | ({"value"} if value is not None else set())
+    if key is not None and KEY_FIELDS not in names:
+        raise LayoutMismatch(
+            f"table {table.identifier} was made without a {KEY_FIELDS} column, and key.format "
+            "says the key is decoded: a table keeps the columns it was made with. Point "
+            "table.identifier at a new table, or set key.format back to raw.")
     if table.mode == "cdc":
         wanted.add("cdc")
     missing = sorted(wanted - names)
@@ -187,7 +200,8 @@ def _check_keys(existing: Any, table: TableConfig) -> None:
                              "a row.")
 
 
-def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> tuple[Any, bool]:
+def ensure_table(catalog: Any, table: TableConfig, value: StructType | None,
+                 key: StructType | None = None) -> tuple[Any, bool]:
     """Loads the table, creating it (and its namespace) when absent.
 
     Returns the table and whether it was created by this call.  Safe to call concurrently:
@@ -196,7 +210,7 @@ def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> 
     """
     try:
         existing = catalog.load_table(table.identifier)
-        check_layout(existing, table, value)
+        check_layout(existing, table, value, key)
         return _with_root_snapshot(existing), False
     except NoSuchTableError:
         pass
@@ -204,7 +218,7 @@ def ensure_table(catalog: Any, table: TableConfig, value: StructType | None) -> 
         catalog.create_namespace(table.namespace)
     except NamespaceAlreadyExistsError:
         pass
-    schema = table_schema(value, table.mode)
+    schema = table_schema(value, table.mode, key)
     try:
         created = catalog.create_table(
             table.identifier, schema=schema,

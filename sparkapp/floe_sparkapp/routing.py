@@ -52,6 +52,8 @@ def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
     for number, rule in enumerate(config.routes, start=1):
         value = fields.setdefault(rule.field, field_of(rule.field))
         route = route.when(value.isin(*rule.values), F.lit(number))
+    if config.key.format == "avro":
+        df = frame(df, "key")
     return df.withColumn(ROUTE, route.otherwise(F.lit(0)))
 
 
@@ -72,13 +74,20 @@ def _writers(registry: Registry, schema_ids: list[int]) -> dict[int, tuple[str, 
 
 
 def split(routed_batch: DataFrame, config: JobConfig,
-          tables: int) -> list[tuple[DataFrame, list[int]]]:
-    """Each table's records and the writer schema ids among them, in the order of
-    :meth:`~floe_sparkapp.config.JobConfig.destinations`."""
-    ids: dict[int, list[int]] = {}
-    if config.value.format == "avro":
-        for row in routed_batch.groupBy(ROUTE).agg(
-                F.collect_set("_schema_id").alias("ids")).collect():
-            ids[int(row[ROUTE])] = sorted(row["ids"])
-    return [(routed_batch.filter(F.col(ROUTE) == F.lit(number)), ids.get(number, []))
-            for number in range(tables)]
+          tables: int) -> list[tuple[DataFrame, list[int], list[int]]]:
+    """Each table's records and the writer schema ids among their values and keys, in the
+    order of :meth:`~floe_sparkapp.config.JobConfig.destinations`."""
+    columns = {name: column for name, column, fmt in (
+        ("ids", "_schema_id", config.value.format), ("keys", "_key_schema_id", config.key.format))
+        if fmt == "avro"}
+    found: dict[int, Any] = {}
+    if columns:
+        found = {int(row[ROUTE]): row for row in routed_batch.groupBy(ROUTE).agg(
+            *[F.collect_set(column).alias(name) for name, column in columns.items()]).collect()}
+
+    def ids(number: int, name: str) -> list[int]:
+        row = found.get(number)
+        return sorted(row[name]) if row is not None and name in columns else []
+
+    return [(routed_batch.filter(F.col(ROUTE) == F.lit(number)), ids(number, "ids"),
+             ids(number, "keys")) for number in range(tables)]

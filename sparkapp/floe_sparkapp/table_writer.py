@@ -26,7 +26,10 @@ from .checkpoint import CheckpointAhead
 from .commit import (DEAD_LETTER_ERROR, BranchCommitter, commit_with_retries, last_commit,
                      merge_offsets, summary_properties)
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings
-from .decode import WriterPlan, decode_avro, decode_json, decode_raw, frame, table_rows
+from .avro_types import avro_to_iceberg
+from .decode import (WriterPlan, decode_avro, decode_avro_key, decode_json, decode_json_key,
+                     decode_raw, frame, table_rows)
+from .layout import KEY_FIELDS
 from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
 from .registry import Registry
 from .upsert import Upsert
@@ -62,7 +65,7 @@ class TableWriter:
     registry: Registry | None
     committer: BranchCommitter = field(init=False)
     upsert: Upsert | None = field(init=False, default=None)  # mode upsert: how rows change
-    plans: dict[int, WriterPlan] = field(default_factory=dict)
+    plans: dict[tuple[str, int], WriterPlan] = field(default_factory=dict)  # by column, id
     planned_for: int | None = None  # the table schema id the plans were made against
 
     def __post_init__(self) -> None:
@@ -71,15 +74,17 @@ class TableWriter:
         self.catalog = catalogs.load_catalog(self.config.table.catalog)
         mode = self.config.table.mode
         self.upsert = (Upsert(self.config.table.key_columns,
-                              has_value=self.config.value.format != "raw", cdc=mode == "cdc")
+                              has_value=self.config.value.format != "raw", cdc=mode == "cdc",
+                              key_fields=self.config.key.decoded)
                        if mode in ROW_LEVEL else None)
 
     @property
     def table_name(self) -> str:
         return f"{self.config.table.catalog.name}.{self.config.table.identifier}"
 
-    def _plan(self, schema_id: int, table: Any) -> WriterPlan:
-        """How to decode records of one writer schema id (evolving the table if additive)."""
+    def _plan(self, schema_id: int, table: Any, column: str = "value") -> WriterPlan:
+        """How to decode records of one writer schema id (evolving the table if additive);
+        ``column`` is ``key_fields`` for a key's writer schema."""
         assert self.registry is not None
         found = self.registry.by_id(schema_id)
         if found is None:
@@ -89,13 +94,14 @@ class TableWriter:
             return WriterPlan(schema_id, error=f"schema id {schema_id} is "
                                                f"{found.schema_type}, not Avro")
         try:
-            mapped = cdc.table_value(found.schema, self.config.table.mode)
+            mapped = (avro_to_iceberg(found.schema) if column == KEY_FIELDS
+                      else cdc.table_value(found.schema, self.config.table.mode))
         except AvroMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
         fit = evolve_for_writer if self.config.schema_evolution == "additive" else (
             fit_without_evolution)
         try:
-            plan = fit(table, mapped.struct)
+            plan = fit(table, mapped.struct, column)
         except BreakingChange as change:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {change}")
         if plan.needs_update:
@@ -105,46 +111,68 @@ class TableWriter:
                           recursive_fields=mapped.recursive_fields,
                           routes=tuple(sorted(plan.routes.items())))
 
-    def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int]) -> DataFrame:
-        """Table rows from Kafka rows; ``schema_ids`` are the writer schema ids in the batch."""
+    def _plans(self, table: Any, schema_ids: list[int], column: str) -> tuple[dict, bool]:
+        """The plans of ``schema_ids`` (made, and kept, on first sight); whether making them
+        changed the table's schema."""
+        if table.schema().schema_id != self.planned_for:  # e.g. an approval renamed columns
+            self.plans.clear()
+            self.planned_for = table.schema().schema_id
+        changed = False
+        plans = {}
+        for schema_id in schema_ids:
+            plan = self.plans.get((column, schema_id))
+            if plan is None:
+                before = table.schema().schema_id
+                plan = self._plan(schema_id, table, column)
+                if plan.error is None:  # refused ones are looked at again: an approval may come
+                    self.plans[(column, schema_id)] = plan
+                table.refresh()
+                changed |= table.schema().schema_id != before
+            plans[schema_id] = plan
+        return plans, changed
+
+    def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int],
+                key_ids: list[int] = ()) -> DataFrame:
+        """Table rows from Kafka rows; ``schema_ids`` are the writer schema ids of the batch's
+        values, ``key_ids`` those of its keys (Avro keys)."""
         fmt = self.config.value.format
+        keyed = self.config.key.decoded
+        if keyed:
+            fresh = self._decode_key(fresh, table, list(key_ids))
         if fmt == "avro" and "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if fmt == "raw":
-            return table_rows(decode_raw(fresh), has_value=False)
+            return table_rows(decode_raw(fresh), has_value=False, key_fields=keyed)
         value_type = self.spark.table(self.table_name).schema["value"].dataType
         changes = self.config.table.mode == "cdc"
         if fmt == "json" and changes:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return table_rows(decode_json(fresh, value_type), has_value=True)
-        changed = False
-        plans = {}
-        if table.schema().schema_id != self.planned_for:  # e.g. an approval renamed columns
-            self.plans.clear()
-            self.planned_for = table.schema().schema_id
-        for schema_id in schema_ids:
-            plan = self.plans.get(schema_id)
-            if plan is None:
-                before = table.schema().schema_id
-                plan = self._plan(schema_id, table)
-                if plan.error is None:  # refused ones are looked at again: an approval may come
-                    self.plans[schema_id] = plan
-                table.refresh()
-                changed |= table.schema().schema_id != before
-            plans[schema_id] = plan
+            return table_rows(decode_json(fresh, value_type), has_value=True, key_fields=keyed)
+        plans, changed = self._plans(table, schema_ids, "value")
         if changed:  # plans made against the older schema still decode; the projection changed
             value_type = self.spark.table(self.table_name).schema["value"].dataType
         if changes:  # the envelope decoded, its images projected onto the table's rows
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
             return self._changes(decode_avro(fresh, plans, cdc.envelope_type(value_type)))
-        return table_rows(decode_avro(fresh, plans, value_type), has_value=True)
+        return table_rows(decode_avro(fresh, plans, value_type), has_value=True,
+                          key_fields=keyed)
+
+    def _decode_key(self, fresh: DataFrame, table: Any, key_ids: list[int]) -> DataFrame:
+        """The batch's keys decoded into ``_key_fields`` (``_key_error`` when they cannot)."""
+        if self.config.key.format == "json":
+            key_type = self.spark.table(self.table_name).schema[KEY_FIELDS].dataType
+            return decode_json_key(fresh, key_type)
+        plans, _ = self._plans(table, key_ids, KEY_FIELDS)
+        key_type = self.spark.table(self.table_name).schema[KEY_FIELDS].dataType
+        framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
+        return decode_avro_key(framed, plans, key_type)
 
     def _changes(self, envelopes: DataFrame) -> DataFrame:
         return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),
-                          has_value=True, cdc=True)
+                          has_value=True, cdc=True, key_fields=self.config.key.decoded)
 
     def _dead_letters(self, bad: DataFrame) -> None:
         """Sends undecodable rows to the dead-letter topic, with why and where from."""
@@ -236,7 +264,7 @@ class TableWriter:
 
     def commit_batch(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
                      batch_next: dict[int, int], vtts: int | None,
-                     schema_ids: list[int]) -> dict[str, Any]:
+                     schema_ids: list[int], key_ids: list[int] = ()) -> dict[str, Any]:
         """Commits the batch's records (those at or above the table's offsets) with the batch's
         end offsets, retrying on conflicts; returns what it did."""
         outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
@@ -266,7 +294,7 @@ class TableWriter:
             newest = [t for t in (vtts, committed.vtts) if t is not None]
             props = summary_properties(writer, topic, offsets, max(newest) if newest else None,
                                        self.config.generation, batch_id)
-            self._write(self._decode(fresh, table, schema_ids), base, props, outcome)
+            self._write(self._decode(fresh, table, schema_ids, key_ids), base, props, outcome)
             outcome["offsets"] = offsets
 
         outcome["conflicts"] = commit_with_retries(attempt)

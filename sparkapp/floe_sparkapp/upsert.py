@@ -35,6 +35,12 @@ class Upsert:
     key_columns: tuple[str, ...] = ()  # value fields; none: the Kafka key
     has_value: bool = True  # false for a raw table (no value column)
     cdc: bool = False  # mode cdc: rows of change events (cdc.change_rows), op d deletes
+    key_fields: bool = False  # the Kafka key is decoded: its fields, not its bytes, identify
+
+    @property
+    def _key(self) -> str:
+        """The column that holds the Kafka key as records are identified by it."""
+        return "key_fields" if self.key_fields else "key"
 
     # --- which records apply ------------------------------------------------------------------
 
@@ -44,7 +50,7 @@ class Upsert:
                     for c in self.key_columns]
         if self.key_columns:
             return [F.col(f"value.{c}") for c in self.key_columns]
-        return [F.col("key")]
+        return [F.col(self._key)]
 
     def tombstone(self) -> Any:
         """The record's value was null."""
@@ -67,16 +73,17 @@ class Upsert:
         """(upserts, tombstones, deletes): the batch's records that apply, at most one per
         key; ``deletes`` (mode cdc with keyColumns) are the keys whose last change deletes."""
         position = F.struct(F.col("kafka.partition"), F.col("kafka.offset"))
-        by_kafka_key = Window.partitionBy(F.col("key"))
+        kafka_key = F.col(self._key)
+        by_kafka_key = Window.partitionBy(kafka_key)
         ranked = (rows.withColumn("_floe_position", position)
                   .withColumn("_floe_tombstone", self.tombstone())
                   # the newest tombstone of the record's Kafka key in this batch
                   .withColumn("_floe_deleted_at", F.max(F.when(
-                      F.col("_floe_tombstone") & F.col("key").isNotNull(),
+                      F.col("_floe_tombstone") & kafka_key.isNotNull(),
                       F.col("_floe_position"))).over(by_kafka_key)))
-        tombstones = (ranked.filter(F.col("_floe_tombstone") & F.col("key").isNotNull()
+        tombstones = (ranked.filter(F.col("_floe_tombstone") & kafka_key.isNotNull()
                                     & (F.col("_floe_position") == F.col("_floe_deleted_at")))
-                      .select("key"))
+                      .select(self._key))
         # A record followed by a tombstone of its Kafka key is deleted by it.
         live = ranked.filter(~F.col("_floe_tombstone") & (
             F.col("_floe_deleted_at").isNull()
@@ -96,7 +103,7 @@ class Upsert:
                 deletes = removed.select(*[column.alias(f"_floe_k{i}")
                                            for i, column in enumerate(self._identity())])
             else:  # keyed by the Kafka key, a delete is a tombstone
-                tombstones = tombstones.unionByName(removed.select("key")).distinct()
+                tombstones = tombstones.unionByName(removed.select(self._key)).distinct()
         return upserts, tombstones, deletes
 
     # --- the statements -----------------------------------------------------------------------
@@ -107,7 +114,7 @@ class Upsert:
         if self.key_columns:
             on = " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
         else:
-            on = "t.key = s.key"
+            on = f"t.{self._key} <=> s.{self._key}"
         return f"{on}{KEPT_RAW_UNTOUCHED} AND s.value_error IS NULL"
 
     def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
@@ -123,7 +130,8 @@ class Upsert:
             statements = []
             applied = 0
             suffix = uuid.uuid4().hex[:12]
-            removals = [("tombstones", tombstones, "t.key = s.key" + KEPT_RAW_UNTOUCHED)]
+            removals = [("tombstones", tombstones,
+                         f"t.{self._key} <=> s.{self._key}" + KEPT_RAW_UNTOUCHED)]
             if deletes is not None:
                 removals.append(("deletes", deletes, " AND ".join(
                     f"t.value.{c} = s._floe_k{i}" for i, c in enumerate(self.key_columns))

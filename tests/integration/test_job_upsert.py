@@ -166,3 +166,72 @@ def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
     assert len(undecodable) == 1 and undecodable[0]["value_raw"] == b"not avro"
     assert undecodable[0]["value_error"]
     assert len(rows) == 5
+
+
+KEY_V1 = {"type": "record", "name": "OrderKey", "namespace": "shop",
+          "fields": [{"name": "id", "type": "long"}]}
+KEY_V2 = {**KEY_V1, "fields": [*KEY_V1["fields"],
+                               {"name": "shard", "type": ["null", "string"], "default": None}]}
+
+
+def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_versions(
+        stack, spark, tmp_path, topic):
+    """A key in the registry's wire format carries its schema id in its bytes: a new key schema
+    version changes the bytes of every key.  Decoded by its subject (key.format avro), the key
+    fields identify the row, so records keyed by either version update one row, tombstones of
+    either delete it, and the key's fields are a column to query."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from floe_sparkapp.config import parse_config
+
+    producer = AvroProducer(stack, topic)
+    keys = {json.dumps(s): AvroSerializer(producer.registry, json.dumps(s))
+            for s in (KEY_V1, KEY_V2)}
+    context = SerializationContext(topic, MessageField.KEY)
+
+    def key(schema: dict, i: int) -> bytes:
+        fields = {"id": i} if schema is KEY_V1 else {"id": i, "shard": None}
+        return keys[json.dumps(schema)](fields, context)
+
+    base = job_config(stack, tmp_path, topic, mode="upsert", max_records=70)
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["key"] = {"format": "avro", "schemaRegistry": {
+        **data["value"]["schemaRegistry"], "subject": f"{topic}-key"}}
+    config = parse_config(data)
+    latest: dict[int, str] = {}
+    for i in range(100):  # ids 0..19, five updates each, keys of version 1
+        producer.send(key=key(KEY_V1, i % 20), value={**order(i % 20, 1), "item": f"a{i}"},
+                      schema=V1)
+        latest[i % 20] = f"a{i}"
+    producer.flush()
+    run_once(config, spark)
+    assert len(table_rows(config)) == 20
+
+    for i in range(0, 40, 2):  # half the ids updated again, keyed by version 2
+        producer.send(key=key(KEY_V2, i % 20), value={**order(i % 20, 1), "item": f"b{i}"},
+                      schema=V1)
+        latest[i % 20] = f"b{i}"
+    for i in range(5):  # tombstones: ids 0, 2 by version 2, ids 1, 3, 5 by version 1
+        producer.send(key=key(KEY_V2 if i < 2 else KEY_V1, i * 2 if i < 2 else i * 2 - 3),
+                      value=None)
+    for gone in (0, 2, 1, 3, 5):
+        latest.pop(gone)
+    producer.send(key=b"\x01not a framed key", value=order(99, 1), schema=V1)
+    producer.flush()
+    run_once(config, spark)
+
+    rows = table_rows(config)
+    [kept] = [r for r in rows if r["value_error"]]
+    assert kept["key"] == b"\x01not a framed key" and kept["value"] is None
+    assert kept["value_error"] == "key not in the Confluent wire format: first byte 0x01, " \
+                                  "expected 0x00"
+    assert kept["value_raw"]  # the value's bytes, kept with the key's reason
+    applied = [r for r in rows if not r["value_error"]]
+    assert sorted(r["key_fields"]["id"] for r in applied) == sorted(latest)  # one row per id
+    assert {r["key_fields"]["id"]: r["value"]["item"] for r in applied} == latest
+    assert [f.name for f in load_table(config).schema().find_field("key_fields")
+            .field_type.fields] == ["id", "shard"]
+    assert sorted(spark.table(f"{config.table.catalog.name}.{config.table.identifier}")
+                  .filter("value_error IS NULL").select("key_fields.id").collect()) == \
+        sorted((i,) for i in latest)
