@@ -90,7 +90,7 @@ class ValueSpec(_Model):
 
 class KeySpec(_Model):
     model_config = ConfigDict(json_schema_extra=_rules(
-        ("self.format == 'raw' || has(self.subject)",
+        ("!has(self.format) || self.format == 'raw' || has(self.subject)",
          "key.subject is required when key.format is avro or json: the key_fields column comes "
          "from the registry (use format raw to keep the key's bytes only)",
          ".subject", "FieldValueRequired"),
@@ -363,7 +363,8 @@ class KafkaIcebergTopicSpec(_Model):
          "|| size(self.table.keyColumns) == 0",
          "table.keyColumns name value fields, and a raw topic's value has none: leave "
          "keyColumns out to key rows by the Kafka key", ".table.keyColumns"),
-        ("self.key.format == 'raw' || self.value.format != 'raw'",
+        ("!has(self.key) || !has(self.key.format) || self.key.format == 'raw' "
+         "|| self.value.format != 'raw'",
          "key.format avro or json reads the key schema from value.schemaRegistry's registry: "
          "value.format must be avro or json too", ".key.format"),
         ("self.value.format != 'raw' || !has(self.routes) || size(self.routes) == 0",

@@ -99,6 +99,12 @@ def cdc_of_raw_values() -> dict:
     return body
 
 
+def raw_value_decoded_key() -> dict:
+    body = changed("spec.key", {"format": "avro", "subject": "orders-key"})
+    body["spec"]["value"]["format"] = "raw"
+    return body
+
+
 def routed(*identifiers: str, format_: str = "avro") -> dict:
     body = changed("spec.routes", [{"field": "source.table", "values": [name.split(".")[-1]],
                                     "table": {"identifier": name}} for name in identifiers])
@@ -157,6 +163,13 @@ def routed(*identifiers: str, format_: str = "avro") -> dict:
     (upsert(["id"], format_="raw"),
      "spec.table.keyColumns: Invalid value: table.keyColumns name value fields, and "
      "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key"),
+    (changed("spec.key", {"format": "avro"}),
+     "spec.key.subject: Required value: key.subject is required when key.format is avro or "
+     "json: the key_fields column comes from the registry (use format raw to keep the key's "
+     "bytes only)"),
+    (raw_value_decoded_key(),
+     "spec.key.format: Invalid value: key.format avro or json reads the key schema from "
+     "value.schemaRegistry's registry: value.format must be avro or json too"),
     (routed("inventory.customers", format_="raw"),
      "spec.routes: Invalid value: routes pick a table by a value field, and a raw topic's value "
      "has none: value.format must be avro or json"),
@@ -227,6 +240,16 @@ def test_a_routed_resource_is_accepted_and_rendered_with_each_tables_config(api,
                       ("inventory.orders", "append", (), "orders-value")]
     assert [(r.field, r.values) for r in config.routes] == [
         ("source.table", ("customers",)), ("source.table", ("orders",))]
+
+
+def test_a_decoded_key_is_accepted_and_rendered_with_the_values_registry(api, namespace):
+    body = upsert([])
+    body["spec"]["key"] = {"format": "avro", "subject": "orders-key"}
+    config = job_config(Topic.from_body(create(api, namespace, body)), OperatorSettings())
+    assert (config.key.format, config.key.schema_registry.subject,
+            config.key.schema_registry.url) == ("avro", "orders-key",
+                                                config.value.schema_registry.url)
+    assert config.table.key_columns == ()  # rows keyed by the key's fields
 
 
 def test_the_topic_and_the_table_cannot_change(api, namespace):

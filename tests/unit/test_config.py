@@ -170,3 +170,19 @@ def test_bad_routes_say_what_to_change(routes, fmt, message):
     with pytest.raises(ConfigError) as error:
         parse_config(data)
     assert message in str(error.value)
+
+
+def test_a_decoded_key_names_its_registry_subject():
+    keyed = with_("key", {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
+                                                              "subject": "orders-key"}})
+    config = parse_config(keyed)
+    assert config.key.decoded and config.key.schema_registry.subject == "orders-key"
+    assert not parse_config(GOOD).key.decoded  # the bytes only, by default
+    with pytest.raises(ConfigError) as error:
+        parse_config(with_("key", {"format": "json"}))
+    assert ("key: format 'json' needs schemaRegistry (url and subject) for the key schema; use "
+            "format 'raw' to keep the key's bytes only") in str(error.value)
+    keyed["routes"] = [{**route("region", ["eu"], "analytics.eu"), "keySubject": "eu-key"}]
+    default, europe = parse_config(keyed).destinations()
+    assert (default.key.schema_registry.subject, europe.key.schema_registry.subject) == (
+        "orders-key", "eu-key")
