@@ -208,3 +208,34 @@ def test_json_values_are_routed_by_a_field(
     assert {k: (r["value"] or {}).get("id") for k, r in rest.items()} == {
         b"4": 5, b"5": 6, b"6": None}
     assert rest[b"6"]["value_raw"] == b"not json"
+
+
+def test_maintenance_runs_each_action_on_every_table_of_a_routed_topic(
+        stack, spark, tmp_path, unique_name):
+    import json
+
+    from floe_sparkapp.__main__ import main
+    from floe_sparkapp.maintenance import PROPERTY_PREFIX
+
+    topic = f"routes-maint-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=1)
+    producer = AvroProducer(stack, topic, record_subjects=True)
+    config = routed_config(stack, tmp_path, topic)
+    for table in ("customers", "orders", "products", "audit"):
+        producer.send(key=b'{"id":1}', schema=envelope(
+            {"customers": ROW_V1, "orders": ORDER_ROW, "products": PRODUCT_ROW,
+             "audit": AUDIT_ROW}[table], namespace(table)),
+            value=Database(table, blank={}).change("c", 1, **{
+                "customers": {"name": "a", "email": None}, "orders": {"customer": 1,
+                                                                       "total": 1.0},
+                "products": {"title": "t"}, "audit": {"what": "w"}}[table]))
+    producer.flush()
+    run_once(config, spark)
+    config_file = tmp_path / "job.json"
+    config_file.write_text(config.to_json())
+
+    assert main(["maintain", "--config", str(config_file), "--action", "expire-snapshots"]) == 0
+
+    for destination in config.destinations():
+        run = json.loads(load_table(destination).properties[PROPERTY_PREFIX + "expire-snapshots"])
+        assert run["outcome"] == "Succeeded", destination.table.identifier
