@@ -3,7 +3,8 @@
 # Java 17+ (Kafka, Spark, the registry), Maven (jars from Maven Central), Go (etcd, Kubernetes,
 # helm, CoreDNS, spark-operator and the S3 server, from the Go module proxy), openssl, and the
 # node's parts from Debian: containerd and runc, the CNI plugins, dockerd (builds the images),
-# debootstrap (their base), iptables and conntrack (kube-proxy), gcc (the pause binary).
+# debootstrap (their base), iptables and conntrack (kube-proxy), gcc (the pause binary), and
+# PostgreSQL's server (the JDBC catalog's database).
 set -euo pipefail
 
 missing=()
@@ -21,6 +22,7 @@ command -v iptables >/dev/null || missing+=(iptables)
 command -v conntrack >/dev/null || missing+=(conntrack)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 
 if ((${#missing[@]})); then
   echo "[prereqs] installing ${missing[*]}" >&2

@@ -75,7 +75,7 @@ def _state_to_start() -> State:
         # First start, or another program took our ports: start over with fresh ports and data.
         _wipe_run_dir()
         state = components.new_state()
-        _save_state(state)
+    _save_state(components.complete_state(state))
     return state
 
 
@@ -165,6 +165,9 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_S3_SECRET_KEY": s3["secret_key"],
         "FLOE_S3_BUCKET": s3["bucket"],
         "FLOE_S3_REGION": s3["region"],
+        "FLOE_POSTGRES_JDBC": components.postgres_jdbc_uri(state),
+        "FLOE_POSTGRES_USER": components.POSTGRES_USER,
+        "FLOE_POSTGRES_PASSWORD": state["postgres"]["password"],
         "FLOE_SPARK_JARS": ",".join(jars),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
         "FLOE_NODE_SHARED": str(node.shared_dir()),

@@ -1,9 +1,9 @@
 """The local stack's components: how each is configured, started and probed.
 
 Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
-(versitygw on a local directory), etcd, kube-apiserver (RBAC, token authentication,
-service-account token signing), kube-controller-manager (garbage collection, namespaces,
-CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler, kube-proxy,
+(versitygw on a local directory), PostgreSQL (Debian's server, the JDBC catalog's database),
+etcd, kube-apiserver (RBAC, token authentication, service-account token signing),
+kube-controller-manager (garbage collection, namespaces, CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler, kube-proxy,
 CoreDNS).  Ports are picked free at the first ``up``; what pods must reach listens on the node's
 address, the rest on loopback.
 """
@@ -43,21 +43,31 @@ def _http_ok(url: str, token: str | None = None, ok_codes: tuple[int, ...] = (20
 
 
 def new_state() -> State:
-    names = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
-             "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
-             "coredns_health"]
-    ports: dict[str, int] = {}
-    while len(ports) < len(names):
-        port = procs.free_port()
-        if port not in ports.values():
-            ports[names[len(ports)]] = port
-    return {
-        "ports": ports,
+    return complete_state({
+        "ports": {},
         "kafka_cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
         "tokens": {"admin": secrets.token_hex(16), "nobody": secrets.token_hex(16)},
         "s3": {"access_key": "floe", "secret_key": secrets.token_hex(16), "bucket": "warehouse",
                "region": "us-east-1"},
-    }
+    })
+
+
+PORTS = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
+         "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
+         "coredns_health", "postgres"]
+
+
+def complete_state(state: State) -> State:
+    """Adds what a state made by an older floe lacks (a component added since): free ports, the
+    database's password."""
+    ports = state["ports"]
+    for name in PORTS:
+        while name not in ports:
+            port = procs.free_port()
+            if port not in ports.values():
+                ports[name] = port
+    state.setdefault("postgres", {"password": secrets.token_hex(16)})
+    return state
 
 
 @dataclass
@@ -175,6 +185,67 @@ def _s3_command(state: State) -> list[str]:
 def _s3_healthy(state: State) -> bool:
     # Unsigned requests are refused (403): the server answers, and authentication is on.
     return _http_ok(f"http://{NODE_IP}:{state['ports']['s3']}/", ok_codes=(403,))
+
+
+# --- PostgreSQL (the JDBC catalog's database) ----------------------------------------------
+
+POSTGRES_DATA = Path("/var/lib/floe/postgres")  # the server's user cannot reach root's home
+POSTGRES_USER = "floe"
+POSTGRES_DATABASE = "postgres"
+
+
+def _postgres_bin(name: str) -> str:
+    """A program of Debian's newest installed PostgreSQL server (hack/prereqs.sh)."""
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"),
+                   key=lambda p: int(p.parent.parent.name))
+    if not found:
+        raise FileNotFoundError("PostgreSQL's server is not installed: run hack/prereqs.sh")
+    return str(found[-1])
+
+
+def _as_postgres(command: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *command]
+
+
+def _postgres_prepare(state: State) -> None:
+    """A database cluster for this state (made again when the state is new): the user floe with
+    the state's password, reachable by password from the node's address (the pods)."""
+    marker = POSTGRES_DATA / ".floe-state"
+    if marker.exists() and marker.read_text() == state["postgres"]["password"]:
+        return
+    if POSTGRES_DATA.exists():
+        subprocess.run(["rm", "-rf", str(POSTGRES_DATA)], check=True)
+    POSTGRES_DATA.mkdir(parents=True)
+    subprocess.run(["chown", "postgres:postgres", str(POSTGRES_DATA)], check=True)
+    password_file = POSTGRES_DATA / ".password"
+    password_file.write_text(state["postgres"]["password"] + "\n")
+    subprocess.run(["chown", "postgres", str(password_file)], check=True)
+    subprocess.run(_as_postgres([_postgres_bin("initdb"), "-D", str(POSTGRES_DATA / "data"),
+                                 "-U", POSTGRES_USER, f"--pwfile={password_file}",
+                                 "--auth-local=trust", "--auth-host=scram-sha-256",
+                                 "--encoding=UTF8", "--no-sync"]),
+                   check=True, capture_output=True)
+    password_file.unlink()
+    with (POSTGRES_DATA / "data" / "pg_hba.conf").open("a") as hba:
+        hba.write("host all all 0.0.0.0/0 scram-sha-256\n")  # the pods, through the node
+    marker.write_text(state["postgres"]["password"])
+
+
+def _postgres_command(state: State) -> list[str]:
+    return _as_postgres([_postgres_bin("postgres"), "-D", str(POSTGRES_DATA / "data"),
+                         "-p", str(state["ports"]["postgres"]),
+                         "-c", f"listen_addresses=127.0.0.1,{NODE_IP}",
+                         "-c", "unix_socket_directories=", "-c", "fsync=off",
+                         "-c", "max_connections=200", "-c", "shared_buffers=64MB"])
+
+
+def _postgres_healthy(state: State) -> bool:
+    return subprocess.run([_postgres_bin("pg_isready"), "-q", "-h", NODE_IP, "-p",
+                           str(state["ports"]["postgres"])], timeout=5).returncode == 0
+
+
+def postgres_jdbc_uri(state: State) -> str:
+    return f"jdbc:postgresql://{NODE_IP}:{state['ports']['postgres']}/{POSTGRES_DATABASE}"
 
 
 # --- etcd ----------------------------------------------------------------------------------
@@ -313,6 +384,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
     Component("kafka", _kafka_prepare, _kafka_command, _kafka_healthy),
     Component("registry", _nothing, _registry_command, _registry_healthy),
     Component("s3", _s3_prepare, _s3_command, _s3_healthy, timeout=30),
+    Component("postgres", _postgres_prepare, _postgres_command, _postgres_healthy, timeout=60),
     Component("etcd", _nothing, _etcd_command, _etcd_healthy, timeout=30),
     Component("containerd", node.containerd_prepare, node.containerd_command,
               node.containerd_healthy, timeout=30),
@@ -330,7 +402,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
 # Components are started in waves; each wave's members start together and the next wave
 # waits for them to be healthy.
 WAVES: list[list[str]] = [
-    ["etcd", "kafka", "registry", "s3", "containerd"],
+    ["etcd", "kafka", "registry", "s3", "postgres", "containerd"],
     ["kube-apiserver", "dockerd"],
     ["kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns"],
 ]

@@ -209,17 +209,9 @@ def decode_avro_key(df: DataFrame, plans: Mapping[int, WriterPlan],
 
 def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:
     """``_key_fields`` and ``_key_error`` of JSON keys, parsed against the table's type."""
-    corrupt = "__floe_corrupt"
-    with_corrupt = T.StructType([*key_type.fields, T.StructField(corrupt, T.StringType())])
-    parsed = F.from_json(F.col("key").cast("string"), with_corrupt,
-                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
-    error = F.when(F.col("key").isNotNull()
-                   & (parsed.isNull() | parsed.getField(corrupt).isNotNull()),
-                   F.lit("key is not a JSON object matching the table's key_fields"))
-    return (df.withColumn(KEY_ERROR, error)
-            .withColumn(KEY_FIELDS, F.when(error.isNull(),
-                                           project(parsed, with_corrupt, key_type, None,
-                                                   "key_fields"))))
+    fields, error = _parse_json("key", key_type,
+                                "key is not a JSON object matching the table's key_fields")
+    return df.withColumn(KEY_ERROR, error).withColumn(KEY_FIELDS, fields)
 
 
 def decoded_field(df: DataFrame, schema_id: int, writer_schema: str, path: str) -> Column | None:
@@ -262,19 +254,25 @@ def _from_avro(body: Column, writer_schema: str, *, cut_recursion: bool = False)
     return from_avro(body, writer_schema, options)
 
 
+def _parse_json(column: str, struct: T.StructType, problem: str) -> tuple[Column, Column]:
+    """``column`` parsed as JSON against ``struct``: the parsed value, and ``problem`` where
+    it is not a JSON object that fits."""
+    corrupt = "__floe_corrupt"
+    with_corrupt = T.StructType([*struct.fields, T.StructField(corrupt, T.StringType())])
+    parsed = F.from_json(F.col(column).cast("string"), with_corrupt,
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
+    error = F.when(F.col(column).isNotNull()
+                   & (parsed.isNull() | parsed.getField(corrupt).isNotNull()), F.lit(problem))
+    return F.when(error.isNull(), project(parsed, with_corrupt, struct)), error
+
+
 def decode_json(df: DataFrame, value_type: T.StructType) -> DataFrame:
     """JSON values parsed against the table's value struct; unparseable ones kept raw."""
-    corrupt = "__floe_corrupt"
-    with_corrupt = T.StructType([*value_type.fields, T.StructField(corrupt, T.StringType())])
-    parsed = F.from_json(F.col("value").cast("string"), with_corrupt,
-                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
-    error = F.when(F.col("value").isNotNull()
-                   & (parsed.isNull() | parsed.getField(corrupt).isNotNull()),
-                   F.lit("value is not a JSON object matching the table schema"))
+    value, error = _parse_json("value", value_type,
+                               "value is not a JSON object matching the table schema")
     return (df.withColumn("value_error", error)
             .withColumn("value_raw", F.when(error.isNotNull(), F.col("value")))
-            .withColumn("_value", F.when(error.isNull(),
-                                         project(parsed, with_corrupt, value_type)))
+            .withColumn("_value", value)
             .withColumn("_schema_id", F.lit(None).cast("int")))
 
 

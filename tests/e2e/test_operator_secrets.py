@@ -1,5 +1,6 @@
 """Credentials reach the operator and the job only through Secret references, and never show up
-on the status, in Events, in the children or in any log."""
+on the status, in Events, in the children or in any log; the catalog is a JDBC catalog on
+PostgreSQL whose password is one of them."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, dr
                                            f' required username="floe" password="{kafka_password}";'},
         "registry-auth": {"basic.auth.user.info": f"floe:{registry_password}"},
         "lake": {"s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
-                 "s3.secret-access-key": s3_secret},
+                 "s3.secret-access-key": s3_secret,
+                 "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]},
     }
     for name, data in secrets.items():
         core.create_namespaced_secret(namespace, client.V1Secret(
@@ -45,10 +47,15 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, dr
     spec["kafka"].update({"properties": {"security.protocol": "PLAINTEXT"},
                           "authSecretRef": {"name": "kafka-auth"}})
     spec["value"]["schemaRegistry"]["authSecretRef"] = {"name": "registry-auth"}
+    # The catalog is a JDBC catalog on the stack's PostgreSQL, its password in the Secret; the
+    # operator makes the table through it and the job commits through it. The server outlives
+    # the test, so the catalog's name is the test's own.
     spec["table"]["catalog"].update({
-        "warehouse": f"s3://{stack.env['FLOE_S3_BUCKET']}/{namespace}",
+        "name": f"pg_{uuid.uuid4().hex[:8]}", "uri": stack.env["FLOE_POSTGRES_JDBC"],
+        "warehouse": f"s3://{stack.env['FLOE_S3_BUCKET']}/{namespace}-{unique_name}",
         "properties": {"s3.endpoint": stack.env["FLOE_S3_ENDPOINT"],
-                       "s3.path-style-access": "true", "client.region": stack.env["FLOE_S3_REGION"]},
+                       "s3.path-style-access": "true", "client.region": stack.env["FLOE_S3_REGION"],
+                       "jdbc.user": stack.env["FLOE_POSTGRES_USER"]},
         "secretRef": {"name": "lake"}})
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics", body)
@@ -85,5 +92,6 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, dr
     assert len(pod_logs) >= 2, sorted(seen)
     assert any("floe" in text for text in pod_logs), pod_logs
     for where, text in seen.items():
-        for secret in (kafka_password, registry_password, s3_secret):
+        for secret in (kafka_password, registry_password, s3_secret,
+                       stack.env["FLOE_POSTGRES_PASSWORD"]):
             assert secret not in text, f"a secret value appears in the {where}"

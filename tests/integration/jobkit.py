@@ -103,18 +103,24 @@ class AvroProducer:
 def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: str = "data/orders",
                dead_letter: str | None = None, interval: int = 1, max_records: int = 100_000,
                catalog_dir: Path | None = None, mode: str = "append",
-               key_columns: tuple[str, ...] = ()) -> JobConfig:
+               key_columns: tuple[str, ...] = (), catalog: str = "sqlite") -> JobConfig:
+    """``catalog``: the JDBC catalog's database, ``sqlite`` (a file in ``catalog_dir``) or
+    ``postgresql`` (the stack's server, the catalog named for ``catalog_dir``)."""
     catalog_dir = catalog_dir or tmp_path
     # Spark keeps a catalog instance per name for the session: one name per catalog database.
     catalog_name = "c" + hashlib.sha1(str(catalog_dir).encode()).hexdigest()[:10]
+    database: dict[str, Any] = {"uri": f"jdbc:sqlite:{catalog_dir / 'catalog.db'}"}
+    if catalog == "postgresql":
+        database = {"uri": stack.env["FLOE_POSTGRES_JDBC"],
+                    "properties": {"jdbc.user": stack.env["FLOE_POSTGRES_USER"],
+                                   "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]}}
     data: dict[str, Any] = {
         "writer": writer,
         "generation": 1,
         "kafka": {"bootstrapServers": stack.bootstrap, "topic": topic},
         "value": {"format": fmt},
         "table": {
-            "catalog": {"type": "sql", "name": catalog_name,
-                        "uri": f"jdbc:sqlite:{catalog_dir / 'catalog.db'}",
+            "catalog": {"type": "sql", "name": catalog_name, **database,
                         "warehouse": f"file://{catalog_dir / 'warehouse'}"},
             "identifier": f"analytics.{topic.replace('-', '_')}",
             "mode": mode, "keyColumns": list(key_columns),

@@ -146,8 +146,9 @@ def test_records_deleted_by_retention_fail_the_job_with_data_loss(stack, spark, 
     assert len(table_rows(config)) == 60
 
 
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
 def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
-        stack, tmp_path, topic):
+        stack, tmp_path, topic, catalog):
     import json
     import os
     import random
@@ -157,7 +158,7 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
 
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 50)
-    config = job_config(stack, tmp_path, topic, interval=2, max_records=300)
+    config = job_config(stack, tmp_path, topic, interval=2, max_records=300, catalog=catalog)
     config_file = tmp_path / "job.json"
     config_file.write_text(config.to_json())
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": (

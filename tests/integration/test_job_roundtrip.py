@@ -77,7 +77,9 @@ def normalize(value: dict | None) -> dict | None:
     return out
 
 
-def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name, caplog):
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name, caplog,
+                                                    catalog):
     caplog.set_level(logging.INFO)
     topic = f"orders-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=3)
@@ -89,7 +91,7 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     for i in range(5):  # tombstones
         producer.send(key=f"gone{i}".encode(), raw=None)
     producer.flush()
-    config = job_config(stack, tmp_path, topic)
+    config = job_config(stack, tmp_path, topic, catalog=catalog)
 
     query = start(config, spark, available_now=True)
     query.awaitTermination(600)

@@ -44,8 +44,8 @@ def data_files(config) -> list[str]:
     return [task.file.file_path for task in load_table(config).scan().plan_files()]
 
 
-def config_with(stack, tmp_path, topic, **maintenance):
-    config = job_config(stack, tmp_path, topic, max_records=25)
+def config_with(stack, tmp_path, topic, catalog="sqlite", **maintenance):
+    config = job_config(stack, tmp_path, topic, max_records=25, catalog=catalog)
     return config.model_copy(update={"maintenance": config.maintenance.model_copy(
         update=maintenance)})
 
@@ -57,10 +57,12 @@ def topic(stack, unique_name):
     return name
 
 
-def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_path, topic):
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_path, topic,
+                                                            catalog):
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 300)
-    config = config_with(stack, tmp_path, topic, min_input_files=2)
+    config = config_with(stack, tmp_path, topic, catalog, min_input_files=2)
     run(config, spark, available_now=True, timeout=600)  # 25 records a commit: many small files
     before_rows, before_files = table_rows(config), data_files(config)
     assert len(before_files) >= 8
