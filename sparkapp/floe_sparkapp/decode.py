@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -111,34 +111,7 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
     decoding is not cheap; written as one expression, every field read and every check would
     decode the value again (conditional branches escape common-subexpression elimination).
     """
-    schema_id = F.col("_schema_id")
-    decodable = [plan for plan in plans.values() if plan.schema is not None]
-    df = decode_writers(df, {plan.schema_id: (plan.schema, bool(plan.recursive_fields))
-                             for plan in decodable})
-    checks = {plan.schema_id: _decoded_ok(plan.schema) for plan in decodable}
-    decoded = None
-    failure = None
-    partial = None  # decoded, but recursive fields left out: the full bytes stay in value_raw
-    for plan in plans.values():
-        matches = schema_id == F.lit(plan.schema_id)
-        if plan.schema is None:
-            failure = (failure if failure is not None else F).when(matches, F.lit(plan.error))
-            continue
-        name = _decoded_name(plan.schema_id)
-        raw, ok = F.col(name), checks[plan.schema_id](F.col(name))
-        value = project(raw, df.schema[name].dataType, value_type, dict(plan.routes))
-        decoded = (decoded if decoded is not None else F).when(matches, value)
-        if plan.recursive_fields:
-            partial = (partial if partial is not None else F).when(matches & ok, F.lit(
-                f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
-                f"{plan.schema_id} are not columns; the full value is in value_raw"))
-        failure = (failure if failure is not None else F).when(
-            matches & ~ok,
-            F.lit(f"Avro value could not be decoded with its writer schema id "
-                  f"{plan.schema_id} (truncated, corrupt, or a value out of its type's range)"))
-    decoded_col = decoded if decoded is not None else F.lit(None)
-    failure_col = failure if failure is not None else F.lit(None)
-    partial_col = partial if partial is not None else F.lit(None)
+    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans, value_type)
     error = F.coalesce(F.col("_frame_error"),
                        F.when(F.col("value").isNotNull(), failure_col.cast("string")))
     note = F.when(error.isNull() & F.col("value").isNotNull(), partial_col.cast("string"))
@@ -148,7 +121,47 @@ def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
     return (checked
             .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
             .withColumn("value_raw", F.when(kept_raw, F.col("value")))
-            .drop("_error", "_note", *[_decoded_name(plan.schema_id) for plan in decodable]))
+            .drop("_error", "_note", *_decoded_names(plans)))
+
+
+def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target: T.StructType,
+                         column: str = "value") -> tuple[DataFrame, Column, Column, Column]:
+    """Decodes ``column`` once per writer schema id (:func:`decode_writers`); returns the rows
+    with those columns, the value projected onto ``target``, why it could not be decoded, and
+    the note on recursive fields left out (each null where it does not apply)."""
+    schema_id = F.col(_names(column)[0])
+    decodable = [plan for plan in plans.values() if plan.schema is not None]
+    df = decode_writers(df, {plan.schema_id: (plan.schema, bool(plan.recursive_fields))
+                             for plan in decodable}, column)
+    path = "value" if column == "value" else "key_fields"  # the table column's name
+    refused = "" if column == "value" else f"{column}: "
+    decoded = failure = partial = None
+    for plan in plans.values():
+        matches = schema_id == F.lit(plan.schema_id)
+        if plan.schema is None:
+            failure = (failure if failure is not None else F).when(
+                matches, F.lit(f"{refused}{plan.error}"))
+            continue
+        name = _decoded_name(plan.schema_id, column)
+        raw, ok = F.col(name), _decoded_ok(plan.schema)(F.col(name))
+        value = project(raw, df.schema[name].dataType, target, dict(plan.routes), path)
+        decoded = (decoded if decoded is not None else F).when(matches, value)
+        if plan.recursive_fields:
+            partial = (partial if partial is not None else F).when(matches & ok, F.lit(
+                f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
+                f"{plan.schema_id} are not columns; the full {column} is in {column}_raw"))
+        failure = (failure if failure is not None else F).when(
+            matches & ~ok,
+            F.lit(f"Avro {column} could not be decoded with its writer schema id "
+                  f"{plan.schema_id} (truncated, corrupt, or a value out of its type's range)"))
+    none = F.lit(None)
+    return (df, decoded if decoded is not None else none,
+            failure if failure is not None else none, partial if partial is not None else none)
+
+
+def _decoded_names(plans: Mapping[int, WriterPlan], column: str = "value") -> list[str]:
+    return [_decoded_name(plan.schema_id, column) for plan in plans.values()
+            if plan.schema is not None]
 
 
 OK_FIELD = "__floe_decoded"
@@ -180,31 +193,12 @@ def decode_avro_key(df: DataFrame, plans: Mapping[int, WriterPlan],
     """Adds ``_key_fields`` (the key decoded with its writer schema, projected onto the
     table's ``key_fields`` type) and ``_key_error`` (why it could not be) to rows whose key
     is framed (``frame(df, "key")``); a null key is neither."""
-    decodable = [plan for plan in plans.values() if plan.schema is not None]
-    df = decode_writers(df, {p.schema_id: (p.schema, bool(p.recursive_fields))
-                             for p in decodable}, "key")
-    schema_id = F.col("_key_schema_id")
-    decoded: Any = F
-    failure: Any = F
-    for plan in plans.values():
-        matches = schema_id == F.lit(plan.schema_id)
-        if plan.schema is None:
-            failure = failure.when(matches, F.lit(f"key: {plan.error}"))
-            continue
-        name = _decoded_name(plan.schema_id, "key")
-        ok = _decoded_ok(plan.schema)(F.col(name))
-        decoded = decoded.when(matches, project(F.col(name), df.schema[name].dataType,
-                                                key_type, dict(plan.routes), "key_fields"))
-        failure = failure.when(matches & ~ok, F.lit(
-            f"Avro key could not be decoded with its writer schema id {plan.schema_id} "
-            "(truncated, corrupt, or a value out of its type's range)"))
-    decoded_col = decoded.otherwise(F.lit(None)) if decoded is not F else F.lit(None)
-    failure_col = failure.otherwise(F.lit(None)) if failure is not F else F.lit(None)
+    df, decoded_col, failure_col, _ = _decode_writers_onto(df, plans, key_type, "key")
     error = F.coalesce(F.col("_key_frame_error"),
                        F.when(F.col("key").isNotNull(), failure_col.cast("string")))
     return (df.select("*", error.alias(KEY_ERROR),
                       F.when(error.isNull(), decoded_col.cast(key_type)).alias(KEY_FIELDS))
-            .drop(*[_decoded_name(plan.schema_id, "key") for plan in decodable]))
+            .drop(*_decoded_names(plans, "key")))
 
 
 def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:

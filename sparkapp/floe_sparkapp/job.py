@@ -19,11 +19,11 @@ from pyspark.sql import functions as F
 
 from . import catalog as catalogs
 from . import cdc, checkpoint, metrics, routing
+from .avro_types import avro_to_iceberg
 from .commit import Committed, claim_table, last_commit, merge_offsets, sweep_branches
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings
 from .decode import frame
 from .evolution import BreakingChange, evolve_for_writer
-from .avro_types import avro_to_iceberg
 from .layout import KEY_FIELDS, ensure_table
 from .librdkafka import librdkafka_settings
 from .registry import Registry

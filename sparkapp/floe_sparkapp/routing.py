@@ -33,8 +33,7 @@ def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
     if config.value.format == "avro":
         assert registry is not None
         writers = _writers(registry, schema_ids)
-        df = decode_writers(frame(batch), {i: (schema, recursive)
-                                           for i, (schema, recursive) in writers.items()})
+        df = decode_writers(frame(batch), writers)
 
         def field_of(path: str) -> Column:
             found = [c for i, (schema, _) in writers.items()

@@ -111,25 +111,21 @@ class TableWriter:
                           recursive_fields=mapped.recursive_fields,
                           routes=tuple(sorted(plan.routes.items())))
 
-    def _plans(self, table: Any, schema_ids: list[int], column: str) -> tuple[dict, bool]:
-        """The plans of ``schema_ids`` (made, and kept, on first sight); whether making them
-        changed the table's schema."""
+    def _plans(self, table: Any, schema_ids: list[int], column: str) -> dict[int, WriterPlan]:
+        """The plans of ``schema_ids`` (made, and kept, on first sight)."""
         if table.schema().schema_id != self.planned_for:  # e.g. an approval renamed columns
             self.plans.clear()
             self.planned_for = table.schema().schema_id
-        changed = False
         plans = {}
         for schema_id in schema_ids:
             plan = self.plans.get((column, schema_id))
             if plan is None:
-                before = table.schema().schema_id
                 plan = self._plan(schema_id, table, column)
                 if plan.error is None:  # refused ones are looked at again: an approval may come
                     self.plans[(column, schema_id)] = plan
                 table.refresh()
-                changed |= table.schema().schema_id != before
             plans[schema_id] = plan
-        return plans, changed
+        return plans
 
     def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int],
                 key_ids: list[int] = ()) -> DataFrame:
@@ -137,38 +133,36 @@ class TableWriter:
         values, ``key_ids`` those of its keys (Avro keys)."""
         fmt = self.config.value.format
         keyed = self.config.key.decoded
-        if keyed:
-            fresh = self._decode_key(fresh, table, list(key_ids))
-        if fmt == "avro" and "_schema_id" not in fresh.columns:
-            fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
+        if fmt == "raw" and not keyed:
+            return table_rows(decode_raw(fresh), has_value=False)
+        # Plans first: a writer's new fields evolve the table, and the projection is onto the
+        # table as it is then (plans made against an older schema still decode).
+        key_plans = (self._plans(table, list(key_ids), KEY_FIELDS)
+                     if self.config.key.format == "avro" else None)
+        plans = self._plans(table, schema_ids, "value") if fmt == "avro" else {}
+        columns = self.spark.table(self.table_name).schema
+        if key_plans is not None:
+            framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
+            fresh = decode_avro_key(framed, key_plans, columns[KEY_FIELDS].dataType)
+        elif keyed:
+            fresh = decode_json_key(fresh, columns[KEY_FIELDS].dataType)
         if fmt == "raw":
-            return table_rows(decode_raw(fresh), has_value=False, key_fields=keyed)
-        value_type = self.spark.table(self.table_name).schema["value"].dataType
+            return table_rows(decode_raw(fresh), has_value=False, key_fields=True)
+        value_type = columns["value"].dataType
         changes = self.config.table.mode == "cdc"
         if fmt == "json" and changes:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
             return table_rows(decode_json(fresh, value_type), has_value=True, key_fields=keyed)
-        plans, changed = self._plans(table, schema_ids, "value")
-        if changed:  # plans made against the older schema still decode; the projection changed
-            value_type = self.spark.table(self.table_name).schema["value"].dataType
+        if "_schema_id" not in fresh.columns:
+            fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if changes:  # the envelope decoded, its images projected onto the table's rows
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
             return self._changes(decode_avro(fresh, plans, cdc.envelope_type(value_type)))
         return table_rows(decode_avro(fresh, plans, value_type), has_value=True,
                           key_fields=keyed)
-
-    def _decode_key(self, fresh: DataFrame, table: Any, key_ids: list[int]) -> DataFrame:
-        """The batch's keys decoded into ``_key_fields`` (``_key_error`` when they cannot)."""
-        if self.config.key.format == "json":
-            key_type = self.spark.table(self.table_name).schema[KEY_FIELDS].dataType
-            return decode_json_key(fresh, key_type)
-        plans, _ = self._plans(table, key_ids, KEY_FIELDS)
-        key_type = self.spark.table(self.table_name).schema[KEY_FIELDS].dataType
-        framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
-        return decode_avro_key(framed, plans, key_type)
 
     def _changes(self, envelopes: DataFrame) -> DataFrame:
         return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),

@@ -3,8 +3,9 @@ of a batch change which rows, and the statements that change them on the batch's
 
 A row is identified by its key: the ``table.keyColumns`` value fields, or, when there are none,
 the record's Kafka key (its bytes, or the ``key_fields`` it decodes to with ``key.format`` avro
-or json, which stay the same across key schema versions).  A record replaces the row with its key (``MERGE INTO``); a tombstone
-(a record whose value is null) deletes the row last written with its Kafka key.  Within a
+or json, which stay the same across key schema versions).  A record replaces the row with its
+key (``MERGE INTO``); a tombstone (a record whose value is null) deletes the row last written
+with its Kafka key.  Within a
 batch only the last record per key applies, by (partition, offset); across batches, Kafka's
 order per partition does, so a key's records must all go to one partition (producers that
 partition by key do).  A record whose key is null, or whose value could not be decoded, has no
