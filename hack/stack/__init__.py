@@ -168,6 +168,8 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_POSTGRES_JDBC": components.postgres_jdbc_uri(state),
         "FLOE_POSTGRES_USER": components.POSTGRES_USER,
         "FLOE_POSTGRES_PASSWORD": state["postgres"]["password"],
+        "FLOE_REST_CATALOG_URI": components.rest_catalog_uri(state),
+        "FLOE_REST_CATALOG_WAREHOUSE": components.rest_catalog_warehouse(state),
         "FLOE_SPARK_JARS": ",".join(jars),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
         "FLOE_NODE_SHARED": str(node.shared_dir()),

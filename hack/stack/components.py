@@ -2,6 +2,7 @@
 
 Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
 (versitygw on a local directory), PostgreSQL (Debian's server, the JDBC catalog's database),
+Iceberg's REST catalog server (a JdbcCatalog on PostgreSQL behind it, S3FileIO on the S3 server),
 etcd, kube-apiserver (RBAC, token authentication, service-account token signing),
 kube-controller-manager (garbage collection, namespaces, CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler, kube-proxy,
 CoreDNS).  Ports are picked free at the first ``up``; what pods must reach listens on the node's
@@ -54,7 +55,7 @@ def new_state() -> State:
 
 PORTS = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
          "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
-         "coredns_health", "postgres"]
+         "coredns_health", "postgres", "rest_catalog"]
 
 
 def complete_state(state: State) -> State:
@@ -248,6 +249,63 @@ def postgres_jdbc_uri(state: State) -> str:
     return f"jdbc:postgresql://{NODE_IP}:{state['ports']['postgres']}/{POSTGRES_DATABASE}"
 
 
+def _psql(state: State, sql: str, database: str = POSTGRES_DATABASE) -> str:
+    return subprocess.run(
+        [_postgres_bin("psql"), "-h", "127.0.0.1", "-p", str(state["ports"]["postgres"]),
+         "-U", POSTGRES_USER, "-d", database, "-v", "ON_ERROR_STOP=1", "-qtAc", sql],
+        env={"PGPASSWORD": state["postgres"]["password"], "PATH": "/usr/bin:/bin"},
+        check=True, capture_output=True, text=True).stdout.strip()
+
+
+# --- Iceberg REST catalog ------------------------------------------------------------------
+
+REST_CATALOG_DATABASE = "rest_catalog"
+REST_CATALOG_WAREHOUSE_PREFIX = "rest"
+
+
+def _rest_catalog_prepare(state: State) -> None:
+    """The server keeps its catalog in its own PostgreSQL database (the state's server is up:
+    this component starts in a later wave)."""
+    if not _psql(state, "SELECT 1 FROM pg_database WHERE datname = "
+                        f"'{REST_CATALOG_DATABASE}'"):
+        _psql(state, f"CREATE DATABASE {REST_CATALOG_DATABASE}")
+
+
+def rest_catalog_warehouse(state: State) -> str:
+    return f"s3://{state['s3']['bucket']}/{REST_CATALOG_WAREHOUSE_PREFIX}"
+
+
+def _rest_catalog_command(state: State) -> list[str]:
+    """Iceberg's RESTCatalogServer, configured the way its fixture image is: CATALOG_* variables
+    become catalog properties (``__`` is ``-``, ``_`` is ``.``)."""
+    ports, s3 = state["ports"], state["s3"]
+    settings = {
+        "CATALOG_URI": f"jdbc:postgresql://127.0.0.1:{ports['postgres']}/{REST_CATALOG_DATABASE}",
+        "CATALOG_JDBC_USER": POSTGRES_USER,
+        "CATALOG_JDBC_PASSWORD": state["postgres"]["password"],
+        "CATALOG_WAREHOUSE": rest_catalog_warehouse(state),
+        "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
+        "CATALOG_S3_ENDPOINT": f"http://{NODE_IP}:{ports['s3']}",
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true",
+        "CATALOG_S3_ACCESS__KEY__ID": s3["access_key"],
+        "CATALOG_S3_SECRET__ACCESS__KEY": s3["secret_key"],
+        "CATALOG_CLIENT_REGION": s3["region"],
+        "CATALOG_REST_PORT": str(ports["rest_catalog"]),
+    }
+    return ["env", *(f"{key}={value}" for key, value in settings.items()),
+            "java", "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC",
+            "-cp", str(paths.rest_catalog_jars_dir() / "*"),
+            "org.apache.iceberg.rest.RESTCatalogServer"]
+
+
+def _rest_catalog_healthy(state: State) -> bool:
+    return _http_ok(f"{rest_catalog_uri(state)}/v1/config")
+
+
+def rest_catalog_uri(state: State) -> str:
+    return f"http://{NODE_IP}:{state['ports']['rest_catalog']}"
+
+
 # --- etcd ----------------------------------------------------------------------------------
 
 def _etcd_command(state: State) -> list[str]:
@@ -385,6 +443,8 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
     Component("registry", _nothing, _registry_command, _registry_healthy),
     Component("s3", _s3_prepare, _s3_command, _s3_healthy, timeout=30),
     Component("postgres", _postgres_prepare, _postgres_command, _postgres_healthy, timeout=60),
+    Component("rest-catalog", _rest_catalog_prepare, _rest_catalog_command,
+              _rest_catalog_healthy, timeout=60),
     Component("etcd", _nothing, _etcd_command, _etcd_healthy, timeout=30),
     Component("containerd", node.containerd_prepare, node.containerd_command,
               node.containerd_healthy, timeout=30),
@@ -403,6 +463,6 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
 # waits for them to be healthy.
 WAVES: list[list[str]] = [
     ["etcd", "kafka", "registry", "s3", "postgres", "containerd"],
-    ["kube-apiserver", "dockerd"],
+    ["kube-apiserver", "dockerd", "rest-catalog"],
     ["kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns"],
 ]

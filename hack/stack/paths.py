@@ -88,5 +88,10 @@ def spark_jars_dir() -> Path:
     return CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
 
 
+def rest_catalog_jars_dir() -> Path:
+    pom = HACK / "maven" / "rest" / "pom.xml"
+    return CACHE / "jars" / f"rest-catalog-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
+
+
 def registry_dir() -> Path:
     return CACHE / "registry" / f"apicurio-{APICURIO_VERSION}-{source_hash(HACK / 'registry')}"

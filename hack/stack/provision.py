@@ -159,6 +159,11 @@ def spark_jars() -> None:
                 [f"-Dspark.version={paths.pyspark_version()}"])
 
 
+def rest_catalog_jars() -> None:
+    _maven_copy(paths.HACK / "maven" / "rest" / "pom.xml", paths.rest_catalog_jars_dir(),
+                "REST catalog")
+
+
 def spark_jar_list() -> list[str]:
     spark_jars()
     return sorted(str(p) for p in paths.spark_jars_dir().glob("*.jar"))
@@ -182,6 +187,7 @@ def _downloads(then: Callable[[], None] | None) -> None:
 
     kafka_jars()
     spark_jars()
+    rest_catalog_jars()
     base_rootfs()
     registry()
     if then is not None:

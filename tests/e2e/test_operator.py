@@ -26,16 +26,18 @@ from .kube import SPARK_CRD, admin_client, install_crd, wait_until
 pytestmark = pytest.mark.e2e
 
 
-def topic_body(stack, directory: Path, kafka_topic: str) -> dict:
-    """A KafkaIcebergTopic named orders whose SQLite catalog, warehouse and checkpoints are in
-    ``directory``: on the node, one under its shared directory, mounted in the Spark pods.
+def topic_body(stack, directory: Path, kafka_topic: str, catalog: dict | None = None) -> dict:
+    """A KafkaIcebergTopic named orders whose checkpoints are in ``directory`` (on the node, one
+    under its shared directory, mounted in the Spark pods) and whose catalog is ``catalog`` (a
+    spec's catalog section) or, by default, a SQLite catalog with its warehouse there too.
 
-    The catalog's file is made first, writable by all: the operator (a process of root here)
-    and the Spark pods (the image's user) both write it, and SQLite makes new files 0644."""
-    catalog_file = directory / "c.db"
-    if not catalog_file.exists():
-        catalog_file.touch()
-        catalog_file.chmod(0o666)
+    The SQLite catalog's file is made first, writable by all: the operator (a process of root
+    here) and the Spark pods (the image's user) both write it, and SQLite makes new files 0644."""
+    if catalog is None:
+        catalog_file = directory / "c.db"
+        if not catalog_file.exists():
+            catalog_file.touch()
+            catalog_file.chmod(0o666)
     return {
         "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
         "metadata": {"name": "orders"},
@@ -43,8 +45,7 @@ def topic_body(stack, directory: Path, kafka_topic: str) -> dict:
             "kafka": {"bootstrapServers": stack.bootstrap, "topic": kafka_topic},
             "value": {"format": "avro", "schemaRegistry": {"url": stack.registry_url,
                                                            "subject": f"{kafka_topic}-value"}},
-            "table": {"catalog": {"name": "op", "uri": f"jdbc:sqlite:{directory / 'c.db'}",
-                                  "warehouse": f"file://{directory / 'wh'}"},
+            "table": {"catalog": catalog or sqlite_catalog(directory),
                       "identifier": "analytics.orders"},
             "commit": {"interval": "2s"},
             "spark": {"checkpointLocation": str(directory / "checkpoint"),
@@ -53,13 +54,26 @@ def topic_body(stack, directory: Path, kafka_topic: str) -> dict:
     }
 
 
-def topic_catalog(directory: Path):
+def sqlite_catalog(directory: Path) -> dict:
+    return {"name": "op", "uri": f"jdbc:sqlite:{directory / 'c.db'}",
+            "warehouse": f"file://{directory / 'wh'}"}
+
+
+def rest_catalog(stack) -> dict:
+    """The stack's Iceberg REST catalog server, its warehouse on the S3 server."""
+    from ..integration.jobkit import s3_properties
+
+    return {"type": "rest", "name": "op", "uri": stack.env["FLOE_REST_CATALOG_URI"],
+            "warehouse": stack.env["FLOE_REST_CATALOG_WAREHOUSE"],
+            "properties": s3_properties(stack)}
+
+
+def topic_catalog(directory: Path, catalog: dict | None = None):
     """The catalog topic_body points at, opened with PyIceberg."""
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import CatalogConfig
 
-    return load_catalog(CatalogConfig(name="op", uri=f"jdbc:sqlite:{directory / 'c.db'}",
-                                      warehouse=f"file://{directory / 'wh'}"))
+    return load_catalog(CatalogConfig.model_validate(catalog or sqlite_catalog(directory)))
 
 
 def orders_rows(catalog) -> list[dict]:

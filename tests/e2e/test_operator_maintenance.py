@@ -11,7 +11,7 @@ from kubernetes import client
 from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_maintenance import multiset, produce_old
 from .kube import admin_client, wait_until
-from .test_operator import logs, orders_rows, topic_body, topic_catalog
+from .test_operator import logs, orders_rows, rest_catalog, topic_body, topic_catalog
 
 pytestmark = pytest.mark.e2e
 
@@ -39,15 +39,31 @@ def run_now(admin, namespace: str, cron_job: str) -> tuple[str, str]:
     return outcome() or "Running", log.stdout + log.stderr
 
 
+def catalog_spec(stack, kind: str) -> dict | None:
+    """``sqlite``: topic_body's own; ``rest``: the stack's REST catalog server, where the table
+    left by an earlier run is dropped first (the server's catalog outlives a test)."""
+    if kind == "sqlite":
+        return None
+    spec = rest_catalog(stack)
+    catalog = topic_catalog(None, spec)
+    if catalog.table_exists("analytics.orders"):
+        catalog.purge_table("analytics.orders")
+    return spec
+
+
 @pytest.mark.node
+@pytest.mark.parametrize("catalog_kind", ["sqlite", "rest"])
 def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_the_table(
-        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name, catalog_kind):
+    """The operator, the job on the node and a maintenance Job, on a SQLite catalog and on the
+    Iceberg REST catalog server."""
     admin = admin_client(stack)
     custom = client.CustomObjectsApi(admin)
     kafka_topic = f"mt-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     producer = AvroProducer(stack, kafka_topic)
-    body = topic_body(stack, shared, kafka_topic)
+    spec_catalog = catalog_spec(stack, catalog_kind)
+    body = topic_body(stack, shared, kafka_topic, spec_catalog)
     body["spec"]["commit"] = {"interval": "1s"}
     body["spec"]["maintenance"] = {"compaction": {"minInputFiles": 2}}
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
@@ -70,8 +86,9 @@ def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_
     # A few commits, each its own small file, in a partition nobody writes any more.
     for batch in range(4):
         produce_old(producer, batch * 30, 30)
-        assert wait_until(lambda: len(orders_rows(topic_catalog(shared))) == (batch + 1) * 30,
-                          timeout=180), logs(tmp_path, namespace)
+        assert wait_until(
+            lambda: len(orders_rows(topic_catalog(shared, spec_catalog))) == (batch + 1) * 30,
+            timeout=180), logs(tmp_path, namespace)
     app_uid = custom.get_namespaced_custom_object(
         "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications",
         "floe-orders")["metadata"]["uid"]
@@ -89,7 +106,7 @@ def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_
         "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications",
         "floe-orders")["metadata"]["uid"] == app_uid
 
-    catalog = topic_catalog(shared)
+    catalog = topic_catalog(shared, spec_catalog)
     table = catalog.load_table("analytics.orders")
     files_before = len(list(table.scan().plan_files()))
     rows_before = orders_rows(catalog)

@@ -104,8 +104,9 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
                dead_letter: str | None = None, interval: int = 1, max_records: int = 100_000,
                catalog_dir: Path | None = None, mode: str = "append",
                key_columns: tuple[str, ...] = (), catalog: str = "sqlite") -> JobConfig:
-    """``catalog``: the JDBC catalog's database, ``sqlite`` (a file in ``catalog_dir``) or
-    ``postgresql`` (the stack's server, the catalog named for ``catalog_dir``)."""
+    """``catalog``: ``sqlite`` (a JDBC catalog in a file in ``catalog_dir``), ``postgresql`` (a
+    JDBC catalog on the stack's server, named for ``catalog_dir``) or ``rest`` (the stack's
+    Iceberg REST catalog server, its warehouse on the S3 server)."""
     catalog_dir = catalog_dir or tmp_path
     # Spark keeps a catalog instance per name for the session: one name per catalog database.
     catalog_name = "c" + hashlib.sha1(str(catalog_dir).encode()).hexdigest()[:10]
@@ -114,14 +115,20 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
         database = {"uri": stack.env["FLOE_POSTGRES_JDBC"],
                     "properties": {"jdbc.user": stack.env["FLOE_POSTGRES_USER"],
                                    "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]}}
+    catalog_config: dict[str, Any] = {"type": "sql", "name": catalog_name, **database,
+                                      "warehouse": f"file://{catalog_dir / 'warehouse'}"}
+    if catalog == "rest":
+        catalog_config = {"type": "rest", "name": catalog_name,
+                          "uri": stack.env["FLOE_REST_CATALOG_URI"],
+                          "warehouse": stack.env["FLOE_REST_CATALOG_WAREHOUSE"],
+                          "properties": s3_properties(stack)}
     data: dict[str, Any] = {
         "writer": writer,
         "generation": 1,
         "kafka": {"bootstrapServers": stack.bootstrap, "topic": topic},
         "value": {"format": fmt},
         "table": {
-            "catalog": {"type": "sql", "name": catalog_name, **database,
-                        "warehouse": f"file://{catalog_dir / 'warehouse'}"},
+            "catalog": catalog_config,
             "identifier": f"analytics.{topic.replace('-', '_')}",
             "mode": mode, "keyColumns": list(key_columns),
         },
@@ -135,6 +142,14 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
     return parse_config(data)
 
 
+def s3_properties(stack) -> dict[str, str]:
+    """Catalog properties that reach the stack's S3 server."""
+    return {"s3.endpoint": stack.env["FLOE_S3_ENDPOINT"], "s3.path-style-access": "true",
+            "s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
+            "s3.secret-access-key": stack.env["FLOE_S3_SECRET_KEY"],
+            "client.region": stack.env["FLOE_S3_REGION"]}
+
+
 def table_rows(config: JobConfig) -> list[dict[str, Any]]:
     table = load_catalog(config.table.catalog).load_table(config.table.identifier)
     return table.scan().to_arrow().to_pylist()
@@ -142,16 +157,25 @@ def table_rows(config: JobConfig) -> list[dict[str, Any]]:
 
 def duckdb_rows(config: JobConfig, columns: str, where: str = "true") -> list[tuple]:
     """The table's rows as DuckDB reads them: its iceberg extension (from PyPI, as DuckDB's own
-    binaries), from the table's current metadata file."""
+    binaries), from the table's current metadata file, local or on S3 (httpfs)."""
     import duckdb
     import duckdb_extension_avro
+    import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
     connection = duckdb.connect()
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+    for module in (duckdb_extension_avro, duckdb_extension_httpfs, duckdb_extension_iceberg):
         [extension] = Path(module.__file__).parent.rglob("*.duckdb_extension")
         connection.execute(f"LOAD '{extension}'")
     location = load_table(config).metadata_location.removeprefix("file://")
+    props = config.table.catalog.properties
+    if location.startswith("s3://"):
+        endpoint = props["s3.endpoint"]
+        connection.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', "
+            "USE_SSL ?)", [props["s3.access-key-id"], props["s3.secret-access-key"],
+                           props["client.region"], endpoint.split("://", 1)[1],
+                           endpoint.startswith("https://")])
     return connection.execute(
         f"SELECT {columns} FROM iceberg_scan('{location}') WHERE {where}").fetchall()
 

@@ -146,7 +146,7 @@ def test_records_deleted_by_retention_fail_the_job_with_data_loss(stack, spark, 
     assert len(table_rows(config)) == 60
 
 
-@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
 def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
         stack, tmp_path, topic, catalog):
     import json

@@ -77,7 +77,7 @@ def normalize(value: dict | None) -> dict | None:
     return out
 
 
-@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
 def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name, caplog,
                                                     catalog):
     caplog.set_level(logging.INFO)

@@ -57,7 +57,7 @@ def topic(stack, unique_name):
     return name
 
 
-@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
 def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_path, topic,
                                                             catalog):
     producer = AvroProducer(stack, topic)
