@@ -1,10 +1,16 @@
-"""Avro decoding inside the JVM (floe's ``from_avro`` path) against a Python decoder.
+"""Decoding the value formats: Avro inside the JVM (floe's ``from_avro`` path) against a Python
+decoder, and floe's Protobuf path.
 
-Both decode the same Confluent-framed Avro values (about 100 bytes each, one writer schema)
-held in a DataFrame, on local[2], and write the decoded struct to Spark's ``noop`` sink:
+Each decodes the same order records (one writer schema), framed in the Confluent wire format
+and held in a DataFrame, on local[2], and writes the decoded struct to Spark's ``noop`` sink:
 
-* jvm:    floe_sparkapp.decode.frame + decode_avro (from_avro, projection onto the table type)
-* python: mapInArrow with fastavro's schemaless_reader, building the same struct in Arrow
+* jvm_from_avro:   floe_sparkapp.decode.frame + decode_framed (from_avro, projection onto the
+                   table type)
+* python_fastavro: mapInArrow with fastavro's schemaless_reader, building the same struct in
+                   Arrow
+* protobuf:        floe_sparkapp.decode.frame + decode_framed with the writer's Protobuf plan
+                   (an Arrow UDF parsing with protobuf's C implementation, then the same
+                   projection); the same records as Protobuf messages
 
 Usage: python bench/decode_bench.py [--records N] [--repeat R]
 Writes bench/results/decode.json.
@@ -47,11 +53,59 @@ def make_values(count: int) -> list[bytes]:
     return values
 
 
-def jvm_decode(df, value_type):
-    from floe_sparkapp.decode import WriterPlan, decode_avro, frame
+PROTO = """syntax = "proto3";
+package bench;
+import "google/protobuf/timestamp.proto";
+message Order {
+  enum Status { NEW = 0; PAID = 1; SHIPPED = 2; }
+  int64 id = 1; string customer = 2; string item = 3; int32 quantity = 4; double price = 5;
+  Status status = 6; google.protobuf.Timestamp at = 7; optional string note = 8;
+}
+"""
 
-    plans = {SCHEMA_ID: WriterPlan(SCHEMA_ID, schema=json.dumps(SCHEMA))}
-    return decode_avro(frame(df), plans, value_type).select("_value", "value_error")
+
+def protobuf_writer():
+    from floe_sparkapp.protobuf_types import compile_schema, message_of
+    from floe_sparkapp.schemas import Writer
+
+    descriptor = compile_schema(PROTO)
+    message = message_of(descriptor)
+    return Writer("PROTOBUF", message.name, descriptor, message.indexes)
+
+
+def make_protobuf_values(count: int) -> list[bytes]:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    writer = protobuf_writer()
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(writer.descriptor).file:
+        pool.Add(file)
+    order = message_factory.GetMessageClass(pool.FindMessageTypeByName(writer.schema))
+    header = b"\x00" + SCHEMA_ID.to_bytes(4, "big") + b"\x00"
+    values = []
+    for i in range(count):
+        message = order(id=i, customer=f"customer-{i % 977}", item=f"item-{i % 131}",
+                        quantity=i % 50, price=(i % 10_000) / 100, status=i % 3)
+        message.at.FromMilliseconds(1_795_000_000_000 + i)
+        if i % 4 == 0:
+            message.note = "gift wrap please"
+        values.append(header + message.SerializeToString())
+    return values
+
+
+def jvm_decode(df, value_type):
+    from floe_sparkapp.decode import WriterPlan, decode_framed, frame
+    from floe_sparkapp.schemas import Writer
+
+    plans = {SCHEMA_ID: WriterPlan(SCHEMA_ID, writer=Writer("AVRO", json.dumps(SCHEMA)))}
+    return decode_framed(frame(df), plans, value_type).select("_value", "value_error")
+
+
+def protobuf_decode(df, value_type):
+    from floe_sparkapp.decode import WriterPlan, decode_framed, frame
+
+    plans = {SCHEMA_ID: WriterPlan(SCHEMA_ID, writer=protobuf_writer())}
+    return decode_framed(frame(df), plans, value_type).select("_value", "value_error")
 
 
 def python_decode(df, value_type):
@@ -109,6 +163,12 @@ def main() -> int:
     average = statistics.mean(len(v) for v in values)
     df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2).cache()
     df.count()
+    proto_values = make_protobuf_values(args.records)
+    proto_average = statistics.mean(len(v) for v in proto_values)
+    proto_df = spark.createDataFrame([(v,) for v in proto_values], "value binary"
+                                     ).repartition(2).cache()
+    proto_df.count()
+    del values, proto_values
     value_type = T.StructType([
         T.StructField("id", T.LongType()), T.StructField("customer", T.StringType()),
         T.StructField("item", T.StringType()), T.StructField("quantity", T.IntegerType()),
@@ -116,8 +176,10 @@ def main() -> int:
         T.StructField("at", T.TimestampType()), T.StructField("note", T.StringType())])
 
     results = {}
-    for name, decode in (("jvm_from_avro", jvm_decode), ("python_fastavro", python_decode)):
-        decoded = decode(df, value_type)
+    for name, decode, source, kind in (("jvm_from_avro", jvm_decode, df, value_type),
+                                       ("python_fastavro", python_decode, df, value_type),
+                                       ("protobuf", protobuf_decode, proto_df, value_type)):
+        decoded = decode(source, kind)
         decoded.write.format("noop").mode("overwrite").save()  # warm-up
         seconds = []
         for _ in range(args.repeat):
@@ -132,10 +194,14 @@ def main() -> int:
 
     results["jvm_over_python"] = round(results["jvm_from_avro"]["rows_per_second"]
                                        / results["python_fastavro"]["rows_per_second"], 2)
+    results["avro_over_protobuf"] = round(results["jvm_from_avro"]["rows_per_second"]
+                                          / results["protobuf"]["rows_per_second"], 2)
     record = {
-        "benchmark": "avro decode, JVM from_avro vs Python fastavro",
+        "benchmark": "value decode: Avro in the JVM (from_avro) vs Python fastavro, and "
+                     "floe's Protobuf path (Arrow UDF, protobuf's C parser)",
         "command": f"python bench/decode_bench.py --records {args.records} --repeat {args.repeat}",
         "records": args.records, "average_value_bytes": round(average, 1),
+        "average_protobuf_value_bytes": round(proto_average, 1),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "spark": __import__("pyspark").__version__,
@@ -145,7 +211,8 @@ def main() -> int:
     out = ROOT / "bench" / "results" / "decode.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"JVM / Python: {results['jvm_over_python']}x  -> {out.relative_to(ROOT)}")
+    print(f"JVM / Python: {results['jvm_over_python']}x, Avro / Protobuf: "
+          f"{results['avro_over_protobuf']}x  -> {out.relative_to(ROOT)}")
     return 0
 
 

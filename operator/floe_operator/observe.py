@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg
-from floe_sparkapp.cdc import table_value
+from floe_sparkapp.avro_types import SchemaMappingError
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.commit import OWNER, commits_since, last_commit
 from floe_sparkapp.config import CatalogConfig, JobConfig, SchemaRegistryConfig, TableConfig
@@ -25,6 +24,7 @@ from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.librdkafka import librdkafka_settings
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
 from floe_sparkapp.registry import Registry
+from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
 
 from . import kube
@@ -299,8 +299,9 @@ def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
         registries.drop(config, user_info)
         return RegistryView(error=error_text(error))
     try:
-        return RegistryView(latest.version, table_value(latest.schema, job.table.mode).struct)
-    except AvroMappingError as error:
+        return RegistryView(latest.version,
+                            table_struct(latest, job.table.mode, job.value.message).struct)
+    except SchemaMappingError as error:
         return RegistryView(latest.version, error=str(error))
 
 
@@ -310,7 +311,7 @@ def key_struct(job: JobConfig, secrets: Secrets) -> StructType | None:
         return None
     config = job.key.schema_registry.model_copy(update={"basic_auth_file": None})
     latest = registries.get(config, secrets.registry.get("basic.auth.user.info")).latest()
-    return avro_to_iceberg(latest.schema).struct
+    return table_struct(latest).struct
 
 
 # --- Kafka -------------------------------------------------------------------------------------

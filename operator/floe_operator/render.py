@@ -122,6 +122,8 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
     if spec.kafka.auth_secret_ref:
         kafka["propertiesDir"] = KAFKA_SECRET_DIR
     value: dict[str, Any] = {"format": spec.value.format}
+    if spec.value.message:
+        value["message"] = spec.value.message
     registry = spec.value.schema_registry
     if registry is not None:
         value["schemaRegistry"] = {"url": registry.url, "subject": registry.subject}

@@ -79,13 +79,22 @@ class SchemaRegistrySpec(_Model):
 class ValueSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_rules(
         ("self.format == 'raw' || has(self.schemaRegistry)",
-         "schemaRegistry is required when format is avro or json: the table schema comes from "
-         "the registry (use format raw to keep the bytes only)",
+         "schemaRegistry is required when format is avro, json or protobuf: the table schema "
+         "comes from the registry (use format raw to keep the bytes only)",
          ".schemaRegistry", "FieldValueRequired"),
+        ("!has(self.message) || self.format == 'protobuf'",
+         "message names a Protobuf message: it needs format protobuf", ".message",
+         "FieldValueInvalid"),
     ))
 
-    format: Literal["avro", "json", "raw"] = "avro"
+    format: Literal["avro", "json", "protobuf", "raw"] = Field("avro", description=(
+        "avro, protobuf: the Confluent wire format, each record decoded with its writer schema "
+        "from the registry. json: plain JSON, or JSON Schema in the Confluent wire format. "
+        "raw: the bytes only."))
     schema_registry: SchemaRegistrySpec | None = None
+    message: str | None = Field(None, min_length=1, max_length=512, description=(
+        "protobuf: the full name (package included) of the message the values are; by default "
+        "the first message of the subject's schema."))
 
 
 class KeySpec(_Model):
@@ -356,7 +365,7 @@ class KafkaIcebergTopicSpec(_Model):
         ("self.table.mode == oldSelf.table.mode",
          "table.mode cannot change: a table keeps the mode it was made with; create a new "
          "resource with another table.identifier", ".table.mode"),
-        ("self.value.format != 'raw' || self.table.mode != 'cdc'",
+        ("self.value.format in ['avro', 'json'] || self.table.mode != 'cdc'",
          "table.mode cdc reads Debezium change events: value.format must be avro or json",
          ".table.mode"),
         ("self.value.format != 'raw' || !has(self.table.keyColumns) "

@@ -72,7 +72,11 @@ class _Recursive(Exception):
     """Raised while mapping a type that refers back to a record being expanded."""
 
 
-class AvroMappingError(ValueError):
+class SchemaMappingError(ValueError):
+    """A writer schema (of any format) that has no Iceberg counterpart; the message says why."""
+
+
+class AvroMappingError(SchemaMappingError):
     """An Avro schema that has no Iceberg counterpart; the message names the field."""
 
 

@@ -61,12 +61,17 @@ class SchemaRegistryConfig(_Model):
 
 
 class ValueConfig(_Model):
-    format: Literal["avro", "json", "raw"] = "avro"
+    format: Literal["avro", "json", "protobuf", "raw"] = "avro"
     schema_registry: SchemaRegistryConfig | None = None
+    message: str | None = Field(None, description=(
+        "protobuf: the full name of the message the values are (package included); by "
+        "default the first message of the subject's schema."))
 
     @model_validator(mode="after")
     def _registry_for_schemas(self) -> ValueConfig:
-        if self.format in ("avro", "json") and self.schema_registry is None:
+        if self.message and self.format != "protobuf":
+            raise ValueError("message names a Protobuf message: it needs format 'protobuf'")
+        if self.format != "raw" and self.schema_registry is None:
             raise ValueError(f"format {self.format!r} needs schemaRegistry (url and subject) for "
                              "the value schema; use format 'raw' to keep the bytes only")
         return self
@@ -241,7 +246,7 @@ class JobConfig(_Model):
 
     @model_validator(mode="after")
     def _keys_in_the_value(self) -> JobConfig:
-        if self.table.mode == "cdc" and self.value.format == "raw":
+        if self.table.mode == "cdc" and self.value.format not in ("avro", "json"):
             raise ValueError("table.mode cdc reads Debezium change events: value.format must "
                              "be avro or json")
         if self.table.key_columns and self.value.format == "raw":

@@ -1,8 +1,10 @@
 """Spark transforms from Kafka source rows to table rows: lineage, decoding, raw fallback.
 
-Avro values are decoded in the JVM with ``from_avro``, once per writer schema id present in the
-batch, and projected by name onto the table's current value struct (missing fields null,
-widened types cast).  A value that cannot be decoded keeps its bytes in ``value_raw`` with the
+Values in the Confluent wire format are decoded in the JVM, once per writer schema id present
+in the batch: Avro with ``from_avro``, Protobuf with ``from_protobuf`` (the message-index array
+after the header checked and cut per record), JSON Schema with ``from_json``.  Each is then
+projected by name onto the table's current value struct (missing fields null, widened types
+cast).  Plain JSON values (no header) are parsed against the table's struct directly.  A value that cannot be decoded keeps its bytes in ``value_raw`` with the
 reason in ``value_error``; no record is dropped.  A null value (tombstone) is a row with a null
 value and no error.
 """
@@ -18,6 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro
 
+from .schemas import Writer
+
 HEADER_BYTES = 5  # Confluent wire format: magic byte 0, then a 4-byte big-endian schema id
 
 
@@ -25,12 +29,12 @@ HEADER_BYTES = 5  # Confluent wire format: magic byte 0, then a 4-byte big-endia
 class WriterPlan:
     """How records written with one registry schema id are decoded.
 
-    ``schema`` is the writer schema text when its records can be decoded into the table;
-    otherwise ``error`` says why they are kept raw (unknown id, breaking change, ...).
+    ``writer`` says how to read them when they can be decoded into the table; otherwise
+    ``error`` says why they are kept raw (unknown id, breaking change, ...).
     """
 
     schema_id: int
-    schema: str | None = None
+    writer: Writer | None = None
     error: str | None = None
     recursive_fields: tuple[str, ...] = ()
     routes: tuple[tuple[str, str], ...] = ()  # field path -> its <name>_before_v<N> column
@@ -98,12 +102,16 @@ def project(col: Column, source: T.DataType, target: T.DataType,
                             for f in source.fields])
         present = F.filter(entries, lambda entry: entry.getField("value").isNotNull())
         return F.when(col.isNotNull(), F.map_from_entries(present))
+    if source == T.DecimalType(20, 0) and isinstance(target, T.LongType):
+        # a Protobuf uint64 (upcast by from_protobuf): the same 64 bits as a signed long
+        return F.when(col > F.lit(2**63 - 1), col - F.lit(2**64)).otherwise(col).cast(target)
     return col.cast(target)
 
 
-def decode_avro(df: DataFrame, plans: Mapping[int, WriterPlan],
-                value_type: T.StructType) -> DataFrame:
-    """Adds ``value``, ``value_raw`` and ``value_error`` to framed rows (see :func:`frame`).
+def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
+                  value_type: T.StructType) -> DataFrame:
+    """Adds ``value``, ``value_raw`` and ``value_error`` to rows framed in the Confluent wire
+    format (see :func:`frame`): Avro or Protobuf values.
 
     Each value is decoded once: first into a column per writer schema id (null for rows of
     other ids), and only then projected onto the table type and checked, in a projection of
@@ -130,59 +138,87 @@ def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target:
     with those columns, the value projected onto ``target``, why it could not be decoded, and
     the note on recursive fields left out (each null where it does not apply)."""
     schema_id = F.col(_names(column)[0])
-    decodable = [plan for plan in plans.values() if plan.schema is not None]
-    df = decode_writers(df, {plan.schema_id: (plan.schema, bool(plan.recursive_fields))
-                             for plan in decodable}, column)
+    df = decode_writers(df, {plan.schema_id: plan.writer for plan in plans.values()
+                             if plan.writer is not None}, column)
     path = "value" if column == "value" else "key_fields"  # the table column's name
     refused = "" if column == "value" else f"{column}: "
     decoded = failure = partial = None
     for plan in plans.values():
         matches = schema_id == F.lit(plan.schema_id)
-        if plan.schema is None:
+        if plan.writer is None:
             failure = (failure if failure is not None else F).when(
                 matches, F.lit(f"{refused}{plan.error}"))
             continue
         name = _decoded_name(plan.schema_id, column)
-        raw, ok = F.col(name), _decoded_ok(plan.schema)(F.col(name))
+        raw, ok = F.col(name), _decoded_ok(plan.writer)(F.col(name))
         value = project(raw, df.schema[name].dataType, target, dict(plan.routes), path)
         decoded = (decoded if decoded is not None else F).when(matches, value)
-        if plan.recursive_fields:
-            partial = (partial if partial is not None else F).when(matches & ok, F.lit(
+        notes = [raw.getField(NOTE_FIELD)] if plan.writer.format == "PROTOBUF" else []
+        if plan.recursive_fields:  # (Protobuf's note: fields the writer schema does not know)
+            notes.append(F.lit(
                 f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
                 f"{plan.schema_id} are not columns; the full {column} is in {column}_raw"))
+        if notes:
+            partial = (partial if partial is not None else F).when(matches & ok,
+                                                                   F.coalesce(*notes))
         failure = (failure if failure is not None else F).when(
-            matches & ~ok,
-            F.lit(f"Avro {column} could not be decoded with its writer schema id "
-                  f"{plan.schema_id} (truncated, corrupt, or a value out of its type's range)"))
+            matches & ~ok, F.lit(_failure(plan.writer, plan.schema_id, column)))
     none = F.lit(None)
     return (df, decoded if decoded is not None else none,
             failure if failure is not None else none, partial if partial is not None else none)
 
 
+def _failure(writer: Writer, schema_id: int, column: str) -> str:
+    if writer.format == "PROTOBUF":
+        return (f"Protobuf {column} could not be decoded as message {writer.schema} of its "
+                f"writer schema id {schema_id} (truncated, corrupt, or framed as another "
+                "message of the schema)")
+    if writer.format == "JSON":
+        return (f"JSON {column} of writer schema id {schema_id} is not a JSON document of its "
+                "schema's shape")
+    return (f"Avro {column} could not be decoded with its writer schema id {schema_id} "
+            "(truncated, corrupt, or a value out of its type's range)")
+
+
 def _decoded_names(plans: Mapping[int, WriterPlan], column: str = "value") -> list[str]:
     return [_decoded_name(plan.schema_id, column) for plan in plans.values()
-            if plan.schema is not None]
+            if plan.writer is not None]
 
 
-OK_FIELD = "__floe_decoded"
+OK_FIELD = "__floe_decoded"  # (the Protobuf decoder's too)
+NOTE_FIELD = "__floe_note"  # the Protobuf decoder's: why the raw value is kept as well
 
 
 def _decoded_name(schema_id: int, column: str = "value") -> str:
     return f"_decoded_{schema_id}" if column == "value" else f"_{column}_decoded_{schema_id}"
 
 
-def decode_writers(df: DataFrame, writers: Mapping[int, tuple[str, bool]],
+def decode_writers(df: DataFrame, writers: Mapping[int, Writer],
                    column: str = "value") -> DataFrame:
-    """Adds a ``_decoded_<id>`` column per writer schema id (``{id: (schema, recursive)}``),
-    null for rows of other ids; a column already there (decoded to pick a route) is kept."""
-    body = F.expr(f"substring({column}, {HEADER_BYTES + 1})")
+    """Adds a ``_decoded_<id>`` column per writer schema id, null for rows of other ids; a
+    column already there (decoded to pick a route) is kept."""
     id_name = _names(column)[0]
-    columns = [F.when(F.col(id_name) == F.lit(schema_id),
-                      _from_avro(body, schema, cut_recursion=recursive))
+    columns = [F.when(F.col(id_name) == F.lit(schema_id), _read(F.col(column), writer))
                .alias(_decoded_name(schema_id, column))
-               for schema_id, (schema, recursive) in writers.items()
+               for schema_id, writer in writers.items()
                if _decoded_name(schema_id, column) not in df.columns]
     return df.select("*", *columns) if columns else df
+
+
+def _read(framed: Column, writer: Writer) -> Column:
+    """The bytes after the header read with ``writer`` (:func:`_decoded_ok` tells whether that
+    succeeded)."""
+    body = F.substring(framed, HEADER_BYTES + 1, 2**31 - 1)
+    if writer.format == "JSON":
+        corrupt = T.StructField(CORRUPT, T.StringType())
+        struct = T.StructType([*T.StructType.fromJson(json.loads(writer.schema)).fields, corrupt])
+        return F.from_json(body.cast("string"), struct,
+                           {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    if writer.format == "PROTOBUF":
+        from .protobuf_decode import read
+
+        return read(framed, writer)
+    return _from_avro(body, writer.schema, cut_recursion=writer.recursive)
 
 
 KEY_FIELDS, KEY_ERROR = "_key_fields", "_key_error"
@@ -208,7 +244,7 @@ def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:
     return df.withColumn(KEY_ERROR, error).withColumn(KEY_FIELDS, fields)
 
 
-def decoded_field(df: DataFrame, schema_id: int, writer_schema: str, path: str) -> Column | None:
+def decoded_field(df: DataFrame, schema_id: int, writer: Writer, path: str) -> Column | None:
     """The field at ``path`` (dotted) of values decoded with writer ``schema_id`` (see
     :func:`decode_writers`), as text; None when the writer's schema has no such field."""
     name = _decoded_name(schema_id)
@@ -219,12 +255,19 @@ def decoded_field(df: DataFrame, schema_id: int, writer_schema: str, path: str) 
         column, kind = column.getField(part), kind[part].dataType
     if isinstance(kind, (T.StructType, T.ArrayType, T.MapType)):
         return None
-    return F.when(_decoded_ok(writer_schema)(F.col(name)), column.cast("string"))
+    return F.when(_decoded_ok(writer)(F.col(name)), column.cast("string"))
 
 
-def _decoded_ok(writer_schema: str) -> Callable[[Column], Column]:
-    """How to tell, from a value :func:`_from_avro` decoded, whether decoding succeeded."""
-    parsed = json.loads(writer_schema)
+CORRUPT = "__floe_corrupt"
+
+
+def _decoded_ok(writer: Writer) -> Callable[[Column], Column]:
+    """How to tell, from a value :func:`_read` decoded, whether decoding succeeded."""
+    if writer.format == "JSON":
+        return lambda decoded: decoded.isNotNull() & decoded.getField(CORRUPT).isNull()
+    if writer.format == "PROTOBUF":
+        return lambda decoded: F.coalesce(decoded.getField(OK_FIELD), F.lit(False))
+    parsed = json.loads(writer.schema)
     if isinstance(parsed, dict) and parsed.get("type") in ("record", "error"):
         return lambda decoded: F.coalesce(decoded.getField(OK_FIELD), F.lit(False))
     return lambda decoded: decoded.isNotNull()
@@ -251,7 +294,7 @@ def _from_avro(body: Column, writer_schema: str, *, cut_recursion: bool = False)
 def _parse_json(column: str, struct: T.StructType, problem: str) -> tuple[Column, Column]:
     """``column`` parsed as JSON against ``struct``: the parsed value, and ``problem`` where
     it is not a JSON object that fits."""
-    corrupt = "__floe_corrupt"
+    corrupt = CORRUPT
     with_corrupt = T.StructType([*struct.fields, T.StructField(corrupt, T.StringType())])
     parsed = F.from_json(F.col(column).cast("string"), with_corrupt,
                          {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
@@ -260,14 +303,33 @@ def _parse_json(column: str, struct: T.StructType, problem: str) -> tuple[Column
     return F.when(error.isNull(), project(parsed, with_corrupt, struct)), error
 
 
-def decode_json(df: DataFrame, value_type: T.StructType) -> DataFrame:
-    """JSON values parsed against the table's value struct; unparseable ones kept raw."""
-    value, error = _parse_json("value", value_type,
-                               "value is not a JSON object matching the table schema")
-    return (df.withColumn("value_error", error)
-            .withColumn("value_raw", F.when(error.isNotNull(), F.col("value")))
-            .withColumn("_value", value)
-            .withColumn("_schema_id", F.lit(None).cast("int")))
+def decode_json(df: DataFrame, value_type: T.StructType,
+                plans: Mapping[int, WriterPlan] | None = None) -> DataFrame:
+    """JSON values: those in the Confluent wire format (JSON Schema, see :func:`frame`) decoded
+    with their writer schema's plan, plain ones parsed against the table's value struct; what
+    cannot be is kept raw."""
+    df = frame(df)
+    framed = F.col("_schema_id").isNotNull()
+    df = df.withColumn("_plain", F.when(~framed, F.col("value")))
+    plain, plain_error = _parse_json("_plain", value_type,
+                                     "value is not a JSON object matching the table schema")
+    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans or {}, value_type)
+    unplanned = F.format_string(
+        "value is framed with writer schema id %d, which this table does not decode (a cdc "
+        "table reads Debezium's plain JSON)", F.col("_schema_id"))
+    if plans:
+        unplanned = F.when(~F.col("_schema_id").isin(*plans), unplanned)
+    error = F.when(framed, F.coalesce(failure_col.cast("string"), unplanned)
+                   ).otherwise(plain_error)
+    note = F.when(framed & error.isNull(), partial_col.cast("string"))
+    checked = df.select("*", error.alias("_error"), note.alias("_note"),
+                        F.when(error.isNull(), F.when(framed, decoded_col.cast(value_type))
+                               .otherwise(plain)).alias("_value"))
+    kept_raw = F.col("_error").isNotNull() | F.col("_note").isNotNull()
+    return (checked
+            .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
+            .withColumn("value_raw", F.when(kept_raw, F.col("value")))
+            .drop("_error", "_note", "_plain", "_frame_error", *_decoded_names(plans or {})))
 
 
 def decode_raw(df: DataFrame) -> DataFrame:

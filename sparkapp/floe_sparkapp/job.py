@@ -18,8 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, metrics, routing
-from .avro_types import avro_to_iceberg
+from . import checkpoint, metrics, routing, schemas
 from .commit import Committed, claim_table, last_commit, merge_offsets, sweep_branches
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings
 from .decode import frame
@@ -76,9 +75,9 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     value = key = None
     if registry is not None and config.value.format != "raw":
         latest = registry.latest()
-        value = cdc.table_value(latest.schema, config.table.mode).struct
+        value = schemas.table_struct(latest, config.table.mode, config.value.message).struct
     if config.key.decoded:
-        key = avro_to_iceberg(Registry(config.key.schema_registry).latest().schema).struct
+        key = schemas.table_struct(Registry(config.key.schema_registry).latest()).struct
     catalog = catalogs.load_catalog(config.table.catalog)
     table, created = ensure_table(catalog, config.table, value, key)
     if created:
@@ -227,7 +226,7 @@ class BatchWriter:
                       F.count(F.lit(1)).alias("rows"),
                       F.sum(F.coalesce(F.length("key"), F.lit(0))
                             + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
-        if self.config.value.format == "avro":
+        if self.config.value.format != "raw":  # JSON: only values framed for JSON Schema
             batch = frame(batch)
             aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))
         if self.config.key.format == "avro":

@@ -1,9 +1,12 @@
-"""Schema registry look-ups, cached: writer schemas by id and the subject's latest version."""
+"""Schema registry look-ups, cached: writer schemas by id and the subject's latest version,
+each with the schemas it references (Protobuf imports, JSON Schema ``$ref`` to other subjects),
+fetched by subject and version."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -14,9 +17,11 @@ from .config import ConfigError, SchemaRegistryConfig
 @dataclass(frozen=True)
 class RegisteredSchema:
     schema_id: int
-    schema: str  # the schema text (Avro JSON)
-    schema_type: str
+    schema: str  # the schema text: Avro JSON, a .proto file, a JSON Schema
+    schema_type: str  # AVRO, PROTOBUF or JSON
     version: int | None = None
+    # every schema it references, directly or not: (the name it is imported by, its text)
+    references: tuple[tuple[str, str], ...] = ()
 
 
 class Registry:
@@ -63,9 +68,24 @@ class Registry:
             if error.http_status_code == 404:
                 return None
             raise
-        return RegisteredSchema(schema_id, found.schema_str, found.schema_type or "AVRO")
+        return RegisteredSchema(schema_id, found.schema_str, found.schema_type or "AVRO",
+                                references=self._references(found.references))
 
-    def latest(self) -> RegisteredSchema:
-        found = self.client.get_latest_version(self.config.subject)
+    def latest(self, subject: str | None = None) -> RegisteredSchema:
+        found = self.client.get_latest_version(subject or self.config.subject)
         return RegisteredSchema(found.schema_id, found.schema.schema_str,
-                                found.schema.schema_type or "AVRO", found.version)
+                                found.schema.schema_type or "AVRO", found.version,
+                                self._references(found.schema.references))
+
+    def _references(self, references: list[Any] | None) -> tuple[tuple[str, str], ...]:
+        """The referenced schemas' texts by import name, theirs included, each once."""
+        found: dict[str, str] = {}
+        pending = list(references or [])
+        while pending:
+            reference = pending.pop()
+            if reference.name in found:
+                continue
+            version = self.client.get_version(reference.subject, reference.version)
+            found[reference.name] = version.schema.schema_str
+            pending.extend(version.schema.references or [])
+        return tuple(sorted(found.items()))

@@ -19,10 +19,12 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .avro_types import AvroMappingError, avro_to_iceberg
+from . import schemas
+from .avro_types import SchemaMappingError
 from .config import JobConfig
 from .decode import decode_writers, decoded_field, frame
 from .registry import Registry
+from .schemas import FORMATS, Writer
 
 ROUTE = "_route"  # 0: the topic's own table; n: routes[n - 1]'s
 
@@ -30,22 +32,24 @@ ROUTE = "_route"  # 0: the topic's own table; n: routes[n - 1]'s
 def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
            schema_ids: list[int]) -> DataFrame:
     """The batch with ``_route`` (and, for Avro, its values decoded per writer schema id)."""
-    if config.value.format == "avro":
-        assert registry is not None
-        writers = _writers(registry, schema_ids)
-        df = decode_writers(frame(batch), writers)
+    assert registry is not None
+    writers = _writers(registry, schema_ids, config)
+    df = decode_writers(frame(batch), writers)
+
+    def decoded(path: str) -> list[Column]:
+        return [c for i, writer in writers.items()
+                if (c := decoded_field(df, i, writer, path)) is not None]
+
+    if config.value.format == "json":  # plain JSON: read where it is, bare or in a payload
+        text = F.when(F.col("_schema_id").isNull(), F.col("value")).cast("string")
 
         def field_of(path: str) -> Column:
-            found = [c for i, (schema, _) in writers.items()
-                     if (c := decoded_field(df, i, schema, path)) is not None]
-            return F.coalesce(*found) if found else F.lit(None).cast("string")
-    else:
-        df = batch
-        text = F.col("value").cast("string")
-
-        def field_of(path: str) -> Column:  # bare, or in the JSON converter's payload
-            return F.coalesce(F.get_json_object(text, f"$.{path}"),
+            return F.coalesce(*decoded(path), F.get_json_object(text, f"$.{path}"),
                               F.get_json_object(text, f"$.payload.{path}"))
+    else:
+        def field_of(path: str) -> Column:
+            found = decoded(path)
+            return F.coalesce(*found) if found else F.lit(None).cast("string")
     fields: dict[str, Column] = {}
     route: Any = F
     for number, rule in enumerate(config.routes, start=1):
@@ -56,19 +60,19 @@ def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
     return df.withColumn(ROUTE, route.otherwise(F.lit(0)))
 
 
-def _writers(registry: Registry, schema_ids: list[int]) -> dict[int, tuple[str, bool]]:
-    """The batch's writer schemas that decode (``{id: (schema, has recursive fields)}``);
-    records of the others cannot be routed, and their table keeps them raw with the reason."""
+def _writers(registry: Registry, schema_ids: list[int], config: JobConfig
+             ) -> dict[int, Writer]:
+    """How the batch's writer schemas that decode are read; records of the others cannot be
+    routed, and their table keeps them raw with the reason."""
     writers = {}
     for schema_id in schema_ids:
         found = registry.by_id(schema_id)
-        if found is None or found.schema_type.upper() != "AVRO":
+        if found is None or found.schema_type.upper() != FORMATS[config.value.format]:
             continue
         try:
-            recursive = bool(avro_to_iceberg(found.schema).recursive_fields)
-        except AvroMappingError:
+            writers[schema_id] = schemas.mapped(found, message=config.value.message)[1]
+        except SchemaMappingError:
             continue
-        writers[schema_id] = (found.schema, recursive)
     return writers
 
 
@@ -78,7 +82,7 @@ def split(routed_batch: DataFrame, config: JobConfig,
     order of :meth:`~floe_sparkapp.config.JobConfig.destinations`."""
     columns = {name: column for name, column, fmt in (
         ("ids", "_schema_id", config.value.format), ("keys", "_key_schema_id", config.key.format))
-        if fmt == "avro"}
+        if fmt != "raw" and not (name == "keys" and fmt == "json")}
     found: dict[int, Any] = {}
     if columns:
         found = {int(row[ROUTE]): row for row in routed_batch.groupBy(ROUTE).agg(

@@ -20,18 +20,18 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint
-from .avro_types import AvroMappingError
+from . import cdc, checkpoint, schemas
+from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import (DEAD_LETTER_ERROR, BranchCommitter, commit_with_retries, last_commit,
                      merge_offsets, summary_properties)
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings
-from .avro_types import avro_to_iceberg
-from .decode import (WriterPlan, decode_avro, decode_avro_key, decode_json, decode_json_key,
+from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
                      decode_raw, frame, table_rows)
 from .layout import KEY_FIELDS
 from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
 from .registry import Registry
+from .schemas import FORMATS
 from .upsert import Upsert
 
 log = logging.getLogger("floe.job")
@@ -90,13 +90,15 @@ class TableWriter:
         if found is None:
             return WriterPlan(schema_id, error=f"unknown schema id {schema_id}: the schema "
                                                "registry has no schema with this id")
-        if found.schema_type.upper() != "AVRO":
+        fmt = self.config.key.format if column == KEY_FIELDS else self.config.value.format
+        expected = FORMATS[fmt]
+        if found.schema_type.upper() != expected:
             return WriterPlan(schema_id, error=f"schema id {schema_id} is "
-                                               f"{found.schema_type}, not Avro")
+                                               f"{found.schema_type}, not {expected}")
         try:
-            mapped = (avro_to_iceberg(found.schema) if column == KEY_FIELDS
-                      else cdc.table_value(found.schema, self.config.table.mode))
-        except AvroMappingError as error:
+            mapped, writer = (schemas.mapped(found) if column == KEY_FIELDS else schemas.mapped(
+                found, self.config.table.mode, self.config.value.message))
+        except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
         fit = evolve_for_writer if self.config.schema_evolution == "additive" else (
             fit_without_evolution)
@@ -107,8 +109,7 @@ class TableWriter:
         if plan.needs_update:
             log.info("schema id %d evolved table %s: %s", schema_id, self.table_name,
                      "; ".join(str(c) for c in plan.changes))
-        return WriterPlan(schema_id, schema=found.schema,
-                          recursive_fields=mapped.recursive_fields,
+        return WriterPlan(schema_id, writer=writer, recursive_fields=mapped.recursive_fields,
                           routes=tuple(sorted(plan.routes.items())))
 
     def _plans(self, table: Any, schema_ids: list[int], column: str) -> dict[int, WriterPlan]:
@@ -139,7 +140,7 @@ class TableWriter:
         # table as it is then (plans made against an older schema still decode).
         key_plans = (self._plans(table, list(key_ids), KEY_FIELDS)
                      if self.config.key.format == "avro" else None)
-        plans = self._plans(table, schema_ids, "value") if fmt == "avro" else {}
+        plans = self._plans(table, schema_ids, "value") if fmt != "raw" else {}
         columns = self.spark.table(self.table_name).schema
         if key_plans is not None:
             framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
@@ -154,14 +155,15 @@ class TableWriter:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return table_rows(decode_json(fresh, value_type), has_value=True, key_fields=keyed)
+            return table_rows(decode_json(fresh, value_type, plans), has_value=True,
+                              key_fields=keyed)
         if "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if changes:  # the envelope decoded, its images projected onto the table's rows
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
-            return self._changes(decode_avro(fresh, plans, cdc.envelope_type(value_type)))
-        return table_rows(decode_avro(fresh, plans, value_type), has_value=True,
+            return self._changes(decode_framed(fresh, plans, cdc.envelope_type(value_type)))
+        return table_rows(decode_framed(fresh, plans, value_type), has_value=True,
                           key_fields=keyed)
 
     def _changes(self, envelopes: DataFrame) -> DataFrame:

@@ -53,7 +53,8 @@ def test_config_round_trips_through_json_with_defaults():
     ("kafka.topic", "bad topic!", "kafka.topic: String should match pattern"),
     ("value.schemaRegistry", ..., "value: format 'avro' needs schemaRegistry (url and subject) "
                                   "for the value schema; use format 'raw' to keep the bytes only"),
-    ("value.format", "protobuf", "value.format: Input should be 'avro', 'json' or 'raw'"),
+    ("value.format", "xml", "value.format: Input should be 'avro', 'json', 'protobuf' or 'raw'"),
+    ("value.message", "shop.Order", "message names a Protobuf message: it needs format 'protobuf'"),
     ("table.identifier", "orders", "table.identifier: String should match pattern"),
     ("table.catalog.uri", "sqlite:/c.db", "table.catalog: a sql catalog needs uri: "
                                           "jdbc:sqlite:/path or jdbc:postgresql://host:port/db"),
