@@ -8,9 +8,12 @@ and held in a DataFrame, on local[2], and writes the decoded struct to Spark's `
                    table type)
 * python_fastavro: mapInArrow with fastavro's schemaless_reader, building the same struct in
                    Arrow
-* protobuf:        floe_sparkapp.decode.frame + decode_framed with the writer's Protobuf plan
-                   (an Arrow UDF parsing with protobuf's C implementation, then the same
-                   projection); the same records as Protobuf messages
+* jvm_protobuf:    floe_sparkapp.decode.frame + decode_framed with the writer's Protobuf plan
+                   (floe's JVM decoder on protobuf-java, then the same projection); the same
+                   records as Protobuf messages
+* python_protobuf: mapInArrow parsing with protobuf's C implementation (upb) in the Python
+                   workers, building the same struct in Arrow (the path floe took before its
+                   JVM decoder)
 
 Usage: python bench/decode_bench.py [--records N] [--repeat R]
 Writes bench/results/decode.json.
@@ -108,6 +111,53 @@ def protobuf_decode(df, value_type):
     return decode_framed(frame(df), plans, value_type).select("_value", "value_error")
 
 
+def python_protobuf_decode(df, value_type):
+    import datetime as dt
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    writer = protobuf_writer()
+    descriptor, name = writer.descriptor, writer.schema
+    out_type = T.StructType([T.StructField("_value", value_type),
+                             T.StructField("value_error", T.StringType())])
+    arrow_type = pa.schema([
+        pa.field("_value", pa.struct([
+            ("id", pa.int64()), ("customer", pa.string()), ("item", pa.string()),
+            ("quantity", pa.int32()), ("price", pa.float64()), ("status", pa.string()),
+            ("at", pa.timestamp("us", tz="UTC")), ("note", pa.string())])),
+        pa.field("value_error", pa.string())])
+
+    def decode(batches):
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        pool = descriptor_pool.DescriptorPool()
+        for file in descriptor_pb2.FileDescriptorSet.FromString(descriptor).file:
+            pool.Add(file)
+        order = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+        statuses = {v.number: v.name for v in order.DESCRIPTOR.enum_types_by_name["Status"].values}
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        for batch in batches:
+            decoded, errors = [], []
+            for raw in batch.column("value").to_pylist():
+                try:
+                    m = order.FromString(raw[6:])
+                    decoded.append({
+                        "id": m.id, "customer": m.customer, "item": m.item,
+                        "quantity": m.quantity, "price": m.price, "status": statuses[m.status],
+                        "at": epoch + dt.timedelta(seconds=m.at.seconds,
+                                                   microseconds=m.at.nanos // 1000),
+                        "note": m.note if m.HasField("note") else None})
+                    errors.append(None)
+                except Exception as error:  # noqa: BLE001 - the reason goes to value_error
+                    decoded.append(None)
+                    errors.append(str(error))
+            yield pa.RecordBatch.from_pydict({"_value": decoded, "value_error": errors},
+                                             schema=arrow_type)
+
+    return df.select("value").mapInArrow(decode, out_type)
+
+
 def python_decode(df, value_type):
     import pyarrow as pa
     from pyspark.sql import types as T
@@ -178,7 +228,9 @@ def main() -> int:
     results = {}
     for name, decode, source, kind in (("jvm_from_avro", jvm_decode, df, value_type),
                                        ("python_fastavro", python_decode, df, value_type),
-                                       ("protobuf", protobuf_decode, proto_df, value_type)):
+                                       ("jvm_protobuf", protobuf_decode, proto_df, value_type),
+                                       ("python_protobuf", python_protobuf_decode, proto_df,
+                                        value_type)):
         decoded = decode(source, kind)
         decoded.write.format("noop").mode("overwrite").save()  # warm-up
         seconds = []
@@ -195,10 +247,13 @@ def main() -> int:
     results["jvm_over_python"] = round(results["jvm_from_avro"]["rows_per_second"]
                                        / results["python_fastavro"]["rows_per_second"], 2)
     results["avro_over_protobuf"] = round(results["jvm_from_avro"]["rows_per_second"]
-                                          / results["protobuf"]["rows_per_second"], 2)
+                                          / results["jvm_protobuf"]["rows_per_second"], 2)
+    results["protobuf_jvm_over_python"] = round(
+        results["jvm_protobuf"]["rows_per_second"]
+        / results["python_protobuf"]["rows_per_second"], 2)
     record = {
-        "benchmark": "value decode: Avro in the JVM (from_avro) vs Python fastavro, and "
-                     "floe's Protobuf path (Arrow UDF, protobuf's C parser)",
+        "benchmark": "value decode: Avro in the JVM (from_avro) vs Python fastavro; Protobuf "
+                     "in the JVM (floe's decoder) vs Python (protobuf's C parser)",
         "command": f"python bench/decode_bench.py --records {args.records} --repeat {args.repeat}",
         "records": args.records, "average_value_bytes": round(average, 1),
         "average_protobuf_value_bytes": round(proto_average, 1),
@@ -211,7 +266,8 @@ def main() -> int:
     out = ROOT / "bench" / "results" / "decode.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"JVM / Python: {results['jvm_over_python']}x, Avro / Protobuf: "
+    print(f"Avro JVM / Python: {results['jvm_over_python']}x, Protobuf JVM / Python: "
+          f"{results['protobuf_jvm_over_python']}x, Avro / Protobuf (JVM): "
           f"{results['avro_over_protobuf']}x  -> {out.relative_to(ROOT)}")
     return 0
 

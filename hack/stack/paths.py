@@ -88,6 +88,11 @@ def spark_jars_dir() -> Path:
     return CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
 
 
+def floe_jvm_dir() -> Path:
+    """floe's own jar (``sparkapp/jvm``: the Protobuf decoder), rebuilt when its sources change."""
+    return CACHE / "jars" / f"floe-jvm-{source_hash(REPO / 'sparkapp' / 'jvm')}"
+
+
 def rest_catalog_jars_dir() -> Path:
     pom = HACK / "maven" / "rest" / "pom.xml"
     return CACHE / "jars" / f"rest-catalog-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"

@@ -164,9 +164,25 @@ def rest_catalog_jars() -> None:
                 "REST catalog")
 
 
+def floe_jvm() -> None:
+    """Builds floe's jar (sparkapp/jvm) against the jars Spark runs it with."""
+    target = paths.floe_jvm_dir()
+    if _complete(target):
+        return
+    _log("building floe's jar (sparkapp/jvm)")
+    _fresh(target)
+    _run(["mvn", "-q", "-B", "-f", str(paths.REPO / "sparkapp" / "jvm" / "pom.xml"), "package",
+          f"-Dfloe.build.dir={target / 'build'}"], what="floe-jvm")
+    (target / "build" / "floe-jvm.jar").rename(target / "floe-jvm.jar")
+    _mark_complete(target)
+
+
 def spark_jar_list() -> list[str]:
+    """The jars the Spark job needs beside pyspark's own: the connectors and floe's."""
     spark_jars()
-    return sorted(str(p) for p in paths.spark_jars_dir().glob("*.jar"))
+    floe_jvm()
+    return sorted(str(p) for directory in (paths.spark_jars_dir(), paths.floe_jvm_dir())
+                  for p in directory.glob("*.jar"))
 
 
 def registry() -> None:
@@ -187,6 +203,7 @@ def _downloads(then: Callable[[], None] | None) -> None:
 
     kafka_jars()
     spark_jars()
+    floe_jvm()
     rest_catalog_jars()
     base_rootfs()
     registry()

@@ -375,10 +375,10 @@ class KafkaIcebergTopicSpec(_Model):
         ("!has(self.key) || !has(self.key.format) || self.key.format == 'raw' "
          "|| self.value.format != 'raw'",
          "key.format avro or json reads the key schema from value.schemaRegistry's registry: "
-         "value.format must be avro or json too", ".key.format"),
+         "value.format must be avro, json or protobuf too", ".key.format"),
         ("self.value.format != 'raw' || !has(self.routes) || size(self.routes) == 0",
          "routes pick a table by a value field, and a raw topic's value has none: value.format "
-         "must be avro or json", ".routes"),
+         "must be avro, json or protobuf", ".routes"),
         ("!has(self.routes) || self.routes.all(r, r.table.identifier != self.table.identifier "
          "&& self.routes.exists_one(o, o.table.identifier == r.table.identifier))",
          "each route needs a table of its own: routes[].table.identifier must differ from "

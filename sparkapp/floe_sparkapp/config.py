@@ -232,7 +232,7 @@ class JobConfig(_Model):
     def _routes_apart(self) -> JobConfig:
         if self.routes and self.value.format == "raw":
             raise ValueError("routes pick a table by a value field, and a raw topic's value has "
-                             "none: value.format must be avro or json")
+                             "none: value.format must be avro, json or protobuf")
         seen = {self.table.identifier}
         for number, route in enumerate(self.routes):
             if route.table.identifier in seen:

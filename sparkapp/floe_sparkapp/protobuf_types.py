@@ -2,9 +2,8 @@
 
 A registered Protobuf schema is a ``.proto`` file; the files it imports are registered under
 their own subjects (its references).  They are compiled together with protoc (``grpcio-tools``)
-into a ``FileDescriptorSet``, which Spark's ``from_protobuf`` decodes with in the JVM.  The
-mapping follows ``from_protobuf`` with ``upcast.unsigned.ints`` and ``emit.default.values``, so
-the table and the decoded rows agree:
+into a ``FileDescriptorSet``, which floe's JVM decoder (:mod:`.protobuf_decode`) reads the
+records with.  The table and the decoded rows agree on this mapping:
 
 =========================================  ============================================
 Protobuf                                   Iceberg

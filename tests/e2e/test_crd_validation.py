@@ -93,8 +93,8 @@ def upsert(key_columns: list[str], format_: str = "avro") -> dict:
     return body
 
 
-def cdc_of_raw_values() -> dict:
-    body = changed("spec.value.format", "raw")
+def cdc_of_raw_values(format_: str = "raw") -> dict:
+    body = changed("spec.value.format", format_)
     body["spec"]["table"]["mode"] = "cdc"
     return body
 
@@ -114,8 +114,12 @@ def routed(*identifiers: str, format_: str = "avro") -> dict:
 
 @pytest.mark.parametrize("body, message", [
     (changed("spec.value.schemaRegistry", ...),
-     "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is avro "
-     "or json: the table schema comes from the registry (use format raw to keep the bytes only)"),
+     "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is avro, "
+     "json or protobuf: the table schema comes from the registry (use format raw to keep the "
+     "bytes only)"),
+    (changed("spec.value.message", "shop.Order"),
+     "spec.value.message: Invalid value: message names a Protobuf message: it needs format "
+     "protobuf"),
     (changed("spec.table.catalog.uri", "postgresql://pg/iceberg"),
      "spec.table.catalog.uri: Invalid value: a sql catalog needs uri: "
      "jdbc:postgresql://host:port/db or jdbc:sqlite:/path"),
@@ -160,6 +164,9 @@ def routed(*identifiers: str, format_: str = "avro") -> dict:
     (cdc_of_raw_values(),
      "spec.table.mode: Invalid value: table.mode cdc reads Debezium change events: "
      "value.format must be avro or json"),
+    (cdc_of_raw_values("protobuf"),
+     "spec.table.mode: Invalid value: table.mode cdc reads Debezium change events: "
+     "value.format must be avro or json"),
     (upsert(["id"], format_="raw"),
      "spec.table.keyColumns: Invalid value: table.keyColumns name value fields, and "
      "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key"),
@@ -169,10 +176,10 @@ def routed(*identifiers: str, format_: str = "avro") -> dict:
      "bytes only)"),
     (raw_value_decoded_key(),
      "spec.key.format: Invalid value: key.format avro or json reads the key schema from "
-     "value.schemaRegistry's registry: value.format must be avro or json too"),
+     "value.schemaRegistry's registry: value.format must be avro, json or protobuf too"),
     (routed("inventory.customers", format_="raw"),
      "spec.routes: Invalid value: routes pick a table by a value field, and a raw topic's value "
-     "has none: value.format must be avro or json"),
+     "has none: value.format must be avro, json or protobuf"),
     (routed("inventory.customers", "inventory.customers"),
      "spec.routes: Invalid value: each route needs a table of its own: "
      "routes[].table.identifier must differ from table.identifier and from each other"),
