@@ -111,14 +111,12 @@ def protobuf_decode(df, value_type):
     return decode_framed(frame(df), plans, value_type).select("_value", "value_error")
 
 
-def python_protobuf_decode(df, value_type):
-    import datetime as dt
-
+def in_python(df, value_type, reader):
+    """``mapInArrow`` decoding each value in the Python workers with ``reader()`` (made once per
+    worker), into the same struct as the JVM paths, the error's text beside it."""
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    writer = protobuf_writer()
-    descriptor, name = writer.descriptor, writer.schema
     out_type = T.StructType([T.StructField("_value", value_type),
                              T.StructField("value_error", T.StringType())])
     arrow_type = pa.schema([
@@ -129,6 +127,29 @@ def python_protobuf_decode(df, value_type):
         pa.field("value_error", pa.string())])
 
     def decode(batches):
+        read = reader()
+        for batch in batches:
+            decoded, errors = [], []
+            for raw in batch.column("value").to_pylist():
+                try:
+                    decoded.append(read(raw))
+                    errors.append(None)
+                except Exception as error:  # noqa: BLE001 - the reason goes to value_error
+                    decoded.append(None)
+                    errors.append(str(error))
+            yield pa.RecordBatch.from_pydict({"_value": decoded, "value_error": errors},
+                                             schema=arrow_type)
+
+    return df.select("value").mapInArrow(decode, out_type)
+
+
+def python_protobuf_decode(df, value_type):
+    writer = protobuf_writer()
+    descriptor, name = writer.descriptor, writer.schema
+
+    def reader():
+        import datetime as dt
+
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
         pool = descriptor_pool.DescriptorPool()
@@ -137,59 +158,29 @@ def python_protobuf_decode(df, value_type):
         order = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
         statuses = {v.number: v.name for v in order.DESCRIPTOR.enum_types_by_name["Status"].values}
         epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-        for batch in batches:
-            decoded, errors = [], []
-            for raw in batch.column("value").to_pylist():
-                try:
-                    m = order.FromString(raw[6:])
-                    decoded.append({
-                        "id": m.id, "customer": m.customer, "item": m.item,
-                        "quantity": m.quantity, "price": m.price, "status": statuses[m.status],
-                        "at": epoch + dt.timedelta(seconds=m.at.seconds,
-                                                   microseconds=m.at.nanos // 1000),
-                        "note": m.note if m.HasField("note") else None})
-                    errors.append(None)
-                except Exception as error:  # noqa: BLE001 - the reason goes to value_error
-                    decoded.append(None)
-                    errors.append(str(error))
-            yield pa.RecordBatch.from_pydict({"_value": decoded, "value_error": errors},
-                                             schema=arrow_type)
 
-    return df.select("value").mapInArrow(decode, out_type)
+        def read(raw: bytes) -> dict:
+            m = order.FromString(raw[6:])
+            return {"id": m.id, "customer": m.customer, "item": m.item, "quantity": m.quantity,
+                    "price": m.price, "status": statuses[m.status],
+                    "at": epoch + dt.timedelta(seconds=m.at.seconds,
+                                               microseconds=m.at.nanos // 1000),
+                    "note": m.note if m.HasField("note") else None}
+        return read
+
+    return in_python(df, value_type, reader)
 
 
 def python_decode(df, value_type):
-    import pyarrow as pa
-    from pyspark.sql import types as T
-
     schema_text = json.dumps(SCHEMA)
-    out_type = T.StructType([T.StructField("_value", value_type),
-                             T.StructField("value_error", T.StringType())])
 
-    arrow_type = pa.schema([
-        pa.field("_value", pa.struct([
-            ("id", pa.int64()), ("customer", pa.string()), ("item", pa.string()),
-            ("quantity", pa.int32()), ("price", pa.float64()), ("status", pa.string()),
-            ("at", pa.timestamp("us", tz="UTC")), ("note", pa.string())])),
-        pa.field("value_error", pa.string())])
-
-    def decode(batches):
+    def reader():
         import fastavro
 
         parsed = fastavro.parse_schema(json.loads(schema_text))
-        for batch in batches:
-            decoded, errors = [], []
-            for raw in batch.column("value").to_pylist():
-                try:
-                    decoded.append(fastavro.schemaless_reader(io.BytesIO(raw[5:]), parsed))
-                    errors.append(None)
-                except Exception as error:  # noqa: BLE001 - the reason goes to value_error
-                    decoded.append(None)
-                    errors.append(str(error))
-            yield pa.RecordBatch.from_pydict({"_value": decoded, "value_error": errors},
-                                             schema=arrow_type)
+        return lambda raw: fastavro.schemaless_reader(io.BytesIO(raw[5:]), parsed)
 
-    return df.select("value").mapInArrow(decode, out_type)
+    return in_python(df, value_type, reader)
 
 
 def main() -> int:
