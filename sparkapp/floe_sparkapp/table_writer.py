@@ -56,6 +56,7 @@ def undecodable(rows: DataFrame) -> Any:
     failed = F.col("value_error").isNotNull()
     return failed & F.col("value").isNull() if "value" in rows.columns else failed
 
+
 @dataclass
 class TableWriter:
     """Decodes a micro-batch's records for one table and commits them there exactly once."""
@@ -214,6 +215,7 @@ class TableWriter:
                     time.sleep(2 ** attempt)
         return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
                 f"{DEAD_LETTER_ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
+
     def _write(self, rows: DataFrame, base: int, props: dict[str, str],
                outcome: dict[str, Any]) -> None:
         """Commits ``rows``; counts them and the undecodable ones in the same pass as the write

@@ -1,57 +1,119 @@
 """A Protobuf topic through the operator and the job on the node: the operator makes the table
-from the subject (protoc in its image), the driver decodes in its Python workers."""
+from the subject (protoc in its image) and evolves it as new versions are registered, a breaking
+version waits for approval as an Avro one does, and the driver decodes in the JVM."""
 
 from __future__ import annotations
 
 import pytest
+import requests
 from confluent_kafka.schema_registry import Schema, SchemaReference
 from kubernetes import client
 
 from ..integration.jobkit import create_topic
-from ..integration.test_job_formats import (COMMON, V1, FramedProducer, framed, message_class,
-                                            proto_order, python_view, table_view)
+from ..integration.test_job_formats import (COMMON, V1, V2, V3, FramedProducer, framed,
+                                            message_class, proto_order, python_view, table_view)
 from .kube import admin_client, wait_until
 from .test_operator import logs, orders_rows, topic_body, topic_catalog
 
 pytestmark = pytest.mark.e2e
 
+IMPORTS = (("shop/common.proto", COMMON),)
+
 
 @pytest.mark.node
-def test_a_protobuf_topic_lands_through_the_operator_on_the_node(
+def test_a_protobuf_topic_lands_evolves_and_waits_for_approval_through_the_operator_on_the_node(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"pb-{unique_name}".replace("_", "-")
+    subject = f"{kafka_topic}-value"
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = FramedProducer(stack, kafka_topic)
     common_subject = f"{kafka_topic}-shop.common"
     producer.register(common_subject, Schema(COMMON, "PROTOBUF"))
-    schema_id = producer.register(f"{kafka_topic}-value", Schema(
-        V1, "PROTOBUF", [SchemaReference("shop/common.proto", common_subject, 1)]))
-    order = message_class(V1, (("shop/common.proto", COMMON),), "shop.Order")
+    references = [SchemaReference("shop/common.proto", common_subject, 1)]
+    v1_id = producer.register(subject, Schema(V1, "PROTOBUF", references))
+    v1 = message_class(V1, IMPORTS, "shop.Order")
     for i in range(40):
-        producer.send(f"k{i}".encode(), framed(schema_id, proto_order(order, i, 1)
+        producer.send(f"k{i}".encode(), framed(v1_id, proto_order(v1, i, 1)
                                                .SerializeToString(), b"\x00"),
-                      proto_order(order, i, 1))
+                      proto_order(v1, i, 1))
     producer.flush()
 
     body = topic_body(stack, shared, kafka_topic)
     body["spec"]["value"]["format"] = "protobuf"
     body["spec"]["value"]["message"] = "shop.Order"
-    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics", body)
+    custom.create_namespaced_custom_object(*args[:4], body)
+    catalog = topic_catalog(shared)
 
     def status() -> dict:
-        return custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                   "kafkaicebergtopics", "orders").get("status", {})
+        return custom.get_namespaced_custom_object(*args).get("status", {})
 
-    assert wait_until(lambda: len(orders_rows(topic_catalog(shared))) == 40, timeout=300), (
+    def schema_condition() -> dict:
+        return {c["type"]: c for c in status().get("conditions", [])}.get("SchemaInSync", {})
+
+    def value_fields() -> dict[str, str]:
+        try:
+            table = catalog.load_table("analytics.orders")
+        except Exception:  # not made yet
+            return {}
+        return {f.name: str(f.field_type) for f in
+                table.schema().find_field("value").field_type.fields}
+
+    assert wait_until(lambda: len(orders_rows(catalog)) == 40, timeout=300), (
         f"{status()}\n{logs(tmp_path, namespace)}")
-    rows = {r["key"]: r for r in orders_rows(topic_catalog(shared))}
+    rows = {r["key"]: r for r in orders_rows(catalog)}
     for sent in producer.sent.values():
         row = rows[sent["key"]]
         assert table_view(row["value"]) == python_view(sent["value"])
-        assert row["kafka"]["schema_id"] == schema_id
+        assert row["kafka"]["schema_id"] == v1_id
     assert wait_until(lambda: status().get("offsets", {}).get("lag") == 0, timeout=60), status()
     conditions = {c["type"]: c["status"] for c in status()["conditions"]}
     assert conditions["TableReady"] == conditions["SchemaInSync"] == "True"
     assert status()["table"]["registryVersion"] == 1
+
+    # An additive version (a field, and one in the nested Line): evolved with no manual step.
+    v2_id = producer.register(subject, Schema(V2, "PROTOBUF", references))
+    assert wait_until(lambda: "discount" in value_fields(), timeout=60), logs(tmp_path, namespace)
+    assert wait_until(lambda: status()["table"].get("registryVersion") == 2, timeout=60), status()
+    assert "gift" in str(value_fields()["lines"])
+
+    # A breaking version (customer from string to int64): the table waits for approval.
+    requests.put(f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"},
+                 timeout=10).raise_for_status()
+    v3_id = producer.register(subject, Schema(V3, "PROTOBUF", references))
+    assert wait_until(lambda: schema_condition().get("reason") == "BreakingChange", timeout=60), (
+        status())
+    assert schema_condition()["status"] == "False"
+    assert schema_condition()["message"] == (
+        "registry version 3: breaking schema change: value.customer: type changed from string "
+        "to long; the table keeps its schema and those records land in value_raw until the "
+        'annotation floe.dev/approve-schema-version: "3" approves the change')
+    assert value_fields()["customer"] == "string"
+
+    custom.patch_namespaced_custom_object(*args, {"metadata": {"annotations": {
+        "floe.dev/approve-schema-version": "3"}}})
+    assert wait_until(lambda: value_fields().get("customer") == "long", timeout=60), (
+        logs(tmp_path, namespace))
+    assert value_fields()["customer_before_v3"] == "string"
+    assert wait_until(lambda: schema_condition().get("status") == "True", timeout=60), status()
+
+    # Records of every version land: v3's customer in the new column, v2's in the renamed one.
+    v2, v3 = message_class(V2, IMPORTS, "shop.Order"), message_class(V3, IMPORTS, "shop.Order")
+    producer.send(b"v2", framed(v2_id, proto_order(v2, 41, 2).SerializeToString(), b"\x00"))
+    producer.send(b"v3", framed(v3_id, v3(id=99, customer=7, discount=0.5).SerializeToString(),
+                                b"\x00"))
+    producer.flush()
+
+    def row(key: bytes) -> dict | None:
+        return next((r for r in orders_rows(catalog) if r["key"] == key), None)
+
+    assert wait_until(lambda: row(b"v3") is not None and row(b"v2") is not None, timeout=180), (
+        logs(tmp_path, namespace))
+    assert (row(b"v3")["value"]["id"], row(b"v3")["value"]["customer"],
+            row(b"v3")["value"]["customer_before_v3"], row(b"v3")["value"]["discount"]) == (
+        99, 7, None, 0.5)
+    assert row(b"v3")["kafka"]["schema_id"] == v3_id
+    assert (row(b"v2")["value"]["customer"], row(b"v2")["value"]["customer_before_v3"],
+            row(b"v2")["value"]["discount"]) == (None, "c6", 41 / 4)
+    assert len(orders_rows(catalog)) == 42

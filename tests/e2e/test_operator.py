@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,18 @@ def rest_catalog(stack) -> dict:
     return {"type": "rest", "name": "op", "uri": stack.env["FLOE_REST_CATALOG_URI"],
             "warehouse": stack.env["FLOE_REST_CATALOG_WAREHOUSE"],
             "properties": s3_properties(stack)}
+
+
+def postgres_catalog(stack, warehouse: str) -> dict:
+    """A JDBC catalog on the stack's PostgreSQL, its warehouse (a path of its own) on the S3
+    server. The server outlives a test, so the catalog's name is new each time."""
+    from ..integration.jobkit import s3_properties
+
+    return {"type": "sql", "name": f"pg_{uuid.uuid4().hex[:8]}",
+            "uri": stack.env["FLOE_POSTGRES_JDBC"],
+            "warehouse": f"s3://{stack.env['FLOE_S3_BUCKET']}/{warehouse}",
+            "properties": {**s3_properties(stack), "jdbc.user": stack.env["FLOE_POSTGRES_USER"],
+                           "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]}}
 
 
 def topic_catalog(directory: Path, catalog: dict | None = None):

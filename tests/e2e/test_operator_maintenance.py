@@ -11,7 +11,8 @@ from kubernetes import client
 from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_maintenance import multiset, produce_old
 from .kube import admin_client, wait_until
-from .test_operator import logs, orders_rows, rest_catalog, topic_body, topic_catalog
+from .test_operator import (logs, orders_rows, postgres_catalog, rest_catalog, topic_body,
+                            topic_catalog)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,11 +40,14 @@ def run_now(admin, namespace: str, cron_job: str) -> tuple[str, str]:
     return outcome() or "Running", log.stdout + log.stderr
 
 
-def catalog_spec(stack, kind: str) -> dict | None:
-    """``sqlite``: topic_body's own; ``rest``: the stack's REST catalog server, where the table
-    left by an earlier run is dropped first (the server's catalog outlives a test)."""
+def catalog_spec(stack, kind: str, name: str) -> dict | None:
+    """``sqlite``: topic_body's own; ``postgresql``: a JDBC catalog of its own on the stack's
+    PostgreSQL; ``rest``: the stack's REST catalog server, where the table left by an earlier
+    run is dropped first (the server's catalog outlives a test)."""
     if kind == "sqlite":
         return None
+    if kind == "postgresql":
+        return postgres_catalog(stack, name)
     spec = rest_catalog(stack)
     catalog = topic_catalog(None, spec)
     if catalog.table_exists("analytics.orders"):
@@ -52,17 +56,17 @@ def catalog_spec(stack, kind: str) -> dict | None:
 
 
 @pytest.mark.node
-@pytest.mark.parametrize("catalog_kind", ["sqlite", "rest"])
+@pytest.mark.parametrize("catalog_kind", ["sqlite", "postgresql", "rest"])
 def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_the_table(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name, catalog_kind):
-    """The operator, the job on the node and a maintenance Job, on a SQLite catalog and on the
-    Iceberg REST catalog server."""
+    """The operator, the job on the node and a maintenance Job, on a SQLite catalog, a
+    PostgreSQL one and the Iceberg REST catalog server."""
     admin = admin_client(stack)
     custom = client.CustomObjectsApi(admin)
     kafka_topic = f"mt-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     producer = AvroProducer(stack, kafka_topic)
-    spec_catalog = catalog_spec(stack, catalog_kind)
+    spec_catalog = catalog_spec(stack, catalog_kind, kafka_topic)
     body = topic_body(stack, shared, kafka_topic, spec_catalog)
     body["spec"]["commit"] = {"interval": "1s"}
     body["spec"]["maintenance"] = {"compaction": {"minInputFiles": 2}}

@@ -13,7 +13,7 @@ from kubernetes import client
 from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_job_roundtrip import produce_orders
 from .kube import admin_client, wait_until
-from .test_operator import logs, topic_body
+from .test_operator import logs, postgres_catalog, topic_body
 
 pytestmark = pytest.mark.e2e
 
@@ -26,13 +26,17 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, dr
     kafka_password = f"kafka-{uuid.uuid4().hex}"
     registry_password = f"registry-{uuid.uuid4().hex}"
     s3_secret = stack.env["FLOE_S3_SECRET_KEY"]
+    # The catalog is a JDBC catalog on the stack's PostgreSQL; its password and the S3 keys go
+    # to the Secret. The operator makes the table through it and the job commits through it.
+    catalog = postgres_catalog(stack, f"{namespace}-{unique_name}")
+    lake = {key: catalog["properties"].pop(key)
+            for key in ("jdbc.password", "s3.access-key-id", "s3.secret-access-key")}
+    catalog["secretRef"] = {"name": "lake"}
     secrets = {
         "kafka-auth": {"sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule"
                                            f' required username="floe" password="{kafka_password}";'},
         "registry-auth": {"basic.auth.user.info": f"floe:{registry_password}"},
-        "lake": {"s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
-                 "s3.secret-access-key": s3_secret,
-                 "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]},
+        "lake": lake,
     }
     for name, data in secrets.items():
         core.create_namespaced_secret(namespace, client.V1Secret(
@@ -47,16 +51,7 @@ def test_secrets_stay_out_of_status_events_children_and_logs(stack, operator, dr
     spec["kafka"].update({"properties": {"security.protocol": "PLAINTEXT"},
                           "authSecretRef": {"name": "kafka-auth"}})
     spec["value"]["schemaRegistry"]["authSecretRef"] = {"name": "registry-auth"}
-    # The catalog is a JDBC catalog on the stack's PostgreSQL, its password in the Secret; the
-    # operator makes the table through it and the job commits through it. The server outlives
-    # the test, so the catalog's name is the test's own.
-    spec["table"]["catalog"].update({
-        "name": f"pg_{uuid.uuid4().hex[:8]}", "uri": stack.env["FLOE_POSTGRES_JDBC"],
-        "warehouse": f"s3://{stack.env['FLOE_S3_BUCKET']}/{namespace}-{unique_name}",
-        "properties": {"s3.endpoint": stack.env["FLOE_S3_ENDPOINT"],
-                       "s3.path-style-access": "true", "client.region": stack.env["FLOE_S3_REGION"],
-                       "jdbc.user": stack.env["FLOE_POSTGRES_USER"]},
-        "secretRef": {"name": "lake"}})
+    spec["table"]["catalog"] = catalog
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics", body)
 

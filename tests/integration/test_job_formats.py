@@ -1,5 +1,6 @@
 """Protobuf and JSON Schema values through the registry, as Confluent's serializers frame them:
-decoded per writer schema, evolved additively, a breaking change kept raw until approved."""
+decoded per writer schema, evolved additively, a breaking change kept raw until approved, what
+cannot be decoded in value_raw and the dead-letter topic."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegis
 from floe_sparkapp.job import start
 from floe_sparkapp.protobuf_types import compile_schema
 
-from .jobkit import create_topic, job_config, load_table, wait_for_rows
+from .jobkit import consume, create_topic, job_config, load_table, wait_for_rows
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +71,18 @@ class FramedProducer:
 
     def flush(self) -> None:
         assert self.producer.flush(60) == 0
+
+
+def assert_dead_lettered(stack, dlq: str, by_key: dict[str, dict], keys: set[str]) -> None:
+    """The records that could not be decoded are in the dead-letter topic, as they came, with
+    the reason the table gives; no other record is."""
+    dead = {m.key().decode(): m for m in consume(stack, dlq, expected=len(keys) + 1, timeout=10)}
+    assert set(dead) == keys
+    for key, message in dead.items():
+        headers = dict(message.headers())
+        assert message.value() == by_key[key]["value_raw"]
+        assert headers["floe.error"].decode() == by_key[key]["value_error"]
+        assert int(headers["floe.offset"]) == by_key[key]["kafka"]["offset"]
 
 
 def framed(schema_id: int, body: bytes, index: bytes = b"") -> bytes:
@@ -158,6 +171,8 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
         stack, spark, tmp_path, unique_name):
     topic = f"proto-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
+    dlq = f"{topic}.dlq"
+    create_topic(stack.bootstrap, dlq, partitions=1)
     producer = FramedProducer(stack, topic)
     common_subject = f"{topic}-shop.common"
     producer.register(common_subject, Schema(COMMON, "PROTOBUF"))
@@ -171,7 +186,7 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
                                                  b"\x00"), proto_order(v1, i, 1))
     producer.send(b"corrupt", framed(v1_id, b"\x0a\xff\xff\xff", b"\x00"))
     producer.flush()
-    config = job_config(stack, tmp_path, topic, fmt="protobuf")
+    config = job_config(stack, tmp_path, topic, fmt="protobuf", dead_letter=dlq)
     query = start(config, spark)
     try:
         wait_for_rows(config, 31)
@@ -234,6 +249,7 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
     assert [f.name for f in value_type.fields] == [
         "id", "customer", "status", "lines", "tags", "at", "big", "note", "discount"]
     assert str(value_type.field_by_name("customer").field_type) == "string"
+    assert_dead_lettered(stack, dlq, by_key, {"corrupt", "v3"})
 
 
 MONEY = {"type": "object", "properties": {"currency": {"type": "string"},
@@ -292,6 +308,8 @@ def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_
         stack, spark, tmp_path, unique_name):
     topic = f"jsonschema-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
+    dlq = f"{topic}.dlq"
+    create_topic(stack.bootstrap, dlq, partitions=1)
     producer = FramedProducer(stack, topic)
     money_subject = f"{topic}-money"
     producer.register(money_subject, Schema(json.dumps(MONEY), "JSON"))
@@ -305,7 +323,7 @@ def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_
     producer.send(b"corrupt", framed(v1_id, b'{"id": "not a number"'))
     producer.send(b"plain", json.dumps(json_order(7, 1)).encode(), json_order(7, 1))
     producer.flush()
-    config = job_config(stack, tmp_path, topic, fmt="json")
+    config = job_config(stack, tmp_path, topic, fmt="json", dead_letter=dlq)
     query = start(config, spark)
     try:
         wait_for_rows(config, 32)
@@ -356,3 +374,4 @@ def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_
     value_type = load_table(config).schema().find_field("value").field_type
     assert [f.name for f in value_type.fields] == [
         "id", "customer", "status", "lines", "tags", "at", "note", "discount"]
+    assert_dead_lettered(stack, dlq, by_key, {"corrupt", "v3"})
