@@ -51,7 +51,7 @@ class BatchLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if message.startswith('{"event": "floe.batch"'):
-            self.batches.append(json.loads(message))
+            self.batches.append({**json.loads(message), "at": time.monotonic()})
 
 
 def session(driver_memory: str):
@@ -93,6 +93,7 @@ def floe_config(args: argparse.Namespace, fmt: str):
         "commit": {"intervalSeconds": args.interval,
                    "maxRecordsPerCommit": args.max_records_per_commit},
         "checkpointLocation": str(work / "checkpoint"),
+        "maintenance": {"expireWhileCommitting": bool(args.expire)},
     })
 
 
@@ -233,6 +234,21 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         assert time.monotonic() < deadline and query.isActive, "the job did not catch up"
         time.sleep(1)
     query.stop()
+    written = [b for b in batches.batches if b["rows"]]
+    result = {"sent": sent, "producing_seconds": producing_seconds, "rate": args.rate,
+              "interval_seconds": args.interval, "commits": len(written),
+              "snapshots_per_hour": len(written) / producing_seconds * 3600,
+              "batch_seconds_mean": float(np.mean([b["seconds"] for b in written])),
+              "batch_seconds_p99": float(np.percentile([b["seconds"] for b in written], 99)),
+              "stats_seconds_mean": float(np.mean([b["stats_seconds"] for b in written])),
+              "write_seconds_mean": float(np.mean([b["write_seconds"] for b in written])),
+              "commit_seconds_mean": float(np.mean([b["commit_seconds"] for b in written])),
+              "commit_over_batch": (sum(b["commit_seconds"] for b in written)
+                                    / sum(b["seconds"] for b in written)),
+              **metadata_growth(table, written),
+              "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
+    if not args.latency:  # snapshots may have expired: commit times are no longer all there
+        return result
 
     # (visible ms, next offsets) of every floe snapshot, oldest first.  A snapshot is visible
     # once main points at it: the fast-forward's entry in main's snapshot log, a little after
@@ -259,23 +275,32 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         at = np.array([c[0] for c in commits])
         mine = partition == p
         latency_ms[mine] = at[np.searchsorted(ends, offset[mine], side="right")] - produced_ms[mine]
-    written = [b for b in batches.batches if b["rows"]]
-    return {"rows": len(offset), "sent": sent, "producing_seconds": producing_seconds,
-            "rate": args.rate, "interval_seconds": args.interval,
+    return {**result, "rows": len(offset),
             "freshness_p50_seconds": float(np.percentile(latency_ms, 50)) / 1000,
             "freshness_p99_seconds": float(np.percentile(latency_ms, 99)) / 1000,
             "freshness_max_seconds": float(latency_ms.max()) / 1000,
-            "commits": len(written),
-            "snapshots_per_hour": len(written) / producing_seconds * 3600,
-            "data_files_per_hour": data_files / producing_seconds * 3600,
-            "batch_seconds_mean": float(np.mean([b["seconds"] for b in written])),
-            "batch_seconds_p99": float(np.percentile([b["seconds"] for b in written], 99)),
-            "stats_seconds_mean": float(np.mean([b["stats_seconds"] for b in written])),
-            "write_seconds_mean": float(np.mean([b["write_seconds"] for b in written])),
-            "commit_seconds_mean": float(np.mean([b["commit_seconds"] for b in written])),
-            "commit_over_batch": (sum(b["commit_seconds"] for b in written)
-                                  / sum(b["seconds"] for b in written)),
-            "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
+            "data_files_per_hour": data_files / producing_seconds * 3600}
+
+
+def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table's metadata at the end (its metadata.json's size, snapshots kept) and how the
+    commit time per batch moved over the run: the means of its first and last tenth, and the
+    slope of a least-squares line through every batch's commit time (ms per hour)."""
+    import numpy as np
+
+    hours = (np.array([b["at"] for b in batches]) - batches[0]["at"]) / 3600
+    commit_ms = np.array([b["commit_seconds"] for b in batches]) * 1000
+    tenth = max(1, len(batches) // 10)
+    slope = float(np.polyfit(hours, commit_ms, 1)[0]) if len(batches) > 2 else None
+    path = table.metadata_location.removeprefix("file://").removeprefix("file:")
+    return {"metadata_json_bytes": os.path.getsize(path),
+            "snapshots_kept": len(table.snapshots()),
+            "expired_snapshots": sum(b.get("expired_snapshots", 0) for b in batches),
+            "expire_seconds_mean": float(np.mean([b.get("expire_seconds", 0.0)
+                                                  for b in batches])),
+            "commit_ms_first_tenth": float(commit_ms[:tenth].mean()),
+            "commit_ms_last_tenth": float(commit_ms[-tenth:].mean()),
+            "commit_ms_slope_per_hour": slope}
 
 
 MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_spark_sink,
@@ -295,6 +320,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=300, help="freshness: producing time")
     parser.add_argument("--rate", type=int, default=2000, help="freshness: records per second")
     parser.add_argument("--schema-id", type=int, default=0, help="freshness: the value schema id")
+    parser.add_argument("--latency", type=int, default=1,
+                        help="freshness: measure each record's latency (0: only the commits)")
+    parser.add_argument("--expire", type=int, default=1,
+                        help="freshness: the job expires snapshots as it commits (0: never)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     result = MODES[args.mode](args)

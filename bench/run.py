@@ -9,6 +9,9 @@ comparison inside one run, and records the results.
              for values of about 100 bytes and about 1 KB (8 partitions); peak driver memory;
 * freshness: produce-to-committed-snapshot p50 and p99 at commit intervals of 10 s and 60 s,
              with commit time over batch time and snapshots and data files per hour;
+* metadata:  the job at commit intervals of 10 s and 2 s for an hour each: metadata.json size,
+             snapshots kept and commit time per batch over the run (``--no-expiry``: the same
+             with snapshots never expired, what the job did before it expired them itself);
 * operator:  10, 100 and 500 resources on the real API server (bench/operator_scale.py).
 
 Writes ``bench/results/latest.json`` (sections not run keep their previous figures) and the
@@ -104,22 +107,46 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
     return results
 
 
+def steady_run(env: dict[str, str], work: Path, kind: str, interval: int, seconds: int,
+               rate: int, **options: Any) -> dict[str, Any]:
+    """The floe job on its trigger (``freshness`` consumer) over a topic of its own while
+    ``rate`` records of ~100 B arrive per second for ``seconds``."""
+    topic = f"bench-{kind}-{interval}-{uuid.uuid4().hex[:6]}"
+    workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
+    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
+                                  workload.SMALL)
+    log(f"{kind} at a {interval}s commit interval: {rate} records/s for {seconds}s")
+    return consume("freshness", topic, work / topic, env, interval=interval, seconds=seconds,
+                   rate=rate, schema_id=schema_id, size=100, **options)
+
+
 def freshness(env: dict[str, str], work: Path, seconds: dict[int, int], rate: int) -> dict:
     results: dict[str, Any] = {}
     for interval, produce_for in seconds.items():
-        topic = f"bench-fresh-{interval}-{uuid.uuid4().hex[:6]}"
-        workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
-        schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                      workload.SMALL)
-        log(f"freshness at a {interval}s commit interval: {rate} records/s for {produce_for}s")
-        result = consume("freshness", topic, work / topic, env, interval=interval,
-                         seconds=produce_for, rate=rate, schema_id=schema_id, size=100)
+        result = steady_run(env, work, "fresh", interval, produce_for, rate)
         result["p99_over_interval"] = round(result["freshness_p99_seconds"] / interval, 3)
         result["driver_peak_rss_mib"] = round((result["peak_rss_jvm"]
                                                + result["peak_rss_python"]) / 2**20)
         results[f"interval_{interval}s"] = result
         log(f"freshness at {interval}s: p50 {result['freshness_p50_seconds']:.1f}s, "
             f"p99 {result['freshness_p99_seconds']:.1f}s")
+    return results
+
+
+def metadata(env: dict[str, str], work: Path, seconds: dict[int, int], rate: int,
+             expire: bool) -> dict:
+    """The job on its trigger for a long while at short commit intervals: the metadata.json
+    each commit rewrites, the snapshots kept and the commit time per batch over the run
+    (``expire``: the job expires snapshots as it commits)."""
+    results: dict[str, Any] = {}
+    for interval, produce_for in seconds.items():
+        result = steady_run(env, work, "meta", interval, produce_for, rate, latency=0,
+                            expire=int(expire))
+        results[f"interval_{interval}s"] = result
+        log(f"metadata at {interval}s: {result['commits']} commits, metadata.json "
+            f"{result['metadata_json_bytes']:,} B, {result['snapshots_kept']} snapshots, "
+            f"commit {result['commit_ms_first_tenth']:.0f} → {result['commit_ms_last_tenth']:.0f}"
+            f" ms (slope {result['commit_ms_slope_per_hour']:.0f} ms/h)")
     return results
 
 
@@ -163,6 +190,12 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=2000, help="freshness: records per second")
     parser.add_argument("--freshness-seconds", default="10:180,60:600",
                         help="interval:producing seconds, for each commit interval")
+    parser.add_argument("--metadata-seconds", default="10:3600,2:3600",
+                        help="metadata: interval:producing seconds, for each commit interval")
+    parser.add_argument("--metadata-rate", type=int, default=200,
+                        help="metadata: records per second")
+    parser.add_argument("--no-expiry", action="store_true",
+                        help="metadata: the job never expires snapshots (the before figures)")
     parser.add_argument("--operator-sizes", default="10,100,500")
     parser.add_argument("--operator-timeout", type=float, default=1200)
     args = parser.parse_args()
@@ -186,6 +219,11 @@ def main() -> int:
         plan = {int(i): int(s) for i, s in (p.split(":") for p in args.freshness_seconds.split(","))}
         results["freshness"] = freshness(env, work, plan, args.rate)
         results["runs"]["freshness"] = stamp
+    if "metadata" in sections:
+        plan = {int(i): int(s) for i, s in (p.split(":") for p in args.metadata_seconds.split(","))}
+        key = "metadata_without_expiry" if args.no_expiry else "metadata"
+        results[key] = metadata(env, work, plan, args.metadata_rate, not args.no_expiry)
+        results["runs"][key] = stamp
     if "operator" in sections:
         import operator_scale
 
@@ -256,6 +294,23 @@ def write_readme(results: dict[str, Any]) -> None:
                 f"| {entry['p99_over_interval']} | {entry['batch_seconds_mean']:.1f} s | "
                 f"{entry['commit_over_batch']:.2f} | {entry['snapshots_per_hour']:.0f} | "
                 f"{entry['data_files_per_hour']:.0f} | {entry['driver_peak_rss_mib']} MiB |")
+    runs = [(label, entry) for key, label in (("metadata_without_expiry", "never expired"),
+                                              ("metadata", "expired as the job commits"))
+            for entry in results.get(key, {}).values()]
+    if runs:
+        lines += ["", "Metadata at short commit intervals (the job on its trigger, commit time "
+                  "per batch over the run):", "",
+                  "| commit interval | snapshots | run | commits | metadata.json | snapshots kept"
+                  " | commit, first tenth | commit, last tenth | slope | expiry per batch |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for label, entry in sorted(runs, key=lambda r: (-r[1]["interval_seconds"], r[0])):
+            lines.append(
+                f"| {entry['interval_seconds']} s | {label} | "
+                f"{entry['producing_seconds'] / 60:.0f} min | {entry['commits']} | "
+                f"{entry['metadata_json_bytes'] / 1024:,.0f} KiB | {entry['snapshots_kept']} | "
+                f"{entry['commit_ms_first_tenth']:.0f} ms | {entry['commit_ms_last_tenth']:.0f} ms"
+                f" | {entry['commit_ms_slope_per_hour']:+.0f} ms/h | "
+                f"{entry['expire_seconds_mean'] * 1000:.0f} ms |")
     operator = {k: v for k, v in results.get("operator", {}).items() if k.isdigit()}
     if operator:
         lines += ["", "Operator on the real API server (SparkApplications not executed):", "",

@@ -169,7 +169,9 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
         "targetFileSizeBytes": size_bytes(maintenance.compaction.target_file_size),
         "minInputFiles": maintenance.compaction.min_input_files,
         "retainLast": maintenance.expire_snapshots.retain_last,
-        "maxSnapshotAgeSeconds": duration_seconds(maintenance.expire_snapshots.max_age),
+        "maxSnapshotAgeSeconds": (duration_seconds(maintenance.expire_snapshots.max_age)
+                                  if maintenance.expire_snapshots.max_age else None),
+        "expireWhileCommitting": maintenance.expire_snapshots.enabled,
         "orphanOlderThanSeconds": duration_seconds(maintenance.remove_orphans.older_than),
     }
     return parse_config(data)
@@ -194,10 +196,16 @@ def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
     return [{"name": ref.name, "path": path} for ref, path in refs if ref is not None]
 
 
+MAINTENANCE_ONLY = {"target_file_size_bytes", "min_input_files", "orphan_older_than_seconds",
+                    "max_attempts"}
+
+
 def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
-    """What the running job depends on: its config without the maintenance settings, and the
-    application. The job is restarted when this changes, not on every spec change."""
-    config = job_config(topic, settings).model_dump(mode="json", exclude={"maintenance", "generation"})
+    """What the running job depends on: its config without the settings only maintenance
+    runs use, and the application. The job is restarted when this changes, not on every spec
+    change (the job expires snapshots itself, so their retention is among what it uses)."""
+    config = job_config(topic, settings).model_dump(mode="json", exclude={
+        "generation": True, "maintenance": MAINTENANCE_ONLY})
     app = spark_application(topic, settings, fingerprint="")["spec"]
     text = json.dumps([config, app], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

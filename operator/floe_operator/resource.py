@@ -208,7 +208,7 @@ class RouteSpec(_Model):
             "Debezium's <topic>-<record name> subjects."))
 
 
-def _duration(default: str, description: str, bound: str = "", message: str = "") -> Any:
+def _duration(default: str | None, description: str, bound: str = "", message: str = "") -> Any:
     """A duration field; ``bound`` (for example ``<= 86400.0``, in seconds) is checked by a CEL
     rule on the API server."""
     # Not checked when the pattern already refused the value (CEL runs either way).
@@ -316,9 +316,11 @@ class CompactionSpec(_MaintenanceAction):
 class ExpireSnapshotsSpec(_MaintenanceAction):
     schedule: str = Field("43 3 * * *", pattern=CRON, description="Cron schedule (UTC).")
     retain_last: int = Field(100, ge=1, le=100_000, description="Snapshots always kept.")
-    max_age: str = _duration("7d", "Older snapshots expire (never the newest one floe wrote, "
-                                   "which holds the offsets); at least 1m.",
-                             ">= 60.0", "expireSnapshots.maxAge must be at least 1m")
+    max_age: str | None = _duration(
+        None, "Older snapshots expire (never the newest one floe wrote, which holds the "
+              "offsets); at least 1m. Default: retainLast commit intervals, so that the table "
+              "keeps about retainLast commits and its metadata stays small at any interval.",
+        ">= 60.0", "expireSnapshots.maxAge must be at least 1m")
 
 
 ORPHANS_AT_LEAST_AN_HOUR = ("must be at least 1h: a younger unreferenced file may belong to a "

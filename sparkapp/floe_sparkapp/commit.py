@@ -299,6 +299,25 @@ class BranchCommitter:
         raise CommitConflict(f"the table kept changing while moving main to the batch "
                              f"({attempts} attempts)")
 
+    def expire_snapshots(self, older_than_ms: int, retain_last: int) -> int:
+        """Expires the snapshots older than ``older_than_ms`` but the newest ``retain_last`` of
+        ``main``, and the files only they held, once the table has more than a tenth of
+        ``retain_last`` (at least one) such snapshots beyond ``retain_last``: run after each
+        commit, it keeps the table's metadata, which every commit rewrites, the same size.
+
+        Refs keep their snapshots: the writer's offsets tag keeps the newest floe snapshot.
+        Returns how many snapshots went (0 when none was due)."""
+        table = self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, self.table_ref)
+        snapshots = table.operations().current().snapshots()
+        count = snapshots.size()
+        # The oldest snapshot comes first: when it is not due, none is.
+        if count <= retain_last + max(1, retain_last // 10) or \
+                snapshots.get(0).timestampMillis() >= older_than_ms:
+            return 0
+        table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).commit()
+        return count - table.operations().current().snapshots().size()
+
     def _drop(self, branch: str) -> None:
         for _ in range(5):
             try:

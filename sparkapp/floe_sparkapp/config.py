@@ -197,8 +197,12 @@ class MaintenanceConfig(_Model):
     min_input_files: int = Field(5, ge=2, description="compaction: rewrite a file group only "
                                                       "when it has at least this many files")
     retain_last: int = Field(100, ge=1, description="expire-snapshots: snapshots always kept")
-    max_snapshot_age_seconds: int = Field(7 * 86_400, ge=60,
-                                          description="expire-snapshots: older ones expire")
+    max_snapshot_age_seconds: int | None = Field(
+        None, ge=60, description="expire-snapshots: older ones expire (none: those older than "
+                                 "retain_last commit intervals, see JobConfig.snapshot_max_age)")
+    expire_while_committing: bool = Field(
+        True, description="the streaming job itself expires snapshots past the retention as "
+                          "it commits, so that the table's metadata stays the same size")
     orphan_older_than_seconds: int = Field(3 * 86_400, ge=3_600,
                                            description="remove-orphans: only older files go")
     max_attempts: int = Field(5, ge=1, le=50,
@@ -263,6 +267,14 @@ class JobConfig(_Model):
                 "table": route.table, "value": _with_subject(self.value, route.subject),
                 "key": _with_subject(self.key, route.key_subject), "routes": ()}))
         return tables
+
+    @property
+    def snapshot_max_age_seconds(self) -> int:
+        """Snapshots older than this may expire: ``maintenance.maxSnapshotAgeSeconds``, or by
+        default ``retainLast`` commit intervals, so that a table keeps about ``retainLast``
+        commits whatever its interval (and its metadata the same size)."""
+        return (self.maintenance.max_snapshot_age_seconds
+                or self.maintenance.retain_last * self.commit.interval_seconds)
 
     @property
     def consumer_group(self) -> str:

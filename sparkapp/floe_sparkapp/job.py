@@ -291,6 +291,8 @@ class BatchWriter:
                 "stats_seconds": round(stats_seconds, 3),
                 "write_seconds": round(sum(o["write_seconds"] for o in outcomes), 3),
                 "commit_seconds": round(sum(o["commit_seconds"] for o in outcomes), 3),
+                "expired_snapshots": sum(o.get("expired", 0) for o in outcomes),
+                "expire_seconds": round(sum(o.get("expire_seconds", 0.0) for o in outcomes), 3),
                 **({"tables": {t.config.table.identifier: o["written"]
                                for t, o in zip(self.tables, outcomes)}}
                    if self.config.routes else {}),

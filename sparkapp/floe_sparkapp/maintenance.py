@@ -88,7 +88,7 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
 def expire_snapshots(spark: Any, config: JobConfig, table: Any,
                      now: dt.datetime) -> dict[str, Any]:
     settings = config.maintenance
-    older_than = now - dt.timedelta(seconds=settings.max_snapshot_age_seconds)
+    older_than = now - dt.timedelta(seconds=config.snapshot_max_age_seconds)
     newest = last_commit(table, config.writer, config.kafka.topic).snapshot_id
     if newest is not None:  # keep the newest floe snapshot and everything after it
         older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))

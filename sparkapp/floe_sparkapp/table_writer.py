@@ -296,4 +296,19 @@ class TableWriter:
             outcome["offsets"] = offsets
 
         outcome["conflicts"] = commit_with_retries(attempt)
+        if "offsets" in outcome and self.config.maintenance.expire_while_committing:
+            self._expire(outcome)
         return outcome
+
+    def _expire(self, outcome: dict[str, Any]) -> None:
+        """Expires the snapshots past the retention (``expireSnapshots``) after a commit; a
+        failure only delays it to a later batch (or the maintenance CronJob)."""
+        started = time.monotonic()
+        older_than_ms = int((time.time() - self.config.snapshot_max_age_seconds) * 1000)
+        try:
+            outcome["expired"] = self.committer.expire_snapshots(
+                older_than_ms, self.config.maintenance.retain_last)
+        except Exception as error:  # noqa: BLE001 - the commit stands; expiry comes again
+            log.warning("could not expire the snapshots of %s: %s", self.table_name,
+                        str(error).splitlines()[0][:500])
+        outcome["expire_seconds"] = time.monotonic() - started

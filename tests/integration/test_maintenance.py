@@ -148,6 +148,45 @@ def test_aggressive_expiry_keeps_the_offsets_and_exactly_once_survives_a_lost_ch
     assert_exactly_once(table_rows(config), producer.sent)
 
 
+def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
+        stack, spark, tmp_path, topic):
+    """With a short interval the job keeps the table at about retainLast commits (by default
+    those older than retainLast intervals expire): the metadata every commit rewrites stays
+    small, the manifest lists of expired snapshots are deleted, and the offsets stay."""
+    from floe_sparkapp.commit import offsets_tag
+
+    producer = AvroProducer(stack, topic)
+    config = config_with(stack, tmp_path, topic, retain_last=3)  # interval 1 s: 3 s
+    assert config.snapshot_max_age_seconds == 3
+    query = start(config, spark, query_name="expiring_while_committing")
+    try:
+        for batch in range(12):
+            produce_old(producer, batch * 10, 10)
+            wait_for_rows(config, (batch + 1) * 10, query=query)
+        time.sleep(config.snapshot_max_age_seconds + 1)  # all but the next one are due then
+        produce_old(producer, 120, 10)
+        wait_for_rows(config, 130, query=query)
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    table = load_table(config)
+    kept = table.snapshots()
+    # 13 commits; past retainLast, expiry waits for a tenth of it (at least one) more.
+    assert 3 <= len(kept) <= 4, [(s.snapshot_id, s.timestamp_ms) for s in kept]
+    newest = last_commit(table, config.writer).snapshot_id
+    assert newest == table.current_snapshot().snapshot_id
+    assert table.refs()[offsets_tag(config.writer)].snapshot_id == newest
+    metadata = Path(table.metadata_location.removeprefix("file:")).parent
+    assert sorted(p.name for p in metadata.glob("snap-*.avro")) == sorted(
+        Path(s.manifest_list).name for s in kept)
+
+    shutil.rmtree(config.checkpoint_location)  # the offsets come from the table
+    produce_old(producer, 130, 10)
+    run(config, spark, available_now=True, timeout=600)
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
 @pytest.mark.faults
 def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
         stack, spark, tmp_path, topic):

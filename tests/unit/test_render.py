@@ -179,10 +179,30 @@ def test_only_a_change_the_job_depends_on_restarts_it():
     base = job_fingerprint(Topic.from_body(BODY), settings)
     maintenance = Topic.from_body(with_spec(maintenance={"compaction": {"schedule": "@daily"}}))
     assert job_fingerprint(maintenance, settings) == base
+    removed = Topic.from_body(with_spec(maintenance={"removeOrphans": {"olderThan": "1d"}}))
+    assert job_fingerprint(removed, settings) == base
+    # The job expires snapshots as it commits: their retention is the job's too.
+    retention = Topic.from_body(with_spec(maintenance={"expireSnapshots": {"retainLast": 20}}))
+    assert job_fingerprint(retention, settings) != base
     interval = Topic.from_body(with_spec(commit={"interval": "10s"}))
     assert job_fingerprint(interval, settings) != base
     assert spark_application(interval, settings)["metadata"]["annotations"][
         "floe.dev/job-fingerprint"] == job_fingerprint(interval, settings)
+
+
+@pytest.mark.parametrize("interval, expire, age, expiring", [
+    ("10s", {}, 100 * 10, True),  # by default: retainLast commit intervals
+    ("2s", {"retainLast": 30}, 30 * 2, True),
+    ("1m", {"maxAge": "7d"}, 7 * 86_400, True),
+    ("10s", {"enabled": False}, 100 * 10, False),
+])
+def test_snapshots_expire_past_retain_last_commit_intervals_unless_max_age_is_set(
+        interval, expire, age, expiring):
+    topic = Topic.from_body(with_spec(commit={"interval": interval},
+                                      maintenance={"expireSnapshots": expire}))
+    config = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
+    assert config.snapshot_max_age_seconds == age
+    assert config.maintenance.expire_while_committing is expiring
 
 
 def test_orphans_younger_than_an_hour_are_never_a_valid_threshold():
