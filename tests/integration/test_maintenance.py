@@ -158,10 +158,12 @@ def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
     producer = AvroProducer(stack, topic)
     config = config_with(stack, tmp_path, topic, retain_last=3)  # interval 1 s: 3 s
     assert config.snapshot_max_age_seconds == 3
+    produce_old(producer, 0, 10)  # the job starts from the subject's registered schema
     query = start(config, spark, query_name="expiring_while_committing")
     try:
         for batch in range(12):
-            produce_old(producer, batch * 10, 10)
+            if batch:
+                produce_old(producer, batch * 10, 10)
             wait_for_rows(config, (batch + 1) * 10, query=query)
         time.sleep(config.snapshot_max_age_seconds + 1)  # all but the next one are due then
         produce_old(producer, 120, 10)
