@@ -9,7 +9,9 @@ Modes, all reading the same topic from the beginning to the end offsets it had a
 * ``spark-parquet``: the same source into plain zstd Parquet files of its columns;
 * ``python``:    a plain confluent-kafka consumer, fastavro, pyarrow and a Parquet file;
 * ``freshness``: the floe job on a processing-time trigger while records arrive at a steady
-  rate; per record, the time from produce to the commit of the snapshot that holds it.
+  rate; per record, the time from produce to the commit of the snapshot that holds it;
+* ``kafka-connect``, ``kafka-connect-freshness``: the same two runs of the peer, the Apache
+  Iceberg sink on a Kafka Connect worker.
 
 Usage: python bench/consumers.py MODE --topic T --work DIR [...] (see ``bench/run.py``)
 """
@@ -261,7 +263,7 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         if (snapshot.summary or {}).get(WRITER) == config.writer:
             commits.append((max(snapshot.timestamp_ms, on_main.get(snapshot.snapshot_id, 0)),
                             {int(p): o for p, o in json.loads(snapshot.summary[OFFSETS]).items()}))
-            data_files += int(snapshot.summary.get("added-data-files", 0))
+            data_files += int(snapshot.summary.get("added-data-files") or 0)
         snapshot = (table.snapshot_by_id(snapshot.parent_snapshot_id)
                     if snapshot.parent_snapshot_id is not None else None)
     commits.reverse()
@@ -280,6 +282,261 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
             "freshness_p99_seconds": float(np.percentile(latency_ms, 99)) / 1000,
             "freshness_max_seconds": float(latency_ms.max()) / 1000,
             "data_files_per_hour": data_files / producing_seconds * 3600}
+
+
+# --- The peer: the Apache Iceberg sink on Kafka Connect -------------------------------------
+
+CONNECT_TABLE = "bench.kafka_connect"
+CONNECT_METADATA = "_kafka_metadata"  # KafkaMetadataTransform's prefix: _kafka_metadata_offset...
+
+
+class ConnectWorker:
+    """A standalone Kafka Connect worker (one JVM, the heap floe's driver gets) running the
+    Iceberg sink as its docs configure it for exactly once: a control topic of its own, the
+    coordinator committing every ``interval`` seconds, two tasks for two cores. Values go
+    through the registry's Avro converter; KafkaMetadataTransform adds each record's
+    partition, offset and timestamp (floe writes them too). The table lands in a SQLite JDBC
+    catalog on local files, as the floe job's in this benchmark."""
+
+    def __init__(self, args: argparse.Namespace, interval: int):
+        from hack.stack import provision
+
+        self.work = Path(args.work)
+        self.jars = provision.connect_jars()
+        # a connector (its consumer group) and a control topic of this run's own
+        self.name = f"iceberg-{args.topic}-{os.urandom(3).hex()}"
+        self.rest_port = _free_port()
+        bootstrap = os.environ["FLOE_KAFKA_BOOTSTRAP"]
+        registry = os.environ["FLOE_SCHEMA_REGISTRY_URL"].replace("/apis/ccompat/v7",
+                                                                  "/apis/registry/v2")
+        control = f"{self.name}-control"
+        workload.create_topic(bootstrap, control, partitions=1)
+        _properties(self.work / "worker.properties", {
+            "bootstrap.servers": bootstrap,
+            "listeners": f"http://127.0.0.1:{self.rest_port}",
+            "offset.storage.file.filename": self.work / "connect.offsets",
+            # An idle task calls the sink (which answers the coordinator) once per offset flush
+            # interval, 60 s by default: the last commit of a drained topic would wait for it.
+            "offset.flush.interval.ms": "1000",
+            "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+            # the registry's converter, reading the Confluent framing (4-byte content ids)
+            "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+            "value.converter.apicurio.registry.url": registry,
+            "value.converter.apicurio.registry.id-handler":
+                "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+            "value.converter.apicurio.registry.use-id": "contentId",
+            "consumer.auto.offset.reset": "earliest",
+            "consumer.isolation.level": "read_committed",
+        })
+        _properties(self.work / "connector.properties", {
+            "name": self.name,
+            "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
+            "tasks.max": "2",
+            "topics": args.topic,
+            "iceberg.tables": CONNECT_TABLE,
+            "iceberg.tables.auto-create-enabled": "true",
+            "iceberg.tables.evolve-schema-enabled": "true",
+            "iceberg.catalog": "bench",
+            "iceberg.catalog.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+            "iceberg.catalog.uri": f"jdbc:sqlite:{self.work / 'catalog.db'}",
+            "iceberg.catalog.warehouse": f"file://{self.work / 'warehouse'}",
+            "iceberg.control.topic": control,
+            "iceberg.control.commit.interval-ms": str(interval * 1000),
+            "iceberg.kafka.bootstrap.servers": bootstrap,
+            "transforms": "metadata",
+            "transforms.metadata.type":
+                "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
+        })
+        (self.work / "log4j2.properties").write_text(
+            "appender.out.type = Console\nappender.out.name = out\n"
+            "appender.out.layout.type = PatternLayout\n"
+            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+            "rootLogger.level = WARN\nrootLogger.appenderRef.out.ref = out\n"
+            "logger.commit.name = org.apache.iceberg.connect.channel\nlogger.commit.level = INFO\n")
+        self.process: Any = None
+
+    def start(self, heap: str) -> None:
+        import subprocess
+
+        # The namespace exists beforehand, as in any deployment: two tasks creating it at once
+        # on a fresh catalog collide (the table they create is the sink's own).
+        self.catalog().create_namespace(CONNECT_TABLE.split(".")[0])
+
+        self.log = open(self.work / "connect.log", "w")
+        self.process = subprocess.Popen(
+            ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+             f"-Dlog4j2.configurationFile={self.work / 'log4j2.properties'}",
+             "-cp", f"{self.jars}/*", "org.apache.kafka.connect.cli.ConnectStandalone",
+             str(self.work / "worker.properties"), str(self.work / "connector.properties")],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def tasks(self) -> list[str]:
+        """The states of the connector's tasks (none before its REST API is up); raises when
+        the worker exited or a task failed."""
+        import urllib.request
+
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the Connect worker exited ({self.process.returncode}): "
+                               + (self.work / "connect.log").read_text()[-3000:])
+        url = f"http://127.0.0.1:{self.rest_port}/connectors/{self.name}/status"
+        try:
+            status = json.load(urllib.request.urlopen(url, timeout=5))
+        except OSError:
+            return []
+        states = [t["state"] for t in status.get("tasks", [])]
+        if "FAILED" in states:
+            raise RuntimeError("a Connect task failed: " + "\n".join(
+                t.get("trace", "")[:2000] for t in status["tasks"] if t["state"] == "FAILED"))
+        return states
+
+    def wait_running(self, timeout: float = 300) -> None:
+        """Until both of the connector's tasks run."""
+        deadline = time.monotonic() + timeout
+        while self.tasks() != ["RUNNING", "RUNNING"]:
+            assert time.monotonic() < deadline, "the Connect worker did not start its tasks"
+            time.sleep(0.5)
+
+    def catalog(self):
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        return SqlCatalog("bench", uri=f"sqlite:///{self.work / 'catalog.db'}",
+                          warehouse=f"file://{self.work / 'warehouse'}")
+
+    def table(self):
+        """The sink's table, or None before the sink created it."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog().load_table(CONNECT_TABLE)
+        except NoSuchTableError:
+            return None
+
+    def wait_rows(self, rows: int, timeout: float):
+        """Polls the table until its current snapshot holds ``rows`` rows; the table."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.tasks()
+            table = self.table()
+            snapshot = table.current_snapshot() if table is not None else None
+            if snapshot is not None and int(snapshot.summary["total-records"]) >= rows:
+                return table
+            assert time.monotonic() < deadline, f"the sink did not land {rows} rows"
+            time.sleep(0.25)
+
+    def stop(self) -> int:
+        """Stops the worker; its peak resident set, bytes."""
+        peak = peak_rss(self.process.pid)
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except Exception:
+            self.process.kill()
+        self.log.close()
+        return peak
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _properties(path: Path, values: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
+
+
+def _end_offsets(topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": os.environ["FLOE_KAFKA_BOOTSTRAP"],
+                         "group.id": f"bench-ends-{os.getpid()}"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(workload.PARTITIONS)}
+    finally:
+        consumer.close()
+
+
+def _lineage(table, snapshot_id: int | None = None):
+    """(partition, offset, timestamp ms) numpy arrays of the rows the sink wrote."""
+    import numpy as np
+
+    names = [f"{CONNECT_METADATA}_{f}" for f in ("partition", "offset", "timestamp")]
+    rows = table.scan(selected_fields=tuple(names), snapshot_id=snapshot_id).to_arrow()
+    partition, offset, stamp = (rows.column(n).combine_chunks() for n in names)
+    if str(stamp.type).startswith("timestamp"):
+        stamp = stamp.cast("int64")  # microseconds
+        return (np.asarray(partition), np.asarray(offset), np.asarray(stamp) // 1000)
+    return np.asarray(partition), np.asarray(offset), np.asarray(stamp)
+
+
+def run_kafka_connect(args: argparse.Namespace) -> dict[str, Any]:
+    """The peer over the whole topic: rows/s from the worker's start (JVM included, as for the
+    Spark consumers) to the commit that holds the last record; every record exactly once."""
+    import numpy as np
+
+    ends = _end_offsets(args.topic)
+    records = sum(ends.values())
+    worker = ConnectWorker(args, args.interval)
+    started = time.time()
+    worker.start(args.driver_memory)
+    try:
+        table = worker.wait_rows(records, timeout=records / 2000 + 600)
+        seconds = table.current_snapshot().timestamp_ms / 1000 - started
+    finally:
+        peak = worker.stop()
+    partition, offset, _ = _lineage(table)
+    distinct = len(np.unique(partition.astype(np.int64) * 2**40 + offset))
+    assert len(offset) == records == distinct, (len(offset), records, distinct)
+    return {"rows": len(offset), "seconds": seconds, "commits": len(table.snapshots()),
+            "peak_rss_jvm": peak, "peak_rss_python": 0}
+
+
+def run_kafka_connect_freshness(args: argparse.Namespace) -> dict[str, Any]:
+    """The peer on its commit interval while records arrive at a steady rate; per record, the
+    time from produce to the commit of the snapshot that first holds it, as for floe."""
+    import numpy as np
+
+    worker = ConnectWorker(args, args.interval)
+    worker.start(args.driver_memory)
+    try:
+        worker.wait_running()
+        values = workload.value_pool(args.schema_id, args.size)
+        producer = workload.SteadyProducer(os.environ["FLOE_KAFKA_BOOTSTRAP"], args.topic,
+                                           values, args.rate)
+        producing_from = time.time()
+        producer.start()
+        time.sleep(args.seconds)
+        sent = producer.stop()
+        producing_seconds = time.time() - producing_from
+        table = worker.wait_rows(sent, timeout=3 * args.interval + 120)
+    finally:
+        peak = worker.stop()
+    # Each commit holds, per partition, the records up to some offset: the first snapshot
+    # whose rows reach a record's offset on its partition is the one that made it visible.
+    snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+    reached = []
+    for snapshot in snapshots:
+        partition, offset, _ = _lineage(table, snapshot.snapshot_id)
+        reached.append({int(p): int(offset[partition == p].max()) for p in np.unique(partition)})
+    partition, offset, produced_ms = _lineage(table)
+    assert len(offset) == sent, (len(offset), sent)
+    latency_ms = np.empty(len(offset), dtype=np.int64)
+    at = np.array([s.timestamp_ms for s in snapshots])
+    for p in np.unique(partition):
+        ends = np.array([r.get(int(p), -1) for r in reached])
+        mine = partition == p
+        latency_ms[mine] = at[np.searchsorted(ends, offset[mine], side="left")] - produced_ms[mine]
+    return {"sent": sent, "rows": len(offset), "producing_seconds": producing_seconds,
+            "rate": args.rate, "interval_seconds": args.interval, "commits": len(snapshots),
+            "snapshots_per_hour": len(snapshots) / producing_seconds * 3600,
+            "freshness_p50_seconds": float(np.percentile(latency_ms, 50)) / 1000,
+            "freshness_p99_seconds": float(np.percentile(latency_ms, 99)) / 1000,
+            "freshness_max_seconds": float(latency_ms.max()) / 1000,
+            "peak_rss_jvm": peak, "peak_rss_python": 0}
 
 
 def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -305,7 +562,8 @@ def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_spark_sink,
          "spark-parquet": run_spark_sink, "python": run_python,
-         "freshness": run_freshness}
+         "freshness": run_freshness, "kafka-connect": run_kafka_connect,
+         "kafka-connect-freshness": run_kafka_connect_freshness}
 
 
 def main() -> int:

@@ -98,5 +98,11 @@ def rest_catalog_jars_dir() -> Path:
     return CACHE / "jars" / f"rest-catalog-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
 
 
+def connect_jars_dir() -> Path:
+    """The benchmark's peer: Kafka Connect with the Iceberg sink (``hack/maven/connect``)."""
+    pom = HACK / "maven" / "connect" / "pom.xml"
+    return CACHE / "jars" / f"connect-{kafka_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
+
+
 def registry_dir() -> Path:
     return CACHE / "registry" / f"apicurio-{APICURIO_VERSION}-{source_hash(HACK / 'registry')}"

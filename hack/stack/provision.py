@@ -164,6 +164,14 @@ def rest_catalog_jars() -> None:
                 "REST catalog")
 
 
+def connect_jars() -> Path:
+    """Kafka Connect and the Iceberg sink, for the benchmark's peer (resolved on first use, not
+    by provisioning: nothing else runs them)."""
+    _maven_copy(paths.HACK / "maven" / "connect" / "pom.xml", paths.connect_jars_dir(),
+                "Kafka Connect")
+    return paths.connect_jars_dir()
+
+
 def floe_jvm() -> None:
     """Builds floe's jar (sparkapp/jvm) against the jars Spark runs it with."""
     target = paths.floe_jvm_dir()
