@@ -10,12 +10,23 @@ A batch is committed like this:
 
 1. read the newest floe snapshot of this writer on ``main`` (snapshot S, offsets O);
 2. drop the batch's rows below O (a replayed batch becomes a no-op);
-3. create a branch at ``main``'s current snapshot M and append the rows there (snapshot B);
-4. in one metadata commit, a compare-and-set on ``main``: move ``main`` from M to B, move the
-   writer's tag (``floe_offsets_<digest of writer>``) to B and drop the branch.  When
-   ``main`` is no longer at M (a second, zombie writer committed, maintenance did, or a user
-   rolled it back), the branch is dropped and the batch starts over from step 1, so rows
-   another writer committed are never written twice and a rollback is never undone.
+3. write the rows' data files without committing them (:meth:`BranchCommitter.stage`: Spark
+   writes them as Iceberg's file rewrites do, and hands the files back instead of committing);
+4. in one metadata commit, a compare-and-set on ``main``: add a snapshot B appending those
+   files on top of ``main``'s snapshot M, with the summary above, move ``main`` from M to B
+   and the writer's tag (``floe_offsets_<digest of writer>``) to B.  When ``main`` is no
+   longer at M (a second, zombie writer committed, maintenance did, or a user rolled it back),
+   the files are deleted and the batch starts over from step 1, so rows another writer
+   committed are never written twice and a rollback is never undone.
+
+The files are written before the summary is made, so the batch is read from Kafka once: the
+summary's valid-through timestamp and the writer schema ids found are counted while the files
+are written (a schema id the batch was not decoded for sends it back to step 1, decoded for
+it).  A killed batch leaves files no snapshot refers to, for ``remove_orphan_files``.
+
+An upsert or cdc batch changes rows that are already in the table (a merge), which Spark
+commits itself: its step 3 creates a branch at M and merges there (snapshot B), and its step 4
+moves ``main`` and the tag to B and drops the branch, in one compare-and-set as above.
 
 The tag keeps the newest floe snapshot from expiry: after a compaction on top of it and an
 ``expire_snapshots(retain_last => 1)`` by anyone, ``main``'s ancestry still reaches it, so the
@@ -197,9 +208,39 @@ def _is_conflict(error: Exception) -> bool:
     return "CommitFailedException" in text or "ValidationException" in text
 
 
+def _table_cache(spark: Any) -> Any:
+    """Iceberg's ``SparkTableCache.get()``, through reflection: py4j cannot call a static
+    method that shares its name with an instance method (``get(String)``)."""
+    gateway = spark.sparkContext._gateway
+    jvm = spark._jvm
+    cls = jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(
+        "org.apache.iceberg.spark.SparkTableCache")
+    method = cls.getMethod("get", gateway.new_array(jvm.java.lang.Class, 0))
+    return method.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
+
+
+def _maybe_committed(error: Exception) -> bool:
+    """Whether a failed commit may have landed all the same (the catalog did not answer): its
+    files must then stay."""
+    return "CommitStateUnknownException" in str(error)
+
+
+@dataclass
+class Staged:
+    """Data files written by :meth:`BranchCommitter.stage` that no snapshot refers to yet."""
+
+    table: Any  # the Iceberg table (Java) they were written for
+    files: list[Any]  # its DataFiles
+
+    @property
+    def records(self) -> int:
+        return sum(int(f.recordCount()) for f in self.files)
+
+
 @dataclass
 class BranchCommitter:
-    """Commits a DataFrame to ``main`` through a branch and a compare-and-set (module doc)."""
+    """Commits a DataFrame to ``main`` with a compare-and-set (module doc): appended rows as
+    staged data files, an upsert's changes through a branch."""
 
     spark: Any
     catalog_name: str
@@ -257,6 +298,117 @@ class BranchCommitter:
             outcome["applied"] = applied
         return outcome
 
+    def append(self, rows: Any, base_snapshot_id: int,
+               summary: Callable[[], dict[str, str]]) -> dict[str, float]:
+        """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
+        written (:meth:`stage`), then ``summary`` makes the snapshot's summary (it may raise to
+        send the batch back: the files are deleted) and :meth:`publish` commits them; raises
+        CommitConflict when ``main`` is no longer at ``base_snapshot_id``.  Returns the seconds
+        spent writing the files and committing them."""
+        started = time.monotonic()
+        staged = self.stage(rows)
+        write_seconds = time.monotonic() - started
+        try:
+            properties = summary()
+            self.publish(staged, base_snapshot_id, properties)
+        except CommitConflict:
+            self.discard(staged)
+            raise
+        except Exception as error:
+            if _is_conflict(error) or not _maybe_committed(error):
+                self.discard(staged)
+            if _is_conflict(error):
+                raise CommitConflict(str(error).splitlines()[0][:500]) from None
+            raise
+        return {"write_seconds": write_seconds,
+                "commit_seconds": time.monotonic() - started - write_seconds}
+
+    def _iceberg_table(self) -> Any:
+        return self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, self.table_ref)
+
+    def stage(self, rows: Any) -> Staged:
+        """Step 3 of an append: writes ``rows``' data files (the table's format, sort order and
+        file size) and returns them, committing nothing.  Spark writes them the way Iceberg's
+        ``rewrite_data_files`` does: to a file set the table cache names, whose files Iceberg's
+        file rewrite coordinator holds for the caller instead of committing them."""
+        jvm = self.spark._jvm
+        table = self._iceberg_table()
+        cache = _table_cache(self.spark)
+        coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        file_set = f"floe-{uuid.uuid4().hex}"
+        if table.operations().current().formatVersion() >= 3:  # row lineage: new rows have none
+            from pyspark.sql import functions as F
+
+            rows = rows.select("*", *[F.lit(None).cast("long").alias(name) for name in
+                                      ("_row_id", "_last_updated_sequence_number")])
+        cache.add(file_set, table)
+        try:
+            rows.write.format("iceberg").mode("append").save(file_set)
+            files = list(coordinator.fetchNewFiles(table, file_set).toArray())
+        finally:
+            coordinator.clearRewrite(table, file_set)
+            cache.remove(file_set)
+        return Staged(table, files)
+
+    def discard(self, staged: Staged) -> None:
+        """Deletes staged files that will not be committed (best effort: a file left is an
+        orphan, which ``remove_orphan_files`` takes)."""
+        io = staged.table.io()
+        for data_file in staged.files:
+            try:
+                io.deleteFile(data_file.location())
+            except Exception as error:  # noqa: BLE001
+                log.warning("could not delete uncommitted file %s: %s", data_file.location(),
+                            str(error).splitlines()[0][:300])
+
+    def publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
+                attempts: int = 5) -> None:
+        """Step 4 of an append: one metadata commit that adds a snapshot appending the staged
+        files on top of ``base_snapshot_id`` with ``properties`` in its summary, makes it
+        ``main``'s head and moves the writer's tag there; a compare-and-set, as
+        :meth:`_merge`."""
+        iceberg = self.spark._jvm.org.apache.iceberg
+        table = staged.table
+        operations = table.operations()
+        for _ in range(attempts):
+            append = table.newAppend()  # merges small manifests as Spark's own appends do
+            for data_file in staged.files:
+                append.appendFile(data_file)
+            for key, value in properties.items():
+                append.set(key, value)
+            snapshot = append.apply()  # the manifests, on a fresh read of the table
+            base = operations.current()
+            main = base.ref("main")
+            if main is None or main.snapshotId() != base_snapshot_id:
+                raise CommitConflict(f"main moved from snapshot {base_snapshot_id} to "
+                                     f"{None if main is None else main.snapshotId()} during "
+                                     "the batch")
+            try:
+                builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot,
+                                                                                  "main")
+                operations.commit(base, self._tag(iceberg, base, builder,
+                                                  snapshot.snapshotId()).build())
+                return
+            except Exception as error:  # a commit by anyone in between: look again
+                if not _is_conflict(error):
+                    raise
+        raise CommitConflict(f"the table kept changing while committing the batch "
+                             f"({attempts} attempts)")
+
+    def _tag(self, iceberg: Any, base: Any, builder: Any, head: int) -> Any:
+        """``builder`` moving the writer's offsets tag to ``head`` and dropping the tags of the
+        writers before it (a renamed resource's)."""
+        tag = offsets_tag(self.writer)
+        old_tag = base.ref(tag)
+        new_tag = (iceberg.SnapshotRef.tagBuilder(head) if old_tag is None
+                   else iceberg.SnapshotRef.builderFrom(old_tag, head)).build()
+        builder = builder.setRef(tag, new_tag)
+        for name in base.refs().keySet().toArray():
+            if str(name).startswith(OFFSETS_TAG_PREFIX) and str(name) != tag:
+                builder = builder.removeRef(str(name))
+        return builder
+
     def _merge(self, branch: str, base_snapshot_id: int, attempts: int = 5) -> None:
         """Step 4: one metadata commit that moves ``main`` from ``base_snapshot_id`` to the
         branch's head, moves the writer's tag there and drops the branch.
@@ -265,12 +417,8 @@ class BranchCommitter:
         base, checked on the metadata the commit replaces.  (Iceberg's fast-forward only asks
         that ``main`` be an ancestor of the branch, and re-applies itself on fresh metadata
         when it retries: it would undo a user's ``rollback_to_snapshot`` made meanwhile.)"""
-        jvm = self.spark._jvm
-        iceberg = jvm.org.apache.iceberg
-        table = iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession,
-                                                           self.table_ref)
-        operations = table.operations()
-        tag = offsets_tag(self.writer)
+        iceberg = self.spark._jvm.org.apache.iceberg
+        operations = self._iceberg_table().operations()
         for _ in range(attempts):
             base = operations.refresh()
             main = base.ref("main")
@@ -279,19 +427,11 @@ class BranchCommitter:
                                      f"{None if main is None else main.snapshotId()} during "
                                      "the batch")
             head = base.ref(branch).snapshotId()
-            old_tag = base.ref(tag)
-            new_tag = (iceberg.SnapshotRef.tagBuilder(head) if old_tag is None
-                       else iceberg.SnapshotRef.builderFrom(old_tag, head)).build()
             builder = (iceberg.TableMetadata.buildFrom(base)
                        .setRef("main", iceberg.SnapshotRef.builderFrom(main, head).build())
-                       .setRef(tag, new_tag)
                        .removeRef(branch))
-            for name in base.refs().keySet().toArray():  # a renamed resource's old tag
-                if str(name).startswith(OFFSETS_TAG_PREFIX) and str(name) != tag:
-                    builder = builder.removeRef(str(name))
-            updated = builder.build()
             try:
-                operations.commit(base, updated)
+                operations.commit(base, self._tag(iceberg, base, builder, head).build())
                 return
             except Exception as error:  # a commit by anyone in between: look again
                 if "CommitFailedException" not in str(error):
@@ -307,8 +447,7 @@ class BranchCommitter:
 
         Refs keep their snapshots: the writer's offsets tag keeps the newest floe snapshot.
         Returns how many snapshots went (0 when none was due)."""
-        table = self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, self.table_ref)
+        table = self._iceberg_table()
         snapshots = table.operations().current().snapshots()
         count = snapshots.size()
         # The oldest snapshot comes first: when it is not due, none is.

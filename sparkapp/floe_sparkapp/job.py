@@ -234,8 +234,8 @@ class BatchWriter:
             aggregates.append(F.collect_set("_key_schema_id").alias("key_ids"))
         return batch.groupBy("partition").agg(*aggregates).collect()
 
-    def _batch_offsets(self, batch_id: int, stats: list[Any]) -> tuple[dict[int, int] | None,
-                                                                       dict[int, int]]:
+    def _logged_offsets(self, batch_id: int) -> tuple[dict[int, int] | None,
+                                                      dict[int, int] | None]:
         """Where the batch starts and ends, from Spark's offset log.  The ends cover records
         the batch does not see (transaction markers, aborted or compacted records), so the
         next batch starts exactly where the table says this one ended."""
@@ -245,11 +245,30 @@ class BatchWriter:
                  else checkpoint.start_offsets(self.spark, location, topic, batch_id))
         end = checkpoint.end_offsets(self.spark, location, topic, batch_id)
         self.previous_end = (batch_id, end)
+        return start, end
+
+    def _batch_offsets(self, batch_id: int, stats: list[Any]) -> tuple[dict[int, int] | None,
+                                                                       dict[int, int]]:
+        """Where the batch starts and ends: the offset log's, or past the records seen."""
+        start, end = self._logged_offsets(batch_id)
         seen = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
         return start, merge_offsets(seen, end or {})
 
+    @property
+    def single_pass(self) -> bool:
+        """Whether a batch is read once, by the write: an append to one table with no
+        dead-letter topic.  Routes pick each record's table from a first pass, a merge reads
+        its rows twice, and dead letters are sent before the commit."""
+        return (not self.config.routes and self.config.table.mode not in ROW_LEVEL
+                and self.config.dead_letter is None)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        if self.single_pass:
+            start, end = self._logged_offsets(batch_id)
+            if end is not None:
+                self._write(batch, batch_id, start, end, started)
+                return
         batch = batch.persist()
         try:
             stats = self._stats(batch)
@@ -262,6 +281,25 @@ class BatchWriter:
             schema_ids, key_ids = (sorted({i for r in stats for i in (r[name] or [])})
                                    if stats and name in stats[0] else []
                                    for name in ("schema_ids", "key_ids"))
+            input_rows = sum(int(r["rows"]) for r in stats)
+            input_bytes = sum(int(r["bytes"] or 0) for r in stats)
+            self._write(batch, batch_id, start, batch_next, started, stats_seconds,
+                        (vtts, schema_ids, key_ids, input_rows, input_bytes))
+        finally:
+            batch.unpersist()
+
+    def _write(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
+               batch_next: dict[int, int], started: float, stats_seconds: float = 0.0,
+               stats: tuple[Any, ...] | None = None) -> None:
+        """Commits the batch to its tables (``stats``: what a first pass found, else the write
+        finds it) and logs what it did."""
+        if stats is None:
+            outcomes = [self.tables[0].commit_batch(batch, batch_id, start, batch_next,
+                                                    single_pass=True)]
+            input_rows = sum(o.get("input_rows", 0) for o in outcomes)
+            input_bytes = sum(o.get("bytes", 0) for o in outcomes)
+        else:
+            vtts, schema_ids, key_ids, input_rows, input_bytes = stats
             if self.config.routes:
                 routed = routing.routed(batch, self.config, self.registry, schema_ids).persist()
                 parts = routing.split(routed, self.config, len(self.tables))
@@ -274,31 +312,29 @@ class BatchWriter:
             finally:
                 if routed is not None:
                     routed.unpersist()
-            done = [o["offsets"] for o in outcomes if "offsets" in o]
-            if done:
-                self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
-                                             for p in set().union(*done)})
-            seconds = time.monotonic() - started
-            input_bytes = sum(int(r["bytes"] or 0) for r in stats)
-            log.info(json.dumps({
-                "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
-                "input_rows": sum(int(r["rows"]) for r in stats),
-                "rows": sum(o["written"] for o in outcomes),
-                "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
-                "decode_failures": sum(o["errors"] for o in outcomes),
-                "dead_letters": sum(o["dead_letters"] for o in outcomes),
-                "conflicts": sum(o["conflicts"] for o in outcomes),
-                "stats_seconds": round(stats_seconds, 3),
-                "write_seconds": round(sum(o["write_seconds"] for o in outcomes), 3),
-                "commit_seconds": round(sum(o["commit_seconds"] for o in outcomes), 3),
-                "expired_snapshots": sum(o.get("expired", 0) for o in outcomes),
-                "expire_seconds": round(sum(o.get("expire_seconds", 0.0) for o in outcomes), 3),
-                **({"tables": {t.config.table.identifier: o["written"]
-                               for t, o in zip(self.tables, outcomes)}}
-                   if self.config.routes else {}),
-                "seconds": round(seconds, 3)}))
-        finally:
-            batch.unpersist()
+        done = [o["offsets"] for o in outcomes if "offsets" in o]
+        if done:
+            self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
+                                         for p in set().union(*done)})
+        seconds = time.monotonic() - started
+        log.info(json.dumps({
+            "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
+            "input_rows": input_rows,
+            "rows": sum(o["written"] for o in outcomes),
+            "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
+            "decode_failures": sum(o["errors"] for o in outcomes),
+            "dead_letters": sum(o["dead_letters"] for o in outcomes),
+            "conflicts": sum(o["conflicts"] for o in outcomes),
+            "passes": 2 if stats is not None else 1,
+            "stats_seconds": round(stats_seconds, 3),
+            "write_seconds": round(sum(o["write_seconds"] for o in outcomes), 3),
+            "commit_seconds": round(sum(o["commit_seconds"] for o in outcomes), 3),
+            "expired_snapshots": sum(o.get("expired", 0) for o in outcomes),
+            "expire_seconds": round(sum(o.get("expire_seconds", 0.0) for o in outcomes), 3),
+            **({"tables": {t.config.table.identifier: o["written"]
+                           for t, o in zip(self.tables, outcomes)}}
+               if self.config.routes else {}),
+            "seconds": round(seconds, 3)}))
 
 
 def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | None) -> Any:

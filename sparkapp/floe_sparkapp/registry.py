@@ -77,6 +77,12 @@ class Registry:
                                 found.schema.schema_type or "AVRO", found.version,
                                 self._references(found.schema.references))
 
+    def version_ids(self, subject: str | None = None, newest: int = 50) -> list[int]:
+        """The schema ids of the subject's versions (the ``newest`` of them), oldest first."""
+        subject = subject or self.config.subject
+        versions = sorted(self.client.get_versions(subject))[-newest:]
+        return [self.client.get_version(subject, v).schema_id for v in versions]
+
     def _references(self, references: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The referenced schemas' texts by import name, theirs included, each once."""
         found: dict[str, str] = {}

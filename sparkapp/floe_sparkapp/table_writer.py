@@ -2,9 +2,14 @@
 
 The batch's records above the table's committed offsets are decoded with a plan per writer
 schema id (the table evolved for it when additive), then appended, or for ``upsert`` and
-``cdc`` merged, on a branch whose snapshot carries the table's own offsets; ``main`` moves
+``cdc`` merged on a branch, in a snapshot that carries the table's own offsets; ``main`` moves
 there in one compare-and-set.  A topic routed to several tables has one of these per table
 (:class:`~floe_sparkapp.job.BatchWriter`), each with its own offsets.
+
+An append reads the batch once: it is decoded for the writer schema ids of the recent batches
+(at first, the subject's latest), and what the snapshot's summary needs (the newest timestamp
+per partition, the writer schema ids found) is counted while its files are written.  A batch
+with a schema id it was not decoded for is decoded again before anything is committed.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -29,7 +34,8 @@ from .config import ROW_LEVEL, JobConfig, kafka_client_settings
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
                      decode_raw, frame, table_rows)
 from .layout import KEY_FIELDS
-from .evolution import BreakingChange, evolve_for_writer, fit_without_evolution
+from .evolution import (BreakingChange, evolve_for_writer, fit_without_evolution,
+                        plan_evolution, value_struct)
 from .registry import Registry
 from .schemas import FORMATS
 from .upsert import Upsert
@@ -38,6 +44,12 @@ log = logging.getLogger("floe.job")
 
 
 DEAD_LETTER_ATTEMPTS = 3
+RECENT_BATCHES = 100  # an append is decoded for the schema ids of this many batches before it
+REDECODES = 3  # times a batch is decoded again for schema ids it was not decoded for
+
+
+class UnplannedSchemas(RuntimeError):
+    """The batch has writer schema ids it was not decoded for: it is decoded again."""
 
 
 def _cause(error: Exception) -> str:
@@ -68,6 +80,9 @@ class TableWriter:
     upsert: Upsert | None = field(init=False, default=None)  # mode upsert: how rows change
     plans: dict[tuple[str, int], WriterPlan] = field(default_factory=dict)  # by column, id
     planned_for: int | None = None  # the table schema id the plans were made against
+    # writer schema ids by column (value, key_fields): the batch they were last seen in
+    recent: dict[str, dict[int, int]] = field(
+        default_factory=lambda: {"value": {}, KEY_FIELDS: {}})
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -216,11 +231,18 @@ class TableWriter:
         return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
                 f"{DEAD_LETTER_ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
 
-    def _write(self, rows: DataFrame, base: int, props: dict[str, str],
+    def _write(self, rows: DataFrame, base: int, summary: Callable[[], dict[str, str]],
                outcome: dict[str, Any]) -> None:
-        """Commits ``rows``; counts them and the undecodable ones in the same pass as the write
-        (an observation), except when a dead-letter topic needs them first (once per batch,
-        even when the commit is retried)."""
+        """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
+        the files are written: it may then raise :class:`UnplannedSchemas`); counts them and
+        the undecodable ones in the same pass as the write (an observation), except when a
+        dead-letter topic needs them first (once per batch, even when the commit is
+        retried)."""
+        def properties() -> dict[str, str]:
+            found = summary()
+            failure = outcome.get("dead_letter_error")
+            return {**found, DEAD_LETTER_ERROR: failure} if failure else found
+
         dead_letter = self.config.dead_letter is not None and not outcome.get("dead_lettered")
         if dead_letter:
             rows = rows.persist()
@@ -235,13 +257,12 @@ class TableWriter:
                     else:
                         outcome["dead_letter_error"] = failure
                 outcome["dead_lettered"] = True
-            if outcome.get("dead_letter_error"):
-                props = {**props, DEAD_LETTER_ERROR: outcome["dead_letter_error"]}
             if self.upsert is not None:
                 rows = rows.persist()
                 try:
                     errors = rows.filter(undecodable(rows)).count()
-                    outcome.update(self.committer.commit(rows, base, props, self.upsert))
+                    outcome.update(self.committer.commit(rows, base, properties(),
+                                                         self.upsert))
                     outcome["written"] = int(outcome.pop("applied"))
                     outcome["errors"] = errors
                 finally:
@@ -252,7 +273,7 @@ class TableWriter:
                 observation, F.count(F.lit(1)).alias("rows"),
                 F.coalesce(F.sum(F.when(undecodable(rows), 1).otherwise(0)),
                            F.lit(0)).alias("errors"))
-            outcome.update(self.committer.commit(observed, base, props))
+            outcome.update(self.committer.append(observed, base, properties))
             counted = observation.get
             outcome["written"] = int(counted["rows"])
             outcome["errors"] = int(counted["errors"])
@@ -260,15 +281,73 @@ class TableWriter:
             if dead_letter:
                 rows.unpersist()
 
+    def _expected_ids(self, table: Any, column: str, batch_id: int) -> list[int]:
+        """The writer schema ids an append is decoded for: those of the recent batches; for
+        the value, at first, those of the subject's versions (:meth:`_fitting_ids`)."""
+        recent = self.recent[column]
+        for schema_id, seen in list(recent.items()):
+            if seen < batch_id - RECENT_BATCHES:
+                del recent[schema_id]
+        if not recent and column == "value" and self.registry is not None and \
+                self.config.value.format != "raw":
+            try:
+                recent.update({i: batch_id for i in self._fitting_ids(table)})
+            except Exception as error:  # noqa: BLE001 - the batch then finds its ids
+                log.warning("could not read the versions of %s: %s",
+                            self.registry.config.subject, str(error).splitlines()[0][:300])
+        return sorted(recent)
+
+    def _fitting_ids(self, table: Any) -> list[int]:
+        """The subject's latest schema id, and those of its versions whose records decode
+        into the table as it is: a backlog written with older versions is then read once.
+        (A version that would change the table is only planned once its records show up.)"""
+        assert self.registry is not None
+        current = value_struct(table)
+        ids = [self.registry.latest().schema_id]
+        for schema_id in self.registry.version_ids():
+            found = self.registry.by_id(schema_id)
+            if schema_id in ids or found is None or current is None:
+                continue
+            try:
+                mapped, _ = schemas.mapped(found, self.config.table.mode,
+                                           self.config.value.message)
+            except SchemaMappingError:
+                continue
+            plan = plan_evolution(current, mapped.struct, route=True)
+            if plan.decodable and not plan.needs_update:
+                ids.append(schema_id)
+        return ids
+
+    def _found_ids(self, found: str | None, column: str, batch_id: int) -> list[int]:
+        """Notes the writer schema ids a batch has (``found``, comma-separated); returns those
+        it was not decoded for."""
+        recent = self.recent[column]
+        new = []
+        for text in (found or "").split(","):
+            if text:
+                schema_id = int(text)
+                if schema_id not in recent:
+                    new.append(schema_id)
+                recent[schema_id] = batch_id
+        return sorted(new)
+
     def commit_batch(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
-                     batch_next: dict[int, int], vtts: int | None,
-                     schema_ids: list[int], key_ids: list[int] = ()) -> dict[str, Any]:
+                     batch_next: dict[int, int], vtts: int | None = None,
+                     schema_ids: list[int] = (), key_ids: list[int] = (), *,
+                     single_pass: bool = False) -> dict[str, Any]:
         """Commits the batch's records (those at or above the table's offsets) with the batch's
-        end offsets, retrying on conflicts; returns what it did."""
+        end offsets, retrying on conflicts; returns what it did.  ``vtts`` (the valid-through
+        timestamp), ``schema_ids`` and ``key_ids`` are what a pass over the batch found;
+        with ``single_pass`` (an append) there was none, and they are found as it writes."""
+        assert not single_pass or self.upsert is None
         outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
                                    "write_seconds": 0.0, "commit_seconds": 0.0}
         identifier, writer, topic = (self.config.table.identifier, self.config.writer,
                                      self.config.kafka.topic)
+        value_framed = self.config.value.format != "raw"
+        key_framed = self.config.key.format == "avro"
+        for column, ids in (("value", schema_ids), (KEY_FIELDS, key_ids)):
+            self.recent[column].update({i: batch_id for i in ids})
 
         def attempt() -> None:
             table = self.catalog.load_table(identifier)
@@ -280,25 +359,87 @@ class TableWriter:
                     f"CheckpointAhead: batch {batch_id} of {writer} would start above table "
                     f"{identifier}'s offsets ({'; '.join(ahead)}); main was rolled back or the "
                     "table replaced: the job starts again from the table")
-            known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
-                                   for x in (p, o)]) if committed.offsets else None
-            fresh = batch if known is None else batch.filter(
-                F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
             offsets = merge_offsets(committed.offsets, batch_next)
             if offsets == committed.offsets:
                 log.info("batch %d of %s: already committed in snapshot %s of %s", batch_id,
                          writer, committed.snapshot_id, identifier)
                 return
-            newest = [t for t in (vtts, committed.vtts) if t is not None]
-            props = summary_properties(writer, topic, offsets, max(newest) if newest else None,
-                                       self.config.generation, batch_id)
-            self._write(self._decode(fresh, table, schema_ids, key_ids), base, props, outcome)
+            rows, observation, partitions = batch, None, []
+            if single_pass:  # what the summary needs, counted as the files are written
+                if value_framed and "_schema_id" not in rows.columns:
+                    rows = frame(rows)
+                if key_framed and "_key_schema_id" not in rows.columns:
+                    rows = frame(rows, "key")
+                partitions = sorted(p for p, o in batch_next.items()
+                                    if o > max((start or {}).get(p, -1),
+                                               committed.offsets.get(p, -1)))
+                observation = Observation(f"floe_batch_{uuid.uuid4().hex}")
+                rows = rows.observe(observation, *self._batch_metrics(partitions, value_framed,
+                                                                      key_framed))
+            known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
+                                   for x in (p, o)]) if committed.offsets else None
+            fresh = rows if known is None else rows.filter(
+                F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
+            value_ids, keys = ((self._expected_ids(table, "value", batch_id)
+                                if value_framed else [],
+                                self._expected_ids(table, KEY_FIELDS, batch_id)
+                                if key_framed else [])
+                               if single_pass else (list(schema_ids), list(key_ids)))
+
+            def summary() -> dict[str, str]:
+                found_vtts = vtts
+                if observation is not None:
+                    seen = observation.get
+                    new = {column: self._found_ids(seen.get(name), column, batch_id)
+                           for column, name in (("value", "value_ids"), (KEY_FIELDS, "key_ids"))}
+                    if any(new.values()):
+                        raise UnplannedSchemas(
+                            f"batch {batch_id} has writer schema ids it was not decoded for: "
+                            + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids))
+                    latest = [int(seen[f"latest_{p}"]) for p in partitions
+                              if seen.get(f"latest_{p}") is not None]
+                    found_vtts = min(latest) if latest else None
+                    outcome["input_rows"] = int(seen["rows"])
+                    outcome["bytes"] = int(seen["bytes"] or 0)
+                outcome["vtts"] = found_vtts
+                newest = [t for t in (found_vtts, committed.vtts) if t is not None]
+                return summary_properties(writer, topic, offsets,
+                                          max(newest) if newest else None,
+                                          self.config.generation, batch_id)
+
+            self._write(self._decode(fresh, table, value_ids, keys), base, summary, outcome)
             outcome["offsets"] = offsets
 
-        outcome["conflicts"] = commit_with_retries(attempt)
+        for redecode in range(REDECODES + 1):
+            try:
+                outcome["conflicts"] = commit_with_retries(attempt)
+                break
+            except UnplannedSchemas as unplanned:
+                if redecode == REDECODES:
+                    raise
+                log.info("%s: decoding it again", unplanned)
         if "offsets" in outcome and self.config.maintenance.expire_while_committing:
             self._expire(outcome)
         return outcome
+
+    @staticmethod
+    def _batch_metrics(partitions: list[int], value_framed: bool,
+                       key_framed: bool) -> list[Any]:
+        """What an append counts over the whole batch while writing it: rows, bytes, the
+        writer schema ids of values and keys (comma-separated), and per Kafka partition the
+        newest timestamp (ms)."""
+        metrics = [F.count(F.lit(1)).alias("rows"),
+                   F.sum(F.coalesce(F.length("key"), F.lit(0))
+                         + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
+        for name, column, framed in (("value_ids", "_schema_id", value_framed),
+                                     ("key_ids", "_key_schema_id", key_framed)):
+            if framed:
+                metrics.append(F.concat_ws(",", F.collect_set(F.col(column).cast("string")))
+                               .alias(name))
+        metrics += [F.max(F.when(F.col("partition") == F.lit(p),
+                                 F.unix_millis(F.col("timestamp")))).alias(f"latest_{p}")
+                    for p in partitions]
+        return metrics
 
     def _expire(self, outcome: dict[str, Any]) -> None:
         """Expires the snapshots past the retention (``expireSnapshots``) after a commit; a

@@ -229,6 +229,32 @@ def test_branches_left_by_interrupted_batches_are_dropped_when_the_job_starts(
     assert_exactly_once(table_rows(config), producer.sent)
 
 
+def test_an_append_failing_before_its_commit_deletes_its_files_and_lands_once_on_restart(
+        stack, spark, tmp_path, topic, monkeypatch):
+    from floe_sparkapp.commit import BranchCommitter, last_commit
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic)
+    written = []
+
+    def failing(self, staged, *args, **kwargs):
+        written.extend(str(f.location()) for f in staged.files)
+        raise RuntimeError("the catalog refused the commit")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BranchCommitter, "publish", failing)
+        with pytest.raises(Exception, match="the catalog refused the commit"):
+            run_once(config, spark)
+    table = load_table(config)
+    assert written and last_commit(table, config.writer, topic).offsets == {}
+    assert not [f for f in written if table.io.new_input(f).exists()], "files left behind"
+
+    run_once(config, spark)
+    assert_exactly_once(table_rows(config), producer.sent)
+    assert set(load_table(config).refs()) == {"main", offsets_tag(config.writer)}
+
+
 def test_broker_restart_while_streaming(stack, spark, tmp_path, topic):
     from hack import stack as local_stack
 
@@ -396,16 +422,16 @@ def test_a_rollback_of_main_during_a_batch_is_not_undone(
     run_once(config, spark)
     second = load_table(config).current_snapshot().snapshot_id
 
-    merge = BranchCommitter._merge
+    publish = BranchCommitter.publish
     rolled_back = []
 
-    def merge_after_a_rollback(self, branch, *args, **kwargs):
+    def publish_after_a_rollback(self, staged, *args, **kwargs):
         if not rolled_back:  # the user's rollback lands while the batch is being written
             _rollback(spark, config, first)
-            rolled_back.append(branch)
-        return merge(self, branch, *args, **kwargs)
+            rolled_back.append(staged)
+        return publish(self, staged, *args, **kwargs)
 
-    monkeypatch.setattr(BranchCommitter, "_merge", merge_after_a_rollback)
+    monkeypatch.setattr(BranchCommitter, "publish", publish_after_a_rollback)
     produce_orders(producer, 60, 20)
     run_once(config, spark)
 
