@@ -219,6 +219,15 @@ def _table_cache(spark: Any) -> Any:
     return method.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
+def _main_at(metadata: Any, snapshot_id: int) -> Any:
+    """``main``'s ref in the table's (Java) metadata, which must still be at ``snapshot_id``."""
+    main = metadata.ref("main")
+    if main is None or main.snapshotId() != snapshot_id:
+        raise CommitConflict(f"main moved from snapshot {snapshot_id} to "
+                             f"{None if main is None else main.snapshotId()} during the batch")
+    return main
+
+
 def _maybe_committed(error: Exception) -> bool:
     """Whether a failed commit may have landed all the same (the catalog did not answer): its
     files must then stay."""
@@ -379,11 +388,7 @@ class BranchCommitter:
                 append.set(key, value)
             snapshot = append.apply()  # the manifests, on a fresh read of the table
             base = operations.current()
-            main = base.ref("main")
-            if main is None or main.snapshotId() != base_snapshot_id:
-                raise CommitConflict(f"main moved from snapshot {base_snapshot_id} to "
-                                     f"{None if main is None else main.snapshotId()} during "
-                                     "the batch")
+            _main_at(base, base_snapshot_id)
             try:
                 builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot,
                                                                                   "main")
@@ -421,11 +426,7 @@ class BranchCommitter:
         operations = self._iceberg_table().operations()
         for _ in range(attempts):
             base = operations.refresh()
-            main = base.ref("main")
-            if main is None or main.snapshotId() != base_snapshot_id:
-                raise CommitConflict(f"main moved from snapshot {base_snapshot_id} to "
-                                     f"{None if main is None else main.snapshotId()} during "
-                                     "the batch")
+            main = _main_at(base, base_snapshot_id)
             head = base.ref(branch).snapshotId()
             builder = (iceberg.TableMetadata.buildFrom(base)
                        .setRef("main", iceberg.SnapshotRef.builderFrom(main, head).build())
