@@ -241,10 +241,6 @@ class Staged:
     table: Any  # the Iceberg table (Java) they were written for
     files: list[Any]  # its DataFiles
 
-    @property
-    def records(self) -> int:
-        return sum(int(f.recordCount()) for f in self.files)
-
 
 @dataclass
 class BranchCommitter:
