@@ -49,5 +49,5 @@ def read(framed: Column, writer: Writer) -> Column:
     except TypeError:  # py4j: the class is not on the classpath
         raise RuntimeError(f"{DECODER} is not on Spark's classpath: add floe-jvm.jar (built "
                            "from sparkapp/jvm) to spark.jars") from None
-    udf = jvm.org.apache.spark.sql.functions.udf(decoder, java_type)
+    udf = decoder.asUdf()
     return JvmColumn(udf.apply(_to_seq(context, [framed], _to_java_column)))

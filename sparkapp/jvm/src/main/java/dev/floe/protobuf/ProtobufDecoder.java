@@ -22,6 +22,8 @@ import java.util.Map;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.MapType;
@@ -65,6 +67,15 @@ public final class ProtobufDecoder implements UDF1<byte[], Row> {
       this.indexes[i] = hex(parts[i]);
     }
     this.type = type;
+  }
+
+  /**
+   * This decoder as a Spark UDF. Bound here, where the compiler picks the typed {@code UDF1}
+   * overload of {@code functions.udf}: py4j's choice among its overloads may land on the untyped
+   * Scala one, which Spark refuses.
+   */
+  public UserDefinedFunction asUdf() {
+    return functions.udf(this, type);
   }
 
   private static byte[] hex(String text) {
