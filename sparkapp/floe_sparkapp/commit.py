@@ -219,6 +219,19 @@ def _table_cache(spark: Any) -> Any:
     return method.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
+def _kafka_order_id(table: Any) -> int | None:
+    """The id of the table's sort order when it is floe's own, ``kafka.partition,
+    kafka.offset`` ascending (the order records arrive in); None for any other (a user's)."""
+    order = table.sortOrder()
+    schema = table.schema()
+    wanted = [schema.findField(name).fieldId() for name in ("kafka.partition", "kafka.offset")]
+    fields = list(order.fields())
+    if [f.sourceId() for f in fields] != wanted or not all(
+            f.transform().isIdentity() and f.direction().toString() == "ASC" for f in fields):
+        return None
+    return order.orderId()
+
+
 def _main_at(metadata: Any, snapshot_id: int) -> Any:
     """``main``'s ref in the table's (Java) metadata, which must still be at ``snapshot_id``."""
     main = metadata.ref("main")
@@ -347,9 +360,16 @@ class BranchCommitter:
 
             rows = rows.select("*", *[F.lit(None).cast("long").alias(name) for name in
                                       ("_row_id", "_last_updated_sequence_number")])
+        write = rows.write.format("iceberg").mode("append")
+        if (order := _kafka_order_id(table)) is not None:
+            # Each task reads one Kafka partition's offsets in order, and decoding keeps that
+            # order: the files are in the table's order without Spark sorting them again.
+            # (Without an ordering Iceberg writes one file per table partition a task meets.)
+            write = write.option("use-table-distribution-and-ordering", "false") \
+                         .option("output-sort-order-id", str(order))
         cache.add(file_set, table)
         try:
-            rows.write.format("iceberg").mode("append").save(file_set)
+            write.save(file_set)
             files = list(coordinator.fetchNewFiles(table, file_set).toArray())
         finally:
             coordinator.clearRewrite(table, file_set)

@@ -19,7 +19,7 @@ from floe_sparkapp.job import start
 
 from .jobkit import (
     AvroProducer, consume, create_topic, duckdb_rows, group_offsets, job_config, load_table,
-    table_rows,
+    run_once, table_rows,
 )
 
 pytestmark = pytest.mark.integration
@@ -213,3 +213,70 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
         assert headers["origin"] == b"test"
         assert headers["floe.error"].decode() == errors[key]
         assert headers["floe.topic"].decode() == topic
+
+
+def test_data_files_keep_the_tables_sort_order_and_a_users_own(
+        stack, spark, tmp_path, unique_name):
+    """An append writes each file in floe's order, kafka.partition then kafka.offset, and says
+    so (its sort order id), also when one Kafka partition's records alternate between two days'
+    table partitions; once a user gives the table a sort order of their own, new files follow
+    that one."""
+    import pyarrow.parquet as pq
+    from pyiceberg.transforms import IdentityTransform
+
+    topic = f"sorted-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    days = (int(datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp() * 1000),
+            int(datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp() * 1000))
+    for i in range(200):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1, partition=i % 2,
+                      timestamp_ms=days[(i // 2) % 2] + i)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+
+    def files(table, snapshot_id: int) -> list:
+        return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+
+    def column(data_file, *path: str) -> list:
+        rows = pq.read_table(data_file.file_path.removeprefix("file:")).to_pylist()
+        values = []
+        for row in rows:
+            for name in path:
+                row = row[name]
+            values.append(row)
+        return values
+
+    table = load_table(config)
+    floe_order = table.sort_order()
+    assert [table.schema().find_column_name(f.source_id) for f in floe_order.fields] == \
+        ["kafka.partition", "kafka.offset"]
+    first = files(table, table.current_snapshot().snapshot_id)
+    assert len(first) == 4  # two Kafka partitions × two days
+    for data_file in first:
+        assert data_file.sort_order_id == floe_order.order_id
+        assert len(set(column(data_file, "kafka", "partition"))) == 1
+        offsets = column(data_file, "kafka", "offset")
+        assert offsets == sorted(offsets) and len(offsets) == 50
+    assert len(table_rows(config)) == 200
+
+    with table.update_sort_order() as update:
+        update.desc("value.id", IdentityTransform())
+    table = load_table(config)
+    users = table.sort_order()
+    assert users.order_id != floe_order.order_id
+    for i in range(200, 260):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1, partition=0)
+    producer.flush()
+    run_once(config, spark)
+    table = load_table(config)
+    before = {f.file_path for f in first}
+    added = [f for f in files(table, table.current_snapshot().snapshot_id)
+             if f.file_path not in before]
+    assert added
+    for data_file in added:
+        assert data_file.sort_order_id == users.order_id
+        ids = column(data_file, "value", "id")
+        assert ids == sorted(ids, reverse=True)
+    assert sorted(r["value"]["id"] for r in table_rows(config)) == list(range(260))
