@@ -277,6 +277,10 @@ def versions() -> dict[str, str]:
             "kubernetes": paths.KUBERNETES_VERSION}
 
 
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _goal(value: float | None, goal: float, lower_is_better: bool = False) -> str:
     if value is None:
         return "not measured"
@@ -336,7 +340,8 @@ def write_readme(results: dict[str, Any]) -> None:
                     f"| | | Kafka Connect | {peer['freshness_p50_seconds']:.1f} s | "
                     f"{peer['freshness_p99_seconds']:.1f} s | {peer['p99_over_interval']} | - | - "
                     f"| {peer['snapshots_per_hour']:.0f} | "
-                    f"{peer.get('data_files_per_hour', 0):.0f} | {peer['driver_peak_rss_mib']} MiB |")
+                    f"{_count(peer.get('data_files_per_hour'))} | "
+                    f"{peer['driver_peak_rss_mib']} MiB |")
     runs = [(label, entry) for key, label in (("metadata_without_expiry", "never expired"),
                                               ("metadata", "expired as the job commits"))
             for entry in results.get(key, {}).values()]
