@@ -7,9 +7,10 @@ there in one compare-and-set.  A topic routed to several tables has one of these
 (:class:`~floe_sparkapp.job.BatchWriter`), each with its own offsets.
 
 An append reads the batch once: it is decoded for the writer schema ids of the recent batches
-(at first, the subject's versions that fit the table), and what the snapshot's summary needs (the newest timestamp
-per partition, the writer schema ids found) is counted while its files are written.  A batch
-with a schema id it was not decoded for is decoded again before anything is committed.
+(at first, the subject's versions that fit the table), and what the snapshot's summary needs
+(the newest timestamp per partition, the writer schema ids found) is counted while its files
+are written.  A batch with a schema id it was not decoded for is decoded again before anything
+is committed.
 """
 
 from __future__ import annotations
