@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -153,14 +154,23 @@ def freshness(env: dict[str, str], work: Path, seconds: dict[int, int], rate: in
 
 
 def metadata(env: dict[str, str], work: Path, seconds: dict[int, int], rate: int,
-             expire: bool) -> dict:
+             expire: bool, together: bool = False) -> dict:
     """The job on its trigger for a long while at short commit intervals: the metadata.json
     each commit rewrites, the snapshots kept and the commit time per batch over the run
-    (``expire``: the job expires snapshots as it commits)."""
+    (``expire``: the job expires snapshots as it commits; ``together``: the intervals' jobs
+    run at the same time, each a Spark session of its own, which their light load allows)."""
+    def one(interval: int) -> dict[str, Any]:
+        return steady_run(env, work, "meta", interval, seconds[interval], rate, latency=0,
+                          expire=int(expire))
+
+    if together:  # each job on its own topic and table, at the same time
+        with ThreadPoolExecutor(len(seconds)) as pool:
+            found = dict(zip(seconds, pool.map(one, seconds)))
+    else:
+        found = {interval: one(interval) for interval in seconds}
     results: dict[str, Any] = {}
-    for interval, produce_for in seconds.items():
-        result = steady_run(env, work, "meta", interval, produce_for, rate, latency=0,
-                            expire=int(expire))
+    for interval, result in found.items():
+        result["side_by_side"] = together
         results[f"interval_{interval}s"] = result
         log(f"metadata at {interval}s: {result['commits']} commits, metadata.json "
             f"{result['metadata_json_bytes']:,} B, {result['snapshots_kept']} snapshots, "
@@ -219,6 +229,8 @@ def main() -> int:
                              "first batches of a new JVM run cold), for floe and the peer")
     parser.add_argument("--metadata-seconds", default="10:3600,2:3600",
                         help="metadata: interval:producing seconds, for each commit interval")
+    parser.add_argument("--metadata-together", action="store_true",
+                        help="metadata: run the intervals' jobs at the same time")
     parser.add_argument("--metadata-rate", type=int, default=200,
                         help="metadata: records per second")
     parser.add_argument("--no-expiry", action="store_true",
@@ -251,7 +263,8 @@ def main() -> int:
     if "metadata" in sections:
         plan = {int(i): int(s) for i, s in (p.split(":") for p in args.metadata_seconds.split(","))}
         key = "metadata_without_expiry" if args.no_expiry else "metadata"
-        results[key] = metadata(env, work, plan, args.metadata_rate, not args.no_expiry)
+        results[key] = metadata(env, work, plan, args.metadata_rate, not args.no_expiry,
+                                args.metadata_together)
         results["runs"][key] = stamp
     if "operator" in sections:
         import operator_scale
@@ -354,7 +367,8 @@ def write_readme(results: dict[str, Any]) -> None:
         for label, entry in sorted(runs, key=lambda r: (-r[1]["interval_seconds"], r[0])):
             lines.append(
                 f"| {entry['interval_seconds']} s | {label} | "
-                f"{entry['producing_seconds'] / 60:.0f} min | {entry['commits']} | "
+                f"{entry['producing_seconds'] / 60:.0f} min"
+                f"{' (side by side)' if entry.get('side_by_side') else ''} | {entry['commits']} | "
                 f"{entry['metadata_json_bytes'] / 1024:,.0f} KiB | {entry['snapshots_kept']} | "
                 f"{entry['commit_ms_first_tenth']:.0f} ms | {entry['commit_ms_last_tenth']:.0f} ms"
                 f" | {entry['commit_ms_slope_per_hour']:+.0f} ms/h | "

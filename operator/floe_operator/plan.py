@@ -119,9 +119,10 @@ class Plan:
 
 # --- failover policy ---------------------------------------------------------------------------
 
-def failover_delay(failovers: int) -> int:
-    """Seconds to wait before recreating a failed job: 10 s, doubling, at most 5 minutes."""
-    return min(300, 10 * 2 ** failovers)
+def failover_delay(failovers: int, first: float = 10, most: float = 300) -> float:
+    """Seconds to wait before recreating a failed job: ``first`` (10 s), doubling with each
+    failover in a row, at most ``most`` (5 minutes)."""
+    return min(most, first * 2 ** failovers)
 
 
 # The job's exit codes for what only the user can resolve.
@@ -308,7 +309,7 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
         decided.say(job_stopped=stopped)  # failing over would fail the same way
         record = replace(record, last_failure=None)
     elif app.state in ENDED:
-        record = _plan_failover(topic, app, record, world, desired, decided)
+        record = _plan_failover(topic, app, record, world, desired, decided, settings)
     elif _healthy_since_failover(app, record, world.now_ms / 1000, settings):
         record = replace(record, count=0)
         decided.act(Event(False, "FailoversReset",
@@ -321,11 +322,14 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
 
 
 def _plan_failover(topic: Topic, app: App, record: Failovers, world: World,
-                   desired: dict[str, Any], decided: _Decisions) -> Failovers:
+                   desired: dict[str, Any], decided: _Decisions,
+                   settings: OperatorSettings) -> Failovers:
     """Recreates an application that ended (failed, or completed though a streaming job never
     should), with exponential backoff."""
     since = max([epoch(t) for t in (record.last_time, app.terminated_at) if t] or [0])
-    if world.now_ms / 1000 - since < failover_delay(record.count):
+    if world.now_ms / 1000 - since < failover_delay(record.count,
+                                                    settings.failover_backoff_seconds,
+                                                    settings.failover_backoff_max_seconds):
         return replace(record, last_failure=None)  # the status shows the application's error
     error = app.error
     if app.state == AppState.COMPLETED:

@@ -33,6 +33,12 @@ class OperatorSettings(BaseSettings):
                                        "from its table and Kafka (each costs a catalog read and "
                                        "a Kafka offsets request; the status is written only when "
                                        "it changed).")
+    failover_backoff_seconds: float = Field(
+        10, ge=1, le=3600, description="Seconds the operator waits before recreating a failed "
+                                       "job the first time; the wait doubles with each "
+                                       "failover in a row.")
+    failover_backoff_max_seconds: float = Field(
+        300, ge=1, le=86400, description="The longest wait before recreating a failed job.")
     failover_reset_seconds: float = Field(
         600, ge=10, description="Seconds a job recreated by a failover must run without dying "
                                 "again before its failover count (and so the backoff) starts "

@@ -16,8 +16,9 @@ from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 
-from .kube import (FLOE_CRD, ROOT, admin_client, delete_namespace_without_operator,
-                   drop_topic_finalizers, install_crd, wait_until)
+from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, ROOT, admin_client,
+                   delete_namespace_without_operator, drop_topic_finalizers, install_crd,
+                   wait_until)
 
 # The namespace where the node's spark-operator runs the jobs of tests marked `node`.
 NODE_JOBS = JOB_NAMESPACES[1]
@@ -121,7 +122,8 @@ def operator(stack, tmp_path, namespace):
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
                                 "FLOE_METRICS_PORT": str(metrics_port),
                                 "FLOE_NAMESPACES": namespace,
-                                "FLOE_FAILOVER_RESET_SECONDS": "45"})
+                                "FLOE_FAILOVER_RESET_SECONDS": "45",
+                                "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS)})
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     _stop(process, log)

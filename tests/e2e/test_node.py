@@ -27,7 +27,7 @@ from hack.demo import (NAMESPACE, RELEASE, RELEASE_NAMESPACE, node_resource, nod
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import produce_orders
-from .kube import ROOT, admin_client, wait_until
+from .kube import FAILOVER_BACKOFF_SECONDS, ROOT, admin_client, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,9 @@ def floe(stack, tmp_path_factory):
     values = tmp_path_factory.mktemp("helm") / "values.yaml"
     values.write_text(yaml.safe_dump({
         **node_values(Path(stack.env["FLOE_NODE_SHARED"])),
-        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}]}))
+        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"},
+                     {"name": "FLOE_FAILOVER_BACKOFF_SECONDS",
+                      "value": str(FAILOVER_BACKOFF_SECONDS)}]}))
     installed = subprocess.run(["helm", "install", RELEASE, str(ROOT / "charts" / "floe-operator"),
                                 "--namespace", RELEASE_NAMESPACE, "--create-namespace",
                                 "-f", str(values), "--wait", "--timeout", "5m"],

@@ -22,7 +22,8 @@ from floe_operator.clock import epoch
 from floe_operator.plan import failover_delay
 from hack.demo import node_spark
 
-from .kube import SPARK_CRD, admin_client, install_crd, wait_until
+from .kube import (FAILOVER_BACKOFF_SECONDS, SPARK_CRD, admin_client, install_crd,
+                   wait_until)
 
 pytestmark = pytest.mark.e2e
 
@@ -390,7 +391,7 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
                       key=lambda e: e.metadata.creation_timestamp)
 
     # The driver dies twice: spark-operator does not resubmit it (restartPolicy Never); the
-    # operator recreates the application each time, after 10 s and then 20 s. Each death: every
+    # operator recreates the application each time, after 3 s and then 6 s. Each death: every
     # process of the driver's container but its init is killed, the JVM with them.
     seen: dict = {}
     for failover in (1, 2):
@@ -406,9 +407,10 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
 
         assert wait_until(failed_over, timeout=120), logs(tmp_path, namespace)
         assert "driver container failed with ExitCode: 137" in seen["lastFailure"]
-        # The backoff: no sooner than 10 s, then 20 s, after the driver died (the status'
-        # timestamps are whole seconds).
-        assert epoch(seen["lastFailoverTime"]) + 1 >= killed + failover_delay(failover - 1)
+        # The backoff: no sooner than the fixture's 3 s, then 6 s, after the driver died (the
+        # status' timestamps are whole seconds).
+        assert epoch(seen["lastFailoverTime"]) + 1 >= killed + failover_delay(
+            failover - 1, FAILOVER_BACKOFF_SECONDS)
         assert wait_until(lambda: len(failover_events()) == failover, timeout=30)
         event = failover_events()[-1]
         assert event.type == "Warning"
@@ -484,7 +486,8 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
     app_args = ("sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications", "floe-orders")
     failed = custom.get_namespaced_custom_object(*app_args)
     assert failed["status"]["applicationState"]["state"] == "FAILED"
-    due = epoch(failed["status"]["terminationTime"]) + failover_delay(0)
+    due = epoch(failed["status"]["terminationTime"]) + failover_delay(0,
+                                                                      FAILOVER_BACKOFF_SECONDS)
     assert wait_until(lambda: time.time() > due, timeout=60)
     after_due = visits(operator, "orders") + 1  # the one under way may have begun before
     assert wait_until(lambda: visits(operator, "orders") > after_due, timeout=60)

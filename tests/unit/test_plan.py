@@ -252,6 +252,13 @@ def test_failover_backs_off_records_each_failover_and_resets_once_healthy():
     failed = with_app(steady(), **FAILED)
     planned = plan(TOPIC, replace(failed, now_ms=NOW_MS + 30_000), APPLICATION_RECORD, SETTINGS)
     assert kinds(planned.actions) == []  # after two failovers: 40 s after it ended
+    shorter = OperatorSettings(spark_image="floe/floe-spark:test", failover_backoff_seconds=5)
+    assert kinds(plan(TOPIC, replace(failed, now_ms=NOW_MS + 30_000), APPLICATION_RECORD,
+                      shorter).actions) == ["Event", "DeleteApp", "CreateApp"]  # 20 s
+    capped = OperatorSettings(spark_image="floe/floe-spark:test",
+                              failover_backoff_max_seconds=25)
+    assert kinds(plan(TOPIC, replace(failed, now_ms=NOW_MS + 30_000), APPLICATION_RECORD,
+                      capped).actions) == ["Event", "DeleteApp", "CreateApp"]  # 40 s, capped
     later = replace(failed, now_ms=NOW_MS + 40 * 60_000)
     planned = plan(TOPIC, later, APPLICATION_RECORD, SETTINGS)
     event, delete, create = planned.actions

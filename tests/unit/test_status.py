@@ -116,6 +116,7 @@ def test_a_table_written_by_another_resource_is_reported_on_every_condition():
 
 def test_failover_backoff_doubles_up_to_five_minutes():
     assert [failover_delay(n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
+    assert [failover_delay(n, 3, 20) for n in range(4)] == [3, 6, 12, 20]
 
 
 def test_maintenance_is_scheduled_with_each_actions_last_run_on_the_status():
