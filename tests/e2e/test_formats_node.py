@@ -60,7 +60,7 @@ def test_a_protobuf_topic_lands_evolves_and_waits_for_approval_through_the_opera
         return {f.name: str(f.field_type) for f in
                 table.schema().find_field("value").field_type.fields}
 
-    assert wait_until(lambda: len(orders_rows(catalog)) == 40, timeout=300), (
+    assert wait_until(lambda: len(orders_rows(catalog)) == 40, timeout=300, interval=2), (
         f"{status()}\n{logs(tmp_path, namespace)}")
     rows = {r["key"]: r for r in orders_rows(catalog)}
     for sent in producer.sent.values():

@@ -153,7 +153,8 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespa
         return (state.get("offsets", {}).get("committed") == expected
                 and state.get("offsets", {}).get("lag") == 0)
 
-    assert wait_until(landed, timeout=240), f"{current_status()}\n{logs(tmp_path, namespace)}"
+    assert wait_until(landed, timeout=240, interval=2), \
+        f"{current_status()}\n{logs(tmp_path, namespace)}"
     waited = subprocess.run(["kubectl", "wait", "--for=condition=Ready", "-n", namespace,
                              "kit/orders", "--timeout=60s"], capture_output=True, text=True)
     assert waited.returncode == 0, waited.stderr
@@ -267,7 +268,7 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
 
     produce_orders(producer, 0, 60)
     custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
-    assert wait_until(landed, timeout=240), logs(tmp_path, namespace)
+    assert wait_until(landed, timeout=240, interval=2), logs(tmp_path, namespace)
     first_uid = app()["metadata"]["uid"]
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"commit": {"interval": "3s"}}})
@@ -275,7 +276,7 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
                       .get("floe.dev/generation") == "2", timeout=60), logs(tmp_path, namespace)
     assert app()["metadata"]["uid"] != first_uid  # the job was restarted with the new spec
     produce_orders(producer, 60, 40)
-    assert wait_until(landed, timeout=240), logs(tmp_path, namespace)
+    assert wait_until(landed, timeout=240, interval=2), logs(tmp_path, namespace)
     assert current_status()["observedGeneration"] == 2
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": True}})
@@ -287,7 +288,7 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
     assert current_status()["offsets"]["committed"] == committed_while_suspended
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": False}})
-    assert wait_until(landed, timeout=240), logs(tmp_path, namespace)
+    assert wait_until(landed, timeout=240, interval=2), logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(topic_catalog(shared)), producer.sent)
 
 
@@ -355,7 +356,8 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
     def v3_row():
         return next((r for r in orders_rows(catalog) if r["key"] == b"v3"), None)
 
-    assert wait_until(lambda: v3_row() is not None, timeout=120), logs(tmp_path, namespace)
+    assert wait_until(lambda: v3_row() is not None, timeout=120, interval=2), \
+        logs(tmp_path, namespace)
     assert v3_row()["value"]["quantity"] == "a dozen" and v3_row()["value_error"] is None
 
 
@@ -420,7 +422,8 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
 
     produce_orders(producer, 50, 30)
     catalog = topic_catalog(shared)
-    assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180), logs(tmp_path, namespace)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 80, timeout=180, interval=2), \
+        logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(catalog), producer.sent)
 
     # Running without dying again for FLOE_FAILOVER_RESET_SECONDS (the fixture's 45) resets
@@ -441,7 +444,8 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
         namespace, field_selector="involvedObject.name=orders").items
     assert any(e.reason == "Failover" and "job ended (COMPLETED)" in e.message for e in events)
     produce_orders(producer, 80, 20)
-    assert wait_until(lambda: len(orders_rows(catalog)) >= 100, timeout=240), logs(tmp_path, namespace)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 100, timeout=240, interval=2), \
+        logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(catalog), producer.sent)
 
 
@@ -464,7 +468,8 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
     produce_orders(AvroProducer(stack, kafka_topic), 0, 20)
     custom.create_namespaced_custom_object(*args[:4], topic_body(stack, shared, kafka_topic))
     catalog = topic_catalog(shared)
-    assert wait_until(lambda: len(orders_rows(catalog)) >= 20, timeout=240), logs(tmp_path, namespace)
+    assert wait_until(lambda: len(orders_rows(catalog)) >= 20, timeout=240, interval=2), \
+        logs(tmp_path, namespace)
 
     # The topic is deleted and created again: its offsets start over below the table's.
     recreate_topic(stack.bootstrap, kafka_topic, partitions=1)
@@ -512,7 +517,8 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
         except Exception:
             return []
 
-    assert wait_until(lambda: len(new_rows()) >= 5, timeout=240), logs(tmp_path, namespace)
+    assert wait_until(lambda: len(new_rows()) >= 5, timeout=240, interval=2), \
+        logs(tmp_path, namespace)
     assert_exactly_once(new_rows(), again.sent)
 
 
@@ -583,14 +589,15 @@ def test_an_upsert_topic_holds_the_last_record_per_key_through_killed_drivers(
     updates(0, 500)
     custom.create_namespaced_custom_object(*args[:4], body)
     for round_ in range(1, 3):  # the driver killed twice, right after more updates came
-        assert wait_until(lambda: table() == latest, timeout=300), logs(tmp_path, namespace)
+        assert wait_until(lambda: table() == latest, timeout=300, interval=2), \
+            logs(tmp_path, namespace)
         updates(round_ * 500, 500)
         kill_driver(namespace)
     for k in range(10):  # tombstones
         producer.send(key=f"k{k}".encode(), raw=None)
         latest.pop(f"k{k}")
     producer.flush()
-    assert wait_until(lambda: table() == latest, timeout=420), logs(tmp_path, namespace)
+    assert wait_until(lambda: table() == latest, timeout=420, interval=2), logs(tmp_path, namespace)
     assert len(orders_rows(catalog)) == 90  # one row per key
     failed = custom.get_namespaced_custom_object(*args)["status"]["sparkApplication"]
     assert "driver container failed with ExitCode: 137" in failed["lastFailure"]
@@ -628,7 +635,8 @@ def test_a_cdc_topic_holds_the_source_tables_rows_through_a_killed_driver(
     catalog = topic_catalog(shared)
     custom.create_namespaced_custom_object(*args[:4], body)
     expected = {i: {k: v for k, v in row.items() if k != "tier"} for i, row in db.rows.items()}
-    assert wait_until(lambda: table() == expected, timeout=300), logs(tmp_path, namespace)
+    assert wait_until(lambda: table() == expected, timeout=300, interval=2), \
+        logs(tmp_path, namespace)
 
     for i in range(60, 80):
         send("c", i, envelope(ROW_V1), name=f"customer {i}")
@@ -641,7 +649,8 @@ def test_a_cdc_topic_holds_the_source_tables_rows_through_a_killed_driver(
     for i in range(0, 20, 2):
         send("u", i, envelope(ROW_V2), tier="gold")
     producer.flush()
-    assert wait_until(lambda: table() == db.rows, timeout=420), logs(tmp_path, namespace)
+    assert wait_until(lambda: table() == db.rows, timeout=420, interval=2), \
+        logs(tmp_path, namespace)
     assert len(db.rows) == 60
     rows = orders_rows(catalog)
     assert {r["cdc"]["op"] for r in rows} == {"r", "c", "u"}
@@ -702,11 +711,11 @@ def test_a_routed_topic_lands_in_each_table_once_through_a_killed_driver(
          "table": {"identifier": "analytics.sales_us", "mode": "upsert", "keyColumns": ["id"]}}]
     catalog = topic_catalog(shared)
     custom.create_namespaced_custom_object(*args[:4], body)
-    assert wait_until(landed, timeout=300), logs(tmp_path, namespace)
+    assert wait_until(landed, timeout=300, interval=2), logs(tmp_path, namespace)
     sales(300, 300)
     kill_driver(namespace)
     sales(600, 300)
-    assert wait_until(landed, timeout=420), logs(tmp_path, namespace)
+    assert wait_until(landed, timeout=420, interval=2), logs(tmp_path, namespace)
 
     assert_exactly_once(rows("analytics.sales_eu"), sent("eu"))
     assert_exactly_once(rows("analytics.orders"), sent("apac"))

@@ -157,7 +157,7 @@ def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its
     api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                         body)
     catalog = topic_catalog(shared)
-    assert wait_until(lambda: len(orders_rows(catalog)) == 20, timeout=300), \
+    assert wait_until(lambda: len(orders_rows(catalog)) == 20, timeout=300, interval=2), \
         logs(tmp_path, namespace)
     api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                         "orders")
