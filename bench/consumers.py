@@ -104,11 +104,12 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
     from floe_sparkapp.job import run
 
     config = floe_config(args, "avro" if args.mode == "floe-avro" else "raw")
-    spark = session(args.driver_memory)
     batches = BatchLog()
     logging.getLogger("floe.job").addHandler(batches)
     logging.getLogger("floe.job").setLevel(logging.INFO)
-    started = time.monotonic()
+    started = time.monotonic()  # the JVM's start included, as for the peer's worker
+    spark = session(args.driver_memory)
+    session_seconds = time.monotonic() - started
     run(config, spark, available_now=True)
     seconds = time.monotonic() - started
     table = load_catalog(config.table.catalog).load_table(config.table.identifier)
@@ -116,7 +117,8 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
     undecoded = table.scan(row_filter="value_error IS NOT NULL",
                            selected_fields=("value_error",)).to_arrow().num_rows
     return {"rows": rows, "seconds": seconds, "undecodable": undecoded,
-            "batches": len(batches.batches),
+            "session_seconds": session_seconds, "batches": len(batches.batches),
+            "batch_lines": batches.batches,
             "stats_seconds": sum(b["stats_seconds"] for b in batches.batches),
             "write_seconds": sum(b["write_seconds"] for b in batches.batches),
             "commit_seconds": sum(b["commit_seconds"] for b in batches.batches),
@@ -137,8 +139,9 @@ def _kafka_stream(spark, args: argparse.Namespace):
 def run_spark_sink(args: argparse.Namespace) -> dict[str, Any]:
     """The Kafka source into Spark's ``noop`` sink (reading only), or (``spark-parquet``) into
     plain zstd Parquet files of the source's columns: no decoding, no table, no protocol."""
+    started = time.monotonic()  # the JVM's start included, as for the peer's worker
     spark = session(args.driver_memory)
-    started = time.monotonic()
+    session_seconds = time.monotonic() - started
     writer = _kafka_stream(spark, args).writeStream.trigger(availableNow=True)
     if args.mode == "noop":
         writer = writer.format("noop")
@@ -150,7 +153,11 @@ def run_spark_sink(args: argparse.Namespace) -> dict[str, Any]:
     query.awaitTermination()
     seconds = time.monotonic() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
-    return {"rows": rows, "seconds": seconds, "batches": len(query.recentProgress),
+    return {"rows": rows, "seconds": seconds, "session_seconds": session_seconds,
+            "batches": len(query.recentProgress),
+            "batch_rows_seconds": [(p["numInputRows"],
+                                    p["durationMs"].get("triggerExecution", 0) / 1000)
+                                   for p in query.recentProgress],
             "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
 
 

@@ -111,11 +111,39 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
             "floe_seconds": {part: round(runs["floe-avro"][f"{part}_seconds"], 1)
                              for part in ("stats", "write", "commit", "batch")},
             "floe_wall_seconds": round(runs["floe-avro"]["seconds"], 1),
+            # where a run's time goes: the JVM's start, then each batch (the first ones run
+            # cold), and the steady rate (rows of a batch over the median batch time)
+            "session_seconds": {mode: round(runs[mode]["session_seconds"], 1)
+                                for mode in CONSUMERS if "session_seconds" in runs[mode]},
+            "batch_seconds_each": {
+                "floe-avro": [round(b["seconds"], 2) for b in runs["floe-avro"]["batch_lines"]],
+                "floe-raw": [round(b["seconds"], 2) for b in runs["floe-raw"]["batch_lines"]],
+                "spark-parquet": [round(s, 2)
+                                  for _, s in runs["spark-parquet"]["batch_rows_seconds"]]},
+            "steady_rows_per_second": {
+                "floe-avro": steady_rate(triggers(runs["floe-avro"]["batch_lines"])),
+                "floe-raw": steady_rate(triggers(runs["floe-raw"]["batch_lines"])),
+                "spark-parquet": steady_rate(runs["spark-parquet"]["batch_rows_seconds"])},
             "driver_peak_rss_mib": {mode: round((runs[mode].get("peak_rss_jvm", 0)
                                                  + runs[mode]["peak_rss_python"]) / 2**20)
                                     for mode in CONSUMERS},
         }
     return results
+
+
+def triggers(lines: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """A floe run's triggers from its batch lines: each batch's rows over the time since the
+    previous batch ended, Spark's planning of the trigger included (as in its
+    ``triggerExecution``, which the other Spark consumers are timed by)."""
+    return [(line["input_rows"], line["at"] - before["at"])
+            for before, line in zip(lines, lines[1:])]
+
+
+def steady_rate(batches: list[tuple[int, float]]) -> int | None:
+    """Rows/s of a batch once the JVM is warm: the median of the batches' rows/s (each
+    ``(rows, seconds)``; the first run cold)."""
+    rates = sorted(rows / seconds for rows, seconds in batches if rows and seconds > 0)
+    return round(rates[len(rates) // 2]) if len(rates) >= 3 else None
 
 
 def steady_run(env: dict[str, str], work: Path, kind: str, interval: int, seconds: int,
@@ -332,6 +360,23 @@ def write_readme(results: dict[str, Any]) -> None:
                          f"{r.get('spark-parquet', 0):,} | {r['python']:,} | "
                          f"{r['floe-raw']:,} | {entry['floe_commit_over_batch']} | "
                          f"{rss['floe-avro']} / {rss.get('kafka-connect', '-')} MiB |")
+        timed = [e for e in ingest.values() if "steady_rows_per_second" in e]
+        if timed:
+            lines += ["", "Where an ingestion run's time goes: the JVM's start, then each "
+                      "batch of 500,000 records (floe's from its batch line, the Parquet sink's "
+                      "trigger); steady is the median trigger's rows/s, Spark's planning of "
+                      "each included:", "",
+                      "| values | consumer | whole run | JVM start | batches, s | steady |",
+                      "|---|---|---|---|---|---|"]
+            for entry in sorted(timed, key=lambda e: e["value_bytes_mean"]):
+                for mode in ("floe-avro", "floe-raw", "spark-parquet"):
+                    each = entry["batch_seconds_each"][mode]
+                    lines.append(
+                        f"| ~{entry['value_bytes_mean']} B | {mode} | "
+                        f"{entry['rows_per_second'][mode]:,} rows/s | "
+                        f"{entry['session_seconds'].get(mode, 0):.1f} s | "
+                        f"{' '.join(f'{s:.1f}' for s in each)} | "
+                        f"{entry['steady_rows_per_second'][mode] or 0:,} rows/s |")
     fresh = results.get("freshness", {})
     if fresh:
         lines += ["", "Freshness (produce → visible in a committed snapshot) and commit cost; "
