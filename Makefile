@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean
+.PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean nemesis
 
 demo: venv
 	$(PY) -m hack.demo
@@ -44,6 +44,16 @@ stack-status: venv
 
 stack-env: venv
 	@$(PY) -m hack.stack env
+
+# The nemesis for as long as asked: every catalog and mode, faults between the job and each
+# neighbour; each run's result is added to bench/results/nemesis.jsonl.
+SECONDS ?= 1800
+SEED ?= 1
+CATALOGS ?= sqlite,postgresql,rest
+MODES ?= append,upsert
+nemesis: venv
+	$(PY) -m tests.integration.nemesis --seconds $(SECONDS) --seed $(SEED) \
+	  --catalog $(CATALOGS) --mode $(MODES) --record bench/results/nemesis.jsonl
 
 clean:
 	rm -rf $(VENV) reports

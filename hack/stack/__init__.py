@@ -170,6 +170,17 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_POSTGRES_PASSWORD": state["postgres"]["password"],
         "FLOE_REST_CATALOG_URI": components.rest_catalog_uri(state),
         "FLOE_REST_CATALOG_WAREHOUSE": components.rest_catalog_warehouse(state),
+        "FLOE_TOXIPROXY_URL": components.toxiproxy_url(state),
+        # The same neighbours through their fault proxies (tests/faultproxy.py adds the faults)
+        "FLOE_FAULTY_KAFKA_BOOTSTRAP": components.proxied_address(state, "kafka"),
+        "FLOE_FAULTY_SCHEMA_REGISTRY_URL":
+            f"http://{components.proxied_address(state, 'registry')}/apis/ccompat/v7",
+        "FLOE_FAULTY_S3_ENDPOINT": f"http://{components.proxied_address(state, 's3')}",
+        "FLOE_FAULTY_POSTGRES_JDBC": f"jdbc:postgresql://"
+                                     f"{components.proxied_address(state, 'postgres')}/"
+                                     f"{components.POSTGRES_DATABASE}",
+        "FLOE_FAULTY_REST_CATALOG_URI":
+            f"http://{components.proxied_address(state, 'rest_catalog')}",
         "FLOE_SPARK_JARS": ",".join(jars),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
         "FLOE_NODE_SHARED": str(node.shared_dir()),

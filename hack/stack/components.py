@@ -3,6 +3,7 @@
 Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
 (versitygw on a local directory), PostgreSQL (Debian's server, the JDBC catalog's database),
 Iceberg's REST catalog server (a JdbcCatalog on PostgreSQL behind it, S3FileIO on the S3 server),
+Toxiproxy (a fault proxy in front of Kafka, the registry, S3, PostgreSQL and the REST catalog),
 etcd, kube-apiserver (RBAC, token authentication, service-account token signing),
 kube-controller-manager (garbage collection, namespaces, CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler, kube-proxy,
 CoreDNS).  Ports are picked free at the first ``up``; what pods must reach listens on the node's
@@ -55,7 +56,8 @@ def new_state() -> State:
 
 PORTS = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
          "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
-         "coredns_health", "postgres", "rest_catalog"]
+         "coredns_health", "postgres", "rest_catalog", "toxiproxy", "kafka_faulty",
+         *(f"{name}_proxy" for name in ("kafka", "registry", "s3", "postgres", "rest_catalog"))]
 
 
 def complete_state(state: State) -> State:
@@ -94,10 +96,14 @@ def _kafka_prepare(state: State) -> None:
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{ports['kafka_controller']}",
-        f"listeners=PLAINTEXT://{NODE_IP}:{ports['kafka']},CONTROLLER://127.0.0.1:{ports['kafka_controller']}",
-        f"advertised.listeners=PLAINTEXT://{NODE_IP}:{ports['kafka']}",
+        # FAULTY is the listener behind the fault proxy: it advertises the proxy's address,
+        # so a client that bootstraps through the proxy reaches the broker only through it.
+        f"listeners=PLAINTEXT://{NODE_IP}:{ports['kafka']},FAULTY://{NODE_IP}:{ports['kafka_faulty']},"
+        f"CONTROLLER://127.0.0.1:{ports['kafka_controller']}",
+        f"advertised.listeners=PLAINTEXT://{NODE_IP}:{ports['kafka']},"
+        f"FAULTY://{NODE_IP}:{ports['kafka_proxy']}",
         "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,FAULTY:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={home / 'data'}",
         "num.partitions=1",
@@ -306,6 +312,44 @@ def rest_catalog_uri(state: State) -> str:
     return f"http://{NODE_IP}:{state['ports']['rest_catalog']}"
 
 
+# --- Toxiproxy (fault proxies) ------------------------------------------------------------
+
+# Each proxy listens on its own port and forwards to one neighbour; tests and the nemesis add
+# toxics (latency, resets, timeouts, a neighbour cut off) through its HTTP API.
+PROXIED = {"kafka": "kafka_faulty", "registry": "registry", "s3": "s3", "postgres": "postgres",
+           "rest_catalog": "rest_catalog"}
+
+
+def _toxiproxy_prepare(state: State) -> None:
+    ports = state["ports"]
+    (paths.RUN / "toxiproxy.json").write_text(json.dumps([
+        {"name": name, "listen": f"{NODE_IP}:{ports[f'{name}_proxy']}",
+         "upstream": f"{NODE_IP}:{ports[upstream]}", "enabled": True}
+        for name, upstream in PROXIED.items()], indent=2))
+
+
+def _toxiproxy_command(state: State) -> list[str]:
+    return [str(paths.go_bin_dir("toxiproxy", paths.TOXIPROXY_VERSION) / "server"),
+            "-host", "127.0.0.1", "-port", str(state["ports"]["toxiproxy"]),
+            "-config", str(paths.RUN / "toxiproxy.json")]
+
+
+def toxiproxy_url(state: State) -> str:
+    return f"http://127.0.0.1:{state['ports']['toxiproxy']}"
+
+
+def _toxiproxy_healthy(state: State) -> bool:
+    if not _http_ok(f"{toxiproxy_url(state)}/version"):
+        return False
+    with urllib.request.urlopen(f"{toxiproxy_url(state)}/proxies", timeout=2) as response:
+        return set(json.load(response)) == set(PROXIED)
+
+
+def proxied_address(state: State, name: str) -> str:
+    """host:port of the fault proxy in front of ``name`` (a key of :data:`PROXIED`)."""
+    return f"{NODE_IP}:{state['ports'][f'{name}_proxy']}"
+
+
 # --- etcd ----------------------------------------------------------------------------------
 
 def _etcd_command(state: State) -> list[str]:
@@ -445,6 +489,8 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
     Component("postgres", _postgres_prepare, _postgres_command, _postgres_healthy, timeout=60),
     Component("rest-catalog", _rest_catalog_prepare, _rest_catalog_command,
               _rest_catalog_healthy, timeout=60),
+    Component("toxiproxy", _toxiproxy_prepare, _toxiproxy_command, _toxiproxy_healthy,
+              timeout=30),
     Component("etcd", _nothing, _etcd_command, _etcd_healthy, timeout=30),
     Component("containerd", node.containerd_prepare, node.containerd_command,
               node.containerd_healthy, timeout=30),
@@ -462,7 +508,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
 # Components are started in waves; each wave's members start together and the next wave
 # waits for them to be healthy.
 WAVES: list[list[str]] = [
-    ["etcd", "kafka", "registry", "s3", "postgres", "containerd"],
+    ["etcd", "kafka", "registry", "s3", "postgres", "containerd", "toxiproxy"],
     ["kube-apiserver", "dockerd", "rest-catalog"],
     ["kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns"],
 ]

@@ -126,6 +126,7 @@ def go_binaries() -> None:
     for name, version, package in (
         ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm"),
         ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw"),
+        ("toxiproxy", paths.TOXIPROXY_VERSION, "github.com/Shopify/toxiproxy/v2/cmd/server"),
     ):
         target = paths.go_bin_dir(name, version)
         if _built_with(target) == LINK_FLAGS:

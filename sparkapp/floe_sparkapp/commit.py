@@ -19,6 +19,15 @@ A batch is committed like this:
    the files are deleted and the batch starts over from step 1, so rows another writer
    committed are never written twice and a rollback is never undone.
 
+A catalog's answer to a commit is not the truth about it: a JDBC catalog that lost the reply
+to its UPDATE retries it and reports a conflict for a commit it applied, a REST catalog's
+timeout leaves the outcome unknown.  So whatever a commit raises, the committer looks: a
+snapshot it tried that is in ``main``'s ancestry has landed.  It deletes staged files only
+when it knows no snapshot can refer to them (``main`` moved away from M without any of its
+snapshots, and a compare-and-set on M can no longer succeed); when the catalog cannot be read,
+it keeps them (:class:`CommitUnknown`; at worst they are orphans for ``remove_orphan_files``)
+and the batch starts over from the table's truth.
+
 The files are written before the summary is made, so the batch is read from Kafka once: the
 summary's valid-through timestamp and the writer schema ids found are counted while the files
 are written (a schema id the batch was not decoded for sends it back to step 1, decoded for
@@ -28,9 +37,12 @@ An upsert or cdc batch changes rows that are already in the table (a merge), whi
 commits itself: its step 3 creates a branch at M and merges there (snapshot B), and its step 4
 moves ``main`` and the tag to B and drops the branch, in one compare-and-set as above.
 
-The tag keeps the newest floe snapshot from expiry: after a compaction on top of it and an
-``expire_snapshots(retain_last => 1)`` by anyone, ``main``'s ancestry still reaches it, so the
-offsets survive a lost checkpoint.
+The tag keeps the newest floe snapshot from expiry.  After maintenance commits on top of it
+(a compaction, then a manifest rewrite) and someone's ``expire_snapshots(retain_last => 1)``
+removes the snapshots between, ``main``'s ancestry is cut before it reaches a floe snapshot:
+the offsets are then read from the tag (:func:`last_commit`), so they survive a lost
+checkpoint.  An ancestry that ends at the table's root without a floe snapshot is the truth
+(``main`` was rolled back before the first commit): nothing has landed.
 """
 
 from __future__ import annotations
@@ -64,6 +76,12 @@ class CommitFailed(RuntimeError):
     """A batch could not be committed within the attempt limit."""
 
 
+class CommitUnknown(RuntimeError):
+    """The catalog did not answer whether a commit landed, and looking could not tell: the
+    batch's files stay (a snapshot may refer to them) and the batch starts over from what the
+    table then says."""
+
+
 @dataclass(frozen=True)
 class Committed:
     """What a writer has committed: the snapshot and the next offset per partition."""
@@ -73,6 +91,7 @@ class Committed:
     vtts: int | None = None
     generation: int | None = None
     dead_letter_error: str | None = None
+    from_tag: bool = False  # main's ancestry was cut by expiry: read from the writer's tag
 
 
 class TableInUse(RuntimeError):
@@ -111,22 +130,56 @@ def _counts(summary: Any, writer: str, topic: str | None) -> bool:
     return summary.get(WRITER) == writer
 
 
+def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
+    summary = snapshot.summary
+    offsets = {int(p): int(o) for p, o in json.loads(summary.get(OFFSETS, "{}")).items()}
+    vtts = summary.get(VTTS)
+    generation = summary.get(GENERATION)
+    return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
+                     int(generation) if generation else None, summary.get(DEAD_LETTER_ERROR),
+                     from_tag)
+
+
 def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
-    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`)."""
+    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`).
+
+    When the ancestry is cut (a parent expired) before it reaches one, the snapshot of the
+    writer's offsets tag, which no expiry removes (module doc); when it ends at the table's
+    root, nothing: ``main`` holds no commit."""
     snapshot = table.current_snapshot()
     while snapshot is not None:
-        summary = snapshot.summary
-        if _counts(summary, writer, topic):
-            offsets = {int(p): int(o) for p, o in json.loads(summary.get(OFFSETS, "{}")).items()}
-            vtts = summary.get(VTTS)
-            generation = summary.get(GENERATION)
-            return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
-                             int(generation) if generation else None,
-                             summary.get(DEAD_LETTER_ERROR))
+        if _counts(snapshot.summary, writer, topic):
+            return _committed(snapshot)
         if snapshot.parent_snapshot_id is None:
-            break
-        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+            return Committed()
+        parent = table.snapshot_by_id(snapshot.parent_snapshot_id)
+        if parent is None:
+            return _tagged(table, writer, topic, below=snapshot)
+        snapshot = parent
     return Committed()
+
+
+def tagged_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
+    """The commit the writer's offsets tag is on (or an earlier writer's tag for the same
+    topic), in ``main``'s ancestry or not: that the table has one says floe committed to it
+    (``main`` may since have been rolled back before every commit)."""
+    return _tagged(table, writer, topic)
+
+
+def _tagged(table: Any, writer: str, topic: str | None, below: Any = None) -> Committed:
+    """The offsets of the writer's tag (or of an earlier writer's for the same topic); with
+    ``below``, where ``main``'s ancestry was cut, only when its snapshot is older."""
+    found = []
+    for name, ref in table.refs().items():
+        if not name.startswith(OFFSETS_TAG_PREFIX):
+            continue
+        snapshot = table.snapshot_by_id(ref.snapshot_id)
+        if snapshot is not None and _counts(snapshot.summary, writer, topic) and (
+                below is None or snapshot.sequence_number < below.sequence_number):
+            found.append((name == offsets_tag(writer), snapshot.sequence_number, snapshot))
+    if not found:
+        return Committed()
+    return _committed(max(found, key=lambda f: f[:2])[2], from_tag=True)
 
 
 def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
@@ -241,10 +294,29 @@ def _main_at(metadata: Any, snapshot_id: int) -> Any:
     return main
 
 
-def _maybe_committed(error: Exception) -> bool:
-    """Whether a failed commit may have landed all the same (the catalog did not answer): its
-    files must then stay."""
-    return "CommitStateUnknownException" in str(error)
+def _landed(metadata: Any, snapshot_ids: set[int], base_snapshot_id: int,
+            limit: int = 10_000) -> int | None:
+    """Which of ``snapshot_ids`` is in ``main``'s ancestry above ``base_snapshot_id``, in the
+    table's (Java) metadata; None when none is."""
+    main = metadata.ref("main")
+    current = None if main is None else int(main.snapshotId())
+    for _ in range(limit):
+        if current is None or current == base_snapshot_id:
+            return None
+        if current in snapshot_ids:
+            return current
+        snapshot = metadata.snapshot(current)
+        parent = None if snapshot is None else snapshot.parentId()
+        current = None if parent is None else int(parent)
+    return None
+
+
+LOOK_WAITS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)  # seconds before each look at a commit's outcome
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else repr(error))[:500]
 
 
 @dataclass
@@ -303,6 +375,8 @@ class BranchCommitter:
             write_seconds = time.monotonic() - write_started
             self._merge(branch, base_snapshot_id)
             merged = True
+        except (CommitConflict, CommitUnknown):
+            raise
         except Exception as error:  # py4j or analysis errors carry Iceberg's message
             if _is_conflict(error):
                 raise CommitConflict(str(error).splitlines()[0][:500]) from None
@@ -328,16 +402,15 @@ class BranchCommitter:
         write_seconds = time.monotonic() - started
         try:
             properties = summary()
+        except Exception:
+            self.discard(staged)  # nothing was sent to the catalog
+            raise
+        try:
             self.publish(staged, base_snapshot_id, properties)
-        except CommitConflict:
+        except CommitConflict:  # main moved on without any of the batch's snapshots
             self.discard(staged)
             raise
-        except Exception as error:
-            if _is_conflict(error) or not _maybe_committed(error):
-                self.discard(staged)
-            if _is_conflict(error):
-                raise CommitConflict(str(error).splitlines()[0][:500]) from None
-            raise
+        # Any other failure: a snapshot may refer to the files (or come to): they stay.
         return {"write_seconds": write_seconds,
                 "commit_seconds": time.monotonic() - started - write_seconds}
 
@@ -392,10 +465,13 @@ class BranchCommitter:
         """Step 4 of an append: one metadata commit that adds a snapshot appending the staged
         files on top of ``base_snapshot_id`` with ``properties`` in its summary, makes it
         ``main``'s head and moves the writer's tag there; a compare-and-set, as
-        :meth:`_merge`."""
+        :meth:`_merge`.  Raises CommitConflict only when ``main`` moved on without any of the
+        snapshots tried, CommitUnknown when the catalog kept failing to answer."""
         iceberg = self.spark._jvm.org.apache.iceberg
         table = staged.table
         operations = table.operations()
+        tried: set[int] = set()
+        last_error: Exception | None = None
         for _ in range(attempts):
             append = table.newAppend()  # merges small manifests as Spark's own appends do
             for data_file in staged.files:
@@ -404,18 +480,56 @@ class BranchCommitter:
                 append.set(key, value)
             snapshot = append.apply()  # the manifests, on a fresh read of the table
             base = operations.current()
-            _main_at(base, base_snapshot_id)
-            try:
-                builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot,
-                                                                                  "main")
-                operations.commit(base, self._tag(iceberg, base, builder,
-                                                  snapshot.snapshotId()).build())
+            if _landed(base, tried, base_snapshot_id) is not None:
                 return
-            except Exception as error:  # a commit by anyone in between: look again
-                if not _is_conflict(error):
-                    raise
-        raise CommitConflict(f"the table kept changing while committing the batch "
-                             f"({attempts} attempts)")
+            _main_at(base, base_snapshot_id)
+            tried.add(int(snapshot.snapshotId()))
+            builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, "main")
+            try:
+                self._commit_metadata(operations, base, self._tag(
+                    iceberg, base, builder, snapshot.snapshotId()).build())
+                return
+            except Exception as error:  # noqa: BLE001 - whatever it says, look (module doc)
+                last_error = error
+                if self._outcome(operations, tried, base_snapshot_id, error):
+                    return
+        raise CommitUnknown(f"the batch's commit failed {attempts} times, the last with: "
+                            f"{_first_line(last_error)}") if last_error is not None and \
+            not _is_conflict(last_error) else CommitConflict(
+                f"the table kept changing while committing the batch ({attempts} attempts)")
+
+    def _commit_metadata(self, operations: Any, base: Any, metadata: Any) -> None:
+        """The catalog's compare-and-set from ``base`` to ``metadata``."""
+        operations.commit(base, metadata)
+
+    def _outcome(self, operations: Any, tried: set[int], base_snapshot_id: int,
+                 error: Exception) -> bool:
+        """After a commit raised ``error``: whether one of the ``tried`` snapshots is in
+        ``main``'s ancestry all the same (the catalog applied it and its reply was lost).
+        Looks a few times, as a commit in flight may land a moment later; raises
+        CommitUnknown when the catalog cannot be read."""
+        unreadable: Exception | None = None
+        waits = LOOK_WAITS[:1] if _is_conflict(error) else LOOK_WAITS[:4]
+        for wait in waits:
+            time.sleep(wait)
+            try:
+                landed = _landed(operations.refresh(), tried, base_snapshot_id)
+            except Exception as look:  # noqa: BLE001 - the catalog is down: look again
+                unreadable = look
+                continue
+            unreadable = None
+            if landed is not None:
+                log.warning("%s: the catalog reported the commit failed (%s), but its snapshot "
+                            "%d is on main: it landed", self.table_ref, _first_line(error),
+                            landed)
+                return True
+        if unreadable is not None:
+            raise CommitUnknown(f"the commit of a batch to {self.table_ref} failed "
+                                f"({_first_line(error)}) and the table could not be read to "
+                                f"see whether it landed ({_first_line(unreadable)})")
+        log.info("%s: commit failed and did not land (%s): trying again", self.table_ref,
+                 _first_line(error))
+        return False
 
     def _tag(self, iceberg: Any, base: Any, builder: Any, head: int) -> Any:
         """``builder`` moving the writer's offsets tag to ``head`` and dropping the tags of the
@@ -440,21 +554,28 @@ class BranchCommitter:
         when it retries: it would undo a user's ``rollback_to_snapshot`` made meanwhile.)"""
         iceberg = self.spark._jvm.org.apache.iceberg
         operations = self._iceberg_table().operations()
+        head = int(operations.refresh().ref(branch).snapshotId())
+        last_error: Exception | None = None
         for _ in range(attempts):
             base = operations.refresh()
+            if _landed(base, {head}, base_snapshot_id) is not None:
+                return
             main = _main_at(base, base_snapshot_id)
-            head = base.ref(branch).snapshotId()
             builder = (iceberg.TableMetadata.buildFrom(base)
                        .setRef("main", iceberg.SnapshotRef.builderFrom(main, head).build())
                        .removeRef(branch))
             try:
-                operations.commit(base, self._tag(iceberg, base, builder, head).build())
+                self._commit_metadata(operations, base,
+                                      self._tag(iceberg, base, builder, head).build())
                 return
-            except Exception as error:  # a commit by anyone in between: look again
-                if "CommitFailedException" not in str(error):
-                    raise
-        raise CommitConflict(f"the table kept changing while moving main to the batch "
-                             f"({attempts} attempts)")
+            except Exception as error:  # noqa: BLE001 - whatever it says, look (module doc)
+                last_error = error
+                if self._outcome(operations, {head}, base_snapshot_id, error):
+                    return
+        raise CommitUnknown(f"moving main to the batch failed {attempts} times, the last "
+                            f"with: {_first_line(last_error)}") if last_error is not None and \
+            not _is_conflict(last_error) else CommitConflict(
+                f"the table kept changing while moving main to the batch ({attempts} attempts)")
 
     def expire_snapshots(self, older_than_ms: int, retain_last: int) -> int:
         """Expires the snapshots older than ``older_than_ms`` but the newest ``retain_last`` of
@@ -496,8 +617,9 @@ def commit_with_retries(attempt: Callable[[], None], *, attempts: int = 10,
         try:
             attempt()
             return number
-        except CommitConflict as conflict:
-            log.info("commit conflict (attempt %d of %d): %s", number + 1, attempts, conflict)
+        except (CommitConflict, CommitUnknown) as conflict:
+            log.info("commit %s (attempt %d of %d): %s", "conflict" if isinstance(
+                conflict, CommitConflict) else "outcome unknown", number + 1, attempts, conflict)
             time.sleep(backoff_seconds * (2 ** min(number, 5)))
     raise CommitFailed(f"batch not committed after {attempts} conflicting attempts; another "
                        "writer or maintenance keeps moving the table's main branch")

@@ -61,8 +61,12 @@ def frame(df: DataFrame, column: str = "value") -> DataFrame:
                              + "not in the Confluent wire format: first byte 0x"), F.hex(magic),
                        F.lit(", expected 0x00")))
     )
-    schema_id = F.when(value.isNotNull() & error.isNull(),
-                       F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int"))
+    # A signed 32-bit big-endian integer, as the registry's own deserializers read it: ids
+    # with the high bit set (``ff ff ff ff``) are negative, never a cast error that wedges
+    # the batch; no registry has them, so their records are kept raw with that reason.
+    unsigned = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+    signed = F.when(unsigned >= F.lit(2 ** 31), unsigned - F.lit(2 ** 32)).otherwise(unsigned)
+    schema_id = F.when(value.isNotNull() & error.isNull(), signed.cast("int"))
     id_name, error_name = _names(column)
     return df.withColumn(error_name, error).withColumn(id_name, schema_id)
 

@@ -97,14 +97,16 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     return table
 
 
-def starting_offsets(config: JobConfig, committed: Committed,
-                     partitions: list[int]) -> str:
-    """Spark's startingOffsets: the table's offsets where it has some, else the configured start."""
-    if not committed.offsets:
+def starting_offsets(config: JobConfig, committed: Committed, partitions: list[int],
+                     floor: dict[int, int] | None = None) -> str:
+    """Spark's startingOffsets: the table's offsets where it has some, else ``floor`` (where a
+    ``latest`` job first started, when its checkpoint was removed), else the configured
+    start."""
+    known = {**(floor or {}), **committed.offsets}
+    if not known:
         return config.kafka.starting_offsets
     fallback = -2 if config.kafka.starting_offsets == "earliest" else -1
-    offsets = {str(p): committed.offsets.get(p, fallback) for p in sorted(set(partitions)
-                                                                           | set(committed.offsets))}
+    offsets = {str(p): known.get(p, fallback) for p in sorted(set(partitions) | set(known))}
     return json.dumps({config.kafka.topic: offsets})
 
 
@@ -162,27 +164,40 @@ def check_offsets_available(config: JobConfig, committed: Committed) -> None:
             "restore them or reset the table's offsets.")
 
 
+def floor_offsets(spark: SparkSession, config: JobConfig,
+                  partitions: list[int]) -> dict[int, int]:
+    """Where ``partitions`` start when the table has no offsets for them: Kafka's earliest
+    offsets (``startingOffsets: earliest``), or where the job first started (``latest``: the
+    checkpoint's initial offsets), as ``startingOffsets`` applies to the very first start
+    only."""
+    if not partitions:
+        return {}
+    if config.kafka.starting_offsets == "earliest":
+        return {p: low for p, (low, _) in watermarks(config, partitions).items()}
+    initial = checkpoint.start_offsets(spark, config.checkpoint_location,
+                                       config.kafka.topic, 0) or {}
+    return {p: initial[p] for p in partitions if p in initial}
+
+
 def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committed,
-                      partitions: list[int]) -> bool:
+                      partitions: list[int]) -> tuple[bool, dict[int, int]]:
     """Removes a checkpoint that would resume above the table's offsets (it outlived its table,
     or ``main`` was rolled back), so the query starts from the table's offsets.  Returns
-    whether the query resumes from the checkpoint."""
+    whether the query resumes from the checkpoint, and the floor of the partitions the table
+    has no offsets for (:func:`floor_offsets`)."""
     location = config.checkpoint_location
     resume = checkpoint.resume_offsets(spark, location, config.kafka.topic)
     if resume is None:
-        return False
-    floor = None
-    if config.kafka.starting_offsets == "earliest":
-        missing = sorted(set(resume) - set(committed.offsets))
-        floor = {p: low for p, (low, _) in watermarks(config, missing).items()} if missing else {}
+        return False, {}
+    floor = floor_offsets(spark, config, sorted(set(resume) - set(committed.offsets)))
     ahead = checkpoint.ahead_of(resume, committed.offsets, floor)
     if not ahead:
-        return True
+        return True, floor
     log.warning("the checkpoint at %s is ahead of table %s (%s): it is removed and the job "
                 "starts from the table's offsets %s", location, config.table.identifier,
-                "; ".join(ahead), committed.offsets or config.kafka.starting_offsets)
+                "; ".join(ahead), committed.offsets or floor or config.kafka.starting_offsets)
     checkpoint.remove(spark, location)
-    return False
+    return False, floor
 
 
 @dataclass
@@ -198,12 +213,19 @@ class BatchWriter:
     config: JobConfig
     spark: SparkSession
     registry: Registry | None
+    table_uuids: list[str | None] | None = None  # of the tables the job started on
     tables: list[TableWriter] = field(init=False)
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
 
     def __post_init__(self) -> None:
-        self.tables = [TableWriter(destination, self.spark, self.registry)
-                       for destination in self.config.destinations()]
+        destinations = self.config.destinations()
+        uuids = self.table_uuids or [None] * len(destinations)
+        self.tables = [TableWriter(destination, self.spark, self.registry, table_uuid=uuid,
+                                   floor=self._floor, alone=len(destinations) == 1)
+                       for destination, uuid in zip(destinations, uuids)]
+
+    def _floor(self, partitions: list[int]) -> dict[int, int]:
+        return floor_offsets(self.spark, self.config, partitions)
 
     def _commit_consumer_group(self, offsets: dict[int, int]) -> None:
         from confluent_kafka import TopicPartition
@@ -383,8 +405,11 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     committed = lowest_commit(config, tables)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
-    start_at = starting_offsets(config, committed, partitions)  # unless a checkpoint resumes
-    if not rewind_checkpoint(spark, config, committed, partitions) and committed.offsets:
+    resumes, floor = rewind_checkpoint(spark, config, committed, partitions)
+    # (unless a checkpoint resumes; earliest is Spark's own -2, which retention cannot overtake)
+    start_at = starting_offsets(config, committed, partitions,
+                                floor if config.kafka.starting_offsets == "latest" else None)
+    if not resumes and committed.offsets:
         log.info("no checkpoint at %s: starting from the table's offsets %s",
                  config.checkpoint_location, committed.offsets)
     reader = (spark.readStream.format("kafka")
@@ -398,7 +423,8 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     for key, value in kafka_client_settings(config).items():
         reader = reader.option(f"kafka.{key}", value)
     writer = (reader.load().writeStream
-              .foreachBatch(BatchWriter(config, spark, registry))
+              .foreachBatch(BatchWriter(config, spark, registry,
+                                        [str(t.metadata.table_uuid) for t in tables]))
               .option("checkpointLocation", config.checkpoint_location)
               .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}"))
     if available_now:

@@ -62,6 +62,8 @@ class Registry:
         return found
 
     def _by_id(self, schema_id: int) -> RegisteredSchema | None:
+        if schema_id < 0:  # a corrupt header (its high bit set): no registry issues these
+            return None
         try:
             found = self.client.get_schema(schema_id)
         except SchemaRegistryError as error:

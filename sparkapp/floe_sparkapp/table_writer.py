@@ -29,8 +29,8 @@ from . import catalog as catalogs
 from . import cdc, checkpoint, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
-from .commit import (DEAD_LETTER_ERROR, BranchCommitter, commit_with_retries, last_commit,
-                     merge_offsets, summary_properties)
+from .commit import (DEAD_LETTER_ERROR, BranchCommitter, Committed, commit_with_retries,
+                     last_commit, merge_offsets, summary_properties, tagged_commit)
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
                      decode_raw, frame, table_rows)
@@ -84,6 +84,11 @@ class TableWriter:
     # writer schema ids by column (value, key_fields): the batch they were last seen in
     recent: dict[str, dict[int, int]] = field(
         default_factory=lambda: {"value": {}, KEY_FIELDS: {}})
+    table_uuid: str | None = None  # the table the job started on: another one is a replacement
+    # Where a partition must start when the table has no offsets for it (Kafka's earliest, or
+    # where the job first started): given the partitions, by the job
+    floor: Callable[[list[int]], dict[int, int]] | None = None
+    alone: bool = True  # the topic's only table (not one of several routes)
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -352,9 +357,11 @@ class TableWriter:
 
         def attempt() -> None:
             table = self.catalog.load_table(identifier)
+            self._check_identity(table, batch_id)
             base = table.current_snapshot().snapshot_id  # offsets below are read from here
             committed = last_commit(table, writer, topic)
-            ahead = checkpoint.ahead_of(start or {}, committed.offsets)
+            ahead = checkpoint.ahead_of(start or {}, committed.offsets,
+                                        self._floor(table, start or {}, committed))
             if ahead:
                 raise CheckpointAhead(
                     f"CheckpointAhead: batch {batch_id} of {writer} would start above table "
@@ -422,6 +429,33 @@ class TableWriter:
         if "offsets" in outcome and self.config.maintenance.expire_while_committing:
             self._expire(outcome)
         return outcome
+
+    def _check_identity(self, table: Any, batch_id: int) -> None:
+        """Stops the batch when the table is not the one the job started on (dropped and
+        created again, or another table registered under its name): the job starts again from
+        the new table's offsets."""
+        found = str(table.metadata.table_uuid)
+        if self.table_uuid is None:
+            self.table_uuid = found
+        elif found != self.table_uuid:
+            raise CheckpointAhead(
+                f"CheckpointAhead: table {self.config.table.identifier} was replaced while the "
+                f"job ran (table UUID {self.table_uuid}, now {found}); batch {batch_id} is not "
+                "committed and the job starts again from the new table's offsets")
+
+    def _floor(self, table: Any, start: dict[int, int],
+               committed: Committed) -> dict[int, int] | None:
+        """Where the batch's partitions that the table has no offsets for must start, when
+        that matters: the table is the topic's only one, or it carries floe's offsets tag, so
+        ``main`` was rolled back before every commit (a route's table that never had any goes
+        on from where the topic's other tables are)."""
+        missing = sorted(set(start) - set(committed.offsets))
+        if not missing or self.floor is None:
+            return None
+        if not self.alone and not tagged_commit(table, self.config.writer,
+                                                self.config.kafka.topic).offsets:
+            return None
+        return self.floor(missing)
 
     @staticmethod
     def _batch_metrics(partitions: list[int], value_framed: bool,

@@ -1,0 +1,24 @@
+"""Short seeded nemesis runs (``nemesis.py``): the job through fault proxies to every neighbour
+it has on each catalog, in append and upsert mode; the invariant holds after each."""
+
+from __future__ import annotations
+
+import pytest
+
+from .nemesis import Plan, run
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+SECONDS = 45  # `make nemesis SECONDS=1800` runs the long form
+
+
+@pytest.mark.parametrize("catalog,mode,seed", [
+    ("sqlite", "append", 11), ("postgresql", "append", 12), ("rest", "append", 13),
+    ("postgresql", "upsert", 14), ("rest", "upsert", 15)])
+def test_the_invariant_holds_under_a_seeded_schedule_of_faults(
+        stack, tmp_path, catalog, mode, seed):
+    outcome = run(stack, tmp_path, Plan(SECONDS, seed, catalog, mode))
+    summary = outcome.summary()
+    assert sum(outcome.faults.values()) >= 3, summary
+    assert outcome.produced > 0 and outcome.bad > 0, summary
+    assert not outcome.violations, summary
