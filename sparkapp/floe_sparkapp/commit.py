@@ -607,19 +607,52 @@ class BranchCommitter:
         log.warning("could not drop branch %s of %s", branch, self.table_ref)
 
 
+# What a neighbour that did not answer looks like, in Python's clients and in the JVM's (the
+# catalog's, the object store's, Kafka's): the batch is tried again while it lasts.
+_UNANSWERED = re.compile(
+    r"Connection refused|Connection reset|connection closed|server closed the connection|"
+    r"Broken pipe|timed out|SocketTimeout|TimeoutException|NoHttpResponse|RemoteDisconnected|"
+    r"Unable to execute HTTP request|SdkClientException|UncheckedSQLException|"
+    r"ServiceUnavailable|ServiceFailure|OperationalError|ConnectError|ConnectionError|"
+    r"NewConnectionError|EOFException|SocketException|NoRouteToHost")
+
+
+def unanswered(error: BaseException) -> bool:
+    """Whether ``error`` is a neighbour (catalog, object store, registry, Kafka) that did not
+    answer, rather than a refusal that trying again cannot change."""
+    return isinstance(error, (ConnectionError, TimeoutError)) or bool(
+        _UNANSWERED.search(f"{type(error).__name__}: {error}"))
+
+
 def commit_with_retries(attempt: Callable[[], None], *, attempts: int = 10,
-                        backoff_seconds: float = 0.5) -> int:
+                        backoff_seconds: float = 0.5, outage_seconds: float = 120.0) -> int:
     """Runs ``attempt`` until it finishes without a CommitConflict (committed or nothing to do).
 
-    Returns the number of conflicts seen; raises CommitFailed after ``attempts`` conflicts.
+    A neighbour that does not answer (:func:`unanswered`) is waited for, the batch tried again
+    from the start (the table's offsets), for up to ``outage_seconds``: a short outage costs a
+    pause, not a restart of the job.  Returns the number of conflicts seen; raises
+    CommitFailed after ``attempts`` conflicts, and the neighbour's error when it stays away.
     """
-    for number in range(attempts):
+    conflicts = 0
+    outage_started: float | None = None
+    while True:
         try:
             attempt()
-            return number
+            return conflicts
         except (CommitConflict, CommitUnknown) as conflict:
+            conflicts += 1
             log.info("commit %s (attempt %d of %d): %s", "conflict" if isinstance(
-                conflict, CommitConflict) else "outcome unknown", number + 1, attempts, conflict)
-            time.sleep(backoff_seconds * (2 ** min(number, 5)))
-    raise CommitFailed(f"batch not committed after {attempts} conflicting attempts; another "
-                       "writer or maintenance keeps moving the table's main branch")
+                conflict, CommitConflict) else "outcome unknown", conflicts, attempts, conflict)
+            if conflicts >= attempts:
+                raise CommitFailed(
+                    f"batch not committed after {attempts} conflicting attempts; another "
+                    "writer or maintenance keeps moving the table's main branch") from None
+            time.sleep(backoff_seconds * (2 ** min(conflicts - 1, 5)))
+        except Exception as error:  # noqa: BLE001 - only an unanswered call is tried again
+            now = time.monotonic()
+            outage_started = outage_started or now
+            if not unanswered(error) or now - outage_started > outage_seconds:
+                raise
+            log.warning("a neighbour did not answer (%s): the batch is tried again",
+                        _first_line(error))
+            time.sleep(min(2.0 + (now - outage_started) / 4, 10.0))

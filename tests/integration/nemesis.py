@@ -222,11 +222,16 @@ class Schedule:
             ("kill", 1, self._kill)]
 
     def run(self, until: float) -> None:
-        while time.monotonic() < until:
-            self._pause(self.rng.uniform(2, 8), until)
-            if time.monotonic() >= until:
+        """Every kind once first, in a seeded order (a run lasts until each has happened),
+        then kinds drawn by their weights until ``until``."""
+        first = self.rng.sample(self.kinds, len(self.kinds))
+        while first or time.monotonic() < until:
+            self._pause(self.rng.uniform(1, 5) if first else self.rng.uniform(2, 8),
+                        None if first else until)
+            if not first and time.monotonic() >= until:
                 break
-            name, _, fault = self.rng.choices(self.kinds, [w for _, w, _ in self.kinds])[0]
+            name, _, fault = first.pop(0) if first else self.rng.choices(
+                self.kinds, [w for _, w, _ in self.kinds])[0]
             fault()
             self.outcome.faults[name] += 1
 

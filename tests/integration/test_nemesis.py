@@ -9,16 +9,17 @@ from .nemesis import Plan, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-SECONDS = 45  # `make nemesis SECONDS=1800` runs the long form
+SECONDS = 30  # a run lasts until every kind of fault has happened once (about a minute)
 
 
 @pytest.mark.parametrize("catalog,mode,seed", [
-    ("sqlite", "append", 11), ("postgresql", "append", 12), ("rest", "append", 13),
-    ("postgresql", "upsert", 14), ("rest", "upsert", 15)])
+    ("sqlite", "append", 11), ("postgresql", "upsert", 12), ("rest", "append", 13),
+    ("rest", "upsert", 14)])
 def test_the_invariant_holds_under_a_seeded_schedule_of_faults(
         stack, tmp_path, catalog, mode, seed):
     outcome = run(stack, tmp_path, Plan(SECONDS, seed, catalog, mode))
     summary = outcome.summary()
-    assert sum(outcome.faults.values()) >= 3, summary
+    assert {"latency", "reset", "lost-reply", "refused", "down", "broker-restart",
+            "kill"} <= set(outcome.faults), summary
     assert outcome.produced > 0 and outcome.bad > 0, summary
     assert not outcome.violations, summary
