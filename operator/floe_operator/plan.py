@@ -128,8 +128,10 @@ def failover_delay(failovers: int, first: float = 10, most: float = 300) -> floa
 # The job's exit codes for what only the user can resolve.
 STOPPED_FOR_THE_USER = {
     exit_codes.DATA_LOSS: ("DataLoss", "Kafka no longer has records the table has not got "
-                                       "(retention deleted them, or the topic was deleted and "
-                                       "created again)"),
+                                       "(retention deleted them), or the topic is not the one "
+                                       "the table's offsets were committed from (deleted and "
+                                       "created again, or kafka.bootstrapServers names another "
+                                       "cluster)"),
     exit_codes.TABLE_IN_USE: ("TableInUse", "another resource writes the table"),
 }
 

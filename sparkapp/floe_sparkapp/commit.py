@@ -64,6 +64,7 @@ VTTS = "floe.vtts"
 GENERATION = "floe.generation"
 BATCH_ID = "floe.batch-id"
 TOPIC = "floe.topic"
+TOPIC_ID = "floe.kafka-topic-id"  # <cluster id>/<topic id>: which topic the offsets are of
 DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
 OWNER = "floe.writer"  # the table property naming the resource that writes the table
 
@@ -92,6 +93,7 @@ class Committed:
     generation: int | None = None
     dead_letter_error: str | None = None
     from_tag: bool = False  # main's ancestry was cut by expiry: read from the writer's tag
+    topic_id: str | None = None  # the Kafka cluster and topic ids the offsets are of
 
 
 class TableInUse(RuntimeError):
@@ -137,7 +139,7 @@ def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
     generation = summary.get(GENERATION)
     return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
                      int(generation) if generation else None, summary.get(DEAD_LETTER_ERROR),
-                     from_tag)
+                     from_tag, summary.get(TOPIC_ID))
 
 
 def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
@@ -206,7 +208,8 @@ def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict
 
 
 def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: int | None,
-                       generation: int, batch_id: int) -> dict[str, str]:
+                       generation: int, batch_id: int,
+                       topic_id: str | None = None) -> dict[str, str]:
     props = {
         WRITER: writer,
         TOPIC: topic,
@@ -217,6 +220,8 @@ def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: i
     }
     if vtts is not None:
         props[VTTS] = str(vtts)
+    if topic_id is not None:
+        props[TOPIC_ID] = topic_id
     return props
 
 

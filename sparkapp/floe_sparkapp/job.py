@@ -122,6 +122,47 @@ def topic_partitions(config: JobConfig) -> list[int]:
     return sorted(topic.partitions)
 
 
+def topic_identity(config: JobConfig) -> str | None:
+    """``<cluster id>/<topic id>``: which Kafka topic the job reads, told apart from one of the
+    same name created again or on another cluster; None when Kafka does not say (no such
+    topic yet)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
+                         **librdkafka_settings(kafka_client_settings(config))})
+    try:
+        topic = admin.describe_topics(TopicCollection([config.kafka.topic]),
+                                      request_timeout=30)[config.kafka.topic].result()
+        cluster = admin.describe_cluster(request_timeout=30).result()
+    except Exception as error:  # noqa: BLE001 - an unknown topic is created on first write
+        if "UNKNOWN_TOPIC" in str(error):
+            return None
+        raise
+    return f"{cluster.cluster_id}/{topic.topic_id}"
+
+
+def check_topic_identity(config: JobConfig, table: Any, identity: str | None) -> None:
+    """Fails when the table's offsets were committed from another topic of the same name: one
+    deleted and created again (and perhaps refilled past the table's offsets, where the offsets
+    alone cannot tell), or one on another cluster (``bootstrapServers`` changed)."""
+    committed = last_commit(table, config.writer, config.kafka.topic)
+    if identity is None or committed.topic_id is None or committed.topic_id == identity:
+        return
+    recorded_cluster, recorded_topic = committed.topic_id.split("/", 1)
+    cluster, topic = identity.split("/", 1)
+    what = ("kafka.bootstrapServers names another Kafka cluster (cluster ID "
+            f"{recorded_cluster} then, {cluster} now)" if recorded_cluster != cluster else
+            f"the topic was deleted and created again (topic ID {recorded_topic} then, "
+            f"{topic} now)")
+    raise DataLossError(
+        f"DataLoss: topic {config.kafka.topic} is not the topic table "
+        f"{config.table.identifier}'s offsets were committed from: {what}. Its offsets say "
+        "nothing about where this topic's records are: floe writes none of them over the "
+        "table's offsets. To ingest this topic from its start, create the resource again with "
+        "another table.identifier.")
+
+
 def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int, int]]:
     """Kafka's earliest and next offset of each partition."""
     from confluent_kafka import TopicPartition
@@ -214,6 +255,7 @@ class BatchWriter:
     spark: SparkSession
     registry: Registry | None
     table_uuids: list[str | None] | None = None  # of the tables the job started on
+    topic_id: str | None = None  # <cluster id>/<topic id>, recorded with the offsets
     tables: list[TableWriter] = field(init=False)
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
 
@@ -221,7 +263,8 @@ class BatchWriter:
         destinations = self.config.destinations()
         uuids = self.table_uuids or [None] * len(destinations)
         self.tables = [TableWriter(destination, self.spark, self.registry, table_uuid=uuid,
-                                   floor=self._floor, alone=len(destinations) == 1)
+                                   floor=self._floor, alone=len(destinations) == 1,
+                                   topic_id=self.topic_id)
                        for destination, uuid in zip(destinations, uuids)]
 
     def _floor(self, partitions: list[int]) -> dict[int, int]:
@@ -402,6 +445,9 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     registry = _registry(config)
     tables = [ready_table(spark, destination, _registry(destination))
               for destination in config.destinations()]
+    identity = topic_identity(config)
+    for table in tables:
+        check_topic_identity(config, table, identity)
     committed = lowest_commit(config, tables)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
@@ -424,7 +470,8 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
         reader = reader.option(f"kafka.{key}", value)
     writer = (reader.load().writeStream
               .foreachBatch(BatchWriter(config, spark, registry,
-                                        [str(t.metadata.table_uuid) for t in tables]))
+                                        [str(t.metadata.table_uuid) for t in tables],
+                                        identity))
               .option("checkpointLocation", config.checkpoint_location)
               .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}"))
     if available_now:

@@ -89,6 +89,7 @@ class TableWriter:
     # where the job first started): given the partitions, by the job
     floor: Callable[[list[int]], dict[int, int]] | None = None
     alone: bool = True  # the topic's only table (not one of several routes)
+    topic_id: str | None = None  # the Kafka cluster and topic ids, recorded with the offsets
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -413,7 +414,7 @@ class TableWriter:
                 newest = [t for t in (found_vtts, committed.vtts) if t is not None]
                 return summary_properties(writer, topic, offsets,
                                           max(newest) if newest else None,
-                                          self.config.generation, batch_id)
+                                          self.config.generation, batch_id, self.topic_id)
 
             self._write(self._decode(fresh, table, value_ids, keys), base, summary, outcome)
             outcome["offsets"] = offsets

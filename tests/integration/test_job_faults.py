@@ -518,10 +518,40 @@ def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
     with pytest.raises(DataLossError) as lost:
         start(config, spark, available_now=True)
     message = str(lost.value)
-    assert message.startswith(f"DataLoss: topic {topic}: Kafka's offsets are below the "
-                              "table's, so the topic was deleted and created again")
+    assert message.startswith(f"DataLoss: topic {topic} is not the topic table "
+                              f"{config.table.identifier}'s offsets were committed from: the "
+                              "topic was deleted and created again (topic ID ")
     assert "create the resource again with another table.identifier" in message
     assert_exactly_once(table_rows(config), producer.sent)  # nothing of the new topic mixed in
+
+
+def test_a_topic_created_again_and_refilled_past_the_tables_offsets_stops_the_job(
+        stack, spark, tmp_path, topic):
+    """The new topic's offsets reach beyond the table's, so the offsets alone look fine: the
+    topic ID recorded with them tells the topics apart, and nothing of the new one is skipped
+    or mixed in."""
+    from floe_sparkapp.commit import last_commit
+
+    producer = AvroProducer(stack, topic)
+    for i in range(30):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA, partition=0)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+    assert last_commit(load_table(config), config.writer, topic).topic_id
+
+    recreate_topic(stack.bootstrap, topic, partitions=3)
+    again = AvroProducer(stack, topic)
+    for i in range(100, 160):  # past offset 30 on every partition
+        for partition in range(3):
+            again.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA,
+                       partition=partition)
+    again.flush()
+
+    with pytest.raises(DataLossError) as lost:
+        start(config, spark, available_now=True)
+    assert "the topic was deleted and created again (topic ID" in str(lost.value)
+    assert_exactly_once(table_rows(config), producer.sent)
 
 
 def test_a_topic_deleted_and_created_again_while_the_job_runs_stops_it_with_data_loss(
