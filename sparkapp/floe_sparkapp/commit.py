@@ -235,6 +235,11 @@ def branch_prefix(writer: str) -> str:
 
 
 OFFSETS_TAG_PREFIX = "floe_offsets_"
+# A maintenance action (compaction, a manifest rewrite) tags the snapshot it starts from while
+# it runs: its commit checks the history from there, which the job's expiry then keeps.  A hold
+# left by a killed run lapses (Iceberg's expiry drops the tag) after this long.
+HOLD_PREFIX = "floe_hold_"
+HOLD_MAX_AGE_MS = 6 * 3600 * 1000
 
 
 def offsets_tag(writer: str) -> str:
@@ -288,6 +293,18 @@ def _kafka_order_id(table: Any) -> int | None:
             f.transform().isIdentity() and f.direction().toString() == "ASC" for f in fields):
         return None
     return order.orderId()
+
+
+def held_since(metadata: Any, now_ms: int) -> int | None:
+    """The timestamp of the oldest snapshot a running maintenance action holds, in the table's
+    (Java) metadata; None when none is held."""
+    held = []
+    for name in metadata.refs().keySet().toArray():
+        if str(name).startswith(HOLD_PREFIX):
+            snapshot = metadata.snapshot(metadata.ref(str(name)).snapshotId())
+            if snapshot is not None and now_ms - snapshot.timestampMillis() < HOLD_MAX_AGE_MS:
+                held.append(int(snapshot.timestampMillis()))
+    return min(held) if held else None
 
 
 def _main_at(metadata: Any, snapshot_id: int) -> Any:
@@ -589,9 +606,14 @@ class BranchCommitter:
         commit, it keeps the table's metadata, which every commit rewrites, the same size.
 
         Refs keep their snapshots: the writer's offsets tag keeps the newest floe snapshot.
-        Returns how many snapshots went (0 when none was due)."""
+        A maintenance action's hold (:data:`HOLD_PREFIX`) keeps its snapshot and every one
+        after it.  Returns how many snapshots went (0 when none was due)."""
         table = self._iceberg_table()
-        snapshots = table.operations().current().snapshots()
+        metadata = table.operations().current()
+        held = held_since(metadata, int(time.time() * 1000))
+        if held is not None:
+            older_than_ms = min(older_than_ms, held)
+        snapshots = metadata.snapshots()
         count = snapshots.size()
         # The oldest snapshot comes first: when it is not due, none is.
         if count <= retain_last + max(1, retain_last // 10) or \

@@ -21,6 +21,10 @@ FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 MAX_KEY_COLUMNS = 8
 
 
+
+# The default retention keeps snapshots at least this long (seconds), for readers' scans.
+MIN_DEFAULT_SNAPSHOT_AGE_SECONDS = 300
+
 class ConfigError(ValueError):
     """A job config that cannot work; the message names each bad field and why."""
 
@@ -272,9 +276,12 @@ class JobConfig(_Model):
     def snapshot_max_age_seconds(self) -> int:
         """Snapshots older than this may expire: ``maintenance.maxSnapshotAgeSeconds``, or by
         default ``retainLast`` commit intervals, so that a table keeps about ``retainLast``
-        commits whatever its interval (and its metadata the same size)."""
+        commits whatever its interval (and its metadata the same size), but never less than
+        :data:`MIN_DEFAULT_SNAPSHOT_AGE_SECONDS`: at a 1 s interval a reader still has its
+        snapshot for minutes.  (Maintenance holds what it works from: :mod:`.maintenance`.)"""
         return (self.maintenance.max_snapshot_age_seconds
-                or self.maintenance.retain_last * self.commit.interval_seconds)
+                or max(self.maintenance.retain_last * self.commit.interval_seconds,
+                       MIN_DEFAULT_SNAPSHOT_AGE_SECONDS))
 
     @property
     def consumer_group(self) -> str:

@@ -18,14 +18,16 @@ which the operator puts on the resource's status.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import time
-from typing import Any, Callable
+import uuid
+from typing import Any, Callable, Iterator
 
 from .catalog import load_catalog
-from .commit import last_commit
+from .commit import HOLD_MAX_AGE_MS, HOLD_PREFIX, last_commit
 from .config import ROW_LEVEL, JobConfig
 
 log = logging.getLogger("floe.maintenance")
@@ -92,6 +94,11 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
     newest = last_commit(table, config.writer, config.kafka.topic).snapshot_id
     if newest is not None:  # keep the newest floe snapshot and everything after it
         older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))
+    now_ms = now.timestamp() * 1000
+    for name, ref in table.refs().items():  # and what a running action holds (``holding``)
+        held = table.snapshot_by_id(ref.snapshot_id) if name.startswith(HOLD_PREFIX) else None
+        if held is not None and now_ms - held.timestamp_ms < HOLD_MAX_AGE_MS:
+            older_than = min(older_than, _utc(held.timestamp_ms))
     rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
                      f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)}, "
                      f"retain_last => {settings.retain_last})").collect()
@@ -151,6 +158,46 @@ def _reason(error: Exception) -> str:
                 repr(error))[:500]
 
 
+# The actions whose commits check the table's history from the snapshot they started from.
+HOLDING = ("compaction", "rewrite-manifests")
+
+
+@contextlib.contextmanager
+def holding(config: JobConfig, action: str) -> Iterator[None]:
+    """While the action runs, a tag on ``main``'s snapshot (``floe_hold_<action>_<id>``): the
+    streaming job's expiry keeps it and everything after it, so the action's commit finds the
+    history it checks, however long it runs beside a short commit interval."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    catalog = load_catalog(config.table.catalog)
+    name = f"{HOLD_PREFIX}{action.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    held = False
+    for _ in range(5):
+        table = catalog.load_table(config.table.identifier)
+        if table.current_snapshot() is None:
+            break
+        try:
+            table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, name,
+                                                max_ref_age_ms=HOLD_MAX_AGE_MS).commit()
+            held = True
+            break
+        except CommitFailedException:  # the job committed meanwhile: tag its new snapshot
+            continue
+    try:
+        yield
+    finally:
+        for _ in range(5 if held else 0):
+            try:
+                catalog.load_table(config.table.identifier).manage_snapshots() \
+                    .remove_tag(name).commit()
+                break
+            except CommitFailedException:
+                continue
+            except Exception as error:  # noqa: BLE001 - the hold lapses by itself
+                log.warning("could not remove the hold %s: %s", name, error)
+                break
+
+
 def _conflict(error: Exception) -> bool:
     text = str(error)
     return any(marker in text for marker in CONFLICTS)
@@ -180,8 +227,9 @@ def maintain(config: JobConfig, action: str, spark: Any | None = None,
     for attempt in range(1, attempts + 1):
         table = load_catalog(config.table.catalog).load_table(config.table.identifier)
         try:
-            result = RUNNERS[action](spark, config, table,
-                                     now or dt.datetime.now(dt.timezone.utc))
+            with (holding(config, action) if action in HOLDING else contextlib.nullcontext()):
+                result = RUNNERS[action](spark, config, table,
+                                         now or dt.datetime.now(dt.timezone.utc))
         except Exception as error:  # noqa: BLE001 - Spark surfaces Iceberg's as Py4J errors
             first = _reason(error)
             if _conflict(error) and attempt < attempts:

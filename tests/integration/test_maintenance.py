@@ -150,13 +150,13 @@ def test_aggressive_expiry_keeps_the_offsets_and_exactly_once_survives_a_lost_ch
 
 def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
         stack, spark, tmp_path, topic):
-    """With a short interval the job keeps the table at about retainLast commits (by default
-    those older than retainLast intervals expire): the metadata every commit rewrites stays
-    small, the manifest lists of expired snapshots are deleted, and the offsets stay."""
+    """With a short interval the job keeps the table at about retainLast commits (those
+    older than maxAge expire): the metadata every commit rewrites stays small, the manifest
+    lists of expired snapshots are deleted, and the offsets stay."""
     from floe_sparkapp.commit import offsets_tag
 
     producer = AvroProducer(stack, topic)
-    config = config_with(stack, tmp_path, topic, retain_last=3)  # interval 1 s: 3 s
+    config = config_with(stack, tmp_path, topic, retain_last=3, max_snapshot_age_seconds=3)
     assert config.snapshot_max_age_seconds == 3
     produce_old(producer, 0, 10)  # the job starts from the subject's registered schema
     query = start(config, spark, query_name="expiring_while_committing")
@@ -281,3 +281,52 @@ def test_compaction_of_an_upsert_table_applies_its_deletes(stack, spark, tmp_pat
     assert multiset(table_rows(config)) == multiset(before)
     tasks = list(load_table(config).scan().plan_files())
     assert tasks and not any(task.delete_files for task in tasks)  # rewritten without them
+
+
+@pytest.mark.faults
+def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second(
+        stack, spark, tmp_path, topic):
+    """The job commits every second and expires what is older than 2 s beyond 3 snapshots,
+    while a compaction of hundreds of files runs for longer than that: the compaction holds
+    the snapshot it started from (a tag the job's expiry keeps, with all after it), so its
+    commit finds the history it checks; the hold is gone afterwards and every row stays."""
+    from floe_sparkapp.commit import HOLD_PREFIX
+
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 6000)
+    config = config_with(stack, tmp_path, topic, min_input_files=2, retain_last=3,
+                         max_snapshot_age_seconds=2)
+    config = config.model_copy(update={"commit": config.commit.model_copy(
+        update={"max_records_per_commit": 30})})
+    run(config, spark, available_now=True, timeout=900)  # 200 commits: many small files
+    assert len(data_files(config)) >= 200
+
+    stop = threading.Event()
+
+    def keep_producing():  # today's partition, which compaction leaves alone
+        i = 6000
+        while not stop.is_set():
+            producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+            producer.flush()
+            i += 1
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=keep_producing)
+    query = start(config, spark, query_name="expiring_beside_compaction")
+    thread.start()
+    try:
+        started = time.monotonic()
+        result = maintain(config, "compaction", spark)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+    try:
+        wait_for_rows(config, len(producer.sent), query=query)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert took > 2 * config.snapshot_max_age_seconds, f"the compaction took only {took:.1f} s"
+    assert result["attempts"] == 1 and result["rewritten_data_files_count"] >= 200, result
+    assert not [name for name in load_table(config).refs() if name.startswith(HOLD_PREFIX)]
+    assert_exactly_once(table_rows(config), producer.sent)

@@ -192,7 +192,8 @@ def test_only_a_change_the_job_depends_on_restarts_it():
 
 @pytest.mark.parametrize("interval, expire, age, expiring", [
     ("10s", {}, 100 * 10, True),  # by default: retainLast commit intervals
-    ("2s", {"retainLast": 30}, 30 * 2, True),
+    ("2s", {"retainLast": 30}, 300, True),  # but at least 5 minutes, for readers
+    ("1m", {"retainLast": 30}, 30 * 60, True),
     ("1m", {"maxAge": "7d"}, 7 * 86_400, True),
     ("10s", {"enabled": False}, 100 * 10, False),
 ])
