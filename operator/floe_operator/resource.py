@@ -319,7 +319,8 @@ class ExpireSnapshotsSpec(_MaintenanceAction):
     max_age: str | None = _duration(
         None, "Older snapshots expire (never the newest one floe wrote, which holds the "
               "offsets); at least 1m. Default: retainLast commit intervals, so that the table "
-              "keeps about retainLast commits and its metadata stays small at any interval.",
+              "keeps about retainLast commits and its metadata stays small at any interval, "
+              "but at least 5m, so that readers keep their snapshots at a short interval.",
         ">= 60.0", "expireSnapshots.maxAge must be at least 1m")
 
 
