@@ -429,10 +429,11 @@ class BranchCommitter:
             raise
         try:
             self.publish(staged, base_snapshot_id, properties)
-        except CommitConflict:  # main moved on without any of the batch's snapshots
+        except CommitUnknown:  # a snapshot may refer to the files (or come to): they stay
+            raise
+        except Exception:  # main moved on without the batch, or nothing reached the catalog
             self.discard(staged)
             raise
-        # Any other failure: a snapshot may refer to the files (or come to): they stay.
         return {"write_seconds": write_seconds,
                 "commit_seconds": time.monotonic() - started - write_seconds}
 
@@ -488,11 +489,24 @@ class BranchCommitter:
         files on top of ``base_snapshot_id`` with ``properties`` in its summary, makes it
         ``main``'s head and moves the writer's tag there; a compare-and-set, as
         :meth:`_merge`.  Raises CommitConflict only when ``main`` moved on without any of the
-        snapshots tried, CommitUnknown when the catalog kept failing to answer."""
+        snapshots tried, CommitUnknown when the catalog kept failing to answer or anything
+        failed once a commit had been sent; any other error only before that."""
+        tried: set[int] = set()
+        try:
+            self._publish(staged, base_snapshot_id, properties, attempts, tried)
+        except (CommitConflict, CommitUnknown):
+            raise
+        except Exception as error:  # noqa: BLE001 - after a commit was sent, it may land
+            if tried:
+                raise CommitUnknown(f"the batch's commit was sent, then: {_first_line(error)}"
+                                    ) from error
+            raise
+
+    def _publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
+                 attempts: int, tried: set[int]) -> None:
         iceberg = self.spark._jvm.org.apache.iceberg
         table = staged.table
         operations = table.operations()
-        tried: set[int] = set()
         last_error: Exception | None = None
         for _ in range(attempts):
             append = table.newAppend()  # merges small manifests as Spark's own appends do
