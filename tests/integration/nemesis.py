@@ -226,7 +226,7 @@ class Schedule:
         then kinds drawn by their weights until ``until``."""
         first = self.rng.sample(self.kinds, len(self.kinds))
         while first or time.monotonic() < until:
-            self._pause(self.rng.uniform(1, 5) if first else self.rng.uniform(2, 8),
+            self._pause(self.rng.uniform(0.5, 3) if first else self.rng.uniform(2, 8),
                         None if first else until)
             if not first and time.monotonic() >= until:
                 break

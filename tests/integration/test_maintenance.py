@@ -293,18 +293,21 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
     from floe_sparkapp.commit import HOLD_PREFIX
 
     producer = AvroProducer(stack, topic)
-    produce_old(producer, 0, 6000)
+    for i in range(2400):  # over 30 days: each batch writes a file per day and partition
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
+                      timestamp_ms=TWO_DAYS_AGO - (i % 30) * DAY_MS)
+    producer.flush()
     config = config_with(stack, tmp_path, topic, min_input_files=2, retain_last=3,
                          max_snapshot_age_seconds=2)
     config = config.model_copy(update={"commit": config.commit.model_copy(
-        update={"max_records_per_commit": 30})})
-    run(config, spark, available_now=True, timeout=900)  # 200 commits: many small files
+        update={"max_records_per_commit": 300})})
+    run(config, spark, available_now=True, timeout=900)  # 8 commits, hundreds of files
     assert len(data_files(config)) >= 200
 
     stop = threading.Event()
 
     def keep_producing():  # today's partition, which compaction leaves alone
-        i = 6000
+        i = 2400
         while not stop.is_set():
             producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
             producer.flush()
