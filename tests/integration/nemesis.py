@@ -476,6 +476,10 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     return outcome
 
 
+def _memory_gib() -> int:
+    return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.integration.nemesis",
                                      description=__doc__.split("\n\n")[0])
@@ -504,7 +508,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.record:
                 with open(args.record, "a") as out:
                     out.write(json.dumps({"date": time.strftime("%Y-%m-%d"),
-                                          "command": " ".join(sys.argv),
+                                          "machine": f"{os.cpu_count()} cores, "
+                                                     f"{_memory_gib()} GiB",
+                                          "command": " ".join(
+                                              ["python -m tests.integration.nemesis",
+                                               *(argv if argv is not None else sys.argv[1:])]),
                                           **outcome.summary()}) + "\n")
     return 0 if holds else 1
 
