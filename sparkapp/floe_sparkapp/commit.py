@@ -156,21 +156,17 @@ def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
             return Committed()
         parent = table.snapshot_by_id(snapshot.parent_snapshot_id)
         if parent is None:
-            return _tagged(table, writer, topic, below=snapshot)
+            return tagged_commit(table, writer, topic, below=snapshot)
         snapshot = parent
     return Committed()
 
 
-def tagged_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
+def tagged_commit(table: Any, writer: str, topic: str | None = None,
+                  below: Any = None) -> Committed:
     """The commit the writer's offsets tag is on (or an earlier writer's tag for the same
     topic), in ``main``'s ancestry or not: that the table has one says floe committed to it
-    (``main`` may since have been rolled back before every commit)."""
-    return _tagged(table, writer, topic)
-
-
-def _tagged(table: Any, writer: str, topic: str | None, below: Any = None) -> Committed:
-    """The offsets of the writer's tag (or of an earlier writer's for the same topic); with
-    ``below``, where ``main``'s ancestry was cut, only when its snapshot is older."""
+    (``main`` may since have been rolled back before every commit).  With ``below``, where
+    ``main``'s ancestry was cut, only a tag on an older snapshot."""
     found = []
     for name, ref in table.refs().items():
         if not name.startswith(OFFSETS_TAG_PREFIX):
@@ -295,16 +291,22 @@ def _kafka_order_id(table: Any) -> int | None:
     return order.orderId()
 
 
-def held_since(metadata: Any, now_ms: int) -> int | None:
-    """The timestamp of the oldest snapshot a running maintenance action holds, in the table's
-    (Java) metadata; None when none is held."""
-    held = []
-    for name in metadata.refs().keySet().toArray():
-        if str(name).startswith(HOLD_PREFIX):
-            snapshot = metadata.snapshot(metadata.ref(str(name)).snapshotId())
-            if snapshot is not None and now_ms - snapshot.timestampMillis() < HOLD_MAX_AGE_MS:
-                held.append(int(snapshot.timestampMillis()))
+def held_since(refs: Any, now_ms: int) -> int | None:
+    """The timestamp (ms) of the oldest snapshot a running maintenance action holds, from the
+    table's refs as ``(name, snapshot timestamp ms or None)`` pairs; None when none is held
+    (a hold older than :data:`HOLD_MAX_AGE_MS` has lapsed)."""
+    held = [int(at) for name, at in refs if name.startswith(HOLD_PREFIX) and at is not None
+            and now_ms - at < HOLD_MAX_AGE_MS]
     return min(held) if held else None
+
+
+def _ref_times(metadata: Any) -> list[tuple[str, int | None]]:
+    """``(name, snapshot timestamp ms)`` of each ref in the table's (Java) metadata."""
+    found = []
+    for name in metadata.refs().keySet().toArray():
+        snapshot = metadata.snapshot(metadata.ref(str(name)).snapshotId())
+        found.append((str(name), None if snapshot is None else snapshot.timestampMillis()))
+    return found
 
 
 def _main_at(metadata: Any, snapshot_id: int) -> Any:
@@ -624,7 +626,7 @@ class BranchCommitter:
         after it.  Returns how many snapshots went (0 when none was due)."""
         table = self._iceberg_table()
         metadata = table.operations().current()
-        held = held_since(metadata, int(time.time() * 1000))
+        held = held_since(_ref_times(metadata), int(time.time() * 1000))
         if held is not None:
             older_than_ms = min(older_than_ms, held)
         snapshots = metadata.snapshots()

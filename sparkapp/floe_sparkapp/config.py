@@ -19,11 +19,9 @@ KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 MAX_KEY_COLUMNS = 8
-
-
-
 # The default retention keeps snapshots at least this long (seconds), for readers' scans.
 MIN_DEFAULT_SNAPSHOT_AGE_SECONDS = 300
+
 
 class ConfigError(ValueError):
     """A job config that cannot work; the message names each bad field and why."""

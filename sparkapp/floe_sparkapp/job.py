@@ -142,11 +142,12 @@ def topic_identity(config: JobConfig) -> str | None:
     return f"{cluster.cluster_id}/{topic.topic_id}"
 
 
-def check_topic_identity(config: JobConfig, table: Any, identity: str | None) -> None:
-    """Fails when the table's offsets were committed from another topic of the same name: one
-    deleted and created again (and perhaps refilled past the table's offsets, where the offsets
-    alone cannot tell), or one on another cluster (``bootstrapServers`` changed)."""
-    committed = last_commit(table, config.writer, config.kafka.topic)
+def check_topic_identity(config: JobConfig, committed: Committed,
+                         identity: str | None) -> None:
+    """Fails when a table's offsets (``committed``) were committed from another topic of the
+    same name: one deleted and created again (and perhaps refilled past the table's offsets,
+    where the offsets alone cannot tell), or one on another cluster (``bootstrapServers``
+    changed)."""
     if identity is None or committed.topic_id is None or committed.topic_id == identity:
         return
     recorded_cluster, recorded_topic = committed.topic_id.split("/", 1)
@@ -420,11 +421,16 @@ def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | Non
     return table
 
 
-def lowest_commit(config: JobConfig, tables: list[Any]) -> Committed:
-    """Where the topic's tables are all committed up to: per partition, the lowest of their
-    offsets.  The query starts there, and each table skips what it already has.  A table with
-    no offsets yet (a route just added) goes on from where the others are."""
-    found = [last_commit(table, config.writer, config.kafka.topic) for table in tables]
+def table_commits(config: JobConfig, tables: list[Any]) -> list[Committed]:
+    """What the topic's tables have committed (:func:`~.commit.last_commit` of each)."""
+    return [last_commit(table, config.writer, config.kafka.topic) for table in tables]
+
+
+def lowest_commit(found: list[Committed]) -> Committed:
+    """Where the topic's tables (what they committed, :func:`table_commits`) are all committed
+    up to: per partition, the lowest of their offsets.  The query starts there, and each table
+    skips what it already has.  A table with no offsets yet (a route just added) goes on from
+    where the others are."""
     if len(found) == 1:
         return found[0]
     committed = [c for c in found if c.offsets]
@@ -446,9 +452,10 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     tables = [ready_table(spark, destination, _registry(destination))
               for destination in config.destinations()]
     identity = topic_identity(config)
-    for table in tables:
-        check_topic_identity(config, table, identity)
-    committed = lowest_commit(config, tables)
+    found = table_commits(config, tables)
+    for table_committed in found:
+        check_topic_identity(config, table_committed, identity)
+    committed = lowest_commit(found)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     resumes, floor = rewind_checkpoint(spark, config, committed, partitions)
@@ -535,7 +542,7 @@ def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossE
         try:
             catalog = catalogs.load_catalog(config.table.catalog)
             tables = [catalog.load_table(d.table.identifier) for d in config.destinations()]
-            check_offsets_available(config, lowest_commit(config, tables))
+            check_offsets_available(config, lowest_commit(table_commits(config, tables)))
             return None
         except DataLossError as error:
             return error

@@ -27,7 +27,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from .catalog import load_catalog
-from .commit import HOLD_MAX_AGE_MS, HOLD_PREFIX, last_commit
+from .commit import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
 from .config import ROW_LEVEL, JobConfig
 
 log = logging.getLogger("floe.maintenance")
@@ -94,11 +94,11 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
     newest = last_commit(table, config.writer, config.kafka.topic).snapshot_id
     if newest is not None:  # keep the newest floe snapshot and everything after it
         older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))
-    now_ms = now.timestamp() * 1000
-    for name, ref in table.refs().items():  # and what a running action holds (``holding``)
-        held = table.snapshot_by_id(ref.snapshot_id) if name.startswith(HOLD_PREFIX) else None
-        if held is not None and now_ms - held.timestamp_ms < HOLD_MAX_AGE_MS:
-            older_than = min(older_than, _utc(held.timestamp_ms))
+    held = held_since(  # and what a running action holds (``holding``)
+        [(name, getattr(table.snapshot_by_id(ref.snapshot_id), "timestamp_ms", None))
+         for name, ref in table.refs().items()], int(now.timestamp() * 1000))
+    if held is not None:
+        older_than = min(older_than, _utc(held))
     rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
                      f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)}, "
                      f"retain_last => {settings.retain_last})").collect()
