@@ -158,6 +158,10 @@ def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target:
         value = project(raw, df.schema[name].dataType, target, dict(plan.routes), path)
         decoded = (decoded if decoded is not None else F).when(matches, value)
         notes = [raw.getField(NOTE_FIELD)] if plan.writer.format == "PROTOBUF" else []
+        malformed = None
+        if _checked_name(plan.schema_id, column) in df.columns:
+            malformed, trailing = _checked(df, plan, column)
+            notes.append(trailing)
         if plan.recursive_fields:  # (Protobuf's note: fields the writer schema does not know)
             notes.append(F.lit(
                 f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
@@ -167,9 +171,65 @@ def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target:
                                                                    F.coalesce(*notes))
         failure = (failure if failure is not None else F).when(
             matches & ~ok, F.lit(_failure(plan.writer, plan.schema_id, column)))
+        if malformed is not None:
+            failure = failure.when(matches & malformed.isNotNull(), malformed)
     none = F.lit(None)
     return (df, decoded if decoded is not None else none,
             failure if failure is not None else none, partial if partial is not None else none)
+
+
+def _checked(df: DataFrame, plan: WriterPlan, column: str) -> tuple[Column, Column]:
+    """Of values read with an Avro or JSON ``plan``: why one decoded into something else than
+    was written (an Avro int past 32 bits, text that is not UTF-8, a JSON number past its
+    column's range), and the note on what follows the value's end.
+
+    Bytes after a complete value are what the registry's deserializers ignore too: the value
+    decodes, and its full bytes are kept in ``<column>_raw`` with the note."""
+    assert plan.writer is not None
+    kind = "Avro" if plan.writer.format == "AVRO" else "JSON"
+    what = f"{kind} {column} of writer schema id {plan.schema_id}"
+    checked = F.col(_checked_name(plan.schema_id, column))
+    reasons = [checked.getField("error")]
+    if kind == "JSON":
+        name = _decoded_name(plan.schema_id, column)
+        beyond = _beyond_range(F.col(name), df.schema[name].dataType)
+        if beyond is not None:
+            reasons.append(_past_range(beyond))
+    malformed = F.concat(F.lit(f"{what} is malformed: "), F.coalesce(*reasons))
+    trailing = checked.getField("trailing")
+    if kind == "Avro":
+        after = F.format_string(f"%d byte(s) follow the {what} and were not read; the full "
+                                f"{column} is in {column}_raw", trailing)
+    else:
+        after = F.lit(f"more follows the {what} and was not read; the full {column} is in "
+                      f"{column}_raw")
+    return malformed, F.when(trailing > 0, after)
+
+
+def _past_range(path: Column) -> Column:
+    return F.when(path.isNotNull(),
+                  F.format_string("field %s is a number past its type's range", path))
+
+
+def _beyond_range(col: Column, kind: T.DataType, path: str = "") -> Column | None:
+    """The path of a float or double in ``col`` that is infinite, which JSON cannot write (a
+    number past its column's range reads as infinity); None when ``kind`` has neither."""
+    if isinstance(kind, (T.FloatType, T.DoubleType)):
+        return F.when(F.abs(col) == F.lit(float("inf")), F.lit(path or "(the value)"))
+    if isinstance(kind, T.StructType):
+        found = [part for f in kind.fields if f.name != CORRUPT
+                 if (part := _beyond_range(col.getField(f.name), f.dataType,
+                                           f"{path}.{f.name}" if path else f.name)) is not None]
+        return F.coalesce(*found) if found else None
+    if isinstance(kind, (T.ArrayType, T.MapType)):
+        array = isinstance(kind, T.ArrayType)
+        element = kind.elementType if array else kind.valueType
+        where = f"{path}[]"
+        if _beyond_range(F.lit(None), element, where) is None:  # (no float inside)
+            return None
+        return F.when(F.exists(col if array else F.map_values(col), lambda item: _beyond_range(
+            item, element, where).isNotNull()), F.lit(where))
+    return None
 
 
 def _failure(writer: Writer, schema_id: int, column: str) -> str:
@@ -185,8 +245,10 @@ def _failure(writer: Writer, schema_id: int, column: str) -> str:
 
 
 def _decoded_names(plans: Mapping[int, WriterPlan], column: str = "value") -> list[str]:
-    return [_decoded_name(plan.schema_id, column) for plan in plans.values()
-            if plan.writer is not None]
+    """The columns :func:`decode_writers` adds for ``plans``."""
+    return [name for plan in plans.values() if plan.writer is not None
+            for name in (_decoded_name(plan.schema_id, column),
+                         _checked_name(plan.schema_id, column))]
 
 
 OK_FIELD = "__floe_decoded"  # (the Protobuf decoder's too)
@@ -197,16 +259,38 @@ def _decoded_name(schema_id: int, column: str = "value") -> str:
     return f"_decoded_{schema_id}" if column == "value" else f"_{column}_decoded_{schema_id}"
 
 
+def _checked_name(schema_id: int, column: str = "value") -> str:
+    return f"_checked_{schema_id}" if column == "value" else f"_{column}_checked_{schema_id}"
+
+
 def decode_writers(df: DataFrame, writers: Mapping[int, Writer],
                    column: str = "value") -> DataFrame:
     """Adds a ``_decoded_<id>`` column per writer schema id, null for rows of other ids; a
     column already there (decoded to pick a route) is kept."""
     id_name = _names(column)[0]
-    columns = [F.when(F.col(id_name) == F.lit(schema_id), _read(F.col(column), writer))
-               .alias(_decoded_name(schema_id, column))
-               for schema_id, writer in writers.items()
-               if _decoded_name(schema_id, column) not in df.columns]
+    columns = []
+    for schema_id, writer in writers.items():
+        if _decoded_name(schema_id, column) in df.columns:
+            continue
+        this = F.col(id_name) == F.lit(schema_id)
+        columns.append(F.when(this, _read(F.col(column), writer))
+                       .alias(_decoded_name(schema_id, column)))
+        check = _check(F.col(column), writer)
+        if check is not None:
+            columns.append(F.when(this, check).alias(_checked_name(schema_id, column)))
     return df.select("*", *columns) if columns else df
+
+
+def _check(framed: Column, writer: Writer) -> Column | None:
+    """What the reader of ``writer`` lets through (:mod:`.jvm_udf`): a struct of ``error``
+    and ``trailing``; None for Protobuf, whose decoder checks for itself."""
+    from .jvm_udf import avro_check, json_check
+
+    if writer.format == "AVRO":
+        return avro_check(framed, writer.schema)
+    if writer.format == "JSON":
+        return json_check(framed, HEADER_BYTES)
+    return None
 
 
 def _read(framed: Column, writer: Writer) -> Column:
@@ -216,8 +300,7 @@ def _read(framed: Column, writer: Writer) -> Column:
     if writer.format == "JSON":
         corrupt = T.StructField(CORRUPT, T.StringType())
         struct = T.StructType([*T.StructType.fromJson(json.loads(writer.schema)).fields, corrupt])
-        return F.from_json(body.cast("string"), struct,
-                           {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+        return F.from_json(body.cast("string"), struct, JSON_OPTIONS)
     if writer.format == "PROTOBUF":
         from .protobuf_decode import read
 
@@ -243,9 +326,10 @@ def decode_avro_key(df: DataFrame, plans: Mapping[int, WriterPlan],
 
 def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:
     """``_key_fields`` and ``_key_error`` of JSON keys, parsed against the table's type."""
-    fields, error = _parse_json("key", key_type,
-                                "key is not a JSON object matching the table's key_fields")
-    return df.withColumn(KEY_ERROR, error).withColumn(KEY_FIELDS, fields)
+    df, fields, error, _ = _parse_json(
+        df, "key", key_type, "key is not a JSON object matching the table's key_fields")
+    return (df.withColumn(KEY_ERROR, error).withColumn(KEY_FIELDS, fields)
+            .drop(_plain_checked_name("key")))
 
 
 def decoded_field(df: DataFrame, schema_id: int, writer: Writer, path: str) -> Column | None:
@@ -263,6 +347,10 @@ def decoded_field(df: DataFrame, schema_id: int, writer: Writer, path: str) -> C
 
 
 CORRUPT = "__floe_corrupt"
+# NaN and Infinity are not JSON numbers (RFC 8259): a record that has them is kept raw, as the
+# registry's JSON deserializer refuses it
+JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT,
+                "allowNonNumericNumbers": "false"}
 
 
 def _decoded_ok(writer: Writer) -> Callable[[Column], Column]:
@@ -295,16 +383,33 @@ def _from_avro(body: Column, writer_schema: str, *, cut_recursion: bool = False)
     return from_avro(body, writer_schema, options)
 
 
-def _parse_json(column: str, struct: T.StructType, problem: str) -> tuple[Column, Column]:
-    """``column`` parsed as JSON against ``struct``: the parsed value, and ``problem`` where
-    it is not a JSON object that fits."""
-    corrupt = CORRUPT
-    with_corrupt = T.StructType([*struct.fields, T.StructField(corrupt, T.StringType())])
-    parsed = F.from_json(F.col(column).cast("string"), with_corrupt,
-                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
-    error = F.when(F.col(column).isNotNull()
-                   & (parsed.isNull() | parsed.getField(corrupt).isNotNull()), F.lit(problem))
-    return F.when(error.isNull(), project(parsed, with_corrupt, struct)), error
+def _plain_checked_name(column: str) -> str:
+    return f"_{column.strip('_')}_checked"
+
+
+def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str
+                ) -> tuple[DataFrame, Column, Column, Column]:
+    """``column`` parsed as JSON against ``struct``: the rows with its check (dropped by
+    :func:`_drop_checks`), the parsed value, ``problem`` where it is not a JSON object that
+    fits (or why it is malformed), and the note on what follows the document."""
+    from .jvm_udf import json_check
+
+    df = df.select("*", json_check(F.col(column), 0).alias(_plain_checked_name(column)))
+    checked = F.col(_plain_checked_name(column))
+    with_corrupt = T.StructType([*struct.fields, T.StructField(CORRUPT, T.StringType())])
+    parsed = F.from_json(F.col(column).cast("string"), with_corrupt, JSON_OPTIONS)
+    beyond = _beyond_range(parsed, struct)
+    reasons = [checked.getField("error")]
+    if beyond is not None:
+        reasons.append(_past_range(beyond))
+    present = F.col(column).isNotNull()
+    error = (F.when(present & (parsed.isNull() | parsed.getField(CORRUPT).isNotNull()),
+                    F.lit(problem))
+             .when(present, F.concat(F.lit(f"JSON {'key' if column == 'key' else 'value'} is "
+                                           "malformed: "), F.coalesce(*reasons))))
+    note = F.when(checked.getField("trailing") > 0, F.lit(
+        "more follows the JSON value and was not read; the full value is in value_raw"))
+    return df, F.when(error.isNull(), project(parsed, with_corrupt, struct)), error, note
 
 
 def decode_json(df: DataFrame, value_type: T.StructType,
@@ -315,8 +420,8 @@ def decode_json(df: DataFrame, value_type: T.StructType,
     df = frame(df)
     framed = F.col("_schema_id").isNotNull()
     df = df.withColumn("_plain", F.when(~framed, F.col("value")))
-    plain, plain_error = _parse_json("_plain", value_type,
-                                     "value is not a JSON object matching the table schema")
+    df, plain, plain_error, plain_note = _parse_json(
+        df, "_plain", value_type, "value is not a JSON object matching the table schema")
     df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans or {}, value_type)
     unplanned = F.format_string(
         "value is framed with writer schema id %d, which this table does not decode (a cdc "
@@ -325,7 +430,8 @@ def decode_json(df: DataFrame, value_type: T.StructType,
         unplanned = F.when(~F.col("_schema_id").isin(*plans), unplanned)
     error = F.when(framed, F.coalesce(failure_col.cast("string"), unplanned)
                    ).otherwise(plain_error)
-    note = F.when(framed & error.isNull(), partial_col.cast("string"))
+    note = F.when(error.isNull(), F.when(framed, partial_col.cast("string"))
+                  .otherwise(plain_note))
     checked = df.select("*", error.alias("_error"), note.alias("_note"),
                         F.when(error.isNull(), F.when(framed, decoded_col.cast(value_type))
                                .otherwise(plain)).alias("_value"))
@@ -333,7 +439,8 @@ def decode_json(df: DataFrame, value_type: T.StructType,
     return (checked
             .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
             .withColumn("value_raw", F.when(kept_raw, F.col("value")))
-            .drop("_error", "_note", "_plain", "_frame_error", *_decoded_names(plans or {})))
+            .drop("_error", "_note", "_plain", _plain_checked_name("_plain"), "_frame_error",
+                  *_decoded_names(plans or {})))
 
 
 def decode_raw(df: DataFrame) -> DataFrame:

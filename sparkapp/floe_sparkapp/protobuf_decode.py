@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 
 from .decode import NOTE_FIELD, OK_FIELD
 from .json_schema_types import spark_type
+from .jvm_udf import apply, jvm, make
 from .protobuf_types import protobuf_to_iceberg
 from .schemas import Writer
 
@@ -33,21 +34,8 @@ def writer_type(descriptor: bytes, message: str) -> T.StructType:
 
 def read(framed: Column, writer: Writer) -> Column:
     """``framed`` (header included) decoded with ``writer``."""
-    from pyspark import SparkContext
-    from pyspark.sql.classic.column import Column as JvmColumn
-    from pyspark.sql.classic.column import _to_java_column, _to_seq
-
-    context = SparkContext._active_spark_context
-    assert context is not None, "no active Spark session"
-    jvm = context._jvm
     struct = writer_type(writer.descriptor, writer.schema)
-    java_type = jvm.org.apache.spark.sql.types.DataType.fromJson(struct.json())
-    try:
-        decoder = jvm.dev.floe.protobuf.ProtobufDecoder(
-            bytearray(writer.descriptor), writer.schema,
-            ",".join(index.hex() for index in writer.indexes), java_type)
-    except TypeError:  # py4j: the class is not on the classpath
-        raise RuntimeError(f"{DECODER} is not on Spark's classpath: add floe-jvm.jar (built "
-                           "from sparkapp/jvm) to spark.jars") from None
-    udf = decoder.asUdf()
-    return JvmColumn(udf.apply(_to_seq(context, [framed], _to_java_column)))
+    java_type = jvm().org.apache.spark.sql.types.DataType.fromJson(struct.json())
+    decoder = make(DECODER, bytearray(writer.descriptor), writer.schema,
+                   ",".join(index.hex() for index in writer.indexes), java_type)
+    return apply(decoder, framed)

@@ -1,0 +1,56 @@
+"""floe's own Spark UDFs, written in Java (``sparkapp/jvm``, built into ``floe-jvm.jar``):
+made in the driver's JVM through py4j and applied to columns.
+
+Each Java class binds itself to Spark's typed ``UDF1`` overload (``asUdf()``): py4j's choice
+among ``functions.udf``'s overloads may land on the untyped Scala one, which Spark refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column
+
+
+def jvm() -> Any:
+    """The driver's JVM view (py4j)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    assert context is not None, "no active Spark session"
+    return context._jvm
+
+
+def make(class_name: str, *args: Any) -> Any:
+    """An instance of floe's Java class ``class_name``."""
+    found = jvm()
+    for part in class_name.split("."):
+        found = getattr(found, part)
+    try:
+        return found(*args)
+    except TypeError:  # py4j: the class is not on the classpath
+        raise RuntimeError(f"{class_name} is not on Spark's classpath: add floe-jvm.jar (built "
+                           "from sparkapp/jvm) to spark.jars") from None
+
+
+def apply(udf_maker: Any, column: Column) -> Column:
+    """``udf_maker.asUdf()`` applied to ``column``."""
+    from pyspark import SparkContext
+    from pyspark.sql.classic.column import Column as JvmColumn
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+    context = SparkContext._active_spark_context
+    return JvmColumn(udf_maker.asUdf().apply(_to_seq(context, [column], _to_java_column)))
+
+
+def avro_check(framed: Column, writer_schema: str) -> Column:
+    """``dev.floe.check.AvroCheck`` of ``framed`` (header included): a struct of ``error``
+    (why Avro's decoder would read something else than was written) and ``trailing`` (the
+    bytes after the value)."""
+    return apply(make("dev.floe.check.AvroCheck", writer_schema), framed)
+
+
+def json_check(value: Column, offset: int) -> Column:
+    """``dev.floe.check.JsonCheck`` of ``value`` after ``offset`` bytes of framing: a struct of
+    ``error`` (not UTF-8) and ``trailing`` (1 when more follows the document)."""
+    return apply(make("dev.floe.check.JsonCheck", offset), value)
