@@ -16,7 +16,6 @@ is committed.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -26,12 +25,12 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, schemas
+from . import cdc, checkpoint, dead_letters, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import (DEAD_LETTER_ERROR, BranchCommitter, Committed, commit_with_retries,
                      last_commit, merge_offsets, summary_properties, tagged_commit)
-from .config import ROW_LEVEL, JobConfig, kafka_client_settings
+from .config import ROW_LEVEL, JobConfig
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
                      decode_raw, frame, table_rows)
 from .layout import KEY_FIELDS
@@ -44,7 +43,6 @@ from .upsert import Upsert
 log = logging.getLogger("floe.job")
 
 
-DEAD_LETTER_ATTEMPTS = 3
 RECENT_BATCHES = 100  # an append is decoded for the schema ids of this many batches before it
 REDECODES = 3  # times a batch is decoded again for schema ids it was not decoded for
 
@@ -53,15 +51,14 @@ class UnplannedSchemas(RuntimeError):
     """The batch has writer schema ids it was not decoded for: it is decoded again."""
 
 
-def _cause(error: Exception) -> str:
-    """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
-    line of the error."""
-    text = str(error)
-    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
-    if causes:
-        return causes[-1][:500]
-    found = re.search(r"([\w.$]+(?:Exception|Error): [^\n]*)", text)
-    return (found.group(1) if found else text.splitlines()[0] if text else repr(error))[:500]
+def _committed_at(table: Any, committed: Committed) -> int:
+    """When the writer last committed to ``table`` (ms); before any commit, when the table
+    was made (its oldest metadata that is known)."""
+    found = table.snapshot_by_id(committed.snapshot_id) if committed.snapshot_id else None
+    if found is not None:
+        return found.timestamp_ms
+    history = table.metadata.metadata_log
+    return min([entry.timestamp_ms for entry in history] + [table.metadata.last_updated_ms])
 
 
 def undecodable(rows: DataFrame) -> Any:
@@ -90,6 +87,11 @@ class TableWriter:
     floor: Callable[[list[int]], dict[int, int]] | None = None
     alone: bool = True  # the topic's only table (not one of several routes)
     topic_id: str | None = None  # the Kafka cluster and topic ids, recorded with the offsets
+    tables: tuple[str, ...] = ()  # a routed topic's tables, recorded with the offsets
+    # A route's table that joins the topic again (its route removed, then added back): where
+    # the other tables are, which it goes on from instead of its own older offsets, until it
+    # has committed once
+    rejoins_at: dict[int, int] | None = None
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -193,58 +195,14 @@ class TableWriter:
         return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),
                           has_value=True, cdc=True, key_fields=self.config.key.decoded)
 
-    def _dead_letters(self, bad: DataFrame) -> None:
-        """Sends undecodable rows to the dead-letter topic, with why and where from."""
-        headers = F.concat(
-            F.coalesce(F.col("kafka.headers"), F.array().cast("array<struct<key:string,value:binary>>")),
-            F.array(
-                F.struct(F.lit("floe.error").alias("key"),
-                         F.encode(F.col("value_error"), "UTF-8").alias("value")),
-                F.struct(F.lit("floe.topic").alias("key"),
-                         F.encode(F.col("kafka.topic"), "UTF-8").alias("value")),
-                F.struct(F.lit("floe.partition").alias("key"),
-                         F.encode(F.col("kafka.partition").cast("string"), "UTF-8").alias("value")),
-                F.struct(F.lit("floe.offset").alias("key"),
-                         F.encode(F.col("kafka.offset").cast("string"), "UTF-8").alias("value")),
-            ))
-        writer = (bad.select(F.col("key"), F.col("value_raw").alias("value"),
-                             headers.alias("headers"))
-                  .write.format("kafka")
-                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
-                  .option("topic", self.config.dead_letter.topic)
-                  .option("includeHeaders", "true")
-                  # a missing topic fails the send in seconds rather than a minute
-                  .option("kafka.max.block.ms", "15000"))
-        for key, value in kafka_client_settings(self.config).items():
-            writer = writer.option(f"kafka.{key}", value)
-        writer.save()
-
-    def _send_dead_letters(self, bad: DataFrame, errors: int) -> str | None:
-        """Sends the undecodable rows to the dead-letter topic, trying a few times.  When the
-        topic keeps refusing them (too large, missing, not allowed), returns why: the rows are
-        still committed, with their raw value and reason, and the commit records the failure
-        for the status."""
-        topic = self.config.dead_letter.topic
-        for attempt in range(1, DEAD_LETTER_ATTEMPTS + 1):
-            try:
-                self._dead_letters(bad)
-                return None
-            except Exception as error:  # noqa: BLE001 - any refusal, reported below
-                cause = _cause(error)
-                log.warning("dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
-                            topic, errors, attempt, DEAD_LETTER_ATTEMPTS, cause)
-                if attempt < DEAD_LETTER_ATTEMPTS:
-                    time.sleep(2 ** attempt)
-        return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
-                f"{DEAD_LETTER_ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
-
     def _write(self, rows: DataFrame, base: int, summary: Callable[[], dict[str, str]],
-               outcome: dict[str, Any]) -> None:
+               outcome: dict[str, Any], since_ms: int) -> None:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
         the files are written: it may then raise :class:`UnplannedSchemas`); counts them and
         the undecodable ones in the same pass as the write (an observation), except when a
-        dead-letter topic needs them first (once per batch, even when the commit is
-        retried)."""
+        dead-letter topic needs them first (once per batch, even when the commit is retried;
+        but those an earlier run of the batch sent since ``since_ms``, the writer's last
+        commit: :mod:`.dead_letters`)."""
         def properties() -> dict[str, str]:
             found = summary()
             failure = outcome.get("dead_letter_error")
@@ -258,7 +216,7 @@ class TableWriter:
                 bad = rows.filter(undecodable(rows))
                 errors = bad.count()
                 if errors:
-                    failure = self._send_dead_letters(bad, errors)
+                    failure = dead_letters.send(bad, errors, self.config, since_ms)
                     if failure is None:
                         outcome["dead_letters"] = errors
                     else:
@@ -361,6 +319,9 @@ class TableWriter:
             self._check_identity(table, batch_id)
             base = table.current_snapshot().snapshot_id  # offsets below are read from here
             committed = last_commit(table, writer, topic)
+            if self.rejoins_at:
+                committed = replace(committed,
+                                    offsets=merge_offsets(committed.offsets, self.rejoins_at))
             ahead = checkpoint.ahead_of(start or {}, committed.offsets,
                                         self._floor(table, start or {}, committed))
             if ahead:
@@ -414,9 +375,11 @@ class TableWriter:
                 newest = [t for t in (found_vtts, committed.vtts) if t is not None]
                 return summary_properties(writer, topic, offsets,
                                           max(newest) if newest else None,
-                                          self.config.generation, batch_id, self.topic_id)
+                                          self.config.generation, batch_id, self.topic_id,
+                                          self.tables)
 
-            self._write(self._decode(fresh, table, value_ids, keys), base, summary, outcome)
+            self._write(self._decode(fresh, table, value_ids, keys), base, summary, outcome,
+                        _committed_at(table, committed))
             outcome["offsets"] = offsets
 
         for redecode in range(REDECODES + 1):
@@ -427,8 +390,10 @@ class TableWriter:
                 if redecode == REDECODES:
                     raise
                 log.info("%s: decoding it again", unplanned)
-        if "offsets" in outcome and self.config.maintenance.expire_while_committing:
-            self._expire(outcome)
+        if "offsets" in outcome:
+            self.rejoins_at = None
+            if self.config.maintenance.expire_while_committing:
+                self._expire(outcome)
         return outcome
 
     def _check_identity(self, table: Any, batch_id: int) -> None:
@@ -447,14 +412,20 @@ class TableWriter:
     def _floor(self, table: Any, start: dict[int, int],
                committed: Committed) -> dict[int, int] | None:
         """Where the batch's partitions that the table has no offsets for must start, when
-        that matters: the table is the topic's only one, or it carries floe's offsets tag, so
-        ``main`` was rolled back before every commit (a route's table that never had any goes
-        on from where the topic's other tables are)."""
+        that matters: the table is the topic's only one.  One of a routed topic's tables with
+        no offsets (a route just added, its table dropped and created again, or ``main``
+        rolled back to its root) goes on from where the topic's other tables are: going back
+        would route to it records another table took while it was not there."""
         missing = sorted(set(start) - set(committed.offsets))
         if not missing or self.floor is None:
             return None
-        if not self.alone and not tagged_commit(table, self.config.writer,
-                                                self.config.kafka.topic).offsets:
+        if not self.alone:
+            if tagged_commit(table, self.config.writer, self.config.kafka.topic).offsets:
+                log.warning("table %s has none of topic %s's offsets in main but floe's tag "
+                            "(main rolled back to its root): as one of the topic's routed "
+                            "tables it goes on from where the batch starts, %s; the records "
+                            "before are not ingested into it again", self.config.table.identifier,
+                            self.config.kafka.topic, start)
             return None
         return self.floor(missing)
 

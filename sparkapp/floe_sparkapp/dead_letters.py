@@ -1,0 +1,172 @@
+"""The dead-letter topic: each undecodable record sent there once, as it came, with why and
+where from.
+
+A batch's dead letters are sent before its commit (the rows are committed either way, with
+their raw value and reason).  A batch that is not committed (the driver killed after the send,
+a commit that failed) runs again from the table's offsets and has the same undecodable records:
+before sending, the job reads what the dead-letter topic got since the table's last commit by
+this writer, and leaves out each record already there, known by its ``floe.writer``,
+``floe.topic``, ``floe.partition`` and ``floe.offset`` headers.  When that read fails (the
+topic unreachable), everything is sent and a record may arrive twice, with the same headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .config import JobConfig, kafka_client_settings
+from .librdkafka import librdkafka_settings
+
+log = logging.getLogger("floe.job")
+
+ATTEMPTS = 3
+# Dead letters carry their producer's clock, the table's commits the driver's: read back from
+# this long before the last commit.
+CLOCK_MARGIN_MS = 10 * 60 * 1000
+READ_SECONDS = 120  # at most this long reading back what was sent
+HEADERS = ("floe.writer", "floe.topic", "floe.partition", "floe.offset")
+
+Coordinates = tuple[str, int, int]  # a source record's topic, partition, offset
+
+
+def send(bad: DataFrame, errors: int, config: JobConfig, since_ms: int) -> str | None:
+    """Sends ``bad`` (``errors`` undecodable rows) to the dead-letter topic, but those an
+    earlier run of the batch sent after ``since_ms`` (the writer's last commit); tries a few
+    times.  When the topic keeps refusing them (too large, missing, not allowed), returns why:
+    the rows are still committed, with their raw value and reason, and the commit records the
+    failure for the status."""
+    assert config.dead_letter is not None
+    topic = config.dead_letter.topic
+    cause = ""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            _produce(_not_yet_sent(bad, config, since_ms), config)
+            return None
+        except Exception as error:  # noqa: BLE001 - any refusal, reported below
+            cause = spark_cause(error)
+            log.warning("dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
+                        topic, errors, attempt, ATTEMPTS, cause)
+            if attempt < ATTEMPTS:
+                time.sleep(2 ** attempt)
+    return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
+            f"{ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
+
+
+def spark_cause(error: Exception) -> str:
+    """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
+    line of the error."""
+    text = str(error)
+    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
+    if causes:
+        return causes[-1][:500]
+    found = re.search(r"([\w.$]+(?:Exception|Error): [^\n]*)", text)
+    return (found.group(1) if found else text.splitlines()[0] if text else repr(error))[:500]
+
+
+def _not_yet_sent(bad: DataFrame, config: JobConfig, since_ms: int) -> DataFrame:
+    """``bad`` but the records already in the dead-letter topic."""
+    try:
+        sent = already_sent(config, since_ms)
+    except Exception as error:  # noqa: BLE001 - then all are sent; a consumer keeps one
+        log.warning("could not read back dead-letter topic %s, sending all of the batch's "
+                    "undecodable records: %s", config.dead_letter.topic, error)
+        return bad
+    if not sent:
+        return bad
+    log.info("%d undecodable record(s) of the batch are already in dead-letter topic %s",
+             len(sent), config.dead_letter.topic)
+    spark = bad.sparkSession
+    known = spark.createDataFrame(sorted(sent), "_t string, _p int, _o long")
+    on = ((F.col("kafka.topic") == F.col("_t")) & (F.col("kafka.partition") == F.col("_p"))
+          & (F.col("kafka.offset") == F.col("_o")))
+    return bad.join(F.broadcast(known), on, "left_anti")
+
+
+def already_sent(config: JobConfig, since_ms: int) -> set[Coordinates]:
+    """The source records of this writer the dead-letter topic got at or after
+    ``since_ms - CLOCK_MARGIN_MS``, as far as its end when asked."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    assert config.dead_letter is not None
+    topic = config.dead_letter.topic
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
+                         "group.id": f"floe-dead-letters-{config.writer}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         **librdkafka_settings(kafka_client_settings(config))})
+    try:
+        found = consumer.list_topics(topic, timeout=30).topics[topic]
+        if found.error is not None:
+            raise RuntimeError(str(found.error))
+        starts = consumer.offsets_for_times(
+            [TopicPartition(topic, p, max(0, since_ms - CLOCK_MARGIN_MS))
+             for p in found.partitions], timeout=30)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in found.partitions}
+        todo = {tp.partition: ends[tp.partition] for tp in starts
+                if 0 <= tp.offset < ends[tp.partition]}
+        if not todo:
+            return set()
+        consumer.assign([tp for tp in starts if tp.partition in todo])
+        sent: set[Coordinates] = set()
+        deadline = time.monotonic() + READ_SECONDS
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {topic} for {READ_SECONDS} s without reaching its end")
+            for message in consumer.consume(1000, timeout=1):
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(str(error))
+                if error is None:
+                    coordinates = _coordinates(message.headers() or [], config.writer)
+                    if coordinates is not None:
+                        sent.add(coordinates)
+                if message.offset() is not None and \
+                        message.offset() + (0 if error is not None else 1) >= \
+                        todo.get(message.partition(), 0):
+                    todo.pop(message.partition(), None)
+        return sent
+    finally:
+        consumer.close()
+
+
+def _coordinates(headers: list[tuple[str, bytes]], writer: str) -> Coordinates | None:
+    """The source record a dead letter of ``writer`` came from; None for another writer's."""
+    found = {key: value for key, value in headers if key in HEADERS}
+    if len(found) < len(HEADERS) or found["floe.writer"] != writer.encode():
+        return None
+    return (found["floe.topic"].decode(), int(found["floe.partition"]),
+            int(found["floe.offset"]))
+
+
+def _produce(bad: DataFrame, config: JobConfig) -> None:
+    """Sends undecodable rows to the dead-letter topic, with why and where from."""
+    assert config.dead_letter is not None
+
+    def header(name: str, value: Any) -> Any:
+        return F.struct(F.lit(name).alias("key"), F.encode(value, "UTF-8").alias("value"))
+
+    headers = F.concat(
+        F.coalesce(F.col("kafka.headers"),
+                   F.array().cast("array<struct<key:string,value:binary>>")),
+        F.array(header("floe.error", F.col("value_error")),
+                header("floe.writer", F.lit(config.writer)),
+                header("floe.topic", F.col("kafka.topic")),
+                header("floe.partition", F.col("kafka.partition").cast("string")),
+                header("floe.offset", F.col("kafka.offset").cast("string"))))
+    writer: Any = (bad.select(F.col("key"), F.col("value_raw").alias("value"),
+                              headers.alias("headers"))
+                   .write.format("kafka")
+                   .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+                   .option("topic", config.dead_letter.topic)
+                   .option("includeHeaders", "true")
+                   # a missing topic fails the send in seconds rather than a minute
+                   .option("kafka.max.block.ms", "15000"))
+    for key, value in kafka_client_settings(config).items():
+        writer = writer.option(f"kafka.{key}", value)
+    writer.save()
