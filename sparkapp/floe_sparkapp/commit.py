@@ -65,6 +65,7 @@ GENERATION = "floe.generation"
 BATCH_ID = "floe.batch-id"
 TOPIC = "floe.topic"
 TOPIC_ID = "floe.kafka-topic-id"  # <cluster id>/<topic id>: which topic the offsets are of
+TABLES = "floe.tables"  # a routed topic's tables, as the job that committed had them
 DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
 OWNER = "floe.writer"  # the table property naming the resource that writes the table
 
@@ -94,6 +95,8 @@ class Committed:
     dead_letter_error: str | None = None
     from_tag: bool = False  # main's ancestry was cut by expiry: read from the writer's tag
     topic_id: str | None = None  # the Kafka cluster and topic ids the offsets are of
+    tables: tuple[str, ...] | None = None  # a routed topic's tables when this was committed
+    timestamp_ms: int | None = None  # when it was committed
 
 
 class TableInUse(RuntimeError):
@@ -137,9 +140,12 @@ def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
     offsets = {int(p): int(o) for p, o in json.loads(summary.get(OFFSETS, "{}")).items()}
     vtts = summary.get(VTTS)
     generation = summary.get(GENERATION)
+    tables = summary.get(TABLES)
     return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
                      int(generation) if generation else None, summary.get(DEAD_LETTER_ERROR),
-                     from_tag, summary.get(TOPIC_ID))
+                     from_tag, summary.get(TOPIC_ID),
+                     tuple(tables.split(",")) if tables is not None else None,
+                     snapshot.timestamp_ms)
 
 
 def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
@@ -204,8 +210,9 @@ def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict
 
 
 def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: int | None,
-                       generation: int, batch_id: int,
-                       topic_id: str | None = None) -> dict[str, str]:
+                       generation: int, batch_id: int, topic_id: str | None = None,
+                       tables: tuple[str, ...] = ()) -> dict[str, str]:
+    """A floe snapshot's summary; ``tables``: a routed topic's tables (identifiers)."""
     props = {
         WRITER: writer,
         TOPIC: topic,
@@ -218,6 +225,8 @@ def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: i
         props[VTTS] = str(vtts)
     if topic_id is not None:
         props[TOPIC_ID] = topic_id
+    if tables:
+        props[TABLES] = ",".join(tables)
     return props
 
 

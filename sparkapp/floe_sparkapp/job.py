@@ -257,16 +257,19 @@ class BatchWriter:
     registry: Registry | None
     table_uuids: list[str | None] | None = None  # of the tables the job started on
     topic_id: str | None = None  # <cluster id>/<topic id>, recorded with the offsets
+    rejoins_at: list[dict[int, int] | None] | None = None  # per table (:func:`rejoining`)
     tables: list[TableWriter] = field(init=False)
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
 
     def __post_init__(self) -> None:
         destinations = self.config.destinations()
         uuids = self.table_uuids or [None] * len(destinations)
+        rejoins = self.rejoins_at or [None] * len(destinations)
+        names = tuple(d.table.identifier for d in destinations) if len(destinations) > 1 else ()
         self.tables = [TableWriter(destination, self.spark, self.registry, table_uuid=uuid,
                                    floor=self._floor, alone=len(destinations) == 1,
-                                   topic_id=self.topic_id)
-                       for destination, uuid in zip(destinations, uuids)]
+                                   topic_id=self.topic_id, tables=names, rejoins_at=rejoin)
+                       for destination, uuid, rejoin in zip(destinations, uuids, rejoins)]
 
     def _floor(self, partitions: list[int]) -> dict[int, int]:
         return floor_offsets(self.spark, self.config, partitions)
@@ -426,6 +429,29 @@ def table_commits(config: JobConfig, tables: list[Any]) -> list[Committed]:
     return [last_commit(table, config.writer, config.kafka.topic) for table in tables]
 
 
+def rejoining(config: JobConfig, found: list[Committed]) -> list[bool]:
+    """Which of a routed topic's tables (what they committed, :func:`table_commits`) join it
+    again: a table that has offsets, but that the newest commit of the topic's tables does not
+    name among them.  Its route was removed, the topic's own table took its records meanwhile,
+    and it was added back: it goes on from where the other tables are, not from its own older
+    offsets, so no record lands in two tables."""
+    dated = [c for c in found if c.timestamp_ms is not None]
+    if len(found) == 1 or not dated:
+        return [False] * len(found)
+    newest = max(dated, key=lambda c: c.timestamp_ms or 0)
+    if newest.tables is None:  # committed before floe recorded the tables
+        return [False] * len(found)
+    names = [d.table.identifier for d in config.destinations()]
+    return [bool(c.offsets) and name not in newest.tables for c, name in zip(found, names)]
+
+
+def start_position(config: JobConfig, found: list[Committed]) -> tuple[Committed, list[bool]]:
+    """Where the query starts (:func:`lowest_commit` of the tables but those that join again)
+    and which tables join again (:func:`rejoining`)."""
+    rejoin = rejoining(config, found)
+    return lowest_commit([c for c, again in zip(found, rejoin) if not again]), rejoin
+
+
 def lowest_commit(found: list[Committed]) -> Committed:
     """Where the topic's tables (what they committed, :func:`table_commits`) are all committed
     up to: per partition, the lowest of their offsets.  The query starts there, and each table
@@ -455,7 +481,14 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     found = table_commits(config, tables)
     for table_committed in found:
         check_topic_identity(config, table_committed, identity)
-    committed = lowest_commit(found)
+    committed, rejoin = start_position(config, found)
+    for destination, again, table_committed in zip(config.destinations(), rejoin, found):
+        if again:
+            log.warning("table %s was not among topic %s's tables when they last committed "
+                        "(its route was removed, then added back): it goes on from where the "
+                        "other tables are, %s, not from its own offsets %s; the records in "
+                        "between stay where they landed", destination.table.identifier,
+                        config.kafka.topic, committed.offsets, table_committed.offsets)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     resumes, floor = rewind_checkpoint(spark, config, committed, partitions)
@@ -478,7 +511,8 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     writer = (reader.load().writeStream
               .foreachBatch(BatchWriter(config, spark, registry,
                                         [str(t.metadata.table_uuid) for t in tables],
-                                        identity))
+                                        identity, [committed.offsets if again else None
+                                                   for again in rejoin]))
               .option("checkpointLocation", config.checkpoint_location)
               .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}"))
     if available_now:
@@ -542,7 +576,8 @@ def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossE
         try:
             catalog = catalogs.load_catalog(config.table.catalog)
             tables = [catalog.load_table(d.table.identifier) for d in config.destinations()]
-            check_offsets_available(config, lowest_commit(table_commits(config, tables)))
+            check_offsets_available(config,
+                                    start_position(config, table_commits(config, tables))[0])
             return None
         except DataLossError as error:
             return error

@@ -239,3 +239,124 @@ def test_maintenance_runs_each_action_on_every_table_of_a_routed_topic(
     for destination in config.destinations():
         run = json.loads(load_table(destination).properties[PROPERTY_PREFIX + "expire-snapshots"])
         assert run["outcome"] == "Succeeded", destination.table.identifier
+
+
+def sales_config(stack, tmp_path, topic: str, routes: tuple[str, ...] = ("eu", "us")):
+    """Plain JSON sales routed by region to a table each (``routes``, of eu and us); the
+    rest to the topic's own table."""
+    import json
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    schema = {"type": "record", "name": "Sale", "fields": [
+        {"name": "id", "type": "long"}, {"name": "region", "type": "string"}]}
+    SchemaRegistryClient({"url": stack.registry_url}).register_schema(
+        f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
+    base = job_config(stack, tmp_path, topic, fmt="json")
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["routes"] = [{"field": "region", "values": [region],
+                       "table": {**data["table"],
+                                 "identifier": f"{base.table.identifier}_{region}"}}
+                      for region in routes]
+    return parse_config(data)
+
+
+class Sales:
+    """Produces sales; remembers each one's id by its position."""
+
+    def __init__(self, stack, topic: str):
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": stack.bootstrap})
+        self.sent: dict[tuple[int, int], int] = {}
+
+    def send(self, region: str, ids: range) -> None:
+        import json
+
+        def delivered(error, message):
+            assert error is None, error
+            self.sent[(message.partition(), message.offset())] = int(message.key())
+
+        for i in ids:
+            self.producer.produce(self.topic, key=str(i).encode(), on_delivery=delivered,
+                                  value=json.dumps({"id": i, "region": region}).encode())
+        assert self.producer.flush(30) == 0
+
+
+def ids(config) -> list[int]:
+    return sorted(r["value"]["id"] for r in table_rows(config))
+
+
+@pytest.mark.faults
+def test_a_route_removed_and_added_again_lands_each_record_in_one_table(
+        stack, spark, tmp_path, unique_name):
+    """While the eu route is gone, eu sales land in the topic's own table; added back, the eu
+    table goes on from where the other tables are, not from its own older offsets: no sale is
+    in two tables, none is missing."""
+    topic = f"routes-again-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    config = sales_config(stack, tmp_path, topic)
+    default, europe, america = config.destinations()
+    sales = Sales(stack, topic)
+    sales.send("eu", range(0, 10))
+    sales.send("us", range(100, 105))
+    run_once(config, spark)
+
+    sales.send("eu", range(10, 20))  # the eu route removed: the topic's own table takes these
+    sales.send("us", range(105, 110))
+    run_once(sales_config(stack, tmp_path, topic, routes=("us",)), spark)
+
+    sales.send("eu", range(20, 30))  # the eu route back
+    sales.send("us", range(110, 115))
+    run_once(config, spark)
+
+    assert ids(europe) == [*range(0, 10), *range(20, 30)]
+    assert ids(default) == list(range(10, 20))
+    assert ids(america) == list(range(100, 115))
+    every = table_rows(default) + table_rows(europe) + table_rows(america)
+    assert_exactly_once(every, sales.sent)
+    for destination in (default, europe, america):
+        assert last_commit(load_table(destination), config.writer, topic).offsets == {
+            p: max(o for q, o in sales.sent if q == p) + 1 for p, _ in sales.sent}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("change", ["rolled back to its root", "dropped and created again"])
+def test_a_route_table_emptied_goes_on_from_where_the_other_tables_are(
+        stack, spark, tmp_path, unique_name, change):
+    """A route's table whose ``main`` a user rolled back to its empty root, or that was dropped
+    and created again, goes on from where the topic's other tables are (going back would route
+    to it records another table took while it was not there): the job neither stops nor
+    restarts in a loop, and no other table gets a record twice."""
+    from floe_sparkapp.catalog import load_catalog
+
+    from .test_job_neighbour_faults import _root
+
+    topic = f"routes-emptied-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    config = sales_config(stack, tmp_path, topic)
+    default, europe, america = config.destinations()
+    sales = Sales(stack, topic)
+    sales.send("eu", range(0, 10))
+    sales.send("us", range(100, 105))
+    sales.send("apac", range(200, 203))
+    run_once(config, spark)
+    assert ids(europe) == list(range(10))
+
+    if change == "rolled back to its root":
+        spark.sql(f"CALL {europe.table.catalog.name}.system.rollback_to_snapshot("
+                  f"'{europe.table.identifier}', {_root(load_table(europe))})")
+    else:
+        load_catalog(europe.table.catalog).purge_table(europe.table.identifier)
+    sales.send("eu", range(10, 20))
+    sales.send("us", range(105, 110))
+    sales.send("apac", range(203, 206))
+    run_once(config, spark)
+
+    assert ids(europe) == list(range(10, 20))
+    assert ids(america) == list(range(100, 110))
+    assert ids(default) == list(range(200, 206))
+    ends = {p: max(o for q, o in sales.sent if q == p) + 1 for p, _ in sales.sent}
+    for destination in (default, europe, america):
+        assert last_commit(load_table(destination), config.writer, topic).offsets == ends
