@@ -172,19 +172,11 @@ def test_one_topic_routed_to_three_tables_exactly_once_through_a_crash_between_c
 
 def test_json_values_are_routed_by_a_field(
         stack, spark, tmp_path, unique_name):
-    import json
-
     from confluent_kafka import Producer
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     topic = f"routes-json-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
-    schema = {"type": "record", "name": "Sale", "fields": [
-        {"name": "id", "type": "long"}, {"name": "region", "type": "string"}]}
-    SchemaRegistryClient({"url": stack.registry_url}).register_schema(
-        f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
-    base = job_config(stack, tmp_path, topic, fmt="json")
-    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    base, data = sales_job(stack, tmp_path, topic)
     data["routes"] = [{"field": "region", "values": ["eu", "uk"],
                        "table": {**data["table"], "identifier": f"{base.table.identifier}_eu"}},
                       {"field": "region", "values": ["us"],
@@ -241,9 +233,9 @@ def test_maintenance_runs_each_action_on_every_table_of_a_routed_topic(
         assert run["outcome"] == "Succeeded", destination.table.identifier
 
 
-def sales_config(stack, tmp_path, topic: str, routes: tuple[str, ...] = ("eu", "us")):
-    """Plain JSON sales routed by region to a table each (``routes``, of eu and us); the
-    rest to the topic's own table."""
+def sales_job(stack, tmp_path, topic: str):
+    """The job config of a topic of plain JSON sales (its subject registered), and its data
+    to add routes to."""
     import json
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -253,7 +245,13 @@ def sales_config(stack, tmp_path, topic: str, routes: tuple[str, ...] = ("eu", "
     SchemaRegistryClient({"url": stack.registry_url}).register_schema(
         f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
     base = job_config(stack, tmp_path, topic, fmt="json")
-    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return base, base.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def sales_config(stack, tmp_path, topic: str, routes: tuple[str, ...] = ("eu", "us")):
+    """Sales (:func:`sales_job`) routed by region to a table each (``routes``, of eu and
+    us); the rest to the topic's own table."""
+    base, data = sales_job(stack, tmp_path, topic)
     data["routes"] = [{"field": "region", "values": [region],
                        "table": {**data["table"],
                                  "identifier": f"{base.table.identifier}_{region}"}}
@@ -288,6 +286,16 @@ def ids(config) -> list[int]:
     return sorted(r["value"]["id"] for r in table_rows(config))
 
 
+def sales_topic(stack, tmp_path, name: str):
+    """A topic of sales (two partitions), its routed job config, and a producer of sales."""
+    create_topic(stack.bootstrap, name, partitions=2)
+    return sales_config(stack, tmp_path, name), Sales(stack, name)
+
+
+def end_offsets(sales: Sales) -> dict[int, int]:
+    return {p: max(o for q, o in sales.sent if q == p) + 1 for p, _ in sales.sent}
+
+
 @pytest.mark.faults
 def test_a_route_removed_and_added_again_lands_each_record_in_one_table(
         stack, spark, tmp_path, unique_name):
@@ -295,10 +303,8 @@ def test_a_route_removed_and_added_again_lands_each_record_in_one_table(
     table goes on from where the other tables are, not from its own older offsets: no sale is
     in two tables, none is missing."""
     topic = f"routes-again-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, topic, partitions=2)
-    config = sales_config(stack, tmp_path, topic)
+    config, sales = sales_topic(stack, tmp_path, topic)
     default, europe, america = config.destinations()
-    sales = Sales(stack, topic)
     sales.send("eu", range(0, 10))
     sales.send("us", range(100, 105))
     run_once(config, spark)
@@ -317,8 +323,8 @@ def test_a_route_removed_and_added_again_lands_each_record_in_one_table(
     every = table_rows(default) + table_rows(europe) + table_rows(america)
     assert_exactly_once(every, sales.sent)
     for destination in (default, europe, america):
-        assert last_commit(load_table(destination), config.writer, topic).offsets == {
-            p: max(o for q, o in sales.sent if q == p) + 1 for p, _ in sales.sent}
+        assert last_commit(load_table(destination), config.writer, topic).offsets == \
+            end_offsets(sales)
 
 
 @pytest.mark.faults
@@ -334,10 +340,8 @@ def test_a_route_table_emptied_goes_on_from_where_the_other_tables_are(
     from .test_job_neighbour_faults import _root
 
     topic = f"routes-emptied-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, topic, partitions=2)
-    config = sales_config(stack, tmp_path, topic)
+    config, sales = sales_topic(stack, tmp_path, topic)
     default, europe, america = config.destinations()
-    sales = Sales(stack, topic)
     sales.send("eu", range(0, 10))
     sales.send("us", range(100, 105))
     sales.send("apac", range(200, 203))
@@ -357,6 +361,6 @@ def test_a_route_table_emptied_goes_on_from_where_the_other_tables_are(
     assert ids(europe) == list(range(10, 20))
     assert ids(america) == list(range(100, 110))
     assert ids(default) == list(range(200, 206))
-    ends = {p: max(o for q, o in sales.sent if q == p) + 1 for p, _ in sales.sent}
     for destination in (default, europe, america):
-        assert last_commit(load_table(destination), config.writer, topic).offsets == ends
+        assert last_commit(load_table(destination), config.writer, topic).offsets == \
+            end_offsets(sales)
