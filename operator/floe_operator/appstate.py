@@ -33,5 +33,11 @@ def error_of(app: dict[str, Any] | None) -> str:
 # Ended for good: spark-operator will not submit the driver again, floe fails the job over.
 FAILED = frozenset({AppState.FAILED, AppState.SUBMISSION_FAILED})
 ENDED = FAILED | {AppState.COMPLETED}
+# spark-operator may be running spark-submit for it right now: v2.3 puts no finalizer on the
+# application, so a driver pod it is creating appears even after the application is deleted.
+SUBMITTING = frozenset({"", AppState.NEW, AppState.PENDING_RERUN, AppState.INVALIDATING})
+# A submission takes seconds: an application still unseen this long after its creation is not
+# being submitted (spark-operator is down, or watches other namespaces).
+UNSEEN_SECONDS = 120
 # On the status: failed, or its driver lost (not failed over: spark-operator may find it again).
 SHOWN_FAILED = FAILED | {AppState.UNKNOWN}

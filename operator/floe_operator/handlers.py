@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from floe_sparkapp.commit import OWNER
 
 from . import act, kube, metrics, observe, render
+from .appstate import SUBMITTING, UNSEEN_SECONDS, state_of
 from .clock import epoch, now_ms
 from .errors import retry_later
 from .plan import APPROVAL, Plan, invalid, plan
@@ -227,6 +228,23 @@ def on_delete(body: Any, logger: Any, **_: Any) -> None:
         _delete(body, logger)
 
 
+def _wait_for_submission(topic: render.Topic, waited: float, logger: Any) -> None:
+    """Waits (kopf retries) while spark-operator may be submitting the job: deleted then, its
+    driver would start after the deletion and write to (or create again) the table."""
+    app = kube.get_spark_application(topic.namespace, topic.child_name)
+    state = state_of(app)
+    if app is None or state not in SUBMITTING:
+        return
+    created = epoch(app["metadata"]["creationTimestamp"])
+    if state == "" and now_ms() / 1000 - created > UNSEEN_SECONDS:
+        return  # spark-operator has not taken it up: nothing is submitting it
+    if waited < settings().deletion_wait_seconds:
+        raise retry_later(f"waiting for spark-operator to finish submitting SparkApplication "
+                          f"{topic.child_name} ({state or 'new'}) before deleting it", delay=2)
+    logger.warning("SparkApplication %s is still %s %d s after the deletion; deleting it "
+                   "(FLOE_DELETION_WAIT_SECONDS)", topic.child_name, state or "new", waited)
+
+
 def _delete(body: Any, logger: Any) -> None:
     """Removes the job, waits until its pods are gone (a running driver could still write to
     the table), then drops the table if the policy says so.
@@ -238,10 +256,11 @@ def _delete(body: Any, logger: Any) -> None:
         job = render.job_config(topic, settings())
     except (ValidationError, ValueError):
         return  # nothing was ever created for an invalid spec
+    waited = now_ms() / 1000 - epoch(body["metadata"]["deletionTimestamp"])
+    _wait_for_submission(topic, waited, logger)
     kube.delete_spark_application(topic.namespace, topic.child_name)
     pods = kube.running_pods(topic.namespace, topic.child_name)
     if pods:
-        waited = now_ms() / 1000 - epoch(body["metadata"]["deletionTimestamp"])
         if waited < settings().deletion_wait_seconds:
             raise retry_later(f"waiting for the job's pods to stop: {', '.join(pods)}",
                               delay=2)

@@ -142,20 +142,27 @@ def test_a_second_resource_on_a_table_is_refused_and_takes_it_over_once_the_firs
     assert adopted and f"was written by {namespace}/orders, which is gone" in adopted[0]
 
 
-@pytest.mark.node
-def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its_table(
-        stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
+def create_dropping_topic(stack, api, namespace: str, shared, name: str, records: int) -> None:
+    """A Kafka topic with ``records`` orders, and its resource ``orders`` with
+    ``deletionPolicy: Delete``."""
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import logs, orders_rows, topic_catalog
 
-    kafka_topic = f"gone-{unique_name}".replace("_", "-")
+    kafka_topic = name.replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
-    produce_orders(AvroProducer(stack, kafka_topic), 0, 20)
+    produce_orders(AvroProducer(stack, kafka_topic), 0, records)
     body = topic_body(stack, shared, kafka_topic)
     body["spec"]["table"]["deletionPolicy"] = "Delete"
     api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                         body)
+
+
+@pytest.mark.node
+def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its_table(
+        stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
+    from .test_operator import logs, orders_rows, topic_catalog
+
+    create_dropping_topic(stack, api, namespace, shared, f"gone-{unique_name}", 20)
     catalog = topic_catalog(shared)
     assert wait_until(lambda: len(orders_rows(catalog)) == 20, timeout=300, interval=2), \
         logs(tmp_path, namespace)
@@ -169,52 +176,51 @@ def test_a_resource_deleted_while_its_job_runs_goes_after_its_pods_and_takes_its
     assert not catalog.table_exists("analytics.orders")
 
 
-class HeldRegistry:
-    """The stack's schema registry behind a proxy that can hold requests: a registry slow to
-    answer keeps a refresh of the operator busy as long as the test wants."""
+@pytest.mark.node
+def test_a_resource_deleted_while_its_application_is_submitting_leaves_no_driver_and_no_table(
+        stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """Deleted the moment its SparkApplication appears, while spark-operator runs spark-submit
+    for it (no driver pod yet, and no finalizer on the application): the application is only
+    deleted once spark-operator has submitted it, so no driver it was starting runs after the
+    resource is gone (where spark-operator's webhook is off, nothing else refuses that pod),
+    and the table the deletion drops stays dropped."""
+    import time
 
-    def __init__(self, target: str):
-        import http.server
-        import threading
+    from .test_operator import logs, topic_catalog
 
-        import requests
+    create_dropping_topic(stack, api, namespace, shared, f"submitting-{unique_name}", 5)
+    assert wait_until(lambda: len(apps(api, namespace)) == 1, timeout=60, interval=0.1)
+    state = (apps(api, namespace)[0].get("status") or {}).get("applicationState", {})
+    assert state.get("state", "") == "", state  # not submitted yet
+    api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
+                                        "orders")
+    states = []  # the application's state as long as it is there
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and (found := apps(api, namespace)):
+        states.append((found[0].get("status") or {}).get("applicationState", {})
+                      .get("state", ""))
+        time.sleep(0.1)
+    assert states and states[-1] not in ("", "NEW"), states  # submitted before it went
+    assert wait_until(lambda: topic(api, namespace) is None, timeout=180, interval=0.2), \
+        logs(tmp_path, namespace)
 
-        self.holding, self.held, self.released = False, threading.Event(), threading.Event()
-        registry = self
-
-        class Forward(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the server's name for it
-                if registry.holding:
-                    registry.held.set()
-                    registry.released.wait(60)
-                answer = requests.get(target + self.path, timeout=30)
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("Content-Type", ""))
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            def log_message(self, *_) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def hold(self) -> None:
-        self.holding = True
-
-    def release(self) -> None:
-        self.holding = False
-        self.released.set()
-
-    def close(self) -> None:
-        self.release()
-        self.server.shutdown()
+    catalog = topic_catalog(shared)
+    admin = admin_client(stack)
+    # A driver spark-operator was starting when the application went would be up by now.
+    assert not wait_until(
+        lambda: running_job_pods(admin, namespace, "floe-orders")
+        or catalog.table_exists("analytics.orders"), timeout=20, interval=1), \
+        (running_job_pods(admin, namespace, "floe-orders"), logs(tmp_path, namespace))
+    assert apps(api, namespace) == []
 
 
 def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
         stack, api, operator, namespace, tmp_path, unique_name):
+    """The operator reaches the registry through the stack's fault proxy; its answers held
+    back (a latency toxic) keep a refresh busy while the resource is deleted."""
+    import time
+
+    from ..faultproxy import FaultProxy
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_roundtrip import produce_orders
     from .test_operator import logs, topic_catalog
@@ -222,10 +228,12 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
     kafka_topic = f"{namespace}-t"
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     produce_orders(AvroProducer(stack, kafka_topic), 0, 1)  # the subject the table is made from
-    registry = HeldRegistry(stack.registry_url)
+    proxy = FaultProxy(stack.env["FLOE_TOXIPROXY_URL"])
+    proxy.reset()
     try:
         body = topic_body(stack, tmp_path, kafka_topic)
-        body["spec"]["value"]["schemaRegistry"]["url"] = registry.url
+        registry = body["spec"]["value"]["schemaRegistry"]
+        registry["url"] = stack.env["FLOE_FAULTY_SCHEMA_REGISTRY_URL"]
         body["spec"]["table"]["deletionPolicy"] = "Delete"
         api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                             "kafkaicebergtopics", body)
@@ -234,15 +242,15 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
                           and len(apps(api, namespace)) == 1, timeout=60), \
             logs(tmp_path, namespace)
 
-        registry.hold()
-        assert registry.held.wait(30)  # the refresh timer (every 10 s) asks the registry
+        proxy.add_toxic("registry", "latency", latency=60_000)
+        time.sleep(12)  # a refresh (every 10 s) has asked the registry and waits for it
         api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                             "kafkaicebergtopics", "orders")
         # kopf runs the deletion beside the busy refresh: an operator that dropped the table now
         # would see the refresh create the table and the job again once the registry answers.
         wait_until(lambda: not catalog.table_exists("analytics.orders"), timeout=5)
-        registry.release()
-        assert wait_until(lambda: topic(api, namespace) is None, timeout=60), \
+        proxy.reset()
+        assert wait_until(lambda: topic(api, namespace) is None, timeout=90), \
             logs(tmp_path, namespace)
         assert wait_until(lambda: apps(api, namespace) == [], timeout=30)
         assert not catalog.table_exists("analytics.orders"), logs(tmp_path, namespace)
@@ -251,4 +259,4 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
         created = [e.message for e in events if e.reason == "JobCreated"]
         assert created == ["created SparkApplication floe-orders"], created  # never again
     finally:
-        registry.close()
+        proxy.reset()
