@@ -94,7 +94,7 @@ def test_a_commit_the_catalog_applied_but_reported_failed_lands_once_and_keeps_i
 @pytest.mark.parametrize("neighbour", ["rest_catalog", "registry", "s3"])
 def test_a_neighbour_down_in_the_middle_of_a_batch_lands_the_batch_once(
         stack, spark, tmp_path, topic, monkeypatch, neighbour):
-    """The REST catalog, the registry or the object store refuses every connection for 20 s,
+    """The REST catalog, the registry or the object store refuses every connection for 10 s,
     from the moment a batch has read the table's offsets and starts decoding: the batch waits
     for it within the job, lands once, and every file it refers to is there."""
     import threading
@@ -115,7 +115,7 @@ def test_a_neighbour_down_in_the_middle_of_a_batch_lands_the_batch_once(
     def down_then_decode(self, *args, **kwargs):
         if not outages:
             proxy.enable(neighbour, False)
-            outages.append(threading.Timer(20, proxy.enable, args=(neighbour, True)))
+            outages.append(threading.Timer(10, proxy.enable, args=(neighbour, True)))
             outages[0].start()
         return decode(self, *args, **kwargs)
 
