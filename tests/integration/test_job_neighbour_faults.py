@@ -219,7 +219,10 @@ def test_two_drivers_on_one_checkpoint_land_each_record_once(stack, tmp_path, to
             log.close()
     first, second = ((tmp_path / f"driver-{n}.log").read_text() for n in range(2))
     assert '"event": "floe.batch"' in first, first[-3000:]
-    assert '"event": "floe.progress"' in second, second[-3000:]  # it ran batches too
+    # The second ran batches too (the one whose offsets the first logged before it ends with
+    # Spark's CONCURRENT_STREAM_LOG_UPDATE after its write: a floe.batch, no floe.progress)
+    assert '"event": "floe.batch"' in second or '"event": "floe.progress"' in second, \
+        second[-3000:]
 
     final = subprocess.run([*command, "--available-now"], env=env, capture_output=True,
                            text=True, timeout=600)
