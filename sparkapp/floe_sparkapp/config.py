@@ -333,6 +333,18 @@ def kafka_client_settings(config: JobConfig) -> dict[str, str]:
             **env_values(config.kafka.properties_from_env, "kafka.propertiesFromEnv")}
 
 
+def kafka_consumer(config: JobConfig, group_id: str, **settings: Any) -> Any:
+    """A confluent-kafka consumer of ``group_id`` on the job's cluster, with its client
+    settings (no subscription, no auto commit)."""
+    from confluent_kafka import Consumer
+
+    from .librdkafka import librdkafka_settings
+
+    return Consumer({"bootstrap.servers": config.kafka.bootstrap_servers, "group.id": group_id,
+                     "enable.auto.commit": False, **settings,
+                     **librdkafka_settings(kafka_client_settings(config))})
+
+
 def env_values(names: dict[str, str], what: str) -> dict[str, str]:
     """Resolves ``{setting: ENV_NAME}`` to ``{setting: value}``; a missing variable is an error."""
     missing = [env for env in names.values() if env not in os.environ]

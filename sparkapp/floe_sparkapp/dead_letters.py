@@ -20,8 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .config import JobConfig, kafka_client_settings
-from .librdkafka import librdkafka_settings
+from .config import JobConfig, kafka_client_settings, kafka_consumer
 
 log = logging.getLogger("floe.job")
 
@@ -49,7 +48,7 @@ def send(bad: DataFrame, errors: int, config: JobConfig, since_ms: int) -> str |
             _produce(_not_yet_sent(bad, config, since_ms), config)
             return None
         except Exception as error:  # noqa: BLE001 - any refusal, reported below
-            cause = spark_cause(error)
+            cause = _cause(error)
             log.warning("dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
                         topic, errors, attempt, ATTEMPTS, cause)
             if attempt < ATTEMPTS:
@@ -58,7 +57,7 @@ def send(bad: DataFrame, errors: int, config: JobConfig, since_ms: int) -> str |
             f"{ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
 
 
-def spark_cause(error: Exception) -> str:
+def _cause(error: Exception) -> str:
     """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
     line of the error."""
     text = str(error)
@@ -91,14 +90,12 @@ def _not_yet_sent(bad: DataFrame, config: JobConfig, since_ms: int) -> DataFrame
 def already_sent(config: JobConfig, since_ms: int) -> set[Coordinates]:
     """The source records of this writer the dead-letter topic got at or after
     ``since_ms - CLOCK_MARGIN_MS``, as far as its end when asked."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     assert config.dead_letter is not None
     topic = config.dead_letter.topic
-    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
-                         "group.id": f"floe-dead-letters-{config.writer}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         **librdkafka_settings(kafka_client_settings(config))})
+    consumer = kafka_consumer(config, f"floe-dead-letters-{config.writer}",
+                              **{"enable.partition.eof": True})
     try:
         found = consumer.list_topics(topic, timeout=30).topics[topic]
         if found.error is not None:

@@ -389,8 +389,8 @@ def _plain_checked_name(column: str) -> str:
 
 def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str
                 ) -> tuple[DataFrame, Column, Column, Column]:
-    """``column`` parsed as JSON against ``struct``: the rows with its check (dropped by
-    :func:`_drop_checks`), the parsed value, ``problem`` where it is not a JSON object that
+    """``column`` parsed as JSON against ``struct``: the rows with its check (the caller drops
+    :func:`_plain_checked_name`), the parsed value, ``problem`` where it is not a JSON object that
     fits (or why it is malformed), and the note on what follows the document."""
     from .jvm_udf import json_check
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from . import catalog as catalogs
 from . import checkpoint, metrics, routing, schemas
 from .commit import Committed, claim_table, last_commit, merge_offsets, sweep_branches
-from .config import ROW_LEVEL, JobConfig, kafka_client_settings
+from .config import ROW_LEVEL, JobConfig, kafka_client_settings, kafka_consumer
 from .decode import frame
 from .evolution import BreakingChange, evolve_for_writer
 from .layout import KEY_FIELDS, ensure_table
@@ -38,11 +38,7 @@ class DataLossError(RuntimeError):
 
 def _consumer(config: JobConfig) -> Any:
     """A confluent-kafka consumer of the job's consumer group (no subscription)."""
-    from confluent_kafka import Consumer
-
-    return Consumer({"bootstrap.servers": config.kafka.bootstrap_servers,
-                     "group.id": config.consumer_group, "enable.auto.commit": False,
-                     **librdkafka_settings(kafka_client_settings(config))})
+    return kafka_consumer(config, config.consumer_group)
 
 
 def spark_catalog_conf(config: JobConfig) -> dict[str, str]:

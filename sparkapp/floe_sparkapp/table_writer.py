@@ -420,7 +420,8 @@ class TableWriter:
         if not missing or self.floor is None:
             return None
         if not self.alone:
-            if tagged_commit(table, self.config.writer, self.config.kafka.topic).offsets:
+            if not committed.offsets and tagged_commit(table, self.config.writer,
+                                                       self.config.kafka.topic).offsets:
                 log.warning("table %s has none of topic %s's offsets in main but floe's tag "
                             "(main rolled back to its root): as one of the topic's routed "
                             "tables it goes on from where the batch starts, %s; the records "
