@@ -214,12 +214,37 @@ def test_a_resource_deleted_while_its_application_is_submitting_leaves_no_driver
     assert apps(api, namespace) == []
 
 
+def held_visit(operator, namespace: str, refresh_seconds: float = 10,
+               timeout: float = 60) -> bool:
+    """Waits until a visit of ``orders`` is held: none has finished for longer than the
+    refresh interval (the operator's /metrics counts the visits that finished)."""
+    import time
+
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def finished() -> float:
+        scraped = requests.get(operator.metrics_url, timeout=10).text
+        return sum(sample.value for family in text_string_to_metric_families(scraped)
+                   for sample in family.samples
+                   if sample.name == "floe_reconcile_duration_seconds_count"
+                   and sample.labels.get("namespace") == namespace
+                   and sample.labels.get("name") == "orders")
+
+    count, since, deadline = finished(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (now := finished()) != count:
+            count, since = now, time.monotonic()
+        elif time.monotonic() - since > refresh_seconds + 2:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
         stack, api, operator, namespace, tmp_path, unique_name):
     """The operator reaches the registry through the stack's fault proxy; its answers held
     back (a latency toxic) keep a refresh busy while the resource is deleted."""
-    import time
-
     from ..faultproxy import FaultProxy
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_roundtrip import produce_orders
@@ -243,7 +268,7 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
             logs(tmp_path, namespace)
 
         proxy.add_toxic("registry", "latency", latency=60_000)
-        time.sleep(12)  # a refresh (every 10 s) has asked the registry and waits for it
+        assert held_visit(operator, namespace), "no refresh waited on the registry"
         api.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                             "kafkaicebergtopics", "orders")
         # kopf runs the deletion beside the busy refresh: an operator that dropped the table now
