@@ -383,6 +383,7 @@ class World:
     table: TableView = TableView()
     registry: RegistryView | None = None  # None: a raw table, no registry
     latest_offsets: Mapping[int, int] | None = None  # None: Kafka could not be asked
+    kafka_error: str | None = None  # why Kafka could not be asked
     routes: tuple[TableView, ...] = ()  # the routes' tables, in the spec's order
     owner_claims_table: bool = True  # the table's other writer still points at it
     schema_applied: str | None = None  # what this visit applied to the schema (an approval)
@@ -414,12 +415,14 @@ def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str
                    for route in job.destinations()[1:])
     claims = (owner_claims(table.owner, job.table.identifier)
               if table.owner not in (None, topic.writer) else True)
+    latest, kafka_error = None, None
     try:
         latest = end_offsets(job, secrets)
-    except Exception:  # noqa: BLE001 - Kafka unreachable: the status keeps its last offsets
-        latest = None
+    except Exception as error:  # noqa: BLE001 - Kafka unreachable: the status keeps its offsets
+        kafka_error = error_text(error)
     return World(now_ms=now_ms(), children=found, table=table, registry=registry,
-                 latest_offsets=latest, routes=routes, owner_claims_table=claims)
+                 latest_offsets=latest, kafka_error=kafka_error, routes=routes,
+                 owner_claims_table=claims)
 
 
 def as_status_offsets(committed: Mapping[int, int], latest: Mapping[int, int]) -> dict[str, Any]:

@@ -209,7 +209,7 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
     else:
         _plan_job(topic, world, previous, settings, decided)
         _plan_maintenance(topic, world, settings, decided)
-        _progress(topic, world, decided)
+        _progress(topic, world, decided, previous)
     observed = Observation(**decided.observed)
     return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
                 world.table.new_commits if world.table.exists else 0)
@@ -223,9 +223,10 @@ def invalid(topic_generation: int, message: str, previous: Mapping[str, Any]) ->
 def _plan_table(topic: Topic, world: World, decided: _Decisions) -> bool:
     """Table actions; True when another resource writes the table."""
     table, registry = world.table, world.registry
-    error = (registry.error if registry else None) or table.error
-    if error:
-        decided.say(table_error=error)
+    if table.error:
+        decided.say(table_error=table.error)
+    if registry is not None and registry.error:
+        decided.say(registry_error=registry.error)
     if table.layout_error:
         decided.say(layout_error=table.layout_error)
     if registry is not None:
@@ -360,7 +361,11 @@ def _plan_maintenance(topic: Topic, world: World, settings: OperatorSettings,
         for c in desired})
 
 
-def _progress(topic: Topic, world: World, decided: _Decisions) -> None:
+def _progress(topic: Topic, world: World, decided: _Decisions,
+              previous: Mapping[str, Any]) -> None:
+    """The tables' progress and the lag.  A table the catalog could not show leaves the status
+    as it was (it is merge-patched): its offsets are not known to be gone, and a lag counted
+    from none would say the whole topic is behind."""
     table = world.table
     decided.say(table_exists=table.exists)
     if table.exists:
@@ -368,19 +373,36 @@ def _progress(topic: Topic, world: World, decided: _Decisions) -> None:
                     schema_id=table.schema_id,
                     maintenance_runs=dict(table.maintenance_runs),
                     dead_letter_error=table.dead_letter_error)
-    offsets, vtts = table.offsets, table.vtts_ms
+    views = [table, *world.routes]
     if world.routes:  # the printer columns show the table furthest behind
-        views = [table, *world.routes]
-        decided.say(tables=[_table_entry(identifier, view, world)
-                            for identifier, view in zip(_identifiers(topic), views)])
+        before = {entry.get("identifier"): entry for entry in previous.get("tables") or []}
+        decided.say(tables=[
+            {**before.get(identifier, {"identifier": identifier}), "error": view.error[:500]}
+            if view.error else _table_entry(identifier, view, world)
+            for identifier, view in zip(_identifiers(topic), views)])
+    known = not any(view.error for view in views)
+    offsets, vtts = table.offsets, table.vtts_ms
+    if world.routes:
         written = [v for v in views if v.exists and v.offsets]
         offsets = {p: min(v.offsets.get(p, 0) for v in written)
                    for p in set().union(*(v.offsets for v in written))} if written else {}
         stamps = [v.vtts_ms for v in written if v.vtts_ms is not None]
         vtts = min(stamps) if stamps else None
-    decided.say(vtts_ms=vtts)
+    if known:
+        decided.say(vtts_ms=vtts)
+    shown: dict[str, Any] = {}
     if world.latest_offsets is not None:
-        decided.say(offsets=as_status_offsets(offsets, world.latest_offsets))
+        if known:
+            shown = as_status_offsets(offsets, world.latest_offsets)
+        if (previous.get("offsets") or {}).get("error"):
+            shown["error"] = None  # removed (the status is merge-patched)
+    elif world.kafka_error:  # latest and lag stay as they were, and say so
+        if known:
+            shown["committed"] = {str(p): o for p, o in sorted(offsets.items())}
+        shown["error"] = (f"Kafka could not be asked for the latest offsets, so latest and lag "
+                          f"are as of an earlier visit: {world.kafka_error}")[:500]
+    if shown:
+        decided.say(offsets=shown)
 
 
 def _identifiers(topic: Topic) -> list[str]:
@@ -390,8 +412,8 @@ def _identifiers(topic: Topic) -> list[str]:
 def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, Any]:
     """One table's line in ``status.tables``: its snapshot, offsets, lag and freshness."""
     entry: dict[str, Any] = {"identifier": identifier, "exists": view.exists}
-    if view.error or view.layout_error:
-        entry["error"] = (view.error or view.layout_error or "")[:500]
+    if view.layout_error:
+        entry["error"] = view.layout_error[:500]
     if view.snapshot_id is not None:
         entry["snapshotId"] = str(view.snapshot_id)
     if view.committed_at_ms is not None:

@@ -37,7 +37,8 @@ class Observation:
     app_attempts: int = 0
     app_name: str | None = None
     table_exists: bool | None = None
-    table_error: str | None = None
+    table_error: str | None = None  # the catalog could not be read
+    registry_error: str | None = None  # the registry could not be read
     table_in_use: str | None = None  # another resource writes the table
     layout_error: str | None = None  # the table is not laid out the way floe writes
     job_stopped: tuple[str, str] | None = None  # (reason, message): the job needs the user
@@ -82,7 +83,12 @@ def conditions(observed: Observation) -> list[Condition]:
         table = Condition("TableReady", "True", "TableExists",
                           f"table has schema {observed.schema_id}")
     elif observed.table_error:
-        table = Condition("TableReady", "False", "CatalogUnavailable", observed.table_error)
+        table = Condition("TableReady", "False", "CatalogUnavailable",
+                          f"the operator could not read the table: {observed.table_error}")
+    elif observed.registry_error:
+        table = Condition("TableReady", "False", "RegistryUnavailable",
+                          "the table is made from the registry's subject, which the operator "
+                          f"could not read: {observed.registry_error}")
     else:
         table = Condition("TableReady", "Unknown", "Pending", "the table is being created")
 
@@ -103,7 +109,10 @@ def conditions(observed: Observation) -> list[Condition]:
         job = Condition("JobRunning", "False", "Starting",
                         f"SparkApplication {observed.app_name} is {state or 'being created'}")
 
-    if observed.schema_in_sync is None:
+    if observed.schema_in_sync is None and observed.registry_error:
+        schema = Condition("SchemaInSync", "Unknown", "RegistryUnavailable",
+                           f"the operator could not read the registry: {observed.registry_error}")
+    elif observed.schema_in_sync is None:
         schema = Condition("SchemaInSync", "Unknown", "Pending", observed.schema_message or
                            "the registry has not been compared with the table yet")
     elif observed.schema_in_sync:

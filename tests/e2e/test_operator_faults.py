@@ -285,3 +285,93 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
         assert created == ["created SparkApplication floe-orders"], created  # never again
     finally:
         proxy.reset()
+
+
+@pytest.mark.node
+def test_neighbours_the_operator_cannot_reach_leave_the_progress_it_showed_and_are_named(
+        stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """The resource reaches PostgreSQL, the S3 store, Kafka and the registry only through the
+    stack's fault proxies: its job and the operator alike.  While they refuse connections the
+    status names what the operator could not reach and keeps the table's progress as last
+    seen (neither offsets gone nor the whole topic as lag), and nothing is made again; once
+    they are back it shows the table's real offsets, and each record landed once."""
+    import uuid
+
+    from ..faultproxy import FaultProxy
+    from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
+    from ..integration.nemesis import end_offsets
+    from ..integration.test_job_roundtrip import produce_orders
+    from .test_operator import logs, orders_rows, postgres_catalog, topic_catalog
+
+    env = stack.env
+    kafka_topic = f"down-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 100)
+    catalog = postgres_catalog(stack, f"down-{uuid.uuid4().hex[:8]}")
+    body = topic_body(stack, shared, kafka_topic, {
+        **catalog, "uri": env["FLOE_FAULTY_POSTGRES_JDBC"],
+        "properties": {**catalog["properties"], "s3.endpoint": env["FLOE_FAULTY_S3_ENDPOINT"]}})
+    body["spec"]["kafka"]["bootstrapServers"] = env["FLOE_FAULTY_KAFKA_BOOTSTRAP"]
+    body["spec"]["value"]["schemaRegistry"]["url"] = env["FLOE_FAULTY_SCHEMA_REGISTRY_URL"]
+    direct = topic_catalog(shared, catalog)  # the test reads the table past the proxies
+
+    def status() -> dict:
+        return (topic(api, namespace) or {}).get("status") or {}
+
+    def condition(kind: str, shown: dict | None = None) -> tuple[str, str] | None:
+        return {c["type"]: (c["status"], c["reason"])
+                for c in (shown or status()).get("conditions") or []}.get(kind)
+
+    def landed(ends: dict[int, int]) -> bool:
+        shown = status()
+        offsets = shown.get("offsets") or {}
+        return (offsets.get("committed") == {str(p): o for p, o in ends.items()}
+                and offsets.get("lag") == 0 and "error" not in offsets
+                and condition("Ready", shown) == ("True", "Landing"))
+
+    def progress(shown: dict) -> tuple:
+        offsets = shown["offsets"]
+        return (offsets["committed"], offsets["latest"], offsets["lag"],
+                shown["table"]["snapshotId"])
+
+    proxy = FaultProxy(env["FLOE_TOXIPROXY_URL"])
+    proxy.reset()
+    try:
+        api.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                            "kafkaicebergtopics", body)
+        ends = end_offsets(stack.bootstrap, kafka_topic, 2)
+        assert wait_until(lambda: landed(ends), timeout=300, interval=2), \
+            f"{status()}\n{logs(tmp_path, namespace)}"
+        before = status()
+        table_uuid = direct.load_table("analytics.orders").metadata.table_uuid
+
+        for name in ("postgres", "kafka", "registry"):  # connections refused
+            proxy.enable(name, False)
+        assert wait_until(lambda: condition("TableReady") == ("False", "CatalogUnavailable")
+                          and condition("SchemaInSync") == ("Unknown", "RegistryUnavailable")
+                          and "error" in status()["offsets"], timeout=120, interval=1), \
+            f"{status()}\n{logs(tmp_path, namespace)}"
+        during = status()
+        assert progress(during) == progress(before)
+        assert during["offsets"]["error"].startswith("Kafka could not be asked")
+        assert "could not read the table" in {
+            c["type"]: c["message"] for c in during["conditions"]}["TableReady"]
+        proxy.reset()
+
+        proxy.enable("s3", False)  # the table's metadata cannot be read
+        assert wait_until(lambda: condition("TableReady") == ("False", "CatalogUnavailable")
+                          and "error" not in status()["offsets"], timeout=120, interval=1), \
+            f"{status()}\n{logs(tmp_path, namespace)}"
+        assert progress(status()) == progress(before)
+        proxy.reset()
+
+        produce_orders(producer, 100, 50)
+        ends = end_offsets(stack.bootstrap, kafka_topic, 2)
+        assert wait_until(lambda: landed(ends), timeout=300, interval=2), \
+            f"{status()}\n{logs(tmp_path, namespace)}"
+    finally:
+        proxy.reset()
+    assert direct.load_table("analytics.orders").metadata.table_uuid == table_uuid  # not made again
+    assert_exactly_once(orders_rows(direct), {(p, o): None for p, end in ends.items()
+                                              for o in range(end)})

@@ -109,6 +109,9 @@ CASES = [
     ("the registry cannot be reached: no table is created from a guess",
      World(now_ms=NOW_MS, registry=RegistryView(error="ConnectionError: refused")), {}, None,
      ["ApplyConfigMap", "CreateApp", "ApplyCronJob", "ApplyCronJob"],
+     ("False", "RegistryUnavailable"), "Pending"),
+    ("the catalog cannot be reached: nothing is made or changed, the job goes on",
+     steady(table=TableView(error="ConnectionError: reset")), {}, None, [],
      ("False", "CatalogUnavailable"), "Pending"),
     ("a table that could not be read is neither claimed nor changed",
      steady(table=TableView(exists=True, error="OSError: metadata unreadable"),
@@ -297,8 +300,41 @@ def test_progress_comes_from_the_table_and_kafka():
     assert planned.status["table"] == {"schemaId": 1, "snapshotId": "42",
                                        "committedAt": "2026-11-18T11:06:35Z",
                                        "registryVersion": 1}
-    unreachable = plan(TOPIC, steady(latest_offsets=None), {}, SETTINGS)
-    assert "offsets" not in unreachable.status  # the status keeps the last ones (merge patch)
+
+
+def test_a_neighbour_the_operator_cannot_reach_leaves_the_progress_it_showed_and_says_so():
+    shown = plan(TOPIC, steady(), {}, SETTINGS).status
+    # Kafka: the committed offsets are the table's; latest and lag stay (the status is
+    # merge-patched) and the error says they are old; the next visit that reaches Kafka clears it.
+    kafka = plan(TOPIC, steady(latest_offsets=None, kafka_error="KafkaException: timed out"),
+                 shown, SETTINGS).status
+    assert kafka["offsets"]["committed"] == {"0": 10}
+    assert "latest" not in kafka["offsets"] and "lag" not in kafka["offsets"]
+    assert "KafkaException: timed out" in kafka["offsets"]["error"]
+    again = plan(TOPIC, steady(), {**shown, "offsets": {**shown["offsets"], **kafka["offsets"]}},
+                 SETTINGS).status
+    assert again["offsets"] == {"committed": {"0": 10}, "latest": {"0": 12}, "lag": 2,
+                                "error": None}
+    # The catalog: nothing of the table's progress is said (not "no offsets", not a lag of
+    # the whole topic), and TableReady says why.
+    catalog = plan(TOPIC, steady(table=TableView(error="ConnectionError: reset")), shown,
+                   SETTINGS).status
+    assert not {"offsets", "table", "freshnessSeconds"} & set(catalog)
+    assert conditions(catalog)["TableReady"] == ("False", "CatalogUnavailable")
+    # The registry: a table that exists is ready; the schema cannot be compared.
+    registry = plan(TOPIC, steady(registry=RegistryView(error="ConnectionError: refused")),
+                    shown, SETTINGS).status
+    assert conditions(registry)["TableReady"] == ("True", "TableExists")
+    assert conditions(registry)["SchemaInSync"] == ("Unknown", "RegistryUnavailable")
+    assert registry["offsets"] == shown["offsets"]
+    # All three at once: each says so.
+    down = plan(TOPIC, steady(table=TableView(error="ConnectionError: reset"),
+                              registry=RegistryView(error="ConnectionError: refused"),
+                              latest_offsets=None, kafka_error="KafkaException: timed out"),
+                shown, SETTINGS).status
+    assert list(down["offsets"]) == ["error"]
+    assert conditions(down)["TableReady"] == ("False", "CatalogUnavailable")
+    assert conditions(down)["SchemaInSync"] == ("Unknown", "RegistryUnavailable")
 
 
 def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_behind():
@@ -320,6 +356,13 @@ def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_be
     assert planned.status["offsets"] == {"committed": {"0": 8}, "latest": {"0": 12}, "lag": 4}
     assert planned.status["freshnessSeconds"] == 30
     assert planned.status["table"]["snapshotId"] == "42"  # the topic's own table
+    # A route's table the catalog cannot show keeps its last line, with the error; the
+    # topic's offsets (the lowest of the tables') are not said without it.
+    unreadable = plan(routed, steady(routed, routes=(TableView(error="OSError: timed out"),
+                                                     TableView())), planned.status, SETTINGS)
+    assert unreadable.status["tables"][1] == {**planned.status["tables"][1],
+                                              "error": "OSError: timed out"}
+    assert "offsets" not in unreadable.status and "freshnessSeconds" not in unreadable.status
     unrouted = plan(TOPIC, steady(), planned.status, SETTINGS)
     assert unrouted.status["tables"] is None  # removed from the status
 
