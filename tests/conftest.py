@@ -43,6 +43,31 @@ def _remove_the_demo() -> None:
     uninstall(lambda *args: subprocess.run(["kubectl", *args], capture_output=True))
 
 
+# --- job starts: how many each test made and how long each took (tests/jobstarts.py) ---------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from .jobstarts import recorder
+
+    recorder.test = item.nodeid
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    yield
+    from .jobstarts import recorder
+
+    directory = getattr(item, "funcargs", {}).get("tmp_path")
+    recorder.local(item.nodeid, directory)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    from .jobstarts import recorder
+
+    for line in recorder.finish(ROOT / "reports" / "job-starts.json"):
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     from hack import stack as local_stack
@@ -51,6 +76,11 @@ def stack() -> Iterator[Stack]:
     env = local_stack.connection_env(state)
     os.environ.update(env)
     _remove_the_demo()
+    from kubernetes import config as kube_config
+
+    from .jobstarts import recorder
+
+    recorder.watch(kube_config.new_client_from_config(config_file=env["KUBECONFIG"]))
     yield Stack(state, env)
     if started and os.environ.get("FLOE_KEEP_STACK") != "1":
         local_stack.down()

@@ -7,6 +7,11 @@ set -euo pipefail
 case "${1:-}" in
   driver)
     shift
+    # spark.properties is read by path (--properties-file): a conf directory that holds only it
+    # is left off the JVM's class path, which keeps the image's class-data-sharing archive.
+    if [ "$(ls "${SPARK_CONF_DIR:-/nonexistent}" 2>/dev/null)" = "spark.properties" ]; then
+      export SPARK_CONF_DIR=/opt/floe/conf
+    fi
     exec "$SPARK_HOME/bin/spark-submit" \
       --conf "spark.driver.bindAddress=${SPARK_DRIVER_BIND_ADDRESS}" \
       --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=${SPARK_DRIVER_BIND_ADDRESS}" \
@@ -16,9 +21,17 @@ case "${1:-}" in
     shift
     # One JVM option per SPARK_JAVA_OPT_<n> variable, in order, spaces kept.
     mapfile -t java_opts < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
-    exec "$JAVA_HOME/bin/java" "${java_opts[@]}" \
+    # The class path the image's class-data-sharing archive was made with, unless the job
+    # puts jars of its own first.
+    classpath="$SPARK_HOME/jars/*"
+    if [ -n "${SPARK_CLASSPATH:-}" ]; then
+      classpath="$SPARK_CLASSPATH:$classpath"
+    elif [ -s /opt/floe/classpath ]; then
+      classpath="$(cat /opt/floe/classpath)"
+    fi
+    exec "$JAVA_HOME/bin/java" "${java_opts[@]}" -XX:SharedArchiveFile=/opt/floe/spark.jsa \
       -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
-      -cp "${SPARK_CLASSPATH:-}:$SPARK_HOME/jars/*" \
+      -cp "$classpath" \
       org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
       --driver-url "${SPARK_DRIVER_URL}" --executor-id "${SPARK_EXECUTOR_ID}" \
       --cores "${SPARK_EXECUTOR_CORES}" --app-id "${SPARK_APPLICATION_ID}" \

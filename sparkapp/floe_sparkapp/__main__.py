@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from .config import ConfigError, load_config
 from .exit_codes import DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, TABLE_IN_USE
@@ -19,6 +20,7 @@ from .maintenance import ACTIONS
 
 
 def main(argv: list[str] | None = None) -> int:
+    entered = time.time()
     parser = argparse.ArgumentParser(prog="python -m floe_sparkapp",
                                      description="floe's Spark job: a Kafka topic into Iceberg.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -51,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
         return MAINTENANCE_FAILED if failed else 0
 
+    from . import metrics
     from .commit import TableInUse
     from .job import DataLossError, run
+
+    metrics.mark_start("main", entered)
 
     try:
         run(config, available_now=args.available_now)

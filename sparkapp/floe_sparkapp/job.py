@@ -400,6 +400,7 @@ class BatchWriter:
                            for t, o in zip(self.tables, outcomes)}}
                if self.config.routes else {}),
             "seconds": round(seconds, 3)}))
+        metrics.report_start(self.spark, self.config.writer)
 
 
 def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | None) -> Any:
@@ -466,7 +467,9 @@ def lowest_commit(found: list[Committed]) -> Committed:
 def start(config: JobConfig, spark: SparkSession | None = None, *,
           available_now: bool = False, query_name: str | None = None) -> Any:
     """Starts the streaming query; returns it (``available_now`` stops once caught up)."""
-    spark = spark or build_session(config)
+    if spark is None:
+        spark = build_session(config)
+        metrics.mark_start("session")
     for key, value in spark_catalog_conf(config).items():
         spark.conf.set(key, value)
     metrics.register(spark)
@@ -515,7 +518,9 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{config.commit.interval_seconds} seconds")
-    return writer.start()
+    query = writer.start()
+    metrics.mark_start("query")
+    return query
 
 
 # Spark 4.1's Kafka source throws this from its progress metrics right after it replays a batch
