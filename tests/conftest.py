@@ -96,7 +96,9 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     session = (
         SparkSession.builder.master("local[2]")
         .appName("floe-tests")
-        .config("spark.jars", stack.env["FLOE_SPARK_JARS"])
+        # On the driver's class path (not spark.jars): the stack's class-data-sharing
+        # archive holds the connectors' classes there.
+        .config("spark.driver.extraClassPath", stack.env["FLOE_SPARK_CLASSPATH"])
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

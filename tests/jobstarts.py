@@ -21,17 +21,25 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-STARTED = '"event": "floe.started"'
+STARTING, STARTED = '"event": "floe.starting"', '"event": "floe.started"'
 STEPS = ("submit", "pod", "launch", "session", "tables", "first_batch")
 
 
 def started_lines(text: str) -> list[dict[str, Any]]:
     """The ``floe.started`` lines of a job's log."""
-    found = []
+    return [start for start in starts(text) if start is not None]
+
+
+def starts(text: str) -> list[dict[str, Any] | None]:
+    """Each start in a log of one job process after another: its ``floe.started`` line, or
+    None when it never got to a first commit (killed, failed)."""
+    found: list[dict[str, Any] | None] = []
     for line in text.splitlines():
-        if STARTED in line:
+        if STARTING in line:
+            found.append(None)
+        elif STARTED in line and found and found[-1] is None:
             try:
-                found.append(json.loads(line[line.index("{"):]))
+                found[-1] = json.loads(line[line.index("{"):])
             except ValueError:
                 continue
     return found
@@ -73,11 +81,11 @@ class Recorder:
                 text = log.read_text(errors="replace")
             except OSError:
                 continue
-            for line in started_lines(text):
+            for line in starts(text):
                 with self.lock:
                     self.starts.append({"test": test, "where": "local", "log": log.name,
                                         "submit": None, "pod": None, **_steps(line),
-                                        "seconds": line.get("seconds")})
+                                        "seconds": (line or {}).get("seconds")})
 
     # --- driver pods on the node -----------------------------------------------------------
 

@@ -10,7 +10,7 @@ import json
 import shutil
 import sys
 import time
-from . import cluster, components, images, node, paths, procs, provision
+from . import cds, cluster, components, images, node, paths, procs, provision
 from .components import COMPONENTS, WAVES, State
 from .procs import ComponentError
 
@@ -104,6 +104,7 @@ def up() -> State:
             _start(state, wave)
         images.build_and_import()
         cluster.ready(state)
+        cds.ensure_archive(spark_classpath())
     except ComponentError:
         down()
         raise
@@ -137,8 +138,14 @@ def ensure_up() -> tuple[State, bool]:
     if state is not None and all(health(state).values()):
         images.build_and_import()  # the images hold the code under test: keep them current
         cluster.install_spark_operator()  # and the namespaces it serves
+        cds.ensure_archive(spark_classpath())
         return state, False
     return up(), True
+
+
+def spark_classpath() -> str:
+    """The connector jars and floe's as a class path (for ``--driver-class-path``)."""
+    return ":".join(provision.spark_jar_list())
 
 
 def stop_component(name: str, *, kill: bool = False) -> None:
@@ -156,6 +163,8 @@ def connection_env(state: State) -> dict[str, str]:
     ports = state["ports"]
     s3 = state["s3"]
     jars = provision.spark_jar_list()
+    classpath = ":".join(jars)
+    archive = cds.archive_path(classpath)
     return {
         "FLOE_STACK_RUN": str(paths.RUN),
         "FLOE_KAFKA_BOOTSTRAP": f"{node.NODE_IP}:{ports['kafka']}",
@@ -182,6 +191,10 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_FAULTY_REST_CATALOG_URI":
             f"http://{components.proxied_address(state, 'rest_catalog')}",
         "FLOE_SPARK_JARS": ",".join(jars),
+        # The same jars on the driver's class path, where the JVMs' class-data-sharing archive
+        # (hack/stack/cds.py) holds their classes too: a local JVM starts seconds sooner.
+        "FLOE_SPARK_CLASSPATH": classpath,
+        **({"SPARK_SUBMIT_OPTS": f"-XX:SharedArchiveFile={archive}"} if archive.exists() else {}),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
         "FLOE_NODE_SHARED": str(node.shared_dir()),
         "FLOE_KUBE_CA": str(components.ca_path()),

@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
             state = up()
             for key, value in connection_env(state).items():
                 if key != "PATH":
-                    print(f"{key}={value}" if key != "FLOE_SPARK_JARS" else f"{key}=<{len(value.split(','))} jars>")
+                    print(f"{key}=<{len(value.split(','))} jars>" if key == "FLOE_SPARK_JARS"
+                          else f"{key}=<{len(value.split(':'))} jars>"
+                          if key == "FLOE_SPARK_CLASSPATH" else f"{key}={value}")
             return 0
         if args.command == "down":
             down()

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from .commit import TableInUse
     from .job import DataLossError, run
 
-    metrics.mark_start("main", entered)
+    metrics.starting(config.writer, entered)
 
     try:
         run(config, available_now=args.available_now)

@@ -68,6 +68,12 @@ def mark_start(step: str, at: float | None = None) -> None:
     _start.setdefault(step, time.time() if at is None else at)
 
 
+def starting(writer: str, at: float) -> None:
+    """Marks the job's entry point (``at``) and logs that it starts."""
+    mark_start("main", at)
+    log.info(json.dumps({"event": "floe.starting", "writer": writer}))
+
+
 def report_start(spark, writer: str) -> None:
     """Logs, once, the job's start up to its first commit, step by step: the process (the
     earlier of the JVM and Python) to the entry point, to the session, to the query, to the

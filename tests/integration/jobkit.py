@@ -142,6 +142,17 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
     return parse_config(data)
 
 
+def local_job_env(stack, cores: int = 2, memory: str = "768m") -> dict[str, str]:
+    """The environment of a job run as its own local process (``python -m floe_sparkapp``):
+    the connector jars on the driver's class path, where the stack's class-data-sharing
+    archive holds their classes."""
+    import os
+
+    return {**os.environ, "PYSPARK_SUBMIT_ARGS": (
+        f"--master local[{cores}] --driver-memory {memory} --conf spark.ui.enabled=false "
+        f"--driver-class-path {stack.env['FLOE_SPARK_CLASSPATH']} pyspark-shell")}
+
+
 def s3_properties(stack) -> dict[str, str]:
     """Catalog properties that reach the stack's S3 server."""
     return {"s3.endpoint": stack.env["FLOE_S3_ENDPOINT"], "s3.path-style-access": "true",

@@ -43,7 +43,7 @@ from floe_sparkapp.commit import last_commit
 from floe_sparkapp.config import JobConfig, parse_config
 
 from ..faultproxy import FaultProxy
-from .jobkit import AvroProducer, create_topic, job_config, load_table
+from .jobkit import AvroProducer, create_topic, job_config, load_table, local_job_env
 
 BAD_VALUES = (b"\x00\xff\xff\xff\xff", b"\x00\x00\x00", b"\x01not-avro")
 ORDER = {"type": "record", "name": "NemesisOrder", "namespace": "floe.nemesis", "fields": [
@@ -442,9 +442,7 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
                       SerializationContext(name, MessageField.VALUE))
     config_file = workdir / "job.json"
     config_file.write_text(faulty_config(stack, config, plan.catalog).to_json())
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": (
-        "--master local[2] --driver-memory 768m --conf spark.ui.enabled=false "
-        f"--jars {stack.env['FLOE_SPARK_JARS']} pyspark-shell")}
+    env = local_job_env(stack)
     command = [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file)]
     supervisor = Supervisor(command, env, workdir / "job.log", outcome)
     proxy = FaultProxy(stack.env["FLOE_TOXIPROXY_URL"])

@@ -15,8 +15,7 @@ from floe_sparkapp.job import DataLossError, start
 
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, recreate_topic,
-    run_once, streaming, table_rows, wait_for_rows,
-)
+    run_once, streaming, table_rows, wait_for_rows, local_job_env)
 from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -161,9 +160,7 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
     config = job_config(stack, tmp_path, topic, interval=2, max_records=300, catalog=catalog)
     config_file = tmp_path / "job.json"
     config_file.write_text(config.to_json())
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": (
-        f"--master local[2] --driver-memory 768m --conf spark.ui.enabled=false "
-        f"--jars {stack.env['FLOE_SPARK_JARS']} pyspark-shell")}
+    env = local_job_env(stack)
     command = [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file)]
     stop = threading.Event()
 
@@ -179,11 +176,23 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
     rng = random.Random(7)
     kills = 0
     log_file = (tmp_path / "job.log").open("w")
+
+    def first_commits() -> int:
+        return (tmp_path / "job.log").read_text().count('"event": "floe.started"')
+
     try:
-        for _ in range(10):
+        for n in range(10):
+            committed = first_commits()
             job = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-            time.sleep(rng.uniform(6, 22))  # during start-up, mid-batch or between batches
+            if n % 2 == 0:  # during start-up: before its first commit (about 10 s in)
+                time.sleep(rng.uniform(2, 8))
+            else:  # once it has committed a batch: mid-batch or between batches (2 s apart)
+                deadline = time.monotonic() + 120
+                while first_commits() == committed and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert first_commits() > committed, (tmp_path / "job.log").read_text()[-3000:]
+                time.sleep(rng.uniform(0, 4))
             assert job.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()

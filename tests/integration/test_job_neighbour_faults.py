@@ -19,8 +19,7 @@ from floe_sparkapp.job import start
 
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, run_once,
-    streaming, table_rows, wait_for_rows,
-)
+    streaming, table_rows, wait_for_rows, local_job_env)
 from .test_job_formats import FramedProducer, framed
 from .test_job_roundtrip import V1, order, produce_orders
 
@@ -193,9 +192,7 @@ def test_two_drivers_on_one_checkpoint_land_each_record_once(stack, tmp_path, to
     config = job_config(stack, tmp_path, topic, interval=1, max_records=50)
     config_file = tmp_path / "job.json"
     config_file.write_text(config.to_json())
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": (
-        "--master local[1] --driver-memory 640m --conf spark.ui.enabled=false "
-        f"--jars {stack.env['FLOE_SPARK_JARS']} pyspark-shell")}
+    env = local_job_env(stack, cores=1, memory="640m")
     command = [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file)]
     logs = [(tmp_path / f"driver-{n}.log").open("w") for n in range(2)]
     drivers = []

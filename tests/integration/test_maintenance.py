@@ -21,8 +21,7 @@ from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
 
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, table_rows,
-    wait_for_rows,
-)
+    wait_for_rows, local_job_env)
 from .test_job_roundtrip import V1, order
 
 pytestmark = pytest.mark.integration
@@ -324,9 +323,7 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
     config_file = tmp_path / "job.json"
     config_file.write_text(config.model_copy(update={"maintenance": config.maintenance.model_copy(
         update={"max_snapshot_age_seconds": None})}).to_json())
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": (
-        "--master local[1] --driver-memory 512m --conf spark.ui.enabled=false "
-        f"--jars {stack.env['FLOE_SPARK_JARS']} pyspark-shell")}
+    env = local_job_env(stack, cores=1, memory="512m")
     thread = threading.Thread(target=keep_producing)
     query = start(config, spark, query_name="expiring_beside_compaction")
     thread.start()
