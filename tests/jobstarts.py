@@ -55,8 +55,7 @@ def _epoch(stamp: Any) -> float | None:
 
 def _steps(line: dict[str, Any] | None) -> dict[str, float | None]:
     line = line or {}
-    return {step: line.get(f"{step}_seconds") for step in ("launch", "session", "tables",
-                                                           "first_batch")}
+    return {step: line.get(f"{step}_seconds") for step in STEPS[2:]}  # the job's own
 
 
 class Recorder:
@@ -100,16 +99,15 @@ class Recorder:
         from kubernetes import client
 
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
-        while not self.stopped.is_set():
+        while True:
+            stopping = self.stopped.is_set()  # one visit more after the stop
             try:
                 self._visit(core, custom)
             except Exception:  # noqa: BLE001 - the API server restarting: the next poll
                 pass
+            if stopping:
+                return
             self.stopped.wait(2)
-        try:
-            self._visit(core, custom)
-        except Exception:  # noqa: BLE001
-            pass
 
     def _visit(self, core: Any, custom: Any) -> None:
         pods = core.list_pod_for_all_namespaces(label_selector="spark-role=driver").items

@@ -29,11 +29,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "up":
             state = up()
+            lists = {"FLOE_SPARK_JARS": ",", "FLOE_SPARK_CLASSPATH": ":"}  # shown as counts
             for key, value in connection_env(state).items():
-                if key != "PATH":
-                    print(f"{key}=<{len(value.split(','))} jars>" if key == "FLOE_SPARK_JARS"
-                          else f"{key}=<{len(value.split(':'))} jars>"
-                          if key == "FLOE_SPARK_CLASSPATH" else f"{key}={value}")
+                if key in lists:
+                    print(f"{key}=<{len(value.split(lists[key]))} jars>")
+                elif key != "PATH":
+                    print(f"{key}={value}")
             return 0
         if args.command == "down":
             down()

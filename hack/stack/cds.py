@@ -10,6 +10,7 @@ CLASSPATH`` first); any other JVM ignores it.  The archive's name carries what i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 from . import paths
 
 
+@functools.lru_cache(maxsize=4)  # the JDK and the jars do not change while a process runs
 def _key(classpath: str) -> str:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     parts = [java, paths.pyspark_version(), classpath]

@@ -374,15 +374,14 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
                     maintenance_runs=dict(table.maintenance_runs),
                     dead_letter_error=table.dead_letter_error)
     views = [table, *world.routes]
+    known = not any(view.error for view in views)
+    offsets, vtts = table.offsets, table.vtts_ms
     if world.routes:  # the printer columns show the table furthest behind
         before = {entry.get("identifier"): entry for entry in previous.get("tables") or []}
         decided.say(tables=[
             {**before.get(identifier, {"identifier": identifier}), "error": view.error[:500]}
             if view.error else _table_entry(identifier, view, world)
             for identifier, view in zip(_identifiers(topic), views)])
-    known = not any(view.error for view in views)
-    offsets, vtts = table.offsets, table.vtts_ms
-    if world.routes:
         written = [v for v in views if v.exists and v.offsets]
         offsets = {p: min(v.offsets.get(p, 0) for v in written)
                    for p in set().union(*(v.offsets for v in written))} if written else {}

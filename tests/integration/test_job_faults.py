@@ -14,8 +14,9 @@ from floe_sparkapp.commit import branch_prefix, offsets_tag
 from floe_sparkapp.job import DataLossError, start
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, recreate_topic,
-    run_once, streaming, table_rows, wait_for_rows, local_job_env)
+    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
+    recreate_topic, run_once, streaming, table_rows, wait_for_rows,
+)
 from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]

@@ -18,8 +18,9 @@ from floe_sparkapp.commit import BranchCommitter, last_commit, offsets_tag
 from floe_sparkapp.job import start
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, run_once,
-    streaming, table_rows, wait_for_rows, local_job_env)
+    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
+    run_once, streaming, table_rows, wait_for_rows,
+)
 from .test_job_formats import FramedProducer, framed
 from .test_job_roundtrip import V1, order, produce_orders
 

@@ -20,8 +20,9 @@ from floe_sparkapp.job import run, start
 from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, table_rows,
-    wait_for_rows, local_job_env)
+    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
+    table_rows, wait_for_rows,
+)
 from .test_job_roundtrip import V1, order
 
 pytestmark = pytest.mark.integration
