@@ -18,7 +18,9 @@ SPARK_OPERATOR_RELEASE = "spark-operator"
 # demo, and the tests of floe installed with Helm), and the one where the e2e tests that run the
 # operator as a process run their jobs, one test at a time.  Other test namespaces get no Spark:
 # their SparkApplications stay objects in the API server.
-JOB_NAMESPACES = ("data", "e2e-jobs")
+# The demo's, then the e2e tests' two: a test's runs in one while the one before it is still
+# being deleted in the other (its driver's JVM has its grace period to stop).
+JOB_NAMESPACES = ("data", "e2e-jobs", "e2e-jobs-2")
 
 
 def _log(message: str) -> None:

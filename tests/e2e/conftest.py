@@ -16,12 +16,14 @@ from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 
-from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, ROOT, admin_client,
+from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT, admin_client,
                    delete_namespace_without_operator, drop_topic_finalizers, install_crd,
                    wait_until)
 
-# The namespace where the node's spark-operator runs the jobs of tests marked `node`.
-NODE_JOBS = JOB_NAMESPACES[1]
+# The namespaces where the node's spark-operator runs the jobs of tests marked `node`, taken in
+# turn: the previous test's is still being deleted while the next test runs in the other.
+NODE_JOBS = JOB_NAMESPACES[1:]
+_node_turn = [0]
 CHART = ROOT / "charts" / "floe-operator"
 
 
@@ -36,12 +38,14 @@ def _gone(core: client.CoreV1Api, name: str) -> bool:
 @pytest.fixture
 def namespace(stack, unique_name, request):
     """A fresh namespace for one test, deleted afterwards (the test's operator has stopped by
-    then: its topics' finalizers are dropped).  A test marked `node` gets the namespace where
-    the node's spark-operator runs jobs, made anew once the previous test's is gone."""
+    then: its topics' finalizers are dropped).  A test marked `node` gets one of the namespaces
+    where the node's spark-operator runs jobs, in turn, made anew once the test before that
+    used it is gone."""
     api = admin_client(stack)
     core = client.CoreV1Api(api)
     if request.node.get_closest_marker("node"):
-        name = NODE_JOBS
+        name = NODE_JOBS[_node_turn[0] % len(NODE_JOBS)]
+        _node_turn[0] += 1
         if not _gone(core, name):
             try:
                 delete_namespace_without_operator(api, name)
@@ -53,7 +57,7 @@ def namespace(stack, unique_name, request):
     else:
         name = unique_name.replace("_", "-")[:50]
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    if name == NODE_JOBS:
+    if name in NODE_JOBS:
         serve_namespace(name)
     yield name
     delete_namespace_without_operator(api, name)
@@ -122,6 +126,7 @@ def operator(stack, tmp_path, namespace):
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
                                 "FLOE_METRICS_PORT": str(metrics_port),
                                 "FLOE_NAMESPACES": namespace,
+                                "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
                                 "FLOE_FAILOVER_RESET_SECONDS": "45",
                                 "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS)})
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -143,7 +148,8 @@ def operator_control(stack, tmp_path, namespace):
                                        self.log(len(running)),
                                        {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
                                         "FLOE_METRICS_PORT": str(free_port()),
-                                        "FLOE_NAMESPACES": namespace, **env}))
+                                        "FLOE_NAMESPACES": namespace,
+                                        "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS), **env}))
             return len(running) - 1
 
         def log(self, index: int):

@@ -16,6 +16,9 @@ FLOE_CRD = ROOT / "crds" / "floe.dev_kafkaicebergtopics.yaml"
 # The operators under test wait this long before a first failover (FLOE_FAILOVER_BACKOFF_SECONDS;
 # 10 by default), doubling: the backoff is asserted, in less of the suite's time.
 FAILOVER_BACKOFF_SECONDS = 3
+# The operators under test refresh a resource's status this often (FLOE_REFRESH_SECONDS; 10 by
+# default): a test waiting for the status to show a commit waits half as long.
+REFRESH_SECONDS = 5
 # kubeflow spark-operator's own CRD, from the module the stack builds it from.
 SPARK_CRD = Path(spark_operator_chart()) / "crds" / "sparkoperator.k8s.io_sparkapplications.yaml"
 

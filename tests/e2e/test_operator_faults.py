@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from .kube import SPARK_CRD, admin_client, install_crd, running_job_pods, wait_until
+from .kube import (REFRESH_SECONDS, SPARK_CRD, admin_client, install_crd, running_job_pods,
+                   wait_until)
 from .test_operator import topic_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -214,7 +215,7 @@ def test_a_resource_deleted_while_its_application_is_submitting_leaves_no_driver
     assert apps(api, namespace) == []
 
 
-def held_visit(operator, namespace: str, refresh_seconds: float = 10,
+def held_visit(operator, namespace: str, refresh_seconds: float = REFRESH_SECONDS,
                timeout: float = 60) -> bool:
     """Waits until a visit of ``orders`` is held: none has finished for longer than the
     refresh interval (the operator's /metrics counts the visits that finished)."""
