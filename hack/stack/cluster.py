@@ -71,6 +71,9 @@ def _namespace_active(namespace: str) -> bool:
 def install_spark_operator() -> None:
     registry, _, rest = images.SPARK_OPERATOR_IMAGE.partition("/")
     repository, _, tag = rest.partition(":")
+    # The image's ID on its pods: a rebuilt image (same tag) rolls them, or they would keep
+    # running the image they started with.
+    image = images.image_id(images.SPARK_OPERATOR_IMAGE) or ""
     started = time.monotonic()
     for namespace in JOB_NAMESPACES:
         _wait(f"namespace {namespace}", lambda: _namespace_active(namespace), 300)
@@ -78,6 +81,8 @@ def install_spark_operator() -> None:
          "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace",
          "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
          "--set", f"image.tag={tag}",
+         "--set-string", f"controller.annotations.floe\\.dev/image={image}",
+         "--set-string", f"webhook.annotations.floe\\.dev/image={image}",
          "--set", f"spark.jobNamespaces={{{','.join(JOB_NAMESPACES)}}}",
          # floe's chart makes the drivers' ServiceAccount and its Role.
          "--set", "spark.serviceAccount.create=false",

@@ -50,7 +50,7 @@ def _docker(*args: str, what: str) -> str:
     return _run([node.DOCKER, *args], what)
 
 
-def _image_id(tag: str) -> str | None:
+def image_id(tag: str) -> str | None:
     result = subprocess.run([node.DOCKER, "image", "inspect", "--format", "{{.Id}}", tag],
                             capture_output=True, text=True, env={**os.environ, **node.docker_env()})
     return result.stdout.strip() if result.returncode == 0 else None
@@ -77,7 +77,7 @@ def base_rootfs() -> Path:
 
 def base_image() -> None:
     """The debootstrap root imported into dockerd as BASE_IMAGE."""
-    if _image_id(BASE_IMAGE):
+    if image_id(BASE_IMAGE):
         return
     tar = subprocess.Popen(["tar", "-C", str(base_rootfs()), "--numeric-owner", "-c", "."],
                            stdout=subprocess.PIPE)
@@ -141,9 +141,9 @@ def _import(tags: list[str]) -> None:
     record = json.loads(record_file.read_text()) if record_file.exists() else {}
     present = _imported()
     for tag in tags:
-        image_id = _image_id(tag)
+        built = image_id(tag)
         ref = tag if "/" in tag.split(":")[0] and "." in tag.split("/")[0] else f"docker.io/{tag}"
-        if record.get(tag) == image_id and ref in present:
+        if record.get(tag) == built and ref in present:
             continue
         started = time.monotonic()
         for attempt in (1, 2):
@@ -156,7 +156,7 @@ def _import(tags: list[str]) -> None:
                 # import lays the missing layers down again.
                 if attempt == 2:
                     raise
-        record[tag] = image_id
+        record[tag] = built
         record_file.write_text(json.dumps(record, indent=2))
         _log(f"image {tag}: imported into containerd in {time.monotonic() - started:.0f}s")
 

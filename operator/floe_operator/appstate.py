@@ -36,10 +36,5 @@ ENDED = FAILED | {AppState.COMPLETED}
 # spark-operator may be running spark-submit for it right now: v2.3 puts no finalizer on the
 # application, so a driver pod it is creating appears even after the application is deleted.
 SUBMITTING = frozenset({"", AppState.NEW, AppState.PENDING_RERUN, AppState.INVALIDATING})
-# spark-submit makes the driver pod within seconds: an application not submitted this long
-# after its creation is taken to be unseen (spark-operator down, or serving other namespaces);
-# a submission slower than that meets spark-operator's webhook, which refuses the driver pod
-# of an application that is gone.
-SUBMIT_SECONDS = 30
 # On the status: failed, or its driver lost (not failed over: spark-operator may find it again).
 SHOWN_FAILED = FAILED | {AppState.UNKNOWN}

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from floe_sparkapp.commit import OWNER
 
 from . import act, kube, metrics, observe, render
-from .appstate import SUBMIT_SECONDS, SUBMITTING, AppState, state_of
+from .appstate import SUBMITTING, AppState, state_of
 from .clock import epoch, now_ms
 from .errors import retry_later
 from .plan import APPROVAL, Plan, invalid, plan
@@ -236,7 +236,7 @@ def _wait_for_submission(topic: render.Topic, waited: float, logger: Any) -> Non
     if app is None or state not in SUBMITTING:
         return
     created = epoch(app["metadata"]["creationTimestamp"])
-    if state in ("", AppState.NEW) and now_ms() / 1000 - created > SUBMIT_SECONDS:
+    if state in ("", AppState.NEW) and now_ms() / 1000 - created > settings().submit_wait_seconds:
         return  # not taken up by spark-operator: nothing is submitting it
     if waited < settings().deletion_wait_seconds:
         raise retry_later(f"waiting for spark-operator to finish submitting SparkApplication "

@@ -47,5 +47,11 @@ class OperatorSettings(BaseSettings):
         300, ge=0, description="How long a deleted resource waits for its job's pods to stop "
                                "before its table is dropped (deletionPolicy Delete) and the "
                                "resource goes; after it, floe goes on without them.")
+    submit_wait_seconds: float = Field(
+        30, ge=0, le=3600, description="How long a deleted resource waits for spark-operator to "
+                                       "take up its SparkApplication (spark-submit makes the "
+                                       "driver pod within seconds); an application not taken "
+                                       "up by then is taken to be unseen (spark-operator down, "
+                                       "or not serving the namespace) and deleted at once.")
     metrics_port: int = Field(9090, ge=0, le=65535,
                               description="Port of the Prometheus /metrics endpoint (0: off).")

@@ -83,12 +83,27 @@ def load_catalog(catalog: CatalogConfig) -> Any:
     format_v3.enable()
     props = pyiceberg_properties(catalog)
     if catalog.type == "sql":
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        return SqlCatalog(catalog.name, **props)
+        return _sql_catalog(catalog.name, props)
     from pyiceberg.catalog import load_catalog as load
 
     return load(catalog.name, **props)
+
+
+def _sql_catalog(name: str, props: dict[str, str]) -> Any:
+    """PyIceberg's SqlCatalog, which makes the catalog's tables in its database on first use.
+    Two processes opening a new catalog at once (the operator and a reader, or two of the
+    operator's visits) both find the tables absent and both create them: the slower one fails
+    with "already exists" (SQLite) or a duplicate key (PostgreSQL), and finds them made when it
+    opens the catalog again."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy.exc import DatabaseError
+
+    try:
+        return SqlCatalog(name, **props)
+    except DatabaseError as error:
+        if "already exists" not in str(error) and "duplicate key" not in str(error):
+            raise
+        return SqlCatalog(name, **props)
 
 
 def register_in(spark: Any, catalog: CatalogConfig) -> None:

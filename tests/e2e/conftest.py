@@ -16,7 +16,8 @@ from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 
-from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT, admin_client,
+from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT,
+                   UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
                    delete_namespace_without_operator, drop_topic_finalizers, install_crd,
                    wait_until)
 
@@ -117,6 +118,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _served_env(namespace: str) -> dict[str, str]:
+    """The settings that depend on whether the node's spark-operator serves ``namespace``."""
+    if namespace in NODE_JOBS:
+        return {}
+    return {"FLOE_SUBMIT_WAIT_SECONDS": str(UNSERVED_SUBMIT_WAIT_SECONDS)}
+
+
 @pytest.fixture
 def operator(stack, tmp_path, namespace):
     """The floe operator as a real process (admin identity), watching the test's namespace."""
@@ -128,7 +136,8 @@ def operator(stack, tmp_path, namespace):
                                 "FLOE_NAMESPACES": namespace,
                                 "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
                                 "FLOE_FAILOVER_RESET_SECONDS": "45",
-                                "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS)})
+                                "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS),
+                                **_served_env(namespace)})
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     _stop(process, log)
@@ -149,7 +158,8 @@ def operator_control(stack, tmp_path, namespace):
                                        {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
                                         "FLOE_METRICS_PORT": str(free_port()),
                                         "FLOE_NAMESPACES": namespace,
-                                        "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS), **env}))
+                                        "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
+                                        **_served_env(namespace), **env}))
             return len(running) - 1
 
         def log(self, index: int):

@@ -19,6 +19,10 @@ FAILOVER_BACKOFF_SECONDS = 3
 # The operators under test refresh a resource's status this often (FLOE_REFRESH_SECONDS; 10 by
 # default): a test waiting for the status to show a commit waits half as long.
 REFRESH_SECONDS = 5
+# How long a deletion waits for spark-operator to take up an application
+# (FLOE_SUBMIT_WAIT_SECONDS; 30 by default) where none serves the namespace, as for the tests
+# not marked `node`: nothing will ever take it up there. Node tests keep the default.
+UNSERVED_SUBMIT_WAIT_SECONDS = 2
 # kubeflow spark-operator's own CRD, from the module the stack builds it from.
 SPARK_CRD = Path(spark_operator_chart()) / "crds" / "sparkoperator.k8s.io_sparkapplications.yaml"
 

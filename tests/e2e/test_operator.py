@@ -535,27 +535,29 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
     def exists(identifier: str) -> bool:
         return catalog.table_exists(identifier)
 
-    for name, policy in (("kept", "Retain"), ("dropped", "Delete")):
+    resources = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics")
+    policies = {"kept": "Retain", "dropped": "Delete"}
+    for name, policy in policies.items():
         body = topic_body(stack, tmp_path, kafka_topic)
         body["metadata"]["name"] = name
         body["spec"]["table"]["identifier"] = f"analytics.{name}"
         body["spec"]["table"]["deletionPolicy"] = policy
         body["spec"]["spark"]["checkpointLocation"] = str(tmp_path / f"checkpoint-{name}")
-        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                               "kafkaicebergtopics", body)
+        custom.create_namespaced_custom_object(*resources, body)
+    for name in policies:
         assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(tmp_path, namespace)
-        custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                               "kafkaicebergtopics", name)
+    for name in policies:  # both at once: each waits on its own application (unseen here)
+        custom.delete_namespaced_custom_object(*resources, name)
 
-        def gone() -> bool:
-            try:
-                custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                    "kafkaicebergtopics", name)
-                return False
-            except client.ApiException as error:
-                return error.status == 404
+    def gone(name: str) -> bool:
+        try:
+            custom.get_namespaced_custom_object(*resources, name)
+            return False
+        except client.ApiException as error:
+            return error.status == 404
 
-        assert wait_until(gone, timeout=60), logs(tmp_path, namespace)
+    for name in policies:
+        assert wait_until(lambda: gone(name), timeout=60), logs(tmp_path, namespace)
     assert exists("analytics.kept")
     assert not exists("analytics.dropped")
 

@@ -114,7 +114,7 @@ def test_a_second_writer_on_the_same_table_is_fenced(stack, spark, tmp_path, top
 
     thread = threading.Thread(target=keep_producing)
     thread.start()
-    time.sleep(25)
+    thread.join(timeout=120)  # both writers race while the records arrive (about 12 s)
     stop.set()
     thread.join()
     wait_for_rows(first, len(producer.sent), timeout=120)

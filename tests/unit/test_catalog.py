@@ -64,3 +64,29 @@ def test_secret_properties_come_from_a_mounted_secret_directory(tmp_path):
 
     assert spark_conf(catalog)["spark.sql.catalog.floe.s3.secret-access-key"] == "fromfile"
     assert "..data" not in "".join(spark_conf(catalog))
+
+
+def test_a_new_sql_catalog_opened_by_two_processes_at_once_opens_in_both(tmp_path, monkeypatch):
+    """The other process made the catalog's tables between this one's check and its CREATE
+    TABLE: SQLite refuses the second CREATE, and the catalog opens on the tables now there."""
+    from pyiceberg.catalog.sql import SqlCatalog, SqlCatalogBaseTable
+
+    from floe_sparkapp.catalog import load_catalog
+
+    catalog = CatalogConfig(type="sql", name="lake", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                            warehouse=f"file://{tmp_path / 'wh'}")
+    init = SqlCatalog._init_catalog
+    raced = []
+
+    def racing(self):
+        if not raced:
+            raced.append(True)
+            SqlCatalog("lake", uri=f"sqlite:///{tmp_path / 'c.db'}")  # the other one, first
+            # This one's CREATE TABLE, as issued after it found no tables.
+            SqlCatalogBaseTable.metadata.create_all(self.engine, checkfirst=False)
+        init(self)
+
+    monkeypatch.setattr(SqlCatalog, "_init_catalog", racing)
+    opened = load_catalog(catalog)
+    opened.create_namespace("analytics")
+    assert raced and [n for n in opened.list_namespaces()] == [("analytics",)]

@@ -1,0 +1,192 @@
+"""A job start to its first commit: how long, and in which steps, for a local job process.
+
+Each start is the job as a process of its own (``python -m floe_sparkapp run``, Spark in local
+mode with two cores and a 768 MiB heap, the connector jars on the driver's class path, as the
+tests run it), with 200 new Avro records waiting in its topic: the time from the process's
+start to its first commit, split as the job's ``floe.started`` line splits it (``launch``:
+spark-submit's JVM to Python's entry point, ``session``, ``tables``: the tables loaded and the
+query started, ``first_batch``: the first batch read, decoded, written and committed). The job
+is stopped (SIGTERM) after its first commit and started again, ``--starts`` times per variant.
+
+A variant adds JVM options to the driver's JVM (``SPARK_SUBMIT_OPTS``): ``--variant
+name=OPTIONS`` (repeatable); ``default`` is what the stack hands out (its class-data-sharing
+archive), ``no-cds`` the same without the archive.
+
+``--suite reports/job-starts.json`` adds the medians of the starts a test run recorded (driver
+pods on the node, from the SparkApplication's creation, and local job processes); with
+``--starts 0`` only those, beside the local figures recorded before.
+
+Usage: python bench/job_start.py [--starts N] [--variant name=OPTIONS ...] [--suite FILE]
+Needs the local stack (started if not running). Writes bench/results/job-start.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from workload import SMALL as SCHEMA  # noqa: E402 - the benchmarks' ~100-byte order records
+
+STEPS = ("launch", "session", "tables", "first_batch")
+
+
+def produce(env: dict[str, str], topic: str, start_at: int, count: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
+                               json.dumps(SCHEMA))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": env["FLOE_KAFKA_BOOTSTRAP"]})
+    now = int(time.time() * 1000)
+    for i in range(start_at, start_at + count):
+        producer.produce(topic, key=str(i).encode(), value=serialize(
+            {"id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
+             "quantity": i % 50, "price": (i % 10_000) / 100, "status": "NEW", "at": now,
+             "note": None}, context))
+    producer.flush()
+
+
+def job_config(env: dict[str, str], work: Path, topic: str) -> Path:
+    from floe_sparkapp.config import parse_config
+
+    config = parse_config({
+        "writer": "bench/start", "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"],
+                                           "topic": topic},
+        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
+                                                       "subject": f"{topic}-value"}},
+        "table": {"catalog": {"name": "bench_start", "uri": f"jdbc:sqlite:{work / 'c.db'}",
+                              "warehouse": f"file://{work / 'warehouse'}"},
+                  "identifier": "bench.orders"},
+        "commit": {"intervalSeconds": 2},
+        "checkpointLocation": str(work / "checkpoint"),
+    })
+    path = work / "job.json"
+    path.write_text(config.to_json())
+    return path
+
+
+def one_start(command: list[str], env: dict[str, str], log: Path) -> dict | None:
+    """Starts the job, waits for its first commit, stops it; its floe.started line."""
+    with log.open("w") as out:
+        job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+        deadline = time.monotonic() + 300
+        line = None
+        while line is None and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            for text in log.read_text(errors="replace").splitlines():
+                if '"event": "floe.started"' in text:
+                    line = json.loads(text[text.index("{"):])
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+            try:
+                job.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+    return line
+
+
+def medians(lines: list[dict]) -> dict:
+    return {"starts": len(lines),
+            "seconds": round(statistics.median(s["seconds"] for s in lines), 2),
+            **{step: round(statistics.median(s[f"{step}_seconds"] for s in lines), 2)
+               for step in STEPS}}
+
+
+def variant(env: dict[str, str], options: str, starts: int) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="floe-job-start-"))
+    topic = f"bench-start-{uuid.uuid4().hex[:8]}"
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": env["FLOE_KAFKA_BOOTSTRAP"]})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
+    command = [sys.executable, "-m", "floe_sparkapp", "run", "--config",
+               str(job_config(env, work, topic))]
+    job_env = {**os.environ, "SPARK_SUBMIT_OPTS": options, "PYSPARK_SUBMIT_ARGS": (
+        "--master local[2] --driver-memory 768m --conf spark.ui.enabled=false "
+        f"--driver-class-path {env['FLOE_SPARK_CLASSPATH']} pyspark-shell")}
+    lines = []
+    for n in range(starts + 1):  # the first start makes the table: not counted
+        produce(env, topic, n * 200, 200)
+        line = one_start(command, job_env, work / f"job-{n}.log")
+        if line is None:
+            raise SystemExit(f"start {n} reached no commit: {work / f'job-{n}.log'}")
+        if n:
+            lines.append(line)
+    return {"options": options, **medians(lines)}
+
+
+def suite(path: Path) -> dict:
+    starts = json.loads(path.read_text())
+    out = {}
+    for where in ("node", "local"):
+        done = [s for s in starts if s["where"] == where and s["seconds"] is not None]
+        if done:
+            out[where] = {"starts": len([s for s in starts if s["where"] == where]),
+                          "committed": len(done),
+                          "seconds": round(statistics.median(s["seconds"] for s in done), 2),
+                          **{step: round(statistics.median(v), 2)
+                             for step in ("submit", "pod", *STEPS)
+                             if (v := [s[step] for s in done if s.get(step) is not None])}}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--variant", action="append", default=[])
+    parser.add_argument("--suite", type=Path)
+    args = parser.parse_args()
+
+    from hack import stack as local_stack
+
+    state, _ = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    os.environ.update(env)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    default = env.get("SPARK_SUBMIT_OPTS", "")
+    variants = {"default": default}
+    for text in args.variant:
+        name, _, options = text.partition("=")
+        variants[name] = "" if name == "no-cds" else f"{default} {options}".strip()
+
+    import pyspark
+
+    path = ROOT / "bench" / "results" / "job-start.json"
+    command = " ".join(["python bench/job_start.py", *sys.argv[1:]])
+    if args.starts:
+        out = {"command": command, "date": time.strftime("%Y-%m-%d"),
+               "local": {name: variant(env, options, args.starts)
+                         for name, options in variants.items()},
+               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                           "spark": pyspark.__version__}}
+    else:  # --starts 0: the suite's medians added to the recorded local ones
+        out = json.loads(path.read_text())
+    if args.suite:
+        out["suite"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
+                        **suite(args.suite)}
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
