@@ -8,15 +8,19 @@ spark-submit's JVM to Python's entry point, ``session``, ``tables``: the tables 
 query started, ``first_batch``: the first batch read, decoded, written and committed). The job
 is stopped (SIGTERM) after its first commit and started again, ``--starts`` times per variant.
 
-A variant adds JVM options to the driver's JVM (``SPARK_SUBMIT_OPTS``): ``--variant
-name=OPTIONS`` (repeatable); ``default`` is what the stack hands out (its class-data-sharing
-archive), ``no-cds`` the same without the archive.
+A variant adds JVM options to the driver's JVM (``SPARK_SUBMIT_OPTS``) and Spark settings:
+``--variant "name=-XX:... spark.key=value"`` (repeatable); ``default`` is what the stack hands
+out (its class-data-sharing archive), ``no-cds`` the same without the archive. ``--mode
+upsert`` lands the records with a MERGE per batch (100 keys updated in turn) instead of
+appending them.
 
 ``--suite reports/job-starts.json`` adds the medians of the starts a test run recorded (driver
 pods on the node, from the SparkApplication's creation, and local job processes); with
-``--starts 0`` only those, beside the local figures recorded before.
+``--starts 0`` only those. Each mode's local figures and the suite's are kept beside each other
+in the results file.
 
-Usage: python bench/job_start.py [--starts N] [--variant name=OPTIONS ...] [--suite FILE]
+Usage: python bench/job_start.py [--starts N] [--mode append|upsert] [--variant name=OPTIONS ...]
+                                [--suite FILE]
 Needs the local stack (started if not running). Writes bench/results/job-start.json.
 """
 
@@ -44,7 +48,7 @@ from workload import SMALL as SCHEMA  # noqa: E402 - the benchmarks' ~100-byte o
 STEPS = ("launch", "session", "tables", "first_batch")
 
 
-def produce(env: dict[str, str], topic: str, start_at: int, count: int) -> None:
+def produce(env: dict[str, str], topic: str, start_at: int, count: int, keys: int) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -56,14 +60,14 @@ def produce(env: dict[str, str], topic: str, start_at: int, count: int) -> None:
     producer = Producer({"bootstrap.servers": env["FLOE_KAFKA_BOOTSTRAP"]})
     now = int(time.time() * 1000)
     for i in range(start_at, start_at + count):
-        producer.produce(topic, key=str(i).encode(), value=serialize(
+        producer.produce(topic, key=str(i % keys).encode(), value=serialize(
             {"id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
              "quantity": i % 50, "price": (i % 10_000) / 100, "status": "NEW", "at": now,
              "note": None}, context))
     producer.flush()
 
 
-def job_config(env: dict[str, str], work: Path, topic: str) -> Path:
+def job_config(env: dict[str, str], work: Path, topic: str, mode: str) -> Path:
     from floe_sparkapp.config import parse_config
 
     config = parse_config({
@@ -73,7 +77,7 @@ def job_config(env: dict[str, str], work: Path, topic: str) -> Path:
                                                        "subject": f"{topic}-value"}},
         "table": {"catalog": {"name": "bench_start", "uri": f"jdbc:sqlite:{work / 'c.db'}",
                               "warehouse": f"file://{work / 'warehouse'}"},
-                  "identifier": "bench.orders"},
+                  "identifier": "bench.orders", "mode": mode},
         "commit": {"intervalSeconds": 2},
         "checkpointLocation": str(work / "checkpoint"),
     })
@@ -111,7 +115,7 @@ def medians(lines: list[dict]) -> dict:
                for step in STEPS}}
 
 
-def variant(env: dict[str, str], options: str, starts: int) -> dict:
+def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix="floe-job-start-"))
     topic = f"bench-start-{uuid.uuid4().hex[:8]}"
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -119,13 +123,15 @@ def variant(env: dict[str, str], options: str, starts: int) -> dict:
     admin = AdminClient({"bootstrap.servers": env["FLOE_KAFKA_BOOTSTRAP"]})
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
     command = [sys.executable, "-m", "floe_sparkapp", "run", "--config",
-               str(job_config(env, work, topic))]
-    job_env = {**os.environ, "SPARK_SUBMIT_OPTS": options, "PYSPARK_SUBMIT_ARGS": (
-        "--master local[2] --driver-memory 768m --conf spark.ui.enabled=false "
+               str(job_config(env, work, topic, mode))]
+    jvm = " ".join(o for o in options.split() if o.startswith("-"))
+    confs = " ".join(f"--conf {o}" for o in options.split() if not o.startswith("-"))
+    job_env = {**os.environ, "SPARK_SUBMIT_OPTS": jvm, "PYSPARK_SUBMIT_ARGS": (
+        f"--master local[2] --driver-memory 768m --conf spark.ui.enabled=false {confs} "
         f"--driver-class-path {env['FLOE_SPARK_CLASSPATH']} pyspark-shell")}
     lines = []
     for n in range(starts + 1):  # the first start makes the table: not counted
-        produce(env, topic, n * 200, 200)
+        produce(env, topic, n * 200, 200, 100 if mode == "upsert" else 10**9)
         line = one_start(command, job_env, work / f"job-{n}.log")
         if line is None:
             raise SystemExit(f"start {n} reached no commit: {work / f'job-{n}.log'}")
@@ -154,6 +160,7 @@ def main() -> int:
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--suite", type=Path)
+    parser.add_argument("--mode", choices=("append", "upsert"), default="append")
     args = parser.parse_args()
 
     from hack import stack as local_stack
@@ -172,14 +179,14 @@ def main() -> int:
 
     path = ROOT / "bench" / "results" / "job-start.json"
     command = " ".join(["python bench/job_start.py", *sys.argv[1:]])
-    if args.starts:
-        out = {"command": command, "date": time.strftime("%Y-%m-%d"),
-               "local": {name: variant(env, options, args.starts)
-                         for name, options in variants.items()},
-               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                           "spark": pyspark.__version__}}
-    else:  # --starts 0: the suite's medians added to the recorded local ones
-        out = json.loads(path.read_text())
+    out = json.loads(path.read_text()) if path.exists() else {}
+    if args.starts:  # local starts, recorded per mode beside the other mode's
+        out[args.mode] = {"command": command, "date": time.strftime("%Y-%m-%d"),
+                          "local": {name: variant(env, options, args.starts, args.mode)
+                                    for name, options in variants.items()},
+                          "machine": {"cpus": os.cpu_count(),
+                                      "python": platform.python_version(),
+                                      "spark": pyspark.__version__}}
     if args.suite:
         out["suite"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
                         **suite(args.suite)}

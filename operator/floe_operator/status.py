@@ -179,7 +179,9 @@ def phase(observed: Observation, ready: Condition) -> str:
 
 
 def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condition],
-                     generation: int) -> list[dict[str, Any]]:
+                     generation: int, now: str) -> list[dict[str, Any]]:
+    """The conditions with ``lastTransitionTime`` moved to ``now`` (the visit's time) where
+    their status changed."""
     before = {c.get("type"): c for c in previous or []}
     merged = []
     for condition in current:
@@ -188,7 +190,7 @@ def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condit
         merged.append({
             "type": condition.type, "status": condition.status, "reason": condition.reason,
             "message": condition.message, "observedGeneration": generation,
-            "lastTransitionTime": now_iso() if moved else old.get("lastTransitionTime", now_iso()),
+            "lastTransitionTime": now if moved else old.get("lastTransitionTime", now),
         })
     return merged
 
@@ -199,7 +201,9 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         "observedGeneration": observed.generation,
         "phase": phase(observed, current[0]),
         "conditions": merge_conditions((previous or {}).get("conditions"), current,
-                                       observed.generation),
+                                       observed.generation,
+                                       iso(observed.now_ms / 1000) if observed.now_ms
+                                       else now_iso()),
     }
     if observed.app_name:
         result["sparkApplication"] = {"name": observed.app_name, "state": observed.app_state or "",

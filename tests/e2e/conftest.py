@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from contextlib import closing
 import socket
 
@@ -22,9 +23,15 @@ from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT,
                    wait_until)
 
 # The namespaces where the node's spark-operator runs the jobs of tests marked `node`, taken in
-# turn: the previous test's is still being deleted while the next test runs in the other.
+# turn. Once a test is done with one, it is deleted and made again (spark-operator's Roles
+# with it) while the next test runs in the other: spark-operator's watches there fail only as
+# long as the deletion takes, and have long recovered when the test after next takes it (a
+# watch failing for minutes backs off to 30 s, and its webhook would refuse the next driver
+# pod meanwhile: "failed to get SparkApplication").
 NODE_JOBS = JOB_NAMESPACES[1:]
 _node_turn = [0]
+_renewing: dict[str, threading.Thread] = {}
+_renewed: set[str] = set()  # made anew by this run, nothing in them since
 CHART = ROOT / "charts" / "floe-operator"
 
 
@@ -36,30 +43,58 @@ def _gone(core: client.CoreV1Api, name: str) -> bool:
         return error.status == 404
 
 
+def _renew(api: client.ApiClient, name: str) -> None:
+    """Deletes a job namespace (its topics' finalizers dropped) and makes it again, served."""
+    core = client.CoreV1Api(api)
+    if not _gone(core, name):
+        try:
+            delete_namespace_without_operator(api, name)
+        except ApiException as error:
+            assert error.status in (404, 409), error
+        # Its pods stop first: a driver's JVM has its grace period to stop.
+        assert wait_until(lambda: _gone(core, name) or drop_topic_finalizers(api, name),
+                          timeout=300, interval=1), f"namespace {name} still terminating"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    serve_namespace(name)
+    _renewed.add(name)
+
+
+def _renew_in_background(api: client.ApiClient, name: str) -> None:
+    def renew() -> None:
+        try:
+            _renew(api, name)
+        except Exception:  # noqa: BLE001 - the next test to take it renews it itself
+            pass
+
+    _renewing[name] = threading.Thread(target=renew, daemon=True, name=f"renew-{name}")
+    _renewing[name].start()
+
+
+def _fresh_job_namespace(api: client.ApiClient) -> str:
+    name = NODE_JOBS[_node_turn[0] % len(NODE_JOBS)]
+    _node_turn[0] += 1
+    if (renewing := _renewing.pop(name, None)) is not None:
+        renewing.join(timeout=330)
+    if name not in _renewed:  # the first use in this run, or the renewal failed
+        _renew(api, name)
+    _renewed.discard(name)
+    return name
+
+
 @pytest.fixture
 def namespace(stack, unique_name, request):
     """A fresh namespace for one test, deleted afterwards (the test's operator has stopped by
     then: its topics' finalizers are dropped).  A test marked `node` gets one of the namespaces
-    where the node's spark-operator runs jobs, in turn, made anew once the test before that
-    used it is gone."""
+    where the node's spark-operator runs jobs, in turn, made anew since a test last used it."""
     api = admin_client(stack)
-    core = client.CoreV1Api(api)
     if request.node.get_closest_marker("node"):
-        name = NODE_JOBS[_node_turn[0] % len(NODE_JOBS)]
-        _node_turn[0] += 1
-        if not _gone(core, name):
-            try:
-                delete_namespace_without_operator(api, name)
-            except ApiException as error:
-                assert error.status in (404, 409), error
-            # Its pods stop first: a driver's JVM has its grace period to stop.
-            assert wait_until(lambda: _gone(core, name) or drop_topic_finalizers(api, name),
-                              timeout=300, interval=1), f"namespace {name} still terminating"
-    else:
-        name = unique_name.replace("_", "-")[:50]
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    if name in NODE_JOBS:
-        serve_namespace(name)
+        name = _fresh_job_namespace(api)
+        yield name
+        _renew_in_background(api, name)
+        return
+    name = unique_name.replace("_", "-")[:50]
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     delete_namespace_without_operator(api, name)
 

@@ -208,20 +208,31 @@ def group_offsets(stack, config: JobConfig, partitions: list[int]) -> dict[int, 
         consumer.close()
 
 
-def consume(stack, topic: str, expected: int, timeout: float = 30) -> list:
+def consume_to_end(stack, topic: str, timeout: float = 30) -> list:
+    """Every record ``topic`` holds now: each partition read to its end, so a test sees that no
+    other record is there without waiting for one that might come."""
     import time
     import uuid
 
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError
+
     consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    found = []
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    found, ended = [], set()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and len(found) < expected:
+    while len(ended) < len(partitions) and time.monotonic() < deadline:
         message = consumer.poll(1.0)
-        if message is not None and not message.error():
+        if message is None:
+            continue
+        if message.error():
+            assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+            ended.add(message.partition())
+        else:
             found.append(message)
     consumer.close()
+    assert len(ended) == len(partitions), f"{topic} not read to its end in {timeout} s"
     return found
 
 
@@ -233,16 +244,21 @@ def wait_for_rows(config: JobConfig, count: int, timeout: float = 180,
 
     deadline = time.monotonic() + timeout
     rows: list[dict[str, Any]] = []
+    catalog, scanned = None, None
     while time.monotonic() < deadline:
         if query is not None and not query.isActive:
             raise AssertionError(f"the query stopped: {query.exception()}")
         try:
-            rows = table_rows(config)
-        except Exception:  # the table may not exist yet
-            rows = []
+            catalog = catalog or load_catalog(config.table.catalog)
+            table = catalog.load_table(config.table.identifier)
+            snapshot = table.current_snapshot()
+            if snapshot is not None and snapshot.snapshot_id != scanned:  # read once per commit
+                rows, scanned = table.scan().to_arrow().to_pylist(), snapshot.snapshot_id
+        except Exception:  # the table may not exist yet, or the catalog is down: open again
+            rows, scanned, catalog = [], None, None
         if len(rows) >= count:
             return rows
-        time.sleep(1)
+        time.sleep(0.3)
     return rows
 
 

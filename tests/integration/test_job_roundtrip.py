@@ -18,7 +18,7 @@ from floe_sparkapp.commit import last_commit
 from floe_sparkapp.job import start
 
 from .jobkit import (
-    AvroProducer, consume, create_topic, duckdb_rows, group_offsets, job_config, load_table,
+    AvroProducer, consume_to_end, create_topic, duckdb_rows, group_offsets, job_config, load_table,
     run_once, table_rows,
 )
 
@@ -205,8 +205,9 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
         assert rows[key]["value"] is None
         assert rows[key]["value_raw"] == payload
 
-    dead = {m.key(): m for m in consume(stack, dlq, expected=len(poison))}
-    assert set(dead) == set(poison)
+    found = consume_to_end(stack, dlq)
+    dead = {m.key(): m for m in found}
+    assert set(dead) == set(poison) and len(found) == len(poison)
     for key, message in dead.items():
         headers = dict(message.headers())
         assert message.value() == poison[key]
