@@ -163,24 +163,23 @@ def main() -> int:
     parser.add_argument("--mode", choices=("append", "upsert"), default="append")
     args = parser.parse_args()
 
-    from hack import stack as local_stack
-
-    state, _ = local_stack.ensure_up()
-    env = local_stack.connection_env(state)
-    os.environ.update(env)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    default = env.get("SPARK_SUBMIT_OPTS", "")
-    variants = {"default": default}
-    for text in args.variant:
-        name, _, options = text.partition("=")
-        variants[name] = "" if name == "no-cds" else f"{default} {options}".strip()
-
-    import pyspark
-
     path = ROOT / "bench" / "results" / "job-start.json"
     command = " ".join(["python bench/job_start.py", *sys.argv[1:]])
     out = json.loads(path.read_text()) if path.exists() else {}
     if args.starts:  # local starts, recorded per mode beside the other mode's
+        import pyspark
+
+        from hack import stack as local_stack
+
+        state, _ = local_stack.ensure_up()
+        env = local_stack.connection_env(state)
+        os.environ.update(env)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        default = env.get("SPARK_SUBMIT_OPTS", "")
+        variants = {"default": default}
+        for text in args.variant:
+            name, _, options = text.partition("=")
+            variants[name] = "" if name == "no-cds" else f"{default} {options}".strip()
         out[args.mode] = {"command": command, "date": time.strftime("%Y-%m-%d"),
                           "local": {name: variant(env, options, args.starts, args.mode)
                                     for name, options in variants.items()},
