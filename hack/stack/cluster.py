@@ -15,11 +15,10 @@ from .procs import ComponentError
 SPARK_OPERATOR_NAMESPACE = "spark-operator"
 SPARK_OPERATOR_RELEASE = "spark-operator"
 # Where the real spark-operator runs applications: the namespace of the example resources (the
-# demo, and the tests of floe installed with Helm), and the one where the e2e tests that run the
-# operator as a process run their jobs, one test at a time.  Other test namespaces get no Spark:
-# their SparkApplications stay objects in the API server.
-# The demo's, then the e2e tests' two: a test's runs in one while the one before it is still
-# being deleted in the other (its driver's JVM has its grace period to stop).
+# demo, and the tests of floe installed with Helm), and the two where the e2e tests that run
+# the operator as a process run their jobs, one test at a time, in turn: the one a test is done
+# with is deleted and made again while the next test runs in the other.  Other test namespaces
+# get no Spark: their SparkApplications stay objects in the API server.
 JOB_NAMESPACES = ("data", "e2e-jobs", "e2e-jobs-2")
 
 
