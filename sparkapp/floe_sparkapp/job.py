@@ -55,7 +55,26 @@ def build_session(config: JobConfig) -> SparkSession:
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     for key, value in spark_catalog_conf(config).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    context = spark.sparkContext
+    chosen = shuffle_partitions(dict(context.getConf().getAll()), context.defaultParallelism)
+    if chosen is not None:
+        spark.conf.set(SHUFFLE_PARTITIONS, chosen)
+    return spark
+
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def shuffle_partitions(conf: dict[str, str], cores: int) -> str | None:
+    """The shuffle partitions of a batch's joins and merges, unless the user set them
+    (``spec.spark.conf``): the job's cores. Spark's default of 200 is sized for batch jobs over
+    large data: a micro-batch's MERGE would run 200 tasks per stage, seconds of each batch.
+    A checkpoint keeps the value it was made with (Spark's offset log), so a query that ran
+    before goes on with its own."""
+    if SHUFFLE_PARTITIONS in conf:
+        return None
+    return str(max(1, cores))
 
 
 def _registry(config: JobConfig) -> Registry | None:

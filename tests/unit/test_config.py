@@ -187,3 +187,11 @@ def test_a_decoded_key_names_its_registry_subject():
     default, europe = parse_config(keyed).destinations()
     assert (default.key.schema_registry.subject, europe.key.schema_registry.subject) == (
         "orders-key", "eu-key")
+
+
+def test_the_job_sizes_its_shuffles_to_its_cores_unless_the_spec_sets_them():
+    from floe_sparkapp.job import shuffle_partitions
+
+    assert shuffle_partitions({"spark.app.name": "floe data/orders"}, 2) == "2"
+    assert shuffle_partitions({}, 8) == "8"
+    assert shuffle_partitions({"spark.sql.shuffle.partitions": "64"}, 2) is None
