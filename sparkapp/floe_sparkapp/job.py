@@ -70,11 +70,16 @@ def shuffle_partitions(conf: dict[str, str], cores: int) -> str | None:
     """The shuffle partitions of a batch's joins and merges, unless the user set them
     (``spec.spark.conf``): the job's cores. Spark's default of 200 is sized for batch jobs over
     large data: a micro-batch's MERGE would run 200 tasks per stage, seconds of each batch.
-    A checkpoint keeps the value it was made with (Spark's offset log), so a query that ran
-    before goes on with its own."""
+    On a cluster the executors the job asked for count (they may not have registered when the
+    session starts, when Spark's own figure is 2). A checkpoint keeps the value it was made
+    with (Spark's offset log), so a query that ran before goes on with its own."""
     if SHUFFLE_PARTITIONS in conf:
         return None
-    return str(max(1, cores))
+    try:
+        asked = int(conf["spark.executor.instances"]) * int(conf.get("spark.executor.cores", "1"))
+    except (KeyError, ValueError):
+        asked = 0
+    return str(max(1, cores, asked))
 
 
 def _registry(config: JobConfig) -> Registry | None:

@@ -195,3 +195,7 @@ def test_the_job_sizes_its_shuffles_to_its_cores_unless_the_spec_sets_them():
     assert shuffle_partitions({"spark.app.name": "floe data/orders"}, 2) == "2"
     assert shuffle_partitions({}, 8) == "8"
     assert shuffle_partitions({"spark.sql.shuffle.partitions": "64"}, 2) is None
+    # On a cluster: the executors asked for, registered or not yet.
+    assert shuffle_partitions({"spark.executor.instances": "3", "spark.executor.cores": "4"},
+                              2) == "12"
+    assert shuffle_partitions({"spark.executor.instances": "1"}, 2) == "2"
