@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from decode_bench import SCHEMA  # noqa: E402 - the same ~100-byte order records
+from workload import job_spec  # noqa: E402
 
 
 def produce(env: dict[str, str], topic: str, records: int, keys: int | None = None) -> None:
@@ -94,18 +95,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="floe-compaction-bench-"))
     topic = f"bench-compaction-{uuid.uuid4().hex[:8]}"
     produce(env, topic, args.records)
-    config = parse_config({
-        "writer": "bench/compaction", "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"],
-                                                "topic": topic},
-        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
-                                                       "subject": f"{topic}-value"}},
-        "table": {"catalog": {"name": "bench", "uri": f"jdbc:sqlite:{work / 'catalog.db'}",
-                              "warehouse": f"file://{work / 'warehouse'}"},
-                  "identifier": "bench.orders"},
-        "commit": {"intervalSeconds": 1, "maxRecordsPerCommit": args.per_commit},
-        "checkpointLocation": str(work / "checkpoint"),
-        "maintenance": {"minInputFiles": 2},
-    })
+    config = parse_config(job_spec(
+        env, work, topic, "compaction",
+        commit={"intervalSeconds": 1, "maxRecordsPerCommit": args.per_commit},
+        maintenance={"minInputFiles": 2}))
     spark = build_session(config)
     started = time.monotonic()
     run(config, spark, available_now=True, timeout=3600)

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from workload import SMALL as SCHEMA  # noqa: E402 - the benchmarks' ~100-byte order records
+from hack.stack.procs import stop_group  # noqa: E402
+from workload import SMALL as SCHEMA, job_spec  # noqa: E402 - ~100-byte order records
 
 STEPS = ("launch", "session", "tables", "first_batch")
 
@@ -70,17 +70,8 @@ def produce(env: dict[str, str], topic: str, start_at: int, count: int, keys: in
 def job_config(env: dict[str, str], work: Path, topic: str, mode: str) -> Path:
     from floe_sparkapp.config import parse_config
 
-    config = parse_config({
-        "writer": "bench/start", "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"],
-                                           "topic": topic},
-        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
-                                                       "subject": f"{topic}-value"}},
-        "table": {"catalog": {"name": "bench_start", "uri": f"jdbc:sqlite:{work / 'c.db'}",
-                              "warehouse": f"file://{work / 'warehouse'}"},
-                  "identifier": "bench.orders", "mode": mode},
-        "commit": {"intervalSeconds": 2},
-        "checkpointLocation": str(work / "checkpoint"),
-    })
+    config = parse_config(job_spec(env, work, topic, "start", mode=mode,
+                                   commit={"intervalSeconds": 2}))
     path = work / "job.json"
     path.write_text(config.to_json())
     return path
@@ -98,13 +89,7 @@ def one_start(command: list[str], env: dict[str, str], log: Path) -> dict | None
             for text in log.read_text(errors="replace").splitlines():
                 if '"event": "floe.started"' in text:
                     line = json.loads(text[text.index("{"):])
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-            try:
-                job.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait()
+        stop_group(job, timeout=60)
     return line
 
 

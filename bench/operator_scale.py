@@ -16,7 +16,6 @@ no runner executes the SparkApplications. Measured:
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -131,6 +130,7 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
             timeout: float) -> dict[str, Any]:
     from kubernetes import client, config
 
+    from hack.stack.procs import stop_group
     from tests.e2e.kube import delete_namespace_without_operator, wait_until
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
@@ -200,11 +200,7 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
             "operator_rss_bytes": memory.get("VmRSS"), "operator_peak_rss_bytes": memory.get("VmHWM"),
         }
     finally:
-        os.killpg(operator.pid, signal.SIGTERM)
-        try:
-            operator.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(operator.pid, signal.SIGKILL)
+        stop_group(operator, timeout=60)
         log.close()
         delete_namespace_without_operator(api_client, namespace)
         # The next size starts once the namespace and its objects are gone: its deletion is

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from compaction_bench import produce  # noqa: E402 - the same ~100-byte order records
+from workload import job_spec  # noqa: E402
 
 
 def files(table) -> dict[str, int]:
@@ -60,19 +61,10 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
     from floe_sparkapp.job import run, spark_catalog_conf
     from floe_sparkapp.maintenance import maintain
 
-    config = parse_config({
-        "writer": f"bench/{mode}", "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"],
-                                             "topic": topic},
-        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
-                                                       "subject": f"{topic}-value"}},
-        "table": {"catalog": {"name": f"bench_{mode}",
-                              "uri": f"jdbc:sqlite:{work / f'{mode}.db'}",
-                              "warehouse": f"file://{work / mode}"},
-                  "identifier": "bench.orders", "mode": mode},
-        "commit": {"intervalSeconds": 1, "maxRecordsPerCommit": per_commit},
-        "checkpointLocation": str(work / f"checkpoint-{mode}"),
-        "maintenance": {"minInputFiles": 2},
-    })
+    config = parse_config(job_spec(
+        env, work, topic, mode, mode=mode,
+        commit={"intervalSeconds": 1, "maxRecordsPerCommit": per_commit},
+        maintenance={"minInputFiles": 2}))
     for key, value in spark_catalog_conf(config).items():
         spark.conf.set(key, value)
     catalog = load_catalog(config.table.catalog)

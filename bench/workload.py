@@ -12,6 +12,7 @@ import json
 import random
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 PARTITIONS = 8
@@ -35,6 +36,24 @@ LARGE = {"type": "record", "name": "Order", "namespace": "bench", "fields": FIEL
 ]}
 WORDS = ("alpine cobalt ember fjord granite harbor indigo juniper kestrel lagoon meadow nectar "
          "orchid prairie quartz river saffron tundra umber violet willow yarrow zephyr").split()
+
+
+def job_spec(env: dict[str, str], work: Path, topic: str, name: str, *, mode: str = "append",
+             **rest: Any) -> dict[str, Any]:
+    """A job's configuration (before ``parse_config``) for Avro records of ``topic``, landing
+    in ``bench.orders`` of a SQLite catalog ``name`` under ``work``; ``rest`` adds or replaces
+    top-level keys (``commit``, ``maintenance``)."""
+    return {
+        "writer": f"bench/{name}",
+        "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"], "topic": topic},
+        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
+                                                       "subject": f"{topic}-value"}},
+        "table": {"catalog": {"name": f"bench_{name}", "uri": f"jdbc:sqlite:{work / f'{name}.db'}",
+                              "warehouse": f"file://{work / f'warehouse-{name}'}"},
+                  "identifier": "bench.orders", "mode": mode},
+        "checkpointLocation": str(work / f"checkpoint-{name}"),
+        **rest,
+    }
 
 
 def schema_for(size: int) -> dict[str, Any]:

@@ -120,3 +120,18 @@ def stop(name: str, *, kill: bool = False, timeout: float = 20) -> bool:
             time.sleep(0.1)
     _pid_path(name).unlink(missing_ok=True)
     return True
+
+
+def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
+    """Stops a child started in a session of its own and everything it started: SIGTERM to its
+    process group, SIGKILL after ``timeout``."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        process.wait()

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
+from hack.stack.procs import stop_group
 
 from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT,
                    UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
@@ -137,13 +138,7 @@ def _background(command: list[str], log_path, env: dict[str, str] | None = None)
 
 
 def _stop(process: subprocess.Popen, log) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stop_group(process, timeout=30)
     log.close()
 
 
