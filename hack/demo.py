@@ -117,15 +117,24 @@ def node_resource(env: dict[str, str], directory: Path, name: str, kafka_topic: 
     return resource
 
 
-def node_spark(directory: Path) -> dict:
+def node_spark(directory: Path, *, short_lived: bool = False) -> dict:
     """A resource's spark settings on the local node: ``directory`` (under the node's shared
-    directory, where the catalog and warehouse are) mounted in the driver and executor pods."""
+    directory, where the catalog and warehouse are) mounted in the driver and executor pods.
+
+    ``short_lived``: the driver's and executors' JVMs compile with the client compiler alone
+    (``-XX:TieredStopAtLevel=1``), for jobs that live a minute, as most tests' do: on two cores
+    a start to its first commit takes seconds less (bench/README.md#job-starts). A job that
+    runs for days wants the JVM's default, as the demo's and the chart's own tests' do."""
+    conf = {  # the node has two cores: driver and executor ask for a quarter core each
+        "spark.kubernetes.driver.request.cores": "250m",
+        "spark.kubernetes.executor.request.cores": "250m"}
+    if short_lived:
+        conf.update({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+                     "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
     return {
         "volumes": [{"name": "shared", "hostPath": {"path": str(directory), "type": "Directory"}}],
         "volumeMounts": [{"name": "shared", "mountPath": str(directory)}],
-        # The node has two cores: driver and executor ask for a quarter core each.
-        "conf": {"spark.kubernetes.driver.request.cores": "250m",
-                 "spark.kubernetes.executor.request.cores": "250m"},
+        "conf": conf,
     }
 
 

@@ -32,6 +32,8 @@ def topic_body(stack, directory: Path, kafka_topic: str, catalog: dict | None = 
     """A KafkaIcebergTopic named orders whose checkpoints are in ``directory`` (on the node, one
     under its shared directory, mounted in the Spark pods) and whose catalog is ``catalog`` (a
     spec's catalog section) or, by default, a SQLite catalog with its warehouse there too.
+    Its jobs live a minute or two: their JVMs compile with the client compiler alone
+    (``node_spark``'s short_lived); the chart's tests in test_node keep the JVM's default.
 
     The SQLite catalog's file is made first, writable by all: the operator (a process of root
     here) and the Spark pods (the image's user) both write it, and SQLite makes new files 0644."""
@@ -51,7 +53,7 @@ def topic_body(stack, directory: Path, kafka_topic: str, catalog: dict | None = 
                       "identifier": "analytics.orders"},
             "commit": {"interval": "2s"},
             "spark": {"checkpointLocation": str(directory / "checkpoint"),
-                      **node_spark(directory)},
+                      **node_spark(directory, short_lived=True)},
         },
     }
 
