@@ -18,7 +18,7 @@ from typing import Any
 
 from floe_sparkapp.config import JobConfig, parse_config
 
-from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec
+from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 from .units import duration_seconds, size_bytes
 
@@ -216,12 +216,41 @@ DRIVER_CONTAINER = "spark-kubernetes-driver"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 
 
+def _placement(pod: PodSpec, security_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The pod spec's fields that place the pod (those set only)."""
+    placed = {
+        "imagePullSecrets": [{"name": s.name} for s in pod.image_pull_secrets],
+        "nodeSelector": pod.node_selector, "tolerations": pod.tolerations,
+        "affinity": pod.affinity, "priorityClassName": pod.priority_class_name,
+        "securityContext": {**(security_context or {}), **pod.pod_security_context}}
+    return {key: value for key, value in placed.items() if value}
+
+
+def _container(container: dict[str, Any], pod: PodSpec,
+               security_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``container`` with the pod settings' environment and security context added."""
+    own = {variable.get("name") for variable in pod.env}
+    env = [v for v in container.get("env", []) if v["name"] not in own] + list(pod.env)
+    added = {"env": env, "envFrom": pod.env_from,
+             "securityContext": {**(security_context or {}), **pod.security_context}}
+    return {**container, **{key: value for key, value in added.items() if value}}
+
+
 def _pod_template(container: str, volumes: list[dict[str, Any]],
-                  mounts: list[dict[str, Any]]) -> dict[str, Any]:
+                  mounts: list[dict[str, Any]], pod: PodSpec) -> dict[str, Any]:
     """A pod template Spark starts its driver or executors from: spark-operator hands it to
-    spark-submit as it is, so any kind of volume mounts without its webhook."""
-    return {"spec": {"containers": [{"name": container, "volumeMounts": mounts}],
-                     "volumes": volumes}}
+    spark-submit as it is, so any kind of volume mounts, and the pods are placed, without its
+    webhook (Spark adds its own labels, volumes and environment to the template's)."""
+    return {"spec": {"containers": [_container({"name": container, "volumeMounts": mounts}, pod)],
+                     "volumes": volumes, **_placement(pod)}}
+
+
+def _pod_metadata(labels: dict[str, str], pod: PodSpec) -> dict[str, Any]:
+    """The pods' labels (floe's own win) and annotations."""
+    metadata: dict[str, Any] = {"labels": {**pod.pod_labels, **labels}}
+    if pod.pod_annotations:
+        metadata["annotations"] = dict(pod.pod_annotations)
+    return metadata
 
 
 def spark_application(topic: Topic, settings: OperatorSettings,
@@ -229,6 +258,7 @@ def spark_application(topic: Topic, settings: OperatorSettings,
     spec = topic.spec
     labels = _labels(topic)
     volumes, mounts = _volumes(topic)
+    pod = spec.spark.under(settings.spark_pod)
     return {
         "apiVersion": SPARK_API, "kind": "SparkApplication",
         "metadata": {"name": topic.child_name, "namespace": topic.namespace, "labels": labels,
@@ -252,18 +282,18 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             # could see it, and stack two backoffs.
             "restartPolicy": {"type": "Never"},
             "driver": {
-                "labels": labels,
+                **_pod_metadata(labels, pod),
                 "cores": spec.spark.driver.cores,
                 "memory": spec.spark.driver.memory,
                 "serviceAccount": spec.spark.service_account or settings.spark_service_account,
-                "template": _pod_template(DRIVER_CONTAINER, volumes, mounts),
+                "template": _pod_template(DRIVER_CONTAINER, volumes, mounts, pod),
             },
             "executor": {
-                "labels": labels,
+                **_pod_metadata(labels, pod),
                 "instances": spec.spark.executor.instances,
                 "cores": spec.spark.executor.cores,
                 "memory": spec.spark.executor.memory,
-                "template": _pod_template(EXECUTOR_CONTAINER, volumes, mounts),
+                "template": _pod_template(EXECUTOR_CONTAINER, volumes, mounts, pod),
             },
         },
     }
@@ -298,6 +328,7 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
     resources = spec.maintenance.resources
     memory_mi = round(size_bytes(resources.memory) * 1.4 / 1024**2)  # heap plus JVM overhead
     volumes, mounts = _volumes(topic)
+    pod_settings = spec.spark.under(settings.spark_pod)
     volumes.append({"name": "tmp", "emptyDir": {}})
     mounts.append({"name": "tmp", "mountPath": "/tmp"})
     jobs = []
@@ -315,8 +346,9 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
             "restartPolicy": "Never",
             "serviceAccountName": spec.spark.service_account or settings.spark_service_account,
             "automountServiceAccountToken": False,
-            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
+            **_placement(pod_settings, {"runAsNonRoot": True,
+                                        "seccompProfile": {"type": "RuntimeDefault"}}),
+            "containers": [_container({
                 "name": "maintain",
                 "image": spec.spark.image or settings.spark_image,
                 "imagePullPolicy": "IfNotPresent",
@@ -324,10 +356,9 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
                 "env": [{"name": "HOME", "value": "/tmp"}],
                 "resources": {"requests": {"cpu": str(resources.cores), "memory": f"{memory_mi}Mi"},
                               "limits": {"memory": f"{memory_mi}Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": False,
-                                    "capabilities": {"drop": ["ALL"]}},
                 "volumeMounts": mounts,
-            }],
+            }, pod_settings, {"allowPrivilegeEscalation": False,
+                              "capabilities": {"drop": ["ALL"]}})],
             "volumes": volumes,
         }
         jobs.append({
@@ -346,7 +377,8 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
                     "metadata": {"labels": labels},
                     "spec": {"backoffLimit": 1, "activeDeadlineSeconds": 6 * 3600,
                              "ttlSecondsAfterFinished": 7 * 86_400,
-                             "template": {"metadata": {"labels": labels}, "spec": pod}},
+                             "template": {"metadata": _pod_metadata(labels, pod_settings),
+                                          "spec": pod}},
                 },
             },
         })

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .resource import PodSpec
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOE_", extra="ignore")
@@ -13,6 +15,12 @@ class OperatorSettings(BaseSettings):
                              description="Default image of the Spark job.")
     spark_service_account: str = Field("floe-spark",
                                        description="Default ServiceAccount of Spark drivers.")
+    spark_pod: PodSpec = Field(
+        default_factory=PodSpec,
+        description="Defaults of every job's pods, under each resource's spec.spark (JSON of "
+                    "the same fields: imagePullSecrets, nodeSelector, tolerations, affinity, "
+                    "priorityClassName, podLabels, podAnnotations, env, envFrom, "
+                    "podSecurityContext, securityContext).")
     job_main_file: str = Field("local:///opt/floe/floe_job.py",
                                description="The job's entry point inside the image.")
     checkpoint_root: str | None = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 from hack.stack.procs import stop_group
 
 from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT,
-                   UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
+                   SPARK_POD_DEFAULTS, UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
                    delete_namespace_without_operator, drop_topic_finalizers, install_crd,
                    wait_until)
 
@@ -167,6 +168,7 @@ def operator(stack, tmp_path, namespace):
                                 "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
                                 "FLOE_FAILOVER_RESET_SECONDS": "45",
                                 "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS),
+                                "FLOE_SPARK_POD": json.dumps(SPARK_POD_DEFAULTS),
                                 **_served_env(namespace)})
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process

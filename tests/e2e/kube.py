@@ -23,6 +23,11 @@ REFRESH_SECONDS = 5
 # (FLOE_SUBMIT_WAIT_SECONDS; 30 by default) where none serves the namespace, as for the tests
 # not marked `node`: nothing will ever take it up there. Node tests keep the default.
 UNSERVED_SUBMIT_WAIT_SECONDS = 2
+# The tests' operators place every job's pods as an operator admin would, once for the cluster
+# (FLOE_SPARK_POD, the chart's spark.pod): a label and a toleration each pod carries.
+SPARK_POD_DEFAULTS = {
+    "podLabels": {"floe.dev/test-suite": "e2e"},
+    "tolerations": [{"key": "floe.dev/dedicated", "operator": "Exists", "effect": "NoSchedule"}]}
 # kubeflow spark-operator's own CRD, from the module the stack builds it from.
 SPARK_CRD = Path(spark_operator_chart()) / "crds" / "sparkoperator.k8s.io_sparkapplications.yaml"
 

@@ -10,7 +10,7 @@ from kubernetes import client
 
 from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_maintenance import multiset, produce_old
-from .kube import admin_client, wait_until
+from .kube import SPARK_POD_DEFAULTS, admin_client, wait_until
 from .test_operator import (logs, orders_rows, postgres_catalog, rest_catalog, topic_body,
                             topic_catalog)
 
@@ -40,6 +40,32 @@ def run_now(admin, namespace: str, cron_job: str) -> tuple[str, str]:
     return outcome() or "Running", log.stdout + log.stderr
 
 
+# Where the resource places its pods, over the tests' operator's defaults (SPARK_POD_DEFAULTS).
+PLACEMENT = {"imagePullSecrets": [{"name": "team-registry"}],
+             "podLabels": {"team": "orders"}, "podAnnotations": {"floe.dev/test-note": "placed"}}
+
+
+def placed(pod: client.V1Pod, node: str) -> list[str]:
+    """What ``pod`` lacks of the placement it was given: pull secret, node selector, the
+    default toleration, both labels and the annotation."""
+    spec, meta = pod.spec, pod.metadata
+    default = SPARK_POD_DEFAULTS["tolerations"][0]
+    missing = []
+    if "team-registry" not in {s.name for s in spec.image_pull_secrets or []}:
+        missing.append("imagePullSecrets")
+    if (spec.node_selector or {}).get("kubernetes.io/hostname") != node:
+        missing.append("nodeSelector")
+    if not any((t.key, t.operator, t.effect) == (default["key"], "Exists", "NoSchedule")
+               for t in spec.tolerations or []):
+        missing.append("tolerations")
+    for key, value in (("team", "orders"), ("floe.dev/test-suite", "e2e")):
+        if (meta.labels or {}).get(key) != value:
+            missing.append(f"label {key}")
+    if (meta.annotations or {}).get("floe.dev/test-note") != "placed":
+        missing.append("annotation")
+    return missing
+
+
 def catalog_spec(stack, kind: str, name: str) -> dict | None:
     """``sqlite``: topic_body's own; ``postgresql``: a JDBC catalog of its own on the stack's
     PostgreSQL; ``rest``: the stack's REST catalog server, where the table left by an earlier
@@ -60,15 +86,24 @@ def catalog_spec(stack, kind: str, name: str) -> dict | None:
 def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_the_table(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name, catalog_kind):
     """The operator, the job on the node and a maintenance Job, on a SQLite catalog, a
-    PostgreSQL one and the Iceberg REST catalog server."""
+    PostgreSQL one and the Iceberg REST catalog server. The driver, the executor and the
+    maintenance pod are placed as the resource and the operator's defaults say."""
     admin = admin_client(stack)
     custom = client.CustomObjectsApi(admin)
+    core = client.CoreV1Api(admin)
     kafka_topic = f"mt-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=1)
     producer = AvroProducer(stack, kafka_topic)
     spec_catalog = catalog_spec(stack, catalog_kind, kafka_topic)
     body = topic_body(stack, shared, kafka_topic, spec_catalog)
     body["spec"]["commit"] = {"interval": "1s"}
+    # A registry Secret as a cluster with a private registry has (the node has the image: it
+    # is not pulled), and the node the pods must run on, by its hostname label.
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="team-registry"), type="kubernetes.io/dockerconfigjson",
+        string_data={".dockerconfigjson": '{"auths": {}}'}))
+    node = core.list_node().items[0].metadata.labels["kubernetes.io/hostname"]
+    body["spec"]["spark"].update(PLACEMENT, nodeSelector={"kubernetes.io/hostname": node})
     body["spec"]["maintenance"] = {"compaction": {"minInputFiles": 2}}
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics", body)
@@ -96,6 +131,11 @@ def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_
     app_uid = custom.get_namespaced_custom_object(
         "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications",
         "floe-orders")["metadata"]["uid"]
+    for role in ("driver", "executor"):
+        pods = core.list_namespaced_pod(namespace, label_selector=f"spark-role={role}").items
+        assert pods and all(p.status.phase == "Running" for p in pods), role
+        assert {p.metadata.name: placed(p, node) for p in pods} == {
+            p.metadata.name: [] for p in pods}
 
     custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",
                                           "orders", {"spec": {"maintenance": {
@@ -117,6 +157,10 @@ def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_
     assert files_before >= 4
     outcome, log = run_now(admin, namespace, "floe-orders-compaction")
     assert outcome == "Complete", log[-4000:]
+    maintenance = core.list_namespaced_pod(
+        namespace, label_selector="job-name=floe-orders-compaction-now").items
+    assert maintenance and all(placed(p, node) == [] for p in maintenance), \
+        [placed(p, node) for p in maintenance]
 
     table = catalog.load_table("analytics.orders")
     assert len(list(table.scan().plan_files())) < files_before

@@ -97,6 +97,78 @@ def test_the_specs_own_volumes_reach_every_spark_and_maintenance_pod():
         assert {"name": "data", "mountPath": "/srv/lake"} in pod["containers"][0]["volumeMounts"]
 
 
+def test_pods_are_placed_by_the_operators_defaults_and_the_resource_alike():
+    """Pull secrets, node selector, tolerations, affinity, priority class, labels,
+    annotations, environment and security contexts reach the driver, the executors and the
+    maintenance pods; the resource adds to the chart's defaults and wins where both set a key."""
+    body = json.loads(json.dumps(BODY))
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
+    body["spec"]["spark"] = {
+        "imagePullSecrets": [{"name": "team-registry"}],
+        "nodeSelector": {"pool": "streaming"}, "tolerations": [toleration],
+        "affinity": affinity, "podLabels": {"team": "orders", "app.kubernetes.io/managed-by": "x"},
+        "podAnnotations": {"cost-center": "42"},
+        "env": [{"name": "TZ", "value": "UTC"},
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}],
+        "envFrom": [{"secretRef": {"name": "lake-env"}}],
+        "podSecurityContext": {"runAsUser": 185},
+        "securityContext": {"readOnlyRootFilesystem": False}}
+    topic = Topic.from_body(body)
+    settings = OperatorSettings(spark_pod={
+        "imagePullSecrets": [{"name": "mirror"}], "nodeSelector": {"pool": "batch", "arch": "amd64"},
+        "priorityClassName": "data-streaming", "env": [{"name": "TZ", "value": "Europe/Paris"}],
+        "podSecurityContext": {"fsGroup": 185}})
+    app = spark_application(topic, settings)["spec"]
+    jobs = cron_jobs(topic, settings)
+    metadata = [app["driver"], app["executor"],
+                *(job["spec"]["jobTemplate"]["spec"]["template"]["metadata"] for job in jobs)]
+    pods = [app["driver"]["template"]["spec"], app["executor"]["template"]["spec"],
+            *(job["spec"]["jobTemplate"]["spec"]["template"]["spec"] for job in jobs)]
+    assert len(pods) == 2 + len(jobs) and jobs
+    for meta in metadata:
+        assert meta["labels"]["team"] == "orders"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "floe"  # floe's own win
+        assert meta["annotations"] == {"cost-center": "42"}
+    for pod in pods:
+        assert pod["imagePullSecrets"] == [{"name": "mirror"}, {"name": "team-registry"}]
+        assert pod["nodeSelector"] == {"pool": "streaming", "arch": "amd64"}
+        assert pod["tolerations"] == [toleration]
+        assert pod["affinity"] == affinity
+        assert pod["priorityClassName"] == "data-streaming"
+        assert pod["securityContext"]["runAsUser"] == 185
+        assert pod["securityContext"]["fsGroup"] == 185
+        container = pod["containers"][0]
+        env = {v["name"]: v for v in container["env"]}
+        assert env["TZ"]["value"] == "UTC" and len([v for v in container["env"]
+                                                    if v["name"] == "TZ"]) == 1
+        assert env["TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "t", "key": "k"}}
+        assert container["envFrom"] == [{"secretRef": {"name": "lake-env"}}]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is False
+    maintenance = pods[2]
+    # The maintenance pods keep their hardening under the settings that do not undo it.
+    assert maintenance["securityContext"]["runAsNonRoot"] is True
+    assert maintenance["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "HOME", "value": "/tmp"} in maintenance["containers"][0]["env"]
+
+
+def test_pod_settings_unset_render_the_pods_as_before():
+    """An operator upgrade that brings the pod settings restarts no job: unset, they add
+    nothing to the SparkApplication, so its fingerprint stays."""
+    topic = Topic.from_body(json.loads(json.dumps(BODY)))
+    app = spark_application(topic, OperatorSettings())["spec"]
+    for role, container in (("driver", "spark-kubernetes-driver"),
+                            ("executor", "spark-kubernetes-executor")):
+        assert set(app[role]) - {"labels", "cores", "memory", "serviceAccount", "template",
+                                 "instances"} == set()
+        template = app[role]["template"]
+        assert set(template) == {"spec"} and set(template["spec"]) == {"containers", "volumes"}
+        assert set(template["spec"]["containers"][0]) == {"name", "volumeMounts"}
+        assert template["spec"]["containers"][0]["name"] == container
+
+
 def test_a_volume_mount_must_name_a_volume():
     from floe_operator.resource import KafkaIcebergTopicSpec
 
