@@ -45,6 +45,36 @@ def test_the_schema_is_structural():
     walk(schema, "")
 
 
+def test_the_readmes_resource_reference_is_a_valid_spec():
+    """The README's reference block, every field with its example value, is a spec the
+    operator and the CRD accept (the CRD side: the e2e CRD validation tests)."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## The KafkaIcebergTopic resource\n\n```yaml\n(.*?)```", text, re.S)
+    resource = yaml.safe_load(block.group(1))
+    spec = KafkaIcebergTopicSpec.model_validate(resource["spec"])
+    assert resource["kind"] == "KafkaIcebergTopic"
+    assert spec.spark.image_pull_secrets[0].name == "registry"
+    assert spec.spark.tolerations[0]["effect"] == "NoSchedule"
+
+
+def test_the_charts_pod_defaults_have_the_fields_of_a_resources_pod_settings():
+    """The chart's spark.pod (values, their schema) and spec.spark's pod settings are the same
+    fields: the operator reads the one under the other."""
+    import json
+
+    from floe_operator.resource import PodSpec
+
+    fields = {field.alias for field in PodSpec.model_fields.values()}
+    chart = ROOT / "charts" / "floe-operator"
+    schema = json.loads((chart / "values.schema.json").read_text())
+    assert set(schema["properties"]["spark"]["properties"]["pod"]["properties"]) == fields
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert set(values["spark"]["pod"]) == fields
+    PodSpec.model_validate(values["spark"]["pod"])
+
+
 def test_the_designs_example_spec_parses_with_defaults():
     spec = KafkaIcebergTopicSpec.model_validate({
         "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders",
