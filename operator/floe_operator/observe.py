@@ -50,6 +50,7 @@ class App:
     fingerprint: str | None = None
     generation: str | None = None
     terminated_at: str | None = None
+    created_at: str | None = None
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> App:
@@ -60,7 +61,8 @@ class App:
                    attempts=int(status.get("executionAttempts", 0) or 0),
                    fingerprint=annotations.get(FINGERPRINT),
                    generation=annotations.get(GENERATION),
-                   terminated_at=status.get("terminationTime"))
+                   terminated_at=status.get("terminationTime"),
+                   created_at=meta.get("creationTimestamp"))
 
 
 @dataclass(frozen=True)

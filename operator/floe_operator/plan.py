@@ -34,7 +34,7 @@ from .observe import App, TableView, World, as_status_offsets
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
-from .status import Observation, status
+from .status import NOT_WATCHING, Observation, status
 
 APPROVAL = f"{GROUP}/approve-schema-version"
 
@@ -320,8 +320,32 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
                           "failover: failover count reset"))
     if app is not None:
         decided.say(app_state=app.state, app_error=app.error or None, app_attempts=app.attempts)
+        _plan_unseen(topic, app, world, previous, settings, decided)
     decided.say(failovers=record.count, last_failover_time=record.last_time,
                 last_failure=record.last_failure)
+
+
+def _plan_unseen(topic: Topic, app: App, world: World, previous: Mapping[str, Any],
+                 settings: OperatorSettings, decided: _Decisions) -> None:
+    """An application spark-operator has not taken up (no state) after FLOE_SUBMIT_WAIT_SECONDS:
+    it serves only its own ``spark.jobNamespaces``, or it is not running. The status says so
+    and what to run; a Warning Event says it once."""
+    if app.state or not app.created_at:
+        return
+    waited = world.now_ms / 1000 - epoch(app.created_at)
+    if waited < settings.submit_wait_seconds:
+        return
+    namespace = topic.namespace
+    message = (f"spark-operator has not taken up SparkApplication {app.name} in {waited:.0f}s: "
+               f"it runs applications only in the namespaces of its spark.jobNamespaces, and "
+               f"{namespace} may not be one (add it: helm upgrade spark-operator "
+               "spark-operator/spark-operator -n spark-operator --reuse-values --set "
+               f"'spark.jobNamespaces={{<the namespaces it has>,{namespace}}}'), or it is not "
+               "running (kubectl get pods -A -l app.kubernetes.io/name=spark-operator)")
+    decided.say(app_unseen=message)
+    shown = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
+    if shown.get("JobRunning") != NOT_WATCHING:
+        decided.act(Event(True, NOT_WATCHING, message))
 
 
 def _plan_failover(topic: Topic, app: App, record: Failovers, world: World,

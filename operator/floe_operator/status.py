@@ -15,6 +15,8 @@ from .clock import iso, now_iso
 
 CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
                    "DeadLetter")
+# JobRunning's reason while spark-operator has not taken the application up.
+NOT_WATCHING = "SparkOperatorNotWatching"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Observation:
     app_error: str | None = None
     app_attempts: int = 0
     app_name: str | None = None
+    app_unseen: str | None = None  # spark-operator has not taken the application up: why
     table_exists: bool | None = None
     table_error: str | None = None  # the catalog could not be read
     registry_error: str | None = None  # the registry could not be read
@@ -100,6 +103,8 @@ def conditions(observed: Observation) -> list[Condition]:
                                                          "is running")
     elif observed.job_stopped is not None:
         job = Condition("JobRunning", "False", *observed.job_stopped)
+    elif observed.app_unseen:
+        job = Condition("JobRunning", "False", NOT_WATCHING, observed.app_unseen)
     elif state in SHOWN_FAILED:
         job = Condition("JobRunning", "False", "JobFailed",
                         (observed.app_error or state)[:1000])

@@ -246,6 +246,41 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
     assert apps == []
 
 
+def test_a_namespace_spark_operator_does_not_serve_is_named_on_the_status_with_the_fix(
+        stack, operator, namespace, tmp_path, unique_name):
+    """The test's namespace is not among spark-operator's job namespaces: the application is
+    never taken up, and the status and a Warning Event say so, with the command that fixes it
+    (the tests' operators wait 2 s for spark-operator here instead of FLOE_SUBMIT_WAIT_SECONDS'
+    30)."""
+    install_crd(admin_client(stack), SPARK_CRD)
+    custom = client.CustomObjectsApi(admin_client(stack))
+    kafka_topic = f"unserved-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 3)
+    producer.flush()
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics",
+                                           topic_body(stack, tmp_path, kafka_topic))
+
+    def job_condition() -> dict:
+        state = custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                    "kafkaicebergtopics", "orders").get("status", {})
+        return {c["type"]: c for c in state.get("conditions", [])}
+
+    assert wait_until(lambda: job_condition().get("Ready", {}).get("reason")
+                      == "SparkOperatorNotWatching", timeout=60), logs(tmp_path, namespace)
+    job = job_condition()["JobRunning"]
+    assert job["status"] == "False" and job["reason"] == "SparkOperatorNotWatching"
+    assert "has not taken up SparkApplication floe-orders" in job["message"]
+    assert f"--set 'spark.jobNamespaces={{<the namespaces it has>,{namespace}}}'" in job["message"]
+    events = client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+        namespace, field_selector="involvedObject.kind=KafkaIcebergTopic").items
+    warned = [e for e in events if e.reason == "SparkOperatorNotWatching"]
+    assert len(warned) == 1 and warned[0].type == "Warning", [
+        (e.reason, e.message) for e in events]
+
+
 @pytest.mark.node
 def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):

@@ -293,6 +293,31 @@ def test_a_job_stopped_for_the_user_keeps_its_record_and_says_what_to_do():
     assert planned.status["sparkApplication"]["failovers"] == 2
 
 
+def test_an_application_spark_operator_never_takes_up_is_named_with_the_command_that_fixes_it():
+    created = "2026-11-18T11:06:00Z"  # 40 s before NOW_MS
+    unseen = with_app(steady(), state="", attempts=0, created_at=created)
+    early = plan(TOPIC, replace(unseen, now_ms=NOW_MS - 20_000), {}, SETTINGS)  # 20 s: waiting
+    assert conditions(early.status)["JobRunning"] == ("False", "Starting")
+    assert kinds(early.actions) == []
+
+    planned = plan(TOPIC, unseen, {}, SETTINGS)  # 40 s, past FLOE_SUBMIT_WAIT_SECONDS (30)
+    assert conditions(planned.status)["JobRunning"] == ("False", "SparkOperatorNotWatching")
+    assert conditions(planned.status)["Ready"] == ("False", "SparkOperatorNotWatching")
+    job = next(c for c in planned.status["conditions"] if c["type"] == "JobRunning")
+    assert job["message"].startswith(
+        "spark-operator has not taken up SparkApplication floe-orders in 40s")
+    assert "--set 'spark.jobNamespaces={<the namespaces it has>,data}'" in job["message"]
+    event, = planned.actions
+    assert (event.warning, event.reason) == (True, "SparkOperatorNotWatching")
+    # Said once: the next visit finds it on the status.
+    assert plan(TOPIC, replace(unseen, now_ms=NOW_MS + 10_000), planned.status,
+                SETTINGS).actions == ()
+    # Taken up at last: the job starts.
+    seen = with_app(unseen, state="SUBMITTED")
+    assert conditions(plan(TOPIC, seen, planned.status, SETTINGS).status)["JobRunning"] == (
+        "False", "Starting")
+
+
 def test_progress_comes_from_the_table_and_kafka():
     planned = plan(TOPIC, steady(), {}, SETTINGS)
     assert planned.status["offsets"] == {"committed": {"0": 10}, "latest": {"0": 12}, "lag": 2}
@@ -380,7 +405,8 @@ def test_the_children_are_read_from_the_indexes_the_watches_keep():
     from floe_operator import observe
 
     app = {"metadata": {"name": "floe-orders", "annotations": {
-        "floe.dev/job-fingerprint": "f1", "floe.dev/generation": "2"}},
+        "floe.dev/job-fingerprint": "f1", "floe.dev/generation": "2"},
+        "creationTimestamp": "2026-11-18T11:00:00Z"},
         "status": {"applicationState": {"state": "RUNNING"}, "executionAttempts": 1}}
     old = {"metadata": {"name": "floe-orders-cut"}}
     labels = {"floe.dev/topic": "orders"}
@@ -398,7 +424,7 @@ def test_the_children_are_read_from_the_indexes_the_watches_keep():
 
     found = observe.children(TOPIC, apps, config_maps, cron_jobs)
     assert found.app == App("floe-orders", state="RUNNING", attempts=1, fingerprint="f1",
-                            generation="2")
+                            generation="2", created_at="2026-11-18T11:00:00Z")
     assert found.other_apps == ("floe-orders-cut",)
     assert found.config_map == "c1"
     assert found.cron_jobs == {"floe-orders-compaction": "tion",
