@@ -137,6 +137,10 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     namespace = f"bench-{size}-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    # The drivers' account, as the chart makes it in a namespace it serves: without it the
+    # resources would wait for it instead of having their SparkApplications.
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+        metadata=client.V1ObjectMeta(name="floe-spark")))
     work = work / namespace
     work.mkdir(parents=True)
     metrics_port = _free_port()

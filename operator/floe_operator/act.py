@@ -18,8 +18,8 @@ from floe_sparkapp.config import JobConfig
 
 from .observe import App, Secrets, World
 from .plan import (Action, Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable, DeleteApp,
-                   DeleteCronJob, EvolveTable, Event)
-from .render import Topic
+                   DeleteCronJob, EnsureAccount, EvolveTable, Event)
+from .render import Topic, spark_account
 
 
 def run(actions: tuple[Action, ...], world: World, topic: Topic, job: JobConfig,
@@ -115,6 +115,14 @@ def _run_on_kubernetes(action: Action, world: World, topic: Topic, body: Any,
             created = kube.get_spark_application(namespace, action.name)
         app = App.of(created) if created is not None else None
         return replace(world, children=replace(world.children, app=app))
+    if isinstance(action, EnsureAccount):
+        if kube.ensure_owned(*spark_account(topic, action.name, action.role)):
+            logger.info("made ServiceAccount %s and its RoleBinding (ClusterRole %s) for the "
+                        "Spark driver", action.name, action.role)
+        owners = tuple(sorted({*(world.children.account.owners if world.children.account
+                                 else ()), topic.uid}))
+        return replace(world, children=replace(world.children,
+                                               account=observe.Account(True, owners)))
     if isinstance(action, DeleteCronJob):
         kube.delete_cron_job(namespace, action.name)
         logger.info("maintenance: removed CronJob %s", action.name)

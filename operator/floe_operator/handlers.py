@@ -94,13 +94,22 @@ async def floe_cron_jobs(namespace: str, name: str, labels: Mapping[str, str],
     return observe.cron_job_entry(namespace, name, labels, annotations)
 
 
+@kopf.index("v1", "serviceaccounts")
+async def floe_accounts(namespace: str, name: str, labels: Mapping[str, str], meta: Any,
+                        **_: Any) -> dict:
+    """The ServiceAccounts a driver may run as: a missing one is named on the status (or made,
+    with FLOE_SPARK_ACCOUNT_ROLE), and the job waits for it."""
+    return observe.account_entry(namespace, name, labels, meta.get("ownerReferences") or [])
+
+
 # --- a visit -----------------------------------------------------------------------------------
 
 ROUNDS = 3  # plan → act at most this often in one visit; the next visit goes on
 
 
 def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
-               floe_config_maps: Any = None, floe_cron_jobs: Any = None) -> dict[str, Any]:
+               floe_config_maps: Any = None, floe_cron_jobs: Any = None,
+               floe_accounts: Any = None) -> dict[str, Any]:
     """One visit; returns the resource's status after it."""
     previous = dict(body.get("status") or {})
     try:
@@ -115,7 +124,8 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     secrets = observe.Secrets.of(topic)
     found = observe.children(topic, floe_apps or {}, floe_config_maps or {},
-                             floe_cron_jobs or {})
+                             floe_cron_jobs or {}, floe_accounts,
+                             topic.spec.spark.service_account or settings().spark_service_account)
     world = observe.observe(topic, job, found, previous, secrets)
     planned: Plan | None = None
     carried = previous
@@ -175,7 +185,7 @@ _DELETIONS = _Deletions()
 
 def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
     indexes = {name: kwargs.get(name) for name in ("floe_apps", "floe_config_maps",
-                                                   "floe_cron_jobs")}
+                                                   "floe_cron_jobs", "floe_accounts")}
     meta = body["metadata"]
     with _DELETIONS.lock(meta["uid"]):
         if meta.get("deletionTimestamp") or _DELETIONS.began(meta["uid"]):

@@ -77,6 +77,48 @@ def _apply(body: dict[str, Any], create: Any, replace: Any) -> None:
             raise _temporary(f"updating {what}", replace_error) from None
 
 
+def rbac() -> client.RbacAuthorizationV1Api:
+    return client.RbacAuthorizationV1Api(_api())
+
+
+def ensure_owned(*bodies: dict[str, Any]) -> bool:
+    """Creates each object (a ServiceAccount, a RoleBinding), or adds the body's owner to the
+    owners of the one there if floe made it; True if any was created."""
+    made = False
+    for body in bodies:
+        meta = body["metadata"]
+        kind, name, namespace = body["kind"], meta["name"], meta["namespace"]
+        create, read, patch = {
+            "ServiceAccount": (core().create_namespaced_service_account,
+                               core().read_namespaced_service_account,
+                               core().patch_namespaced_service_account),
+            "RoleBinding": (rbac().create_namespaced_role_binding,
+                            rbac().read_namespaced_role_binding,
+                            rbac().patch_namespaced_role_binding)}[kind]
+        try:
+            create(namespace, body)
+            made = True
+            continue
+        except ApiException as error:
+            if error.status != 409:
+                raise _temporary(f"creating {kind} {name}", error) from None
+        try:
+            there = read(name, namespace)
+            labels = there.metadata.labels or {}
+            owners = [o.to_dict() for o in there.metadata.owner_references or []]
+            if (labels.get("app.kubernetes.io/managed-by") == "floe"
+                    and meta["ownerReferences"][0]["uid"] not in {o["uid"] for o in owners}):
+                added = [{"apiVersion": o["api_version"], "kind": o["kind"], "name": o["name"],
+                          "uid": o["uid"], "controller": o.get("controller"),
+                          "blockOwnerDeletion": o.get("block_owner_deletion")} for o in owners]
+                patch(name, namespace, {"metadata": {
+                    "ownerReferences": added + meta["ownerReferences"],
+                    "resourceVersion": there.metadata.resource_version}})
+        except ApiException as error:
+            raise _temporary(f"owning {kind} {name}", error) from None
+    return made
+
+
 def apply_config_map(body: dict[str, Any]) -> None:
     api = core()
     _apply(body, api.create_namespaced_config_map, api.replace_namespaced_config_map)

@@ -31,7 +31,7 @@ from . import kube
 from .appstate import error_of, state_of
 from .clock import now_ms
 from .render import APPLIED, Topic
-from .resource import GROUP
+from .resource import GROUP, KIND
 
 GENERATION = f"{GROUP}/generation"
 FINGERPRINT = f"{GROUP}/job-fingerprint"
@@ -73,6 +73,8 @@ class Children:
     other_apps: tuple[str, ...] = ()  # the resource's applications under an older name
     config_map: str | None = None  # the hash the job ConfigMap was applied with
     cron_jobs: Mapping[str, str] = field(default_factory=dict)  # name -> applied hash
+    account: Account | None = None  # the driver's ServiceAccount; None: there is none
+    account_seen: bool = False  # the ServiceAccounts are watched (else: account unknown)
 
 
 def app_entry(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any]
@@ -80,6 +82,22 @@ def app_entry(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any]
     """The SparkApplication index: by namespace and the resource's label."""
     topic = labels.get(f"{GROUP}/topic")
     return {(namespace, topic): App.of(body)} if topic else {}
+
+
+@dataclass(frozen=True)
+class Account:
+    """A ServiceAccount a driver may run as, as the watch last saw it."""
+
+    managed: bool = False  # made by floe for the resources that use it
+    owners: tuple[str, ...] = ()  # the uids of the resources that own it
+
+
+def account_entry(namespace: str, name: str, labels: Mapping[str, str],
+                  owners: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Account]:
+    """The ServiceAccount index: by namespace and name."""
+    managed = labels.get("app.kubernetes.io/managed-by") == "floe"
+    return {(namespace, name): Account(managed, tuple(sorted(
+        o.get("uid", "") for o in owners if o.get("kind") == KIND)))}
 
 
 def config_map_entry(namespace: str, name: str, annotations: Mapping[str, str]
@@ -97,16 +115,22 @@ def cron_job_entry(namespace: str, name: str, labels: Mapping[str, str],
 
 def children(topic: Topic, apps: Mapping[Any, Iterable[App]],
              config_maps: Mapping[Any, Iterable[str]],
-             cron_jobs: Mapping[Any, Iterable[tuple[str, str]]]) -> Children:
-    """The resource's children from the three indexes (kopf's ``Index`` or plain dicts)."""
+             cron_jobs: Mapping[Any, Iterable[tuple[str, str]]],
+             accounts: Mapping[Any, Iterable[Account]] | None = None,
+             account_name: str = "") -> Children:
+    """The resource's children from the indexes (kopf's ``Index`` or plain dicts), and the
+    ServiceAccount ``account_name`` its driver runs as."""
     key = (topic.namespace, topic.label)
     found = list(apps.get(key, ()))
     app = next((a for a in found if a.name == topic.child_name), None)
     applied = list(config_maps.get((topic.namespace, f"{topic.child_name}-job"), ()))
+    account = list((accounts or {}).get((topic.namespace, account_name), ()))
     return Children(app=app,
                     other_apps=tuple(sorted(a.name for a in found if a.name != topic.child_name)),
                     config_map=applied[0] if applied else None,
-                    cron_jobs=dict(cron_jobs.get(key, ())))
+                    cron_jobs=dict(cron_jobs.get(key, ())),
+                    account=account[0] if account else None,
+                    account_seen=accounts is not None)
 
 
 # --- the data side, from the job config --------------------------------------------------------

@@ -34,7 +34,7 @@ from .observe import App, TableView, World, as_status_offsets
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
-from .status import NOT_WATCHING, Observation, status
+from .status import ACCOUNT_MISSING, NOT_WATCHING, Observation, status
 
 APPROVAL = f"{GROUP}/approve-schema-version"
 
@@ -87,6 +87,15 @@ class CreateApp:
 
 
 @dataclass(frozen=True)
+class EnsureAccount:
+    """Make the driver's ServiceAccount and its RoleBinding to ClusterRole ``role``, or add
+    this resource to their owners."""
+
+    name: str
+    role: str
+
+
+@dataclass(frozen=True)
 class DeleteApp:
     name: str
     why: str = ""  # for the operator's log
@@ -107,7 +116,7 @@ class Event:
 
 
 Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | Apply | CreateApp | DeleteApp
-          | DeleteCronJob | Event)
+          | DeleteCronJob | EnsureAccount | Event)
 
 
 @dataclass(frozen=True)
@@ -302,6 +311,13 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
                     DeleteApp(name))
         app = None
     record = Failovers.of(previous)
+    # A running job's account is looked after too where the operator makes them (this resource
+    # among its owners); otherwise only a job about to be created needs it.
+    needed = app is None or settings.spark_account_role is not None
+    if needed and not _plan_account(topic, world, previous, settings, decided) and app is None:
+        decided.say(failovers=record.count, last_failover_time=record.last_time,
+                    last_failure=record.last_failure)
+        return
     if app is None:
         # A long name's child used to be its name cut at 63 characters: that one would be a
         # second writer beside the new one.
@@ -323,6 +339,38 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
         _plan_unseen(topic, app, world, previous, settings, decided)
     decided.say(failovers=record.count, last_failover_time=record.last_time,
                 last_failure=record.last_failure)
+
+
+def _plan_account(topic: Topic, world: World, previous: Mapping[str, Any],
+                  settings: OperatorSettings, decided: _Decisions) -> bool:
+    """Whether the driver's ServiceAccount is there (or made by this visit's actions) so the
+    job can be created. With FLOE_SPARK_ACCOUNT_ROLE the operator makes the default account
+    where it is missing; otherwise a missing one is named on the status, and the job waits for
+    it instead of failing at every submission."""
+    children = world.children
+    if not children.account_seen:
+        return True  # not watched: spark-operator's submission says
+    own = topic.spec.spark.service_account
+    name = own or settings.spark_service_account
+    found = children.account
+    if settings.spark_account_role and not own:
+        if found is None or (found.managed and topic.uid not in found.owners):
+            decided.act(EnsureAccount(name, settings.spark_account_role))
+        return True
+    if found is not None:
+        return True
+    namespace = topic.namespace
+    message = (f"ServiceAccount {name} not found in namespace {namespace}: the Spark driver runs "
+               "as it, with a Role to manage its executor pods, their services and ConfigMaps "
+               f"there. Let the chart make both (helm upgrade <release> charts/floe-operator "
+               f"--reuse-values --set 'watch.namespaces={{<the namespaces it has>,{namespace}}}'"
+               ", or leave watch.namespaces empty and the operator makes them), or name an "
+               "account that has such a Role in spec.spark.serviceAccount")
+    decided.say(account_missing=message)
+    shown = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
+    if shown.get("JobRunning") != ACCOUNT_MISSING:
+        decided.act(Event(True, ACCOUNT_MISSING, message))
+    return False
 
 
 def _plan_unseen(topic: Topic, app: App, world: World, previous: Mapping[str, Any],

@@ -89,6 +89,24 @@ def owner_reference(topic: Topic) -> dict[str, Any]:
             "uid": topic.uid, "controller": True, "blockOwnerDeletion": True}
 
 
+def spark_account(topic: Topic, name: str, role: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The driver's ServiceAccount and the RoleBinding that grants it ``role`` (a ClusterRole)
+    in the resource's namespace, both owned by the resource among any others that use them:
+    the garbage collector removes them with the last."""
+    owner = {**owner_reference(topic), "controller": False, "blockOwnerDeletion": False}
+    meta = {"name": name, "namespace": topic.namespace,
+            "labels": {**MANAGED_BY, "app.kubernetes.io/name": "floe-spark"},
+            "ownerReferences": [owner]}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": meta,
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": role},
+               "subjects": [{"kind": "ServiceAccount", "name": name,
+                             "namespace": topic.namespace}]}
+    return account, binding
+
+
 def _labels(topic: Topic) -> dict[str, str]:
     return {**MANAGED_BY, "app.kubernetes.io/name": "floe-job",
             "app.kubernetes.io/instance": topic.label, f"{GROUP}/topic": topic.label}

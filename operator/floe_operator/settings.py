@@ -15,6 +15,14 @@ class OperatorSettings(BaseSettings):
                              description="Default image of the Spark job.")
     spark_service_account: str = Field("floe-spark",
                                        description="Default ServiceAccount of Spark drivers.")
+    spark_account_role: str | None = Field(
+        None, description="A ClusterRole holding what a Spark driver needs in its namespace "
+                          "(its executor pods, their services and ConfigMaps). Set: where a "
+                          "resource's driver runs as spark_service_account and no such "
+                          "ServiceAccount exists, the operator makes it, bound to this role in "
+                          "the namespace, owned by the resources that use it (removed with the "
+                          "last). Unset: the accounts are made by someone else (the chart, for "
+                          "the namespaces it serves), and a missing one is named on the status.")
     spark_pod: PodSpec = Field(
         default_factory=PodSpec,
         description="Defaults of every job's pods, under each resource's spec.spark (JSON of "

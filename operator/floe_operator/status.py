@@ -15,8 +15,10 @@ from .clock import iso, now_iso
 
 CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
                    "DeadLetter")
-# JobRunning's reason while spark-operator has not taken the application up.
+# JobRunning's reasons while spark-operator has not taken the application up, and while the
+# driver's ServiceAccount is missing (the job waits for it).
 NOT_WATCHING = "SparkOperatorNotWatching"
+ACCOUNT_MISSING = "ServiceAccountMissing"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Observation:
     app_attempts: int = 0
     app_name: str | None = None
     app_unseen: str | None = None  # spark-operator has not taken the application up: why
+    account_missing: str | None = None  # the driver's ServiceAccount is not there: what to do
     table_exists: bool | None = None
     table_error: str | None = None  # the catalog could not be read
     registry_error: str | None = None  # the registry could not be read
@@ -103,6 +106,8 @@ def conditions(observed: Observation) -> list[Condition]:
                                                          "is running")
     elif observed.job_stopped is not None:
         job = Condition("JobRunning", "False", *observed.job_stopped)
+    elif observed.account_missing:
+        job = Condition("JobRunning", "False", ACCOUNT_MISSING, observed.account_missing)
     elif observed.app_unseen:
         job = Condition("JobRunning", "False", NOT_WATCHING, observed.app_unseen)
     elif state in SHOWN_FAILED:

@@ -157,8 +157,9 @@ def _served_env(namespace: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def operator(stack, tmp_path, namespace):
-    """The floe operator as a real process (admin identity), watching the test's namespace."""
+def operator(stack, tmp_path, namespace, drivers):
+    """The floe operator as a real process (admin identity), watching the test's namespace, with
+    the drivers' account there as the chart makes it for the namespaces it serves."""
     install_crd(admin_client(stack), FLOE_CRD)
     port, metrics_port = free_port(), free_port()
     process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
@@ -176,7 +177,7 @@ def operator(stack, tmp_path, namespace):
 
 
 @pytest.fixture
-def operator_control(stack, tmp_path, namespace):
+def operator_control(stack, tmp_path, namespace, drivers):
     """Starts and kills the operator process at will (for fault tests)."""
     install_crd(admin_client(stack), FLOE_CRD)
     running: list = []

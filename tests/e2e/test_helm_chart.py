@@ -58,7 +58,12 @@ OPERATOR_RULES = [
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "list", "watch"]},
 ]
+DRIVER_RULES = [{"apiGroups": [""],
+                 "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete",
+                           "deletecollection"]}]
 
 
 def test_the_chart_lints_in_both_rbac_modes(stack):
@@ -72,14 +77,22 @@ def test_cluster_wide_mode_renders_a_cluster_role_and_a_hardened_deployment(stac
     assert sorted({d["kind"] for d in docs}) == [
         "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
         "RoleBinding", "Service", "ServiceAccount"]
-    [role] = by_kind(docs, "ClusterRole")
-    assert role["rules"] == OPERATOR_RULES + [
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
+    assert set(roles) == {"floe-floe-operator", "floe-floe-operator-spark"}
+    assert roles["floe-floe-operator"]["rules"] == OPERATOR_RULES + [
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
          "resourceNames": ["floe"], "verbs": ["get", "patch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
          "verbs": ["list", "watch"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-         "verbs": ["list", "watch"]}]
+         "verbs": ["list", "watch"]},
+        # The drivers' accounts where resources are: bound to the drivers' role, no other.
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"],
+         "verbs": ["get", "create", "patch"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+         "resourceNames": ["floe-floe-operator-spark"], "verbs": ["bind"]}]
+    assert roles["floe-floe-operator-spark"]["rules"] == DRIVER_RULES
     [binding] = by_kind(docs, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "floe-floe-operator",
                                     "namespace": "floe-system"}]
@@ -87,8 +100,7 @@ def test_cluster_wide_mode_renders_a_cluster_role_and_a_hardened_deployment(stac
     [spark_role] = by_kind(docs, "Role")
     assert (spark_role["metadata"]["name"], spark_role["metadata"]["namespace"]) == (
         "floe-spark", "floe-system")
-    assert spark_role["rules"][0]["resources"] == ["pods", "services", "configmaps",
-                                                   "persistentvolumeclaims"]
+    assert spark_role["rules"] == DRIVER_RULES
 
     [deployment] = by_kind(docs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
@@ -109,6 +121,7 @@ def test_cluster_wide_mode_renders_a_cluster_role_and_a_hardened_deployment(stac
     assert env["FLOE_NAMESPACES"] == "" and env["FLOE_PEERING"] == "floe"
     assert env["FLOE_LIVENESS"] == "http://0.0.0.0:8080/healthz"
     assert env["FLOE_SPARK_IMAGE"] == "floe/floe-spark:0.1.0"
+    assert env["FLOE_SPARK_ACCOUNT_ROLE"] == "floe-floe-operator-spark"
     [service] = by_kind(docs, "Service")
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics"}]
 
@@ -129,6 +142,7 @@ def test_namespaced_mode_renders_roles_in_each_watched_namespace_and_nothing_clu
     spark_accounts = [a for a in by_kind(docs, "ServiceAccount") if a["metadata"]["name"] == "floe-spark"]
     assert sorted(a["metadata"]["namespace"] for a in spark_accounts) == ["team-a", "team-b"]
     assert env_of(docs)["FLOE_NAMESPACES"] == "team-a,team-b"
+    assert "FLOE_SPARK_ACCOUNT_ROLE" not in env_of(docs)  # the chart made them
     [deployment] = by_kind(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
 
@@ -224,3 +238,27 @@ def test_helm_install_upgrade_and_uninstall(stack, namespace):
     assert custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                "kafkaicebergtopics", "kept")
     client.ApiextensionsV1Api(admin).read_custom_resource_definition("kafkaicebergtopics.floe.dev")
+
+
+def test_the_readmes_spark_operator_install_serves_every_namespace(stack, tmp_path):
+    """The README's spark-operator values, rendered with spark-operator's own chart (the one the
+    stack installs): its controller serves every namespace, through cluster-wide rules."""
+    import re
+
+    from hack.stack.cluster import spark_operator_chart
+
+    readme = (ROOT / "README.md").read_text()
+    printed = re.search(r"printf '(spark:\\n  jobNamespaces: \[\"\"\]\\n)' \| helm upgrade "
+                        r"--install spark-operator", readme)
+    assert printed, "the README's spark-operator install is gone"
+    values = tmp_path / "values.yaml"
+    values.write_text(printed.group(1).replace("\\n", "\n"))
+    docs = [d for d in yaml.safe_load_all(helm(
+        "template", "spark-operator", spark_operator_chart(), "-n", "spark-operator",
+        "-f", str(values)).stdout) if d]
+    [controller] = [d for d in docs if d["kind"] == "Deployment"
+                    and d["metadata"]["name"].endswith("controller")]
+    args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert '--namespaces=""' in args  # every namespace, not its chart's default one
+    assert [d for d in docs if d["kind"] == "ClusterRole"
+            and d["metadata"]["name"].endswith("controller")]

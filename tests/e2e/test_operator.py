@@ -281,6 +281,53 @@ def test_a_namespace_spark_operator_does_not_serve_is_named_on_the_status_with_t
         (e.reason, e.message) for e in events]
 
 
+def test_a_missing_driver_account_is_named_and_the_job_starts_once_it_is_there(
+        stack, operator, namespace, tmp_path, unique_name):
+    """A resource whose driver runs as an account nobody made: no SparkApplication (its
+    submission would fail again and again), the status and an Event say what to make; made,
+    the job is created at the next visit."""
+    install_crd(admin_client(stack), SPARK_CRD)
+    admin = admin_client(stack)
+    custom, core = client.CustomObjectsApi(admin), client.CoreV1Api(admin)
+    kafka_topic = f"account-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 3)
+    producer.flush()
+    body = topic_body(stack, tmp_path, kafka_topic)
+    body["spec"]["spark"]["serviceAccount"] = "orders-driver"
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics", body)
+
+    def conditions() -> dict:
+        state = custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                    "kafkaicebergtopics", "orders").get("status", {})
+        return {c["type"]: c for c in state.get("conditions", [])}
+
+    def apps() -> list:
+        return custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
+                                                    "sparkapplications")["items"]
+
+    assert wait_until(lambda: conditions().get("Ready", {}).get("reason")
+                      == "ServiceAccountMissing", timeout=60), logs(tmp_path, namespace)
+    job = conditions()["JobRunning"]
+    assert job["status"] == "False"
+    assert job["message"].startswith(
+        f"ServiceAccount orders-driver not found in namespace {namespace}")
+    assert "spec.spark.serviceAccount" in job["message"]
+    assert apps() == []
+    events = core.list_namespaced_event(
+        namespace, field_selector="involvedObject.kind=KafkaIcebergTopic").items
+    assert [e.type for e in events if e.reason == "ServiceAccountMissing"] == ["Warning"]
+
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+        metadata=client.V1ObjectMeta(name="orders-driver")))
+    assert wait_until(lambda: len(apps()) == 1, timeout=60), logs(tmp_path, namespace)
+    assert apps()[0]["spec"]["driver"]["serviceAccount"] == "orders-driver"
+    assert wait_until(lambda: conditions()["JobRunning"]["reason"] != "ServiceAccountMissing",
+                      timeout=60), conditions()
+
+
 @pytest.mark.node
 def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):

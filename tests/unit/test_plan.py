@@ -318,6 +318,54 @@ def test_an_application_spark_operator_never_takes_up_is_named_with_the_command_
         "False", "Starting")
 
 
+def test_a_missing_driver_account_is_named_and_the_job_waits_for_it():
+    from floe_operator.observe import Account
+
+    missing = replace(steady(), children=replace(steady().children, app=None, account_seen=True))
+    planned = plan(TOPIC, missing, {}, SETTINGS)
+    assert "CreateApp" not in kinds(planned.actions)  # spark-submit would fail, again and again
+    assert conditions(planned.status)["JobRunning"] == ("False", "ServiceAccountMissing")
+    assert conditions(planned.status)["Ready"] == ("False", "ServiceAccountMissing")
+    job = next(c for c in planned.status["conditions"] if c["type"] == "JobRunning")
+    assert job["message"].startswith("ServiceAccount floe-spark not found in namespace data")
+    assert "--set 'watch.namespaces={<the namespaces it has>,data}'" in job["message"]
+    assert [a.reason for a in planned.actions if isinstance(a, Event)] == [
+        "ServiceAccountMissing"]
+    again = plan(TOPIC, missing, planned.status, SETTINGS)
+    assert not [a for a in again.actions if isinstance(a, Event)]  # said once
+    there = replace(missing, children=replace(missing.children, account=Account()))
+    assert "CreateApp" in kinds(plan(TOPIC, there, planned.status, SETTINGS).actions)
+    unwatched = replace(missing, children=replace(missing.children, account_seen=False))
+    assert "CreateApp" in kinds(plan(TOPIC, unwatched, {}, SETTINGS).actions)
+
+
+def test_the_operator_makes_the_default_driver_account_where_a_resource_needs_it():
+    from floe_operator.observe import Account
+    from floe_operator.plan import EnsureAccount
+
+    making = OperatorSettings(spark_image="floe/floe-spark:test",
+                              spark_account_role="floe-spark-driver")
+    missing = replace(steady(), children=replace(steady().children, app=None, account_seen=True))
+    actions = plan(TOPIC, missing, {}, making).actions
+    assert EnsureAccount("floe-spark", "floe-spark-driver") in actions
+    assert kinds(actions).index("EnsureAccount") < kinds(actions).index("CreateApp")
+    # Made for another resource: this one becomes an owner too, so it outlives either.
+    shared = replace(steady(), children=replace(steady().children, account_seen=True,
+                                                account=Account(True, ("u-other",))))
+    assert EnsureAccount("floe-spark", "floe-spark-driver") in plan(TOPIC, shared, {},
+                                                                    making).actions
+    owned = replace(shared, children=replace(shared.children,
+                                             account=Account(True, ("u-1", "u-other"))))
+    assert "EnsureAccount" not in kinds(plan(TOPIC, owned, {}, making).actions)
+    # Someone else's account of that name is used as it is; a named one is never made.
+    theirs = replace(shared, children=replace(shared.children, account=Account(False, ())))
+    assert "EnsureAccount" not in kinds(plan(TOPIC, theirs, {}, making).actions)
+    named = topic_of(spark={"serviceAccount": "team-spark"})
+    planned = plan(named, replace(missing, children=replace(missing.children)), {}, making)
+    assert "EnsureAccount" not in kinds(planned.actions)
+    assert conditions(planned.status)["JobRunning"] == ("False", "ServiceAccountMissing")
+
+
 def test_progress_comes_from_the_table_and_kafka():
     planned = plan(TOPIC, steady(), {}, SETTINGS)
     assert planned.status["offsets"] == {"committed": {"0": 10}, "latest": {"0": 12}, "lag": 2}

@@ -77,4 +77,24 @@ release's own. One name per line. */}}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# A job waits for its driver's ServiceAccount (named on the status while it is missing).
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, list, watch]
+{{- end -}}
+
+{{/* What a Spark driver does in its namespace: its executor pods, their services and
+ConfigMaps, and PVCs. */}}
+{{- define "floe.sparkDriverRules" -}}
+- apiGroups: [""]
+  resources: [pods, services, configmaps, persistentvolumeclaims]
+  verbs: [get, list, watch, create, update, patch, delete, deletecollection]
+{{- end -}}
+
+{{/* The ClusterRole a cluster-wide operator binds the drivers' ServiceAccounts to, in the
+namespaces where resources are (empty: the operator makes no accounts). */}}
+{{- define "floe.sparkAccountRole" -}}
+{{- if and (not .Values.watch.namespaces) .Values.spark.serviceAccount.create .Values.rbac.create -}}
+{{ include "floe.fullname" . }}-spark
+{{- end -}}
 {{- end -}}
