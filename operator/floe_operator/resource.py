@@ -121,11 +121,14 @@ class CatalogSpec(_Model):
         ("self.type != 'sql' || has(self.warehouse)",
          "a sql catalog needs warehouse: s3://bucket/prefix or file:///path",
          ".warehouse", "FieldValueRequired"),
-        ("!(self.type in ['rest', 'hive', 'nessie']) || has(self.uri)",
-         "rest, hive and nessie catalogs need uri", ".uri", "FieldValueRequired"),
+        ("self.type != 'rest' || has(self.uri)",
+         "a rest catalog needs uri", ".uri", "FieldValueRequired"),
     ))
 
-    type: Literal["sql", "rest", "hive", "glue", "nessie"] = "sql"
+    # Any other catalog is reached through its Iceberg REST endpoint (README: Catalogs).
+    type: Literal["sql", "rest"] = Field("sql", description=(
+        "sql: a JDBC catalog (PostgreSQL, SQLite); rest: any Iceberg REST catalog, which is "
+        "also how AWS Glue, S3 Tables, Nessie, Polaris and Unity Catalog are reached"))
     name: str = Field("floe", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                       description="Catalog name; every engine must use the same one.")
     uri: str | None = None

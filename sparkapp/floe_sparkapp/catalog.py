@@ -14,7 +14,7 @@ from urllib.parse import quote
 from . import format_v3
 from .config import CatalogConfig, ConfigError, dir_values, env_values
 
-SPARK_TYPES = {"rest": "rest", "hive": "hive", "glue": "glue", "nessie": "nessie"}
+SPARK_TYPES = {"rest": "rest"}
 
 
 def properties(catalog: CatalogConfig) -> dict[str, str]:

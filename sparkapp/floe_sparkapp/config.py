@@ -100,11 +100,10 @@ class KeyConfig(_Model):
 
 
 class CatalogConfig(_Model):
-    type: Literal["sql", "rest", "hive", "glue", "nessie"] = "sql"
+    type: Literal["sql", "rest"] = "sql"
     name: str = Field("floe", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                       description="Catalog name; PyIceberg and Spark must use the same one.")
-    uri: str | None = Field(None, description="jdbc:... for sql, http(s):// for rest, "
-                                              "thrift:// for hive")
+    uri: str | None = Field(None, description="jdbc:... for sql, http(s):// for rest")
     warehouse: str | None = None
     properties: dict[str, str] = Field(default_factory=dict)
     properties_from_env: dict[str, str] = Field(default_factory=dict)
@@ -118,8 +117,8 @@ class CatalogConfig(_Model):
                              "jdbc:postgresql://host:port/db")
         if self.type == "sql" and not self.warehouse:
             raise ValueError("a sql catalog needs warehouse (file:///path or s3://bucket/prefix)")
-        if self.type in ("rest", "hive", "nessie") and not self.uri:
-            raise ValueError(f"a {self.type} catalog needs uri")
+        if self.type == "rest" and not self.uri:
+            raise ValueError("a rest catalog needs uri")
         return self
 
 

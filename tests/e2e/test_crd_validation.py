@@ -127,7 +127,7 @@ def routed(*identifiers: str, format_: str = "avro") -> dict:
      "spec.table.catalog.warehouse: Required value: a sql catalog needs warehouse: "
      "s3://bucket/prefix or file:///path"),
     (changed("spec.table.catalog", {"type": "rest"}),
-     "spec.table.catalog.uri: Required value: rest, hive and nessie catalogs need uri"),
+     "spec.table.catalog.uri: Required value: a rest catalog needs uri"),
     (changed("spec.deadLetter", {"topic": "orders"}),
      "spec.deadLetter.topic: Invalid value: deadLetter.topic must differ from kafka.topic"),
     (changed("spec.table.partitioning", "week"),

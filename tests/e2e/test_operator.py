@@ -224,7 +224,8 @@ def test_an_invalid_spec_is_reported_and_nothing_is_created(stack, operator, nam
     custom = client.CustomObjectsApi(admin_client(stack))
     body = topic_body(stack, tmp_path, "whatever")
     del body["spec"]["spark"]
-    body["spec"]["table"]["catalog"] = {"type": "glue"}  # no warehouse: no checkpoint root
+    # A REST catalog that names no warehouse (the server has its own): no checkpoint root.
+    body["spec"]["table"]["catalog"] = {"type": "rest", "uri": "http://catalog.invalid:8181"}
 
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics", body)
