@@ -123,21 +123,38 @@ def go_binaries() -> None:
              cwd=module, env=_go_env(), what=name)
         _mark_complete(target, built_with)
 
-    for name, version, package in (
-        ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm"),
-        ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw"),
-        ("toxiproxy", paths.TOXIPROXY_VERSION, "github.com/Shopify/toxiproxy/v2/cmd/server"),
+    for name, version, package, flags in (
+        ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm", _helm_flags()),
+        ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw",
+         LINK_FLAGS),
+        ("toxiproxy", paths.TOXIPROXY_VERSION, "github.com/Shopify/toxiproxy/v2/cmd/server",
+         LINK_FLAGS),
     ):
         target = paths.go_bin_dir(name, version)
-        if _built_with(target) == LINK_FLAGS:
+        if _built_with(target) == flags:
             continue
         _log(f"building {name} {version}")
         _fresh(target)
         env = _go_env()
         env["GOBIN"] = str(target)
-        _run(["go", "install", "-ldflags", LINK_FLAGS, f"{package}@{version}"],
+        _run(["go", "install", "-ldflags", flags, f"{package}@{version}"],
              env=env, what=name)
-        _mark_complete(target, LINK_FLAGS)
+        _mark_complete(target, flags)
+
+
+# The Kubernetes version of the client-go module helm's release is built with (its go.mod):
+# helm's own release builds stamp it in, as the default of `helm template` and `helm lint`
+# (without it they assume 1.20, older than the chart's kubeVersion allows).
+HELM_KUBERNETES_MINOR = 37
+
+
+def _helm_flags() -> str:
+    """helm's release link flags: its version, and the Kubernetes version it assumes."""
+    stamped = [f"-X helm.sh/helm/v3/internal/version.version={paths.HELM_VERSION}"]
+    for package in ("pkg/lint/rules", "pkg/chartutil"):
+        stamped += [f"-X helm.sh/helm/v3/{package}.k8sVersionMajor=1",
+                    f"-X helm.sh/helm/v3/{package}.k8sVersionMinor={HELM_KUBERNETES_MINOR}"]
+    return " ".join([LINK_FLAGS, *stamped])
 
 
 def _maven_copy(pom: Path, target: Path, what: str, extra: list[str] | None = None) -> None:

@@ -89,6 +89,8 @@ def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_driv
         f"{status()}\n{operator_log()}\n{logs(tmp_path, namespace)}")
     rows = topic_catalog(None, catalog_spec).load_table(identifier).scan().to_arrow().to_pylist()
     assert_exactly_once(rows, producer.sent)
+    tested = helm("test", RELEASE, "--namespace", RELEASE_NAMESPACE)
+    assert tested.returncode == 0 and "Succeeded" in tested.stdout, tested.stdout + tested.stderr
 
     account = core.read_namespaced_service_account("floe-spark", namespace)
     assert account.metadata.labels["app.kubernetes.io/managed-by"] == "floe"

@@ -75,8 +75,8 @@ def test_the_chart_lints_in_both_rbac_modes(stack):
 def test_cluster_wide_mode_renders_a_cluster_role_and_a_hardened_deployment(stack):
     docs = render("floe-system")
     assert sorted({d["kind"] for d in docs}) == [
-        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-        "RoleBinding", "Service", "ServiceAccount"]
+        "ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod", "Role",
+        "RoleBinding", "Service", "ServiceAccount"]  # the Pod: `helm test`'s
     roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
     assert set(roles) == {"floe-floe-operator", "floe-floe-operator-spark"}
     assert roles["floe-floe-operator"]["rules"] == OPERATOR_RULES + [
@@ -262,3 +262,17 @@ def test_the_readmes_spark_operator_install_serves_every_namespace(stack, tmp_pa
     assert '--namespaces=""' in args  # every namespace, not its chart's default one
     assert [d for d in docs if d["kind"] == "ClusterRole"
             and d["metadata"]["name"].endswith("controller")]
+
+
+def test_the_chart_as_well_liked_operator_charts_have_it(stack):
+    """A PodDisruptionBudget once there are standbys, a schema that takes a parent chart's
+    global values, and the Kubernetes versions it needs said up front."""
+    assert not by_kind(render("floe-system"), "PodDisruptionBudget")
+    [budget] = by_kind(render("floe-system", "--set", "replicaCount=2"), "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "floe-operator"
+    assert render("floe-system", "--set", "global.imageRegistry=registry.example")  # as a subchart
+    old = helm("template", "floe", CHART, "--kube-version", "1.26.0", check=False)
+    assert old.returncode != 0 and "chart requires kubeVersion: >=1.27.0-0" in old.stderr
+    [test_pod] = [d for d in render("floe-system") if d["kind"] == "Pod"]
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"

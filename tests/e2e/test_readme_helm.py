@@ -14,11 +14,13 @@ from .kube import ROOT, admin_client, wait_until
 pytestmark = pytest.mark.e2e
 
 MARKER = "<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py. -->"
+UPGRADE = ("<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py "
+           "too. -->")
 
 
-def readme_commands() -> list[str]:
+def readme_commands(marker: str = MARKER) -> list[str]:
     text = (ROOT / "README.md").read_text()
-    block = text[text.index(MARKER) + len(MARKER):].split("```sh\n", 1)[1].split("```", 1)[0]
+    block = text[text.index(marker) + len(marker):].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
 
@@ -26,6 +28,9 @@ def test_the_readmes_helm_install_upgrade_and_uninstall_work_as_written(stack):
     commands = readme_commands()
     assert [c.split()[:2] for c in commands] == [["helm", "install"], ["kubectl", "get"],
                                                  ["helm", "upgrade"], ["helm", "uninstall"]]
+    upgrade = readme_commands(UPGRADE)  # the CRDs applied, the release upgraded, helm test
+    assert [c.split()[:2] for c in upgrade] == [["kubectl", "apply"], ["helm", "upgrade"],
+                                                ["helm", "test"]]
     apps = client.AppsV1Api(admin_client(stack))
     core = client.CoreV1Api(admin_client(stack))
 
@@ -47,13 +52,23 @@ def test_the_readmes_helm_install_upgrade_and_uninstall_work_as_written(stack):
     assert wait_until(namespace_gone, timeout=120)
     try:
         outputs = []
-        for command in commands:
+
+        def run(command: str) -> None:
             done = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True,
-                                  timeout=120)
+                                  timeout=300)
             assert done.returncode == 0, f"{command}\n{done.stderr}"
             outputs.append(done.stdout)
-            if command.startswith("helm install"):
-                assert deployment().spec.replicas == 1
+
+        for command in commands[:2]:
+            run(command)
+        assert deployment().spec.replicas == 1
+        # The operator up (a user runs `helm test` once it is), then the upgrade as written.
+        assert wait_until(lambda: (deployment().status.ready_replicas or 0) == 1, timeout=180)
+        for command in upgrade:
+            run(command)
+        assert "Phase:          Succeeded" in outputs[-1], outputs[-1]
+        for command in commands[2:]:
+            run(command)
             if command.startswith("helm upgrade"):
                 assert deployment().spec.replicas == 2
         assert "Next steps" in outputs[0]
