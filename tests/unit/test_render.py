@@ -169,6 +169,26 @@ def test_pod_settings_unset_render_the_pods_as_before():
         assert template["spec"]["containers"][0]["name"] == container
 
 
+def test_the_drivers_account_is_bound_to_the_drivers_role_and_owned_but_not_controlled():
+    """Several resources of a namespace share the account: each an owner, none its controller,
+    so the garbage collector removes it with the last."""
+    from floe_operator.render import spark_account
+
+    topic = Topic.from_body(json.loads(json.dumps(BODY)))
+    account, binding = spark_account(topic, "floe-spark", "floe-floe-operator-spark")
+    for body in (account, binding):
+        meta = body["metadata"]
+        assert (meta["name"], meta["namespace"]) == ("floe-spark", "data")
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "floe"
+        [owner] = meta["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == (
+            "KafkaIcebergTopic", "u-1", False)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "floe-floe-operator-spark"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "floe-spark",
+                                    "namespace": "data"}]
+
+
 def test_a_volume_mount_must_name_a_volume():
     from floe_operator.resource import KafkaIcebergTopicSpec
 
