@@ -97,9 +97,9 @@ def spark_account(topic: Topic, name: str, role: str) -> tuple[dict[str, Any], d
     meta = {"name": name, "namespace": topic.namespace,
             "labels": {**MANAGED_BY, "app.kubernetes.io/name": "floe-spark"},
             "ownerReferences": [owner]}
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": meta,
+               "metadata": copy.deepcopy(meta),
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                            "name": role},
                "subjects": [{"kind": "ServiceAccount", "name": name,
