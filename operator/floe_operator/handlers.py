@@ -33,6 +33,7 @@ from .plan import APPROVAL, Plan, invalid, plan
 from .render import MANAGED_BY, SPARK_API
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
+from .status import ACCOUNT_MISSING, NOT_WATCHING
 
 FINALIZER = f"{GROUP}/finalizer"
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -198,19 +199,29 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
 
 
 EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "DeadLetter")
+# JobRunning reasons that need the user, worth an Event when they appear though JobRunning was
+# False already (Starting before them).
+EVENT_REASONS = (NOT_WATCHING, ACCOUNT_MISSING)
 
 
 def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, Any]) -> None:
     """An Event for each condition whose status changed: what a user watching ``kubectl describe
     kit`` or an alerting tool wants to see. Conditions appearing on the first visit post nothing,
     except Ready appearing True: a topic whose first written status is already Ready (its first
-    visit failed before writing one) still tells the user it is landing."""
+    visit failed before writing one) still tells the user it is landing. JobRunning turning to a
+    reason only the user can resolve (EVENT_REASONS) posts a Warning once, though it was False
+    before."""
     before = {c.get("type"): c.get("status") for c in previous.get("conditions") or []}
+    reasons = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
     for condition in current.get("conditions") or []:
         kind, now = condition["type"], condition["status"]
         was = before.get(kind)
         first_ready = was is None and kind == "Ready" and now == "True"
-        if kind in EVENT_CONDITIONS and (was not in (None, now) or first_ready):
+        needs_user = (kind == "JobRunning" and condition["reason"] in EVENT_REASONS
+                      and reasons.get(kind) != condition["reason"])
+        if needs_user:
+            kopf.warn(body, reason=condition["reason"], message=condition["message"][:1000])
+        elif kind in EVENT_CONDITIONS and (was not in (None, now) or first_ready):
             post = kopf.info if now == "True" else kopf.warn
             post(body, reason=condition["reason"],
                  message=(f"{kind} is {now}" + (f" (was {was})" if was else "")

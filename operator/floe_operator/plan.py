@@ -34,7 +34,7 @@ from .observe import App, TableView, World, as_status_offsets
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
-from .status import ACCOUNT_MISSING, NOT_WATCHING, Observation, status
+from .status import Observation, status
 
 APPROVAL = f"{GROUP}/approve-schema-version"
 
@@ -366,10 +366,7 @@ def _plan_account(topic: Topic, world: World, previous: Mapping[str, Any],
                f"--reuse-values --set 'watch.namespaces={{<the namespaces it has>,{namespace}}}'"
                ", or leave watch.namespaces empty and the operator makes them), or name an "
                "account that has such a Role in spec.spark.serviceAccount")
-    decided.say(account_missing=message)
-    shown = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
-    if shown.get("JobRunning") != ACCOUNT_MISSING:
-        decided.act(Event(True, ACCOUNT_MISSING, message))
+    decided.say(account_missing=message)  # the status's change posts its Warning Event
     return False
 
 
@@ -377,7 +374,7 @@ def _plan_unseen(topic: Topic, app: App, world: World, previous: Mapping[str, An
                  settings: OperatorSettings, decided: _Decisions) -> None:
     """An application spark-operator has not taken up (no state) after FLOE_SUBMIT_WAIT_SECONDS:
     it serves only its own ``spark.jobNamespaces``, or it is not running. The status says so
-    and what to run; a Warning Event says it once."""
+    and what to run (its change posts a Warning Event)."""
     if app.state or not app.created_at:
         return
     waited = world.now_ms / 1000 - epoch(app.created_at)
@@ -391,9 +388,6 @@ def _plan_unseen(topic: Topic, app: App, world: World, previous: Mapping[str, An
                f"'spark.jobNamespaces={{<the namespaces it has>,{namespace}}}'), or it is not "
                "running (kubectl get pods -A -l app.kubernetes.io/name=spark-operator)")
     decided.say(app_unseen=message)
-    shown = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
-    if shown.get("JobRunning") != NOT_WATCHING:
-        decided.act(Event(True, NOT_WATCHING, message))
 
 
 def _plan_failover(topic: Topic, app: App, record: Failovers, world: World,

@@ -91,6 +91,25 @@ def test_events_mark_each_change_and_a_topic_first_seen_ready(monkeypatch):
         ("Warning", "JobFailed"), ("Warning", "JobFailed")]
 
 
+def test_a_reason_only_the_user_can_resolve_posts_one_warning_though_the_job_was_down(
+        monkeypatch):
+    posted = []
+    monkeypatch.setattr(handlers.kopf, "info", lambda body, reason, message:
+                        posted.append(("Normal", reason, message)))
+    monkeypatch.setattr(handlers.kopf, "warn", lambda body, reason, message:
+                        posted.append(("Warning", reason, message)))
+    starting = status(Observation(generation=1, app_name="floe-orders", table_exists=True), None)
+    for field, reason in (("app_unseen", "SparkOperatorNotWatching"),
+                          ("account_missing", "ServiceAccountMissing")):
+        posted.clear()
+        stuck = status(Observation(generation=1, app_name="floe-orders", table_exists=True,
+                                   **{field: "what to run"}), starting)
+        handlers._post_transitions({}, starting, stuck)
+        assert posted == [("Warning", reason, "what to run")]
+        handlers._post_transitions({}, stuck, stuck)  # the next visits: said already
+        assert len(posted) == 1
+
+
 def test_failed_job_degrades_and_an_invalid_spec_fails_with_its_reason():
     failed = status(Observation(generation=1, app_state="FAILED", app_error="boom",
                                 app_name="floe-x", table_exists=True), None)
