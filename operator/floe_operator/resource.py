@@ -125,7 +125,7 @@ class CatalogSpec(_Model):
          "a rest catalog needs uri", ".uri", "FieldValueRequired"),
     ))
 
-    # Any other catalog is reached through its Iceberg REST endpoint (README: Catalogs).
+    # Any other catalog is reached through its Iceberg REST endpoint (docs/resource.md#catalogs).
     type: Literal["sql", "rest"] = Field("sql", description=(
         "sql: a JDBC catalog (PostgreSQL, SQLite); rest: any Iceberg REST catalog, which is "
         "also how AWS Glue, S3 Tables, Nessie, Polaris and Unity Catalog are reached"))

@@ -1,4 +1,4 @@
-"""The README's Helm commands, run as written against the local API server."""
+"""The Helm commands of docs/install.md, run as written against the local API server."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ UPGRADE = ("<!-- The commands of this block are run as written by tests/e2e/test
 
 
 def readme_commands(marker: str = MARKER) -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "install.md").read_text()
     block = text[text.index(marker) + len(marker):].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 

@@ -45,13 +45,13 @@ def test_the_schema_is_structural():
     walk(schema, "")
 
 
-def test_the_readmes_resource_reference_is_a_valid_spec():
-    """The README's reference block, every field with its example value, is a spec the
+def test_the_resource_reference_is_a_valid_spec():
+    """docs/resource.md's reference block, every field with its example value, is a spec the
     operator and the CRD accept (the CRD side: the e2e CRD validation tests)."""
     import re
 
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"## The KafkaIcebergTopic resource\n\n```yaml\n(.*?)```", text, re.S)
+    text = (ROOT / "docs" / "resource.md").read_text()
+    block = re.search(r"# The KafkaIcebergTopic resource\n\n```yaml\n(.*?)```", text, re.S)
     resource = yaml.safe_load(block.group(1))
     spec = KafkaIcebergTopicSpec.model_validate(resource["spec"])
     assert resource["kind"] == "KafkaIcebergTopic"
