@@ -88,31 +88,24 @@ def ensure_owned(*bodies: dict[str, Any]) -> bool:
     for body in bodies:
         meta = body["metadata"]
         kind, name, namespace = body["kind"], meta["name"], meta["namespace"]
-        create, read, patch = {
-            "ServiceAccount": (core().create_namespaced_service_account,
-                               core().read_namespaced_service_account,
-                               core().patch_namespaced_service_account),
-            "RoleBinding": (rbac().create_namespaced_role_binding,
-                            rbac().read_namespaced_role_binding,
-                            rbac().patch_namespaced_role_binding)}[kind]
+        api, suffix = {"ServiceAccount": (core(), "service_account"),
+                       "RoleBinding": (rbac(), "role_binding")}[kind]
         try:
-            create(namespace, body)
+            getattr(api, f"create_namespaced_{suffix}")(namespace, body)
             made = True
             continue
         except ApiException as error:
             if error.status != 409:
                 raise _temporary(f"creating {kind} {name}", error) from None
         try:
-            there = read(name, namespace)
+            there = getattr(api, f"read_namespaced_{suffix}")(name, namespace)
             labels = there.metadata.labels or {}
-            owners = [o.to_dict() for o in there.metadata.owner_references or []]
+            # The owners as the API spells them (camelCase), to send back with the new one.
+            owners = _api().sanitize_for_serialization(there.metadata.owner_references or [])
             if (labels.get("app.kubernetes.io/managed-by") == "floe"
                     and meta["ownerReferences"][0]["uid"] not in {o["uid"] for o in owners}):
-                added = [{"apiVersion": o["api_version"], "kind": o["kind"], "name": o["name"],
-                          "uid": o["uid"], "controller": o.get("controller"),
-                          "blockOwnerDeletion": o.get("block_owner_deletion")} for o in owners]
-                patch(name, namespace, {"metadata": {
-                    "ownerReferences": added + meta["ownerReferences"],
+                getattr(api, f"patch_namespaced_{suffix}")(name, namespace, {"metadata": {
+                    "ownerReferences": owners + meta["ownerReferences"],
                     "resourceVersion": there.metadata.resource_version}})
         except ApiException as error:
             raise _temporary(f"owning {kind} {name}", error) from None

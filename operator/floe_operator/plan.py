@@ -314,16 +314,14 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
     # A running job's account is looked after too where the operator makes them (this resource
     # among its owners); otherwise only a job about to be created needs it.
     needed = app is None or settings.spark_account_role is not None
-    if needed and not _plan_account(topic, world, previous, settings, decided) and app is None:
-        decided.say(failovers=record.count, last_failover_time=record.last_time,
-                    last_failure=record.last_failure)
-        return
+    account_ready = not needed or _plan_account(topic, world, settings, decided)
     if app is None:
-        # A long name's child used to be its name cut at 63 characters: that one would be a
-        # second writer beside the new one.
-        decided.act(*(DeleteApp(stale, "named by an older floe")
-                      for stale in world.children.other_apps))
-        decided.act(CreateApp(desired, name))
+        if account_ready:  # else the job waits for it, the status saying what is missing
+            # A long name's child used to be its name cut at 63 characters: that one would be
+            # a second writer beside the new one.
+            decided.act(*(DeleteApp(stale, "named by an older floe")
+                          for stale in world.children.other_apps))
+            decided.act(CreateApp(desired, name))
     elif app.state in FAILED and (stopped := stopped_for_the_user(app, topic.namespace)):
         decided.say(job_stopped=stopped)  # failing over would fail the same way
         record = replace(record, last_failure=None)
@@ -336,13 +334,13 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
                           "failover: failover count reset"))
     if app is not None:
         decided.say(app_state=app.state, app_error=app.error or None, app_attempts=app.attempts)
-        _plan_unseen(topic, app, world, previous, settings, decided)
+        _plan_unseen(topic, app, world, settings, decided)
     decided.say(failovers=record.count, last_failover_time=record.last_time,
                 last_failure=record.last_failure)
 
 
-def _plan_account(topic: Topic, world: World, previous: Mapping[str, Any],
-                  settings: OperatorSettings, decided: _Decisions) -> bool:
+def _plan_account(topic: Topic, world: World, settings: OperatorSettings,
+                  decided: _Decisions) -> bool:
     """Whether the driver's ServiceAccount is there (or made by this visit's actions) so the
     job can be created. With FLOE_SPARK_ACCOUNT_ROLE the operator makes the default account
     where it is missing; otherwise a missing one is named on the status, and the job waits for
@@ -370,8 +368,8 @@ def _plan_account(topic: Topic, world: World, previous: Mapping[str, Any],
     return False
 
 
-def _plan_unseen(topic: Topic, app: App, world: World, previous: Mapping[str, Any],
-                 settings: OperatorSettings, decided: _Decisions) -> None:
+def _plan_unseen(topic: Topic, app: App, world: World, settings: OperatorSettings,
+                 decided: _Decisions) -> None:
     """An application spark-operator has not taken up (no state) after FLOE_SUBMIT_WAIT_SECONDS:
     it serves only its own ``spark.jobNamespaces``, or it is not running. The status says so
     and what to run (its change posts a Warning Event)."""
