@@ -60,6 +60,35 @@ def spark_conf(catalog: CatalogConfig) -> dict[str, str]:
     return conf
 
 
+# Spark's checkpoints go through Hadoop's S3A; the catalog's S3 settings, by their S3A names.
+S3A_OPTIONS = {"s3.endpoint": "endpoint", "s3.path-style-access": "path.style.access",
+               "s3.access-key-id": "access.key", "s3.secret-access-key": "secret.key",
+               "s3.session-token": "session.token", "client.region": "endpoint.region"}
+
+
+def s3a_conf(catalog: CatalogConfig, location: str, given: set[str] = frozenset()) -> dict[str, str]:
+    """Hadoop S3A settings for a checkpoint ``location`` in the warehouse's bucket: the catalog's
+    endpoint, path style, keys and region, for that bucket alone (``fs.s3a.bucket.<b>.*``), so
+    the checkpoint is written where and as the table is. A key the user set in ``given``
+    (Spark settings, globally or for the bucket) stays theirs; a checkpoint elsewhere, or a
+    catalog without S3 keys (the pods' own identity), gets nothing."""
+    warehouse = catalog.warehouse or ""
+    bucket = location.removeprefix("s3a://").split("/", 1)[0]
+    if not location.startswith("s3a://") or not warehouse.startswith(("s3://", "s3a://")) or (
+            warehouse.split("://", 1)[1].split("/", 1)[0] != bucket):
+        return {}
+    props = properties(catalog)
+    conf = {}
+    for prop, option in S3A_OPTIONS.items():
+        scoped = f"spark.hadoop.fs.s3a.bucket.{bucket}.{option}"
+        if prop in props and not {scoped, f"spark.hadoop.fs.s3a.{option}"} & set(given):
+            conf[scoped] = props[prop]
+    if conf.get(f"spark.hadoop.fs.s3a.bucket.{bucket}.session.token"):
+        conf[f"spark.hadoop.fs.s3a.bucket.{bucket}.aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+    return conf
+
+
 def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
     props = properties(catalog)
     result: dict[str, str] = dict(props)

@@ -63,6 +63,17 @@ def build_session(config: JobConfig) -> SparkSession:
     return spark
 
 
+def checkpoint_store(spark: SparkSession, config: JobConfig) -> None:
+    """Hadoop's S3A reaches a checkpoint in the warehouse's bucket with the catalog's S3
+    settings (before the query first opens it: Hadoop caches a bucket's file system)."""
+    context = spark.sparkContext
+    given = {key for key, _ in context.getConf().getAll()}  # spec.spark.conf among them
+    hadoop = context._jsc.hadoopConfiguration()
+    for key, value in catalogs.s3a_conf(config.table.catalog, config.checkpoint_location,
+                                        given).items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+
+
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
@@ -496,6 +507,7 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
         metrics.mark_start("session")
     for key, value in spark_catalog_conf(config).items():
         spark.conf.set(key, value)
+    checkpoint_store(spark, config)
     metrics.register(spark)
     registry = _registry(config)
     tables = [ready_table(spark, destination, _registry(destination))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from floe_sparkapp.catalog import pyiceberg_properties, spark_conf
+from floe_sparkapp.catalog import pyiceberg_properties, s3a_conf, spark_conf
 from floe_sparkapp.config import CatalogConfig, ConfigError
 
 pytestmark = pytest.mark.unit
@@ -40,6 +40,41 @@ def test_s3_warehouse_uses_s3fileio_and_secrets_come_from_the_environment(monkey
     assert py["uri"] == "postgresql+psycopg2://floe:topsecret@db:5432/iceberg"
     assert py["s3.force-virtual-addressing"] == "false"
     assert "topsecret" not in catalog.model_dump_json()
+
+
+def test_a_checkpoint_in_the_warehouses_bucket_reaches_it_as_the_catalog_does(monkeypatch):
+    monkeypatch.setenv("LAKE_SECRET", "topsecret")
+    catalog = CatalogConfig(
+        type="sql", name="lake", uri="jdbc:postgresql://db:5432/iceberg", warehouse="s3://lake/wh",
+        properties={"s3.endpoint": "http://minio:9000", "s3.path-style-access": "true",
+                    "s3.access-key-id": "ak", "client.region": "us-east-1", "jdbc.user": "floe"},
+        properties_from_env={"s3.secret-access-key": "LAKE_SECRET"})
+    scoped = "spark.hadoop.fs.s3a.bucket.lake."
+
+    assert s3a_conf(catalog, "s3a://lake/wh/_floe/checkpoints/data/orders") == {
+        scoped + "endpoint": "http://minio:9000", scoped + "path.style.access": "true",
+        scoped + "access.key": "ak", scoped + "secret.key": "topsecret",
+        scoped + "endpoint.region": "us-east-1"}
+    # What the user set for S3A (spec.spark.conf), globally or for the bucket, stays theirs.
+    assert set(s3a_conf(catalog, "s3a://lake/cp", {"spark.hadoop.fs.s3a.endpoint",
+                                                   scoped + "secret.key"})) == {
+        scoped + "path.style.access", scoped + "access.key", scoped + "endpoint.region"}
+    # Another bucket, another store or a warehouse elsewhere: the catalog's keys stay its own.
+    assert s3a_conf(catalog, "s3a://other/cp") == {}
+    assert s3a_conf(catalog, "file:///checkpoints/data/orders") == {}
+    on_disk = CatalogConfig(uri="jdbc:sqlite:/c.db", warehouse="file:///w",
+                            properties={"s3.access-key-id": "ak"})
+    assert s3a_conf(on_disk, "s3a://lake/cp") == {}
+
+
+def test_temporary_keys_reach_the_checkpoint_with_their_session_token():
+    catalog = CatalogConfig(uri="jdbc:sqlite:/c.db", warehouse="s3a://lake/w",
+                            properties={"s3.access-key-id": "ak", "s3.secret-access-key": "sk",
+                                        "s3.session-token": "tok"})
+    conf = s3a_conf(catalog, "s3a://lake/w/cp")
+    assert conf["spark.hadoop.fs.s3a.bucket.lake.session.token"] == "tok"
+    assert conf["spark.hadoop.fs.s3a.bucket.lake.aws.credentials.provider"] == (
+        "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
 
 
 def test_a_missing_secret_variable_is_named():

@@ -73,6 +73,16 @@ def test_the_spark_image_matches_pyspark_and_the_operators_entry_file():
     assert f"COPY images/spark/floe_job.py {main_file[len('local://'):]}" in dockerfile
 
 
+def test_hadoops_s3a_is_the_release_of_pysparks_hadoop_client():
+    import pyspark
+
+    pom = (ROOT / "hack" / "maven" / "spark" / "pom.xml").read_text()
+    hadoop = re.search(r"<hadoop.version>([0-9.]+)</hadoop.version>", pom).group(1)
+    jars = Path(pyspark.__file__).parent / "jars"
+    assert (jars / f"hadoop-client-api-{hadoop}.jar").exists(), sorted(
+        j.name for j in jars.glob("hadoop-client-*"))
+
+
 def test_the_job_entry_file_runs_as_python_dash_m_floe_sparkapp(tmp_path):
     # A config that cannot be read stops both before Spark is touched, so nothing starts here.
     args = ["run", "--config", str(tmp_path / "missing.json")]
