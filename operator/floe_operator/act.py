@@ -13,12 +13,14 @@ from floe_sparkapp.commit import TableInUse, claim_table, hand_over_table
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 
-from . import kube, observe
 from floe_sparkapp.config import JobConfig
 
-from .observe import App, Secrets, World
+from . import clients, kube, observe
+from .clients import Secrets
+from .view import Account, App, World
+from .errors import retry_later
 from .plan import (Action, Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable, DeleteApp,
-                   DeleteCronJob, EnsureAccount, EvolveTable, Event)
+                   DeleteCronJob, DropTable, EnsureAccount, EvolveTable, Event, Log, Wait)
 from .render import Topic, spark_account
 
 
@@ -27,6 +29,26 @@ def run(actions: tuple[Action, ...], world: World, topic: Topic, job: JobConfig,
     for action in actions:
         world = _run(action, world, topic, job, secrets, body, logger)
     return world
+
+
+def run_deletion(actions: tuple[Action, ...], topic: Topic, job: JobConfig, logger: Any
+                 ) -> None:
+    """Runs a deletion's plan; a ``Wait`` has kopf visit the deletion again (its finalizer
+    keeps the resource meanwhile)."""
+    for action in actions:
+        if isinstance(action, Wait):
+            raise retry_later(action.why, delay=action.delay)
+        if isinstance(action, Log):
+            (logger.warning if action.warning else logger.info)(action.message)
+        elif isinstance(action, DeleteApp):
+            kube.delete_spark_application(topic.namespace, action.name)
+        elif isinstance(action, DropTable):
+            catalog = clients.catalogs.get(clients.catalog_config(job,
+                                                                  Secrets.of(topic)))
+            catalog.purge_table(action.identifier)
+            logger.info("deletionPolicy Delete: dropped table %s", action.identifier)
+        else:
+            raise TypeError(f"no way to run {action!r} in a deletion")
 
 
 def _table(world: World, table: Any, topic: Topic, job: JobConfig) -> World:
@@ -122,7 +144,7 @@ def _run_on_kubernetes(action: Action, world: World, topic: Topic, body: Any,
         owners = tuple(sorted({*(world.children.account.owners if world.children.account
                                  else ()), topic.uid}))
         return replace(world, children=replace(world.children,
-                                               account=observe.Account(True, owners)))
+                                               account=Account(True, owners)))
     if isinstance(action, DeleteCronJob):
         kube.delete_cron_job(namespace, action.name)
         logger.info("maintenance: removed CronJob %s", action.name)
@@ -135,9 +157,9 @@ def _create_table(world: World, topic: Topic, job: JobConfig, secrets: Secrets,
                   logger: Any) -> World:
     value = world.registry.value if world.registry is not None else None
     try:
-        catalog = observe.catalogs.get(observe.catalog_config(job, secrets))
-        table, created = ensure_table(catalog, observe.table_config(job, secrets), value,
-                                      observe.key_struct(job, secrets))
+        catalog = clients.catalogs.get(clients.catalog_config(job, secrets))
+        table, created = ensure_table(catalog, clients.table_config(job, secrets), value,
+                                      clients.key_struct(job, secrets))
     except LayoutMismatch as error:  # made by something else since the visit looked
         return replace(world, table=replace(world.table, exists=True,
                                             layout_error=str(error)))

@@ -16,10 +16,6 @@ def iso(epoch_seconds: float) -> str:
     return dt.datetime.fromtimestamp(epoch_seconds, dt.timezone.utc).strftime(TIMESTAMP)
 
 
-def now_iso() -> str:
-    return iso(time.time())
-
-
 def epoch(timestamp: str) -> float:
     """An API server timestamp as seconds since the epoch."""
     return dt.datetime.strptime(timestamp, TIMESTAMP).replace(tzinfo=dt.timezone.utc).timestamp()

@@ -23,13 +23,9 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from floe_sparkapp.commit import OWNER
-
-from . import act, kube, metrics, observe, render
-from .appstate import SUBMITTING, AppState, state_of
+from . import act, clients, metrics, observe, render, view
 from .clock import epoch, now_ms
-from .errors import retry_later
-from .plan import APPROVAL, Plan, invalid, plan
+from .plan import APPROVAL, Plan, invalid, plan, plan_delete
 from .render import MANAGED_BY, SPARK_API
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
@@ -80,19 +76,19 @@ def _invalid(error: ValidationError) -> str:
 
 @kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
 async def floe_apps(namespace: str, labels: Mapping[str, str], body: Any, **_: Any) -> dict:
-    return observe.app_entry(namespace, labels, body)
+    return view.app_entry(namespace, labels, body)
 
 
 @kopf.index("v1", "configmaps", labels=MANAGED_BY)
 async def floe_config_maps(namespace: str, name: str, annotations: Mapping[str, str],
                      **_: Any) -> dict:
-    return observe.config_map_entry(namespace, name, annotations)
+    return view.config_map_entry(namespace, name, annotations)
 
 
 @kopf.index("batch", "v1", "cronjobs", labels=MANAGED_BY)
 async def floe_cron_jobs(namespace: str, name: str, labels: Mapping[str, str],
                    annotations: Mapping[str, str], **_: Any) -> dict:
-    return observe.cron_job_entry(namespace, name, labels, annotations)
+    return view.cron_job_entry(namespace, name, labels, annotations)
 
 
 @kopf.index("v1", "serviceaccounts")
@@ -100,7 +96,7 @@ async def floe_accounts(namespace: str, name: str, labels: Mapping[str, str], me
                         **_: Any) -> dict:
     """The ServiceAccounts a driver may run as: a missing one is named on the status (or made,
     with FLOE_SPARK_ACCOUNT_ROLE), and the job waits for it."""
-    return observe.account_entry(namespace, name, labels, meta.get("ownerReferences") or [])
+    return view.account_entry(namespace, name, labels, meta.get("ownerReferences") or [])
 
 
 # --- a visit -----------------------------------------------------------------------------------
@@ -118,13 +114,14 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
         job = render.desired(topic, settings()).job  # a spec that cannot be rendered is invalid
     except (ValidationError, ValueError) as error:
         message = _invalid(error) if isinstance(error, ValidationError) else str(error)
-        current = invalid(int(body["metadata"].get("generation", 1)), message, previous).status
+        current = invalid(int(body["metadata"].get("generation", 1)), message, previous,
+                          now_ms()).status
         patch.status.update(_changed(previous, current))
         logger.warning("invalid spec: %s", message)
         return {**previous, **current}
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
-    secrets = observe.Secrets.of(topic)
-    found = observe.children(topic, floe_apps or {}, floe_config_maps or {},
+    secrets = clients.Secrets.of(topic)
+    found = view.children(topic, floe_apps or {}, floe_config_maps or {},
                              floe_cron_jobs or {}, floe_accounts,
                              topic.spec.spark.service_account or settings().spark_service_account)
     world = observe.observe(topic, job, found, previous, secrets)
@@ -249,58 +246,16 @@ def on_delete(body: Any, logger: Any, **_: Any) -> None:
         _delete(body, logger)
 
 
-def _wait_for_submission(topic: render.Topic, waited: float, logger: Any) -> None:
-    """Waits (kopf retries) while spark-operator may be submitting the job: deleted then, its
-    driver would start after the deletion and write to (or create again) the table."""
-    app = kube.get_spark_application(topic.namespace, topic.child_name)
-    state = state_of(app)
-    if app is None or state not in SUBMITTING:
-        return
-    created = epoch(app["metadata"]["creationTimestamp"])
-    if state in ("", AppState.NEW) and now_ms() / 1000 - created > settings().submit_wait_seconds:
-        return  # not taken up by spark-operator: nothing is submitting it
-    if waited < settings().deletion_wait_seconds:
-        raise retry_later(f"waiting for spark-operator to finish submitting SparkApplication "
-                          f"{topic.child_name} ({state or 'new'}) before deleting it", delay=2)
-    logger.warning("SparkApplication %s is still %s %d s after the deletion; deleting it "
-                   "(FLOE_DELETION_WAIT_SECONDS)", topic.child_name, state or "new", waited)
-
-
 def _delete(body: Any, logger: Any) -> None:
-    """Removes the job, waits until its pods are gone (a running driver could still write to
-    the table), then drops the table if the policy says so.
-    The resource stays (kopf's finalizer) while it waits, so `kubectl delete` returns once
-    nothing of the resource runs."""
-    metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
+    """A deletion visit: observed, planned (:func:`plan.plan_delete`) and acted on like any
+    other. The resource stays (kopf's finalizer) while the deletion waits for the job to stop,
+    so `kubectl delete` returns once nothing of the resource runs."""
+    meta = body["metadata"]
+    metrics.forget(meta["namespace"], meta["name"])
     try:
         topic = render.Topic.from_body(dict(body))
         job = render.job_config(topic, settings())
     except (ValidationError, ValueError):
         return  # nothing was ever created for an invalid spec
-    waited = now_ms() / 1000 - epoch(body["metadata"]["deletionTimestamp"])
-    _wait_for_submission(topic, waited, logger)
-    kube.delete_spark_application(topic.namespace, topic.child_name)
-    pods = kube.running_pods(topic.namespace, topic.child_name)
-    if pods:
-        if waited < settings().deletion_wait_seconds:
-            raise retry_later(f"waiting for the job's pods to stop: {', '.join(pods)}",
-                              delay=2)
-        logger.warning("the job's pods %s still run %d s after the deletion; going on without "
-                       "them (FLOE_DELETION_WAIT_SECONDS)", ", ".join(pods), waited)
-    if topic.spec.table.deletion_policy != "Delete":
-        return
-    from pyiceberg.exceptions import NoSuchTableError
-
-    catalog = observe.catalogs.get(observe.catalog_config(job, observe.Secrets.of(topic)))
-    for destination in job.destinations():  # the topic's table and each route's
-        identifier = destination.table.identifier
-        try:
-            owner = catalog.load_table(identifier).properties.get(OWNER)
-            if owner not in (None, topic.writer):  # refused as a second writer: not its table
-                logger.info("deletionPolicy Delete: table %s is written by %s, kept",
-                            identifier, owner)
-                continue
-            catalog.purge_table(identifier)
-            logger.info("deletionPolicy Delete: dropped table %s", identifier)
-        except NoSuchTableError:
-            pass
+    seen = observe.observe_deletion(topic, job, int(epoch(meta["deletionTimestamp"]) * 1000))
+    act.run_deletion(plan_delete(topic, seen, settings()), topic, job, logger)

@@ -2,7 +2,8 @@
 
 ``plan(topic, world, previous, settings, approved)`` returns the actions that bring the world
 to the spec and the status that describes it; :mod:`act` runs the actions, :mod:`observe`
-builds the world.  Nothing here talks to Kubernetes, the catalog, the registry or Kafka.
+builds the world (the values of :mod:`view`).  Nothing here talks to Kubernetes, the catalog,
+the registry or Kafka, or reads the clock: the visit's time is the world's.
 
 The decisions, in order:
 
@@ -14,7 +15,9 @@ The decisions, in order:
 * **job**: which spec changes restart it is declared by the job fingerprint (the job config
   without the maintenance settings, and the SparkApplication); an application that ended is
   failed over with backoff, one that stopped on an exit code only the user can resolve is not;
-* **maintenance**: one CronJob per enabled action, those of disabled actions removed.
+* **maintenance**: one CronJob per enabled action, those of disabled actions removed;
+* **deletion** (``plan_delete``): the job removed and waited for, then the tables dropped when
+  the deletionPolicy says so.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from floe_sparkapp import exit_codes
 from floe_sparkapp.evolution import BreakingChange, plan_evolution
 
 from . import redact, render
-from .appstate import ENDED, FAILED, AppState
+from .appstate import ENDED, FAILED, SUBMITTING, AppState
 from .clock import epoch, iso
-from .observe import App, TableView, World, as_status_offsets
+from .view import App, Deletion, TableView, World, as_status_offsets
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
@@ -115,8 +118,31 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class DropTable:
+    """Purge a table (deletionPolicy Delete)."""
+
+    identifier: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Come back in ``delay`` seconds (a deletion waiting for the job to stop)."""
+
+    why: str
+    delay: float = 2
+
+
+@dataclass(frozen=True)
+class Log:
+    """A line in the operator's log (the resource is going: no Event)."""
+
+    message: str
+    warning: bool = False
+
+
 Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | Apply | CreateApp | DeleteApp
-          | DeleteCronJob | EnsureAccount | Event)
+          | DeleteCronJob | EnsureAccount | Event | DropTable | Wait | Log)
 
 
 @dataclass(frozen=True)
@@ -224,9 +250,11 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
                 world.table.new_commits if world.table.exists else 0)
 
 
-def invalid(topic_generation: int, message: str, previous: Mapping[str, Any]) -> Plan:
+def invalid(topic_generation: int, message: str, previous: Mapping[str, Any], now_ms: int
+            ) -> Plan:
     """The plan for a spec that cannot be rendered: nothing is done, the status says why."""
-    return Plan((), status(Observation(topic_generation, invalid_spec=message), dict(previous)))
+    return Plan((), status(Observation(topic_generation, invalid_spec=message, now_ms=now_ms),
+                           dict(previous)))
 
 
 def _plan_table(topic: Topic, world: World, decided: _Decisions) -> bool:
@@ -488,3 +516,46 @@ def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, An
     if view.vtts_ms is not None:
         entry["freshnessSeconds"] = max(0, (world.now_ms - view.vtts_ms) // 1000)
     return entry
+
+
+# --- the deletion ------------------------------------------------------------------------------
+
+def plan_delete(topic: Topic, seen: Deletion, settings: OperatorSettings) -> tuple[Action, ...]:
+    """What a deletion does next: the job removed, waited for until its pods are gone (a running
+    driver could still write to the table), then the tables dropped when the policy says so.
+    A ``Wait`` ends the plan (the resource stays, kopf's finalizer, and is visited again).
+
+    A job spark-operator may still be submitting is waited for before it is removed: removed
+    then, its driver would start after the deletion and write to (or create again) the table.
+    Past FLOE_DELETION_WAIT_SECONDS the deletion goes on without what it waited for."""
+    waited = (seen.now_ms - seen.since_ms) / 1000
+    patient = waited < settings.deletion_wait_seconds
+    actions: list[Action] = []
+    if seen.app_state is not None:
+        never_taken = (seen.app_state in ("", AppState.NEW) and seen.app_created_ms is not None
+                       and (seen.now_ms - seen.app_created_ms) / 1000
+                       > settings.submit_wait_seconds)
+        if seen.app_state in SUBMITTING and not never_taken:
+            state = seen.app_state or "new"
+            if patient:
+                return (Wait(f"waiting for spark-operator to finish submitting SparkApplication "
+                             f"{topic.child_name} ({state}) before deleting it"),)
+            actions.append(Log(f"SparkApplication {topic.child_name} is still {state} "
+                               f"{waited:.0f} s after the deletion; deleting it "
+                               "(FLOE_DELETION_WAIT_SECONDS)", warning=True))
+        actions.append(DeleteApp(topic.child_name, why="the resource is deleted"))
+    if seen.pods:
+        pods = ", ".join(seen.pods)
+        if patient:
+            return (*actions, Wait(f"waiting for the job's pods to stop: {pods}"))
+        actions.append(Log(f"the job's pods {pods} still run {waited:.0f} s after the deletion; "
+                           "going on without them (FLOE_DELETION_WAIT_SECONDS)", warning=True))
+    if topic.spec.table.deletion_policy != "Delete":
+        return tuple(actions)
+    for identifier, writer in seen.tables.items():
+        if writer not in (None, topic.writer):  # refused as a second writer: not its table
+            actions.append(Log(f"deletionPolicy Delete: table {identifier} is written by "
+                               f"{writer}, kept"))
+        else:
+            actions.append(DropTable(identifier))
+    return tuple(actions)

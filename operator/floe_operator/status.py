@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .appstate import SHOWN_FAILED, AppState
-from .clock import iso, now_iso
+from .clock import iso
 
 CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
                    "DeadLetter")
@@ -61,7 +61,7 @@ class Observation:
     maintenance_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     dead_letter_topic: str | None = None
     dead_letter_error: str | None = None  # the newest commit's records the topic refused
-    now_ms: int = 0
+    now_ms: int = 0  # the visit's time (the conditions' lastTransitionTime)
     failovers: int | None = None  # times floe recreated the job (the backoff's exponent)
     last_failover_time: str | None = None
     last_failure: str | None = None  # the error the last failover recreated the job after
@@ -212,8 +212,7 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         "phase": phase(observed, current[0]),
         "conditions": merge_conditions((previous or {}).get("conditions"), current,
                                        observed.generation,
-                                       iso(observed.now_ms / 1000) if observed.now_ms
-                                       else now_iso()),
+                                       iso(observed.now_ms / 1000)),
     }
     if observed.app_name:
         result["sparkApplication"] = {"name": observed.app_name, "state": observed.app_state or "",

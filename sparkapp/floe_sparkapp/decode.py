@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro
 
-from .schemas import Writer
+from .protobuf_decode import read as read_protobuf
+from .schemas import NOTE_FIELD, OK_FIELD, Writer
 
 HEADER_BYTES = 5  # Confluent wire format: magic byte 0, then a 4-byte big-endian schema id
 
@@ -251,8 +252,6 @@ def _decoded_names(plans: Mapping[int, WriterPlan], column: str = "value") -> li
                          _checked_name(plan.schema_id, column))]
 
 
-OK_FIELD = "__floe_decoded"  # (the Protobuf decoder's too)
-NOTE_FIELD = "__floe_note"  # the Protobuf decoder's: why the raw value is kept as well
 
 
 def _decoded_name(schema_id: int, column: str = "value") -> str:
@@ -302,9 +301,7 @@ def _read(framed: Column, writer: Writer) -> Column:
         struct = T.StructType([*T.StructType.fromJson(json.loads(writer.schema)).fields, corrupt])
         return F.from_json(body.cast("string"), struct, JSON_OPTIONS)
     if writer.format == "PROTOBUF":
-        from .protobuf_decode import read
-
-        return read(framed, writer)
+        return read_protobuf(framed, writer)
     return _from_avro(body, writer.schema, cut_recursion=writer.recursive)
 
 

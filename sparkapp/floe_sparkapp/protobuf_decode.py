@@ -15,11 +15,10 @@ from functools import lru_cache
 from pyspark.sql import Column
 from pyspark.sql import types as T
 
-from .decode import NOTE_FIELD, OK_FIELD
 from .json_schema_types import spark_type
 from .jvm_udf import apply, jvm, make
 from .protobuf_types import protobuf_to_iceberg
-from .schemas import Writer
+from .schemas import NOTE_FIELD, OK_FIELD, Writer
 
 DECODER = "dev.floe.protobuf.ProtobufDecoder"
 

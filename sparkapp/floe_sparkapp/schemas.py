@@ -18,6 +18,10 @@ from .protobuf_types import Message, compile_schema, message_of, protobuf_to_ice
 from .registry import RegisteredSchema
 
 FORMATS = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}  # value.format: schema type
+# Two more fields of every writer's decoded struct: whether the record decoded, and (the
+# Protobuf decoder's) why its raw value is kept as well.
+OK_FIELD = "__floe_decoded"
+NOTE_FIELD = "__floe_note"
 
 
 @dataclass(frozen=True)

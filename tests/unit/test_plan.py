@@ -9,9 +9,10 @@ import pytest
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType
 
 from floe_operator import render
-from floe_operator.observe import App, Children, RegistryView, TableView, World
+from floe_operator.view import App, Children, Deletion, RegistryView, TableView, World
 from floe_operator.plan import (Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable,
-                                DeleteApp, DeleteCronJob, EvolveTable, Event, plan)
+                                DeleteApp, DeleteCronJob, DropTable, EvolveTable, Event, Log,
+                                Wait, plan, plan_delete)
 from floe_operator.settings import OperatorSettings
 
 pytestmark = pytest.mark.unit
@@ -315,7 +316,7 @@ def test_an_application_spark_operator_never_takes_up_is_named_with_the_command_
 
 
 def test_a_missing_driver_account_is_named_and_the_job_waits_for_it():
-    from floe_operator.observe import Account
+    from floe_operator.view import Account
 
     missing = replace(steady(), children=replace(steady().children, app=None, account_seen=True))
     planned = plan(TOPIC, missing, {}, SETTINGS)
@@ -332,7 +333,7 @@ def test_a_missing_driver_account_is_named_and_the_job_waits_for_it():
 
 
 def test_the_operator_makes_the_default_driver_account_where_a_resource_needs_it():
-    from floe_operator.observe import Account
+    from floe_operator.view import Account
     from floe_operator.plan import EnsureAccount
 
     making = OperatorSettings(spark_image="floe/floe-spark:test",
@@ -442,7 +443,7 @@ def test_a_removed_maintenance_action_is_deleted_and_dropped_from_the_status():
 
 
 def test_the_children_are_read_from_the_indexes_the_watches_keep():
-    from floe_operator import observe
+    from floe_operator import view
 
     app = {"metadata": {"name": "floe-orders", "annotations": {
         "floe.dev/job-fingerprint": "f1", "floe.dev/generation": "2"},
@@ -452,24 +453,24 @@ def test_the_children_are_read_from_the_indexes_the_watches_keep():
     labels = {"floe.dev/topic": "orders"}
     apps, config_maps, cron_jobs = {}, {}, {}
     for body in (app, old):
-        for key, value in observe.app_entry("data", labels, body).items():
+        for key, value in view.app_entry("data", labels, body).items():
             apps.setdefault(key, []).append(value)
-    config_maps.update({k: [v] for k, v in observe.config_map_entry(
+    config_maps.update({k: [v] for k, v in view.config_map_entry(
         "data", "floe-orders-job", {"floe.dev/applied-hash": "c1"}).items()})
     for name in ("floe-orders-compaction", "floe-orders-expire-snapshots"):
-        for key, value in observe.cron_job_entry("data", name, labels,
+        for key, value in view.cron_job_entry("data", name, labels,
                                                  {"floe.dev/applied-hash": name[-4:]}).items():
             cron_jobs.setdefault(key, []).append(value)
-    assert observe.app_entry("data", {}, app) == {}  # not a floe child
+    assert view.app_entry("data", {}, app) == {}  # not a floe child
 
-    found = observe.children(TOPIC, apps, config_maps, cron_jobs)
+    found = view.children(TOPIC, apps, config_maps, cron_jobs)
     assert found.app == App("floe-orders", state="RUNNING", attempts=1, fingerprint="f1",
                             generation="2", created_at="2026-11-18T11:00:00Z")
     assert found.other_apps == ("floe-orders-cut",)
     assert found.config_map == "c1"
     assert found.cron_jobs == {"floe-orders-compaction": "tion",
                                "floe-orders-expire-snapshots": "hots"}
-    assert observe.children(TOPIC, {}, {}, {}) == Children()
+    assert view.children(TOPIC, {}, {}, {}) == Children()
 
 
 def test_a_visit_that_changed_nothing_writes_nothing():
@@ -481,3 +482,54 @@ def test_a_visit_that_changed_nothing_writes_nothing():
     moved = plan(TOPIC, steady(latest_offsets={0: 20}), first, SETTINGS).status
     assert _changed(first, moved) == {"offsets": {"committed": {"0": 10}, "latest": {"0": 20},
                                                   "lag": 10}}
+
+
+# --- the deletion ------------------------------------------------------------------------------
+
+DELETED_MS = NOW_MS - 5_000  # the deletionTimestamp: 5 s ago
+
+
+def deletion(**seen):
+    return Deletion(now_ms=NOW_MS, since_ms=DELETED_MS, **seen)
+
+
+def test_a_deletion_removes_the_job_then_waits_for_its_pods():
+    assert plan_delete(TOPIC, deletion(app_state="RUNNING", pods=("floe-orders-driver",)),
+                       SETTINGS) == (
+        DeleteApp("floe-orders", why="the resource is deleted"),
+        Wait("waiting for the job's pods to stop: floe-orders-driver"))
+    assert plan_delete(TOPIC, deletion(), SETTINGS) == ()  # Retain: the table stays
+
+
+def test_a_job_spark_operator_is_submitting_is_waited_for_before_it_is_removed():
+    submitting = deletion(app_state="", app_created_ms=NOW_MS - 3_000)
+    assert plan_delete(TOPIC, submitting, SETTINGS) == (Wait(
+        "waiting for spark-operator to finish submitting SparkApplication floe-orders (new) "
+        "before deleting it"),)
+    # Never taken up by spark-operator (no namespace it serves): nothing submits it.
+    ignored = replace(submitting, app_created_ms=NOW_MS - 1000 * (
+        SETTINGS.submit_wait_seconds + 1))
+    assert plan_delete(TOPIC, ignored, SETTINGS) == (
+        DeleteApp("floe-orders", why="the resource is deleted"),)
+
+
+def test_a_deletion_stops_waiting_after_the_deletion_wait():
+    late = Deletion(now_ms=NOW_MS, since_ms=NOW_MS - 1000 * int(
+        SETTINGS.deletion_wait_seconds + 1), app_state="NEW", app_created_ms=NOW_MS - 1000,
+        pods=("floe-orders-driver",))
+    actions = plan_delete(TOPIC, late, SETTINGS)
+    assert [type(a) for a in actions] == [Log, DeleteApp, Log]
+    assert all(a.warning for a in actions if isinstance(a, Log))
+
+
+def test_deletion_policy_delete_drops_the_tables_it_writes_and_keeps_anothers():
+    topic = topic_of(table__deletionPolicy="Delete")
+    seen = deletion(tables={"analytics.orders": topic.writer, "analytics.other": "data/other",
+                            "analytics.new": None})
+    assert plan_delete(topic, seen, SETTINGS) == (
+        DropTable("analytics.orders"),
+        Log("deletionPolicy Delete: table analytics.other is written by data/other, kept"),
+        DropTable("analytics.new"))
+    # Nothing is dropped while the job's pods may still write.
+    running = replace(seen, pods=("floe-orders-exec-1",))
+    assert not any(isinstance(a, DropTable) for a in plan_delete(topic, running, SETTINGS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from floe_operator import handlers, plan
-from floe_operator.observe import App
+from floe_operator.view import App
 from floe_operator.plan import failover_delay
 from floe_operator.status import Observation, status
 

@@ -1,0 +1,104 @@
+"""What each part of floe imports: the planner alone, the operator without Spark, and no
+module of a package importing itself back through another."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"floe_operator": ROOT / "operator" / "floe_operator",
+            "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp"}
+
+BLOCKER = """
+import importlib, importlib.abc, sys
+BLOCKED = {blocked!r}
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ImportError(f"{{name}} is blocked")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+importlib.import_module({module!r})
+"""
+
+
+def import_without(module: str, *blocked: str) -> subprocess.CompletedProcess:
+    """Imports ``module`` in a fresh interpreter where importing any of ``blocked`` fails."""
+    return subprocess.run([sys.executable, "-c", BLOCKER.format(blocked=blocked, module=module)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_the_planner_imports_without_kubernetes_a_catalog_kafka_or_spark():
+    done = import_without("floe_operator.plan", "kubernetes", "kopf", "pyiceberg.catalog",
+                          "confluent_kafka", "pyspark")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_blocker_blocks():  # the tests above and below would pass on a blocker that did not
+    done = import_without("floe_operator.observe", "kubernetes")
+    assert done.returncode != 0 and "kubernetes is blocked" in done.stderr
+
+
+def test_the_operator_imports_without_spark():
+    done = import_without("floe_operator.handlers", "pyspark")
+    assert done.returncode == 0, done.stderr
+
+
+def imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of the same package it imports (anywhere in
+    it, inside functions too)."""
+    graph = {}
+    for path in PACKAGES[package].glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found.update([node.module.split(".")[0]] if node.module
+                             else [alias.name for alias in node.names])
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                if parts[0] == package:
+                    found.update(parts[1:2] or [alias.name for alias in node.names])
+            elif isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[1] for alias in node.names
+                             if alias.name.startswith(package + "."))
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+    found = set()
+
+    def walk(module: str, path: list[str]) -> None:
+        for imported in sorted(graph.get(module, ())):
+            if imported in path:
+                found.add(tuple(path[path.index(imported):]))
+            elif imported not in seen:
+                seen.add(imported)
+                walk(imported, [*path, imported])
+
+    for start in graph:
+        seen = {start}
+        walk(start, [start])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_module_imports_itself_back(package):
+    assert circles(imports(package)) == set()
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b", "c"),
+                                                                       ("b", "c", "a"),
+                                                                       ("c", "a", "b")}
