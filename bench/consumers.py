@@ -213,7 +213,7 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
 def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.commit import WRITER, OFFSETS, last_commit
+    from floe_sparkapp.ledger import WRITER, OFFSETS, last_commit
     from floe_sparkapp.job import start
 
     config = floe_config(args, "avro")

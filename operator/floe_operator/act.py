@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from floe_sparkapp.commit import TableInUse, claim_table, hand_over_table
+from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 

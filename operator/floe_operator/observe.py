@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from floe_sparkapp.avro_types import SchemaMappingError
-from floe_sparkapp.commit import OWNER, commits_since, last_commit
+from floe_sparkapp.ledger import OWNER, commits_since, last_commit
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout

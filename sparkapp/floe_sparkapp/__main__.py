@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return MAINTENANCE_FAILED if failed else 0
 
     from . import metrics
-    from .commit import TableInUse
+    from .ledger import TableInUse
     from .job import DataLossError, run
 
     metrics.starting(config.writer, entered)

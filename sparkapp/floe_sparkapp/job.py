@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 
 from . import catalog as catalogs
 from . import checkpoint, metrics, routing, schemas
-from .commit import Committed, claim_table, last_commit, merge_offsets, sweep_branches
+from .commit import sweep_branches
+from .ledger import Committed, claim_table, last_commit, merge_offsets
 from .config import ROW_LEVEL, JobConfig, kafka_client_settings, kafka_consumer
 from .decode import frame
 from .evolution import BreakingChange, evolve_for_writer

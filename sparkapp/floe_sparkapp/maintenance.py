@@ -27,7 +27,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from .catalog import load_catalog
-from .commit import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
+from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
 from .config import ROW_LEVEL, JobConfig
 
 log = logging.getLogger("floe.maintenance")

@@ -28,8 +28,9 @@ from . import catalog as catalogs
 from . import cdc, checkpoint, dead_letters, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
-from .commit import (DEAD_LETTER_ERROR, BranchCommitter, Committed, commit_with_retries,
-                     last_commit, merge_offsets, summary_properties, tagged_commit)
+from .commit import BranchCommitter, commit_with_retries
+from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
+                     summary_properties, tagged_commit)
 from .config import ROW_LEVEL, JobConfig
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
                      decode_raw, frame, table_rows)

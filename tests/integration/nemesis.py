@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from floe_sparkapp.commit import last_commit
+from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.config import JobConfig, parse_config
 
 from ..faultproxy import FaultProxy

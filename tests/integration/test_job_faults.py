@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from floe_sparkapp.commit import branch_prefix, offsets_tag
+from floe_sparkapp.ledger import branch_prefix, offsets_tag
 from floe_sparkapp.job import DataLossError, start
 
 from .jobkit import (
@@ -241,7 +241,8 @@ def test_branches_left_by_interrupted_batches_are_dropped_when_the_job_starts(
 
 def test_an_append_failing_before_its_commit_deletes_its_files_and_lands_once_on_restart(
         stack, spark, tmp_path, topic, monkeypatch):
-    from floe_sparkapp.commit import BranchCommitter, last_commit
+    from floe_sparkapp.commit import BranchCommitter
+    from floe_sparkapp.ledger import last_commit
 
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
@@ -319,7 +320,7 @@ def test_an_old_name_reused_for_another_topic_starts_from_that_topics_offsets(
 
 
 def test_a_renamed_resource_goes_on_from_the_old_names_offsets(stack, spark, tmp_path, topic):
-    from floe_sparkapp.commit import hand_over_table
+    from floe_sparkapp.ledger import hand_over_table
 
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
@@ -338,7 +339,7 @@ def test_a_renamed_resource_goes_on_from_the_old_names_offsets(stack, spark, tmp
 
 
 def test_a_second_resource_cannot_write_a_table_that_has_a_writer(stack, spark, tmp_path, topic):
-    from floe_sparkapp.commit import TableInUse
+    from floe_sparkapp.ledger import TableInUse
 
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 10)
@@ -453,7 +454,7 @@ def test_a_rollback_of_main_during_a_batch_is_not_undone(
 
 def test_a_dead_letter_topic_that_refuses_records_does_not_wedge_the_job(
         stack, spark, tmp_path, topic):
-    from floe_sparkapp.commit import last_commit
+    from floe_sparkapp.ledger import last_commit
 
     from .jobkit import consume_to_end
 
@@ -540,7 +541,7 @@ def test_a_topic_created_again_and_refilled_past_the_tables_offsets_stops_the_jo
     """The new topic's offsets reach beyond the table's, so the offsets alone look fine: the
     topic ID recorded with them tells the topics apart, and nothing of the new one is skipped
     or mixed in."""
-    from floe_sparkapp.commit import last_commit
+    from floe_sparkapp.ledger import last_commit
 
     producer = AvroProducer(stack, topic)
     for i in range(30):

@@ -14,7 +14,8 @@ import shutil
 import pytest
 from confluent_kafka.schema_registry import Schema
 
-from floe_sparkapp.commit import BranchCommitter, last_commit, offsets_tag
+from floe_sparkapp.commit import BranchCommitter
+from floe_sparkapp.ledger import last_commit, offsets_tag
 from floe_sparkapp.job import start
 
 from .jobkit import (

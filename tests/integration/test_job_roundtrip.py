@@ -14,7 +14,7 @@ import fastavro
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from floe_sparkapp.commit import last_commit
+from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
 
 from .jobkit import (

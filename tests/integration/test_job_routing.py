@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from floe_sparkapp.commit import last_commit
+from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.config import parse_config
 from floe_sparkapp.table_writer import TableWriter
 

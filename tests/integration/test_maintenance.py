@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from floe_sparkapp.commit import last_commit
+from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import run, start
 from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
 
@@ -156,7 +156,7 @@ def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
     """With a short interval the job keeps the table at about retainLast commits (those
     older than maxAge expire): the metadata every commit rewrites stays small, the manifest
     lists of expired snapshots are deleted, and the offsets stay."""
-    from floe_sparkapp.commit import offsets_tag
+    from floe_sparkapp.ledger import offsets_tag
 
     producer = AvroProducer(stack, topic)
     config = config_with(stack, tmp_path, topic, retain_last=3, max_snapshot_age_seconds=3)
@@ -197,7 +197,7 @@ def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
         stack, spark, tmp_path, topic):
     """The newest floe snapshot is tagged: an expiry that keeps only main's head (a compaction
     on top of it) cannot take the offsets, and a lost checkpoint duplicates nothing."""
-    from floe_sparkapp.commit import offsets_tag
+    from floe_sparkapp.ledger import offsets_tag
 
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 200)
@@ -293,7 +293,7 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
     while a compaction of hundreds of files runs for longer than that: the compaction holds
     the snapshot it started from (a tag the job's expiry keeps, with all after it), so its
     commit finds the history it checks; the hold is gone afterwards and every row stays."""
-    from floe_sparkapp.commit import HOLD_PREFIX
+    from floe_sparkapp.ledger import HOLD_PREFIX
 
     producer = AvroProducer(stack, topic)
     for i in range(2400):  # over 20 days: each batch writes a file per day and partition

@@ -55,6 +55,19 @@ def test_the_operator_imports_without_spark():
     assert done.returncode == 0, done.stderr
 
 
+def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, floe_operator.handlers; print(' '.join(sorted("
+         "m for m in sys.modules if m.startswith('floe_sparkapp.'))))"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    loaded = {name.removeprefix("floe_sparkapp.") for name in done.stdout.split()}
+    assert "ledger" in loaded
+    assert loaded.isdisjoint({"commit", "table_writer", "job", "decode", "protobuf_decode",
+                              "dead_letters", "upsert", "checkpoint"}), loaded
+
+
 def imports(package: str) -> dict[str, set[str]]:
     """Each module of ``package`` and the modules of the same package it imports (anywhere in
     it, inside functions too)."""

@@ -1,0 +1,215 @@
+"""The ledger: what a table says about the writers that land topics in it, read by the
+operator and the job alike (the one module of the job the operator imports).
+
+- **The claim.** A table has one writer, the resource recorded in its property ``floe.writer``
+  (:func:`claim_table`, :func:`hand_over_table`).
+- **The commits.** Each floe commit is one snapshot on ``main`` whose summary carries
+  ``floe.writer``, ``floe.topic``, ``floe.offsets`` (the next offset per partition, cumulative
+  over every partition ever committed), ``floe.vtts`` (valid-through timestamp, ms),
+  ``floe.generation`` and ``floe.batch-id`` (:func:`summary_properties`). The newest one for a
+  topic in ``main``'s ancestry is where the topic stands (:func:`last_commit`); maintenance
+  commits in between do not hide it.
+- **The tag.** The writer's tag (``floe_offsets_<digest of writer>``) is on its newest commit
+  and keeps it from expiry: when ``main``'s ancestry is cut before it reaches a floe snapshot,
+  the offsets are read from the tag, so they survive a lost checkpoint.
+- **The holds.** A maintenance action tags the snapshot it starts from while it runs
+  (``floe_hold_``); the job's expiry keeps what a hold needs.
+
+How a commit is made (staged files, the compare-and-set on ``main``) is :mod:`.commit`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+WRITER = "floe.writer"
+OFFSETS = "floe.offsets"
+VTTS = "floe.vtts"
+GENERATION = "floe.generation"
+BATCH_ID = "floe.batch-id"
+TOPIC = "floe.topic"
+TOPIC_ID = "floe.kafka-topic-id"  # <cluster id>/<topic id>: which topic the offsets are of
+TABLES = "floe.tables"  # a routed topic's tables, as the job that committed had them
+DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
+OWNER = "floe.writer"  # the table property naming the resource that writes the table
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a writer has committed: the snapshot and the next offset per partition."""
+
+    snapshot_id: int | None = None
+    offsets: dict[int, int] = field(default_factory=dict)
+    vtts: int | None = None
+    generation: int | None = None
+    dead_letter_error: str | None = None
+    from_tag: bool = False  # main's ancestry was cut by expiry: read from the writer's tag
+    topic_id: str | None = None  # the Kafka cluster and topic ids the offsets are of
+    tables: tuple[str, ...] | None = None  # a routed topic's tables when this was committed
+    timestamp_ms: int | None = None  # when it was committed
+
+
+class TableInUse(RuntimeError):
+    """Another resource writes the table: one table has one writer."""
+
+
+def claim_table(table: Any, writer: str) -> None:
+    """Records ``writer`` as the table's writer (table property ``floe.writer``) when it has
+    none; refuses when another resource is recorded.  The operator hands a table over
+    (:func:`hand_over_table`) once the resource that wrote it is gone."""
+    owner = table.properties.get(OWNER)
+    if owner == writer:
+        return
+    if owner is not None:
+        raise TableInUse(f"the table is written by {owner} (its table property {OWNER}); one "
+                         "table has one writer: point table.identifier at another table, or "
+                         "delete that resource first")
+    hand_over_table(table, writer)
+
+
+def hand_over_table(table: Any, writer: str) -> None:
+    """Makes ``writer`` the table's writer: it goes on from the offsets committed for its Kafka
+    topic, whoever committed them (a renamed resource continues where the old name stopped)."""
+    with table.transaction() as update:
+        update.set_properties({OWNER: writer})
+
+
+def _counts(summary: Any, writer: str, topic: str | None) -> bool:
+    """Whether a snapshot's offsets are the ones to go on from: those of the same Kafka topic
+    (a table has one writer at a time, a resource one topic), or, for snapshots from before
+    floe recorded the topic, those of the same writer."""
+    if summary is None:
+        return False
+    if topic is not None and summary.get(TOPIC) is not None:
+        return summary.get(TOPIC) == topic and summary.get(WRITER) is not None
+    return summary.get(WRITER) == writer
+
+
+def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
+    summary = snapshot.summary
+    offsets = {int(p): int(o) for p, o in json.loads(summary.get(OFFSETS, "{}")).items()}
+    vtts = summary.get(VTTS)
+    generation = summary.get(GENERATION)
+    tables = summary.get(TABLES)
+    return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
+                     int(generation) if generation else None, summary.get(DEAD_LETTER_ERROR),
+                     from_tag, summary.get(TOPIC_ID),
+                     tuple(tables.split(",")) if tables is not None else None,
+                     snapshot.timestamp_ms)
+
+
+def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
+    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`).
+
+    When the ancestry is cut (a parent expired) before it reaches one, the snapshot of the
+    writer's offsets tag, which no expiry removes (module doc); when it ends at the table's
+    root, nothing: ``main`` holds no commit."""
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        if _counts(snapshot.summary, writer, topic):
+            return _committed(snapshot)
+        if snapshot.parent_snapshot_id is None:
+            return Committed()
+        parent = table.snapshot_by_id(snapshot.parent_snapshot_id)
+        if parent is None:
+            return tagged_commit(table, writer, topic, below=snapshot)
+        snapshot = parent
+    return Committed()
+
+
+def tagged_commit(table: Any, writer: str, topic: str | None = None,
+                  below: Any = None) -> Committed:
+    """The commit the writer's offsets tag is on (or an earlier writer's tag for the same
+    topic), in ``main``'s ancestry or not: that the table has one says floe committed to it
+    (``main`` may since have been rolled back before every commit).  With ``below``, where
+    ``main``'s ancestry was cut, only a tag on an older snapshot."""
+    found = []
+    for name, ref in table.refs().items():
+        if not name.startswith(OFFSETS_TAG_PREFIX):
+            continue
+        snapshot = table.snapshot_by_id(ref.snapshot_id)
+        if snapshot is not None and _counts(snapshot.summary, writer, topic) and (
+                below is None or snapshot.sequence_number < below.sequence_number):
+            found.append((name == offsets_tag(writer), snapshot.sequence_number, snapshot))
+    if not found:
+        return Committed()
+    return _committed(max(found, key=lambda f: f[:2])[2], from_tag=True)
+
+
+def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
+                  limit: int = 10_000, topic: str | None = None) -> int:
+    """How many snapshots of ``writer`` ``main`` gained after ``since_snapshot_id`` (all of
+    them, up to ``limit``, when that snapshot is not in the ancestry, e.g. expired or None)."""
+    count, walked = 0, 0
+    snapshot = table.current_snapshot()
+    while snapshot is not None and walked < limit and snapshot.snapshot_id != since_snapshot_id:
+        if _counts(snapshot.summary, writer, topic):
+            count += 1
+        walked += 1
+        if snapshot.parent_snapshot_id is None:
+            break
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    return count
+
+
+def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict[int, int]:
+    merged = dict(committed)
+    for partition, offset in batch_next.items():
+        merged[partition] = max(offset, merged.get(partition, 0))
+    return merged
+
+
+def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: int | None,
+                       generation: int, batch_id: int, topic_id: str | None = None,
+                       tables: tuple[str, ...] = ()) -> dict[str, str]:
+    """A floe snapshot's summary; ``tables``: a routed topic's tables (identifiers)."""
+    props = {
+        WRITER: writer,
+        TOPIC: topic,
+        OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())},
+                            separators=(",", ":")),
+        GENERATION: str(generation),
+        BATCH_ID: str(batch_id),
+    }
+    if vtts is not None:
+        props[VTTS] = str(vtts)
+    if topic_id is not None:
+        props[TOPIC_ID] = topic_id
+    if tables:
+        props[TABLES] = ",".join(tables)
+    return props
+
+
+def _digest(writer: str) -> str:
+    return hashlib.sha256(writer.encode()).hexdigest()[:8]
+
+
+def branch_prefix(writer: str) -> str:
+    """The names of a writer's batch branches start with this: ``floe_<digest of writer>_``."""
+    return f"floe_{_digest(writer)}_"
+
+
+OFFSETS_TAG_PREFIX = "floe_offsets_"
+# A maintenance action (compaction, a manifest rewrite) tags the snapshot it starts from while
+# it runs: its commit checks the history from there, which the job's expiry then keeps.  A hold
+# left by a killed run lapses (Iceberg's expiry drops the tag) after this long.
+HOLD_PREFIX = "floe_hold_"
+HOLD_MAX_AGE_MS = 6 * 3600 * 1000
+
+
+def offsets_tag(writer: str) -> str:
+    """The tag on the writer's newest committed snapshot.  The table's one writer keeps only
+    its own: the first commit after a takeover drops the tag of the writer before it."""
+    return f"{OFFSETS_TAG_PREFIX}{_digest(writer)}"
+
+
+def held_since(refs: Any, now_ms: int) -> int | None:
+    """The timestamp (ms) of the oldest snapshot a running maintenance action holds, from the
+    table's refs as ``(name, snapshot timestamp ms or None)`` pairs; None when none is held
+    (a hold older than :data:`HOLD_MAX_AGE_MS` has lapsed)."""
+    held = [int(at) for name, at in refs if name.startswith(HOLD_PREFIX) and at is not None
+            and now_ms - at < HOLD_MAX_AGE_MS]
+    return min(held) if held else None
