@@ -97,8 +97,8 @@ def main() -> int:
     produce(env, topic, args.records)
     config = parse_config(job_spec(
         env, work, topic, "compaction",
-        commit={"intervalSeconds": 1, "maxRecordsPerCommit": args.per_commit},
-        maintenance={"minInputFiles": 2}))
+        commit={"interval": "1s", "maxRecordsPerCommit": args.per_commit},
+        maintenance={"compaction": {"minInputFiles": 2}}))
     spark = build_session(config)
     started = time.monotonic()
     run(config, spark, available_now=True, timeout=3600)

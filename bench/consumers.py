@@ -92,10 +92,10 @@ def floe_config(args: argparse.Namespace, fmt: str):
         "table": {"catalog": {"name": "bench", "uri": f"jdbc:sqlite:{work / 'catalog.db'}",
                               "warehouse": f"file://{work / 'warehouse'}"},
                   "identifier": f"bench.{args.mode.replace('-', '_')}"},
-        "commit": {"intervalSeconds": args.interval,
+        "commit": {"interval": f"{args.interval}s",
                    "maxRecordsPerCommit": args.max_records_per_commit},
         "checkpointLocation": str(work / "checkpoint"),
-        "maintenance": {"expireWhileCommitting": bool(args.expire)},
+        "maintenance": {"expireSnapshots": {"enabled": bool(args.expire)}},
     })
 
 

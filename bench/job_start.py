@@ -71,7 +71,7 @@ def job_config(env: dict[str, str], work: Path, topic: str, mode: str) -> Path:
     from floe_sparkapp.config import parse_config
 
     config = parse_config(job_spec(env, work, topic, "start", mode=mode,
-                                   commit={"intervalSeconds": 2}))
+                                   commit={"interval": "2s"}))
     path = work / "job.json"
     path.write_text(config.to_json())
     return path

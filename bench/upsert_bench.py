@@ -63,8 +63,8 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
 
     config = parse_config(job_spec(
         env, work, topic, mode, mode=mode,
-        commit={"intervalSeconds": 1, "maxRecordsPerCommit": per_commit},
-        maintenance={"minInputFiles": 2}))
+        commit={"interval": "1s", "maxRecordsPerCommit": per_commit},
+        maintenance={"compaction": {"minInputFiles": 2}}))
     for key, value in spark_catalog_conf(config).items():
         spark.conf.set(key, value)
     catalog = load_catalog(config.table.catalog)

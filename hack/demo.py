@@ -203,7 +203,7 @@ def main() -> int:
 
     config = parse_config(json.loads(kubectl(
         "get", "configmap", "floe-orders-job", "-n", NAMESPACE, "-o", "json"))["data"]["job.json"])
-    table = load_catalog(config.table.catalog).load_table("analytics.orders")
+    table = load_catalog(config.catalog()).load_table("analytics.orders")
     rows = table.scan().to_arrow().to_pylist()
     summary = table.current_snapshot().summary
     say(f"PyIceberg reads {len(rows)} rows from analytics.orders; snapshot "

@@ -158,8 +158,7 @@ def _create_table(world: World, topic: Topic, job: JobConfig, secrets: Secrets,
     value = world.registry.value if world.registry is not None else None
     try:
         catalog = clients.catalogs.get(clients.catalog_config(job, secrets))
-        table, created = ensure_table(catalog, clients.table_config(job, secrets), value,
-                                      clients.key_struct(job, secrets))
+        table, created = ensure_table(catalog, job.table, value, clients.key_struct(job, secrets))
     except LayoutMismatch as error:  # made by something else since the visit looked
         return replace(world, table=replace(world.table, exists=True,
                                             layout_error=str(error)))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.config import CatalogConfig, JobConfig, SchemaRegistryConfig, TableConfig
+from floe_sparkapp.config import JobConfig
+from floe_sparkapp.contract import CatalogSpec, SchemaRegistrySpec
 from floe_sparkapp.librdkafka import librdkafka_settings
 from floe_sparkapp.registry import Registry
 from floe_sparkapp.schemas import table_struct
@@ -44,23 +45,14 @@ class Secrets:
         return cls(kafka, catalog, registry_data)
 
 
-def catalog_config(job: JobConfig, secrets: Secrets) -> CatalogConfig:
-    """The job's catalog, with the Secret's values in place of the directory it mounts."""
-    catalog = job.table.catalog
-    return catalog.model_copy(update={"properties": {**catalog.properties, **secrets.catalog},
-                                      "properties_dir": None})
+def catalog_config(job: JobConfig, secrets: Secrets) -> CatalogSpec:
+    """The job's catalog, with its Secret's values (which the job reads from the mount)."""
+    return job.table.catalog.with_secrets(dict(secrets.catalog))
 
 
-def table_config(job: JobConfig, secrets: Secrets) -> TableConfig:
-    return job.table.model_copy(update={"catalog": catalog_config(job, secrets)})
-
-
-def registry_config(job: JobConfig) -> SchemaRegistryConfig | None:
+def registry_config(job: JobConfig) -> SchemaRegistrySpec | None:
     """The registry the table's schema comes from; None for a raw table."""
-    if job.value.format == "raw":
-        return None
-    registry = job.value.schema_registry
-    return registry.model_copy(update={"basic_auth_file": None}) if registry else None
+    return job.value.schema_registry if job.value.format != "raw" else None
 
 
 def kafka_settings(job: JobConfig, secrets: Secrets) -> dict[str, str]:
@@ -113,9 +105,9 @@ registries = _Kept(lambda config, user_info: Registry(
 
 def key_struct(job: JobConfig, secrets: Secrets) -> StructType | None:
     """The key subject's latest version as the ``key_fields`` type (None: the key is raw)."""
-    if not job.key.decoded or job.key.schema_registry is None:
+    config = job.key_registry()
+    if config is None:
         return None
-    config = job.key.schema_registry.model_copy(update={"basic_auth_file": None})
     latest = registries.get(config, secrets.registry.get("basic.auth.user.info")).latest()
     return table_struct(latest).struct
 

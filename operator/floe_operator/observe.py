@@ -18,12 +18,14 @@ from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
 from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
+from pydantic import ValidationError
 
 from . import kube
 from .clients import Secrets, catalog_config, catalogs, end_offsets, registries, registry_config
 from .appstate import state_of
 from .clock import epoch, now_ms
 from .render import Topic
+from .resource import KafkaIcebergTopicSpec
 from .view import Children, Deletion, RegistryView, TableView, World
 
 
@@ -115,10 +117,13 @@ def owner_claims(owner: str, identifier: str) -> bool:
         other = kube.get_topic(namespace, name)
     except Exception:  # noqa: BLE001 - cannot tell (another namespace, say): assume it does
         return True
-    spec = (other or {}).get("spec") or {}
-    tables = [spec.get("table") or {}, *((r or {}).get("table") or {}
-                                         for r in spec.get("routes") or [])]
-    return other is not None and any(t.get("identifier") == identifier for t in tables)
+    if other is None:
+        return False
+    try:
+        spec = KafkaIcebergTopicSpec.model_validate(other.get("spec") or {})
+    except ValidationError:  # an invalid spec writes nothing, but may once it is fixed
+        return True
+    return any(table.identifier == identifier for table in spec.tables())
 
 
 def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str, Any],
@@ -128,10 +133,10 @@ def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str
     table = observe_table(topic, job, secrets, int(seen) if seen else None)
     seen_routes = {entry.get("identifier"): entry.get("snapshotId")
                    for entry in previous.get("tables") or []}
-    routes = tuple(observe_table(topic, route, secrets,
-                                 int(seen_routes[route.table.identifier])
-                                 if seen_routes.get(route.table.identifier) else None)
-                   for route in job.destinations()[1:])
+    routes = {route.table.identifier: observe_table(
+        topic, route, secrets, int(seen_routes[route.table.identifier])
+        if seen_routes.get(route.table.identifier) else None)
+        for route in job.destinations()[1:]}
     claims = (owner_claims(table.owner, job.table.identifier)
               if table.owner not in (None, topic.writer) else True)
     latest, kafka_error = None, None
@@ -153,8 +158,7 @@ def observe_deletion(topic: Topic, job: JobConfig, since_ms: int) -> Deletion:
         from pyiceberg.exceptions import NoSuchTableError
 
         catalog = catalogs.get(catalog_config(job, Secrets.of(topic)))
-        for destination in job.destinations():  # the topic's table and each route's
-            identifier = destination.table.identifier
+        for identifier in (table.identifier for table in topic.spec.tables()):
             try:
                 tables[identifier] = catalog.load_table(identifier).properties.get(OWNER)
             except NoSuchTableError:

@@ -465,15 +465,16 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
                     schema_id=table.schema_id,
                     maintenance_runs=dict(table.maintenance_runs),
                     dead_letter_error=table.dead_letter_error)
-    views = [table, *world.routes]
+    identifiers = [t.identifier for t in topic.spec.tables()]
+    views = [table, *(world.routes.get(i, TableView()) for i in identifiers[1:])]
     known = not any(view.error for view in views)
     offsets, vtts = table.offsets, table.vtts_ms
-    if world.routes:  # the printer columns show the table furthest behind
+    if len(views) > 1:  # the printer columns show the table furthest behind
         before = {entry.get("identifier"): entry for entry in previous.get("tables") or []}
         decided.say(tables=[
             {**before.get(identifier, {"identifier": identifier}), "error": view.error[:500]}
             if view.error else _table_entry(identifier, view, world)
-            for identifier, view in zip(_identifiers(topic), views)])
+            for identifier, view in zip(identifiers, views)])
         written = [v for v in views if v.exists and v.offsets]
         offsets = {p: min(v.offsets.get(p, 0) for v in written)
                    for p in set().union(*(v.offsets for v in written))} if written else {}
@@ -494,10 +495,6 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
                           f"are as of an earlier visit: {world.kafka_error}")[:500]
     if shown:
         decided.say(offsets=shown)
-
-
-def _identifiers(topic: Topic) -> list[str]:
-    return [topic.spec.table.identifier, *(r.table.identifier for r in topic.spec.routes)]
 
 
 def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, Any]:

@@ -16,11 +16,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from floe_sparkapp.config import JobConfig, parse_config
+from floe_sparkapp.config import JobConfig
+from floe_sparkapp.contract import TopicSpec
+from floe_sparkapp.units import size_bytes
 
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
-from .units import duration_seconds, size_bytes
 
 JOB_CONFIG_KEY = "job.json"
 JOB_CONFIG_DIR = "/etc/floe/job"
@@ -128,71 +129,18 @@ def checkpoint_location(topic: Topic, settings: OperatorSettings) -> str:
 
 
 def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
-    """The job config contract rendered from the resource (secrets as mounted files)."""
+    """The job's config: the resource's spec as it is (but for the pods' settings), the
+    writer, the generation, the checkpoint, and where the referenced Secrets are mounted."""
     spec = topic.spec
-    kafka: dict[str, Any] = {
-        "bootstrapServers": spec.kafka.bootstrap_servers, "topic": spec.kafka.topic,
-        "startingOffsets": spec.kafka.starting_offsets,
-        "isolationLevel": spec.kafka.isolation_level, "properties": spec.kafka.properties,
-    }
-    if spec.kafka.consumer_group:
-        kafka["consumerGroup"] = spec.kafka.consumer_group
-    if spec.kafka.auth_secret_ref:
-        kafka["propertiesDir"] = KAFKA_SECRET_DIR
-    value: dict[str, Any] = {"format": spec.value.format}
-    if spec.value.message:
-        value["message"] = spec.value.message
-    registry = spec.value.schema_registry
-    if registry is not None:
-        value["schemaRegistry"] = {"url": registry.url, "subject": registry.subject}
-        if registry.auth_secret_ref:
-            value["schemaRegistry"]["basicAuthFile"] = f"{REGISTRY_SECRET_DIR}/basic.auth.user.info"
-    key_config: dict[str, Any] = {"format": spec.key.format}
-    if spec.key.format != "raw" and "schemaRegistry" in value:
-        key_config["schemaRegistry"] = {**value["schemaRegistry"], "subject": spec.key.subject}
-    catalog = spec.table.catalog
-    catalog_config: dict[str, Any] = {"type": catalog.type, "name": catalog.name,
-                                      "properties": catalog.properties}
-    for key in ("uri", "warehouse"):
-        if getattr(catalog, key):
-            catalog_config[key] = getattr(catalog, key)
-    if catalog.secret_ref:
-        catalog_config["propertiesDir"] = CATALOG_SECRET_DIR
-    data: dict[str, Any] = {
-        "writer": topic.writer,
-        "generation": topic.generation,
-        "kafka": kafka,
-        "value": value,
-        "key": key_config,
-        "table": {"catalog": catalog_config, "identifier": spec.table.identifier,
-                  "partitioning": spec.table.partitioning, "properties": spec.table.properties,
-                  "mode": spec.table.mode, "keyColumns": spec.table.key_columns},
-        "routes": [{"field": route.field, "values": route.values,
-                    **({"subject": route.subject} if route.subject else {}),
-                    **({"keySubject": route.key_subject} if route.key_subject else {}),
-                    "table": {"catalog": catalog_config, "identifier": route.table.identifier,
-                              "partitioning": route.table.partitioning,
-                              "properties": route.table.properties, "mode": route.table.mode,
-                              "keyColumns": route.table.key_columns}}
-                   for route in spec.routes],
-        "commit": {"intervalSeconds": duration_seconds(spec.commit.interval),
-                   "maxRecordsPerCommit": spec.commit.max_records_per_commit},
-        "checkpointLocation": checkpoint_location(topic, settings),
-        "schemaEvolution": spec.schema_evolution.mode,
-    }
-    if spec.dead_letter:
-        data["deadLetter"] = {"topic": spec.dead_letter.topic}
-    maintenance = spec.maintenance
-    data["maintenance"] = {
-        "targetFileSizeBytes": size_bytes(maintenance.compaction.target_file_size),
-        "minInputFiles": maintenance.compaction.min_input_files,
-        "retainLast": maintenance.expire_snapshots.retain_last,
-        "maxSnapshotAgeSeconds": (duration_seconds(maintenance.expire_snapshots.max_age)
-                                  if maintenance.expire_snapshots.max_age else None),
-        "expireWhileCommitting": maintenance.expire_snapshots.enabled,
-        "orphanOlderThanSeconds": duration_seconds(maintenance.remove_orphans.older_than),
-    }
-    return parse_config(data)
+    mounted = {"kafka": (spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
+               "catalog": (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
+               "registry": (spec.value.schema_registry.auth_secret_ref
+                            if spec.value.schema_registry else None, REGISTRY_SECRET_DIR)}
+    return JobConfig.model_validate({
+        **{name: getattr(spec, name) for name in TopicSpec.model_fields},
+        "writer": topic.writer, "generation": topic.generation,
+        "checkpoint_location": checkpoint_location(topic, settings),
+        "secrets": {what: {"dir": path} for what, (ref, path) in mounted.items() if ref}})
 
 
 def config_map(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
@@ -214,16 +162,18 @@ def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
     return [{"name": ref.name, "path": path} for ref, path in refs if ref is not None]
 
 
-MAINTENANCE_ONLY = {"target_file_size_bytes", "min_input_files", "orphan_older_than_seconds",
-                    "max_attempts"}
+# What only the maintenance runs, the deletion or the operator use: changing it does not
+# restart the job (the job expires snapshots itself, so their retention restarts it).
+NOT_THE_JOBS = {"generation": True, "suspend": True, "table": {"deletion_policy"},
+                "maintenance": {"compaction": True, "remove_orphans": True,
+                                "rewrite_manifests": True, "resources": True,
+                                "expire_snapshots": {"schedule"}}}
 
 
 def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
-    """What the running job depends on: its config without the settings only maintenance
-    runs use, and the application. The job is restarted when this changes, not on every spec
-    change (the job expires snapshots itself, so their retention is among what it uses)."""
-    config = job_config(topic, settings).model_dump(mode="json", exclude={
-        "generation": True, "maintenance": MAINTENANCE_ONLY})
+    """What the running job depends on: its config without :data:`NOT_THE_JOBS`, and the
+    application. The job is restarted when this changes, not on every spec change."""
+    config = job_config(topic, settings).model_dump(mode="json", exclude=NOT_THE_JOBS)
     app = spark_application(topic, settings, fingerprint="")["spec"]
     text = json.dumps([config, app], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Any
 
 from .clock import epoch
-from .units import short_duration
+from floe_sparkapp.units import short_duration
 
 NONE = "-"
 

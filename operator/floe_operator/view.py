@@ -159,7 +159,7 @@ class World:
     registry: RegistryView | None = None  # None: a raw table, no registry
     latest_offsets: Mapping[int, int] | None = None  # None: Kafka could not be asked
     kafka_error: str | None = None  # why Kafka could not be asked
-    routes: tuple[TableView, ...] = ()  # the routes' tables, in the spec's order
+    routes: Mapping[str, TableView] = field(default_factory=dict)  # the routes' tables
     owner_claims_table: bool = True  # the table's other writer still points at it
     schema_applied: str | None = None  # what this visit applied to the schema (an approval)
 

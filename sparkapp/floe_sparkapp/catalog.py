@@ -12,16 +12,16 @@ from typing import Any
 from urllib.parse import quote
 
 from . import format_v3
-from .config import CatalogConfig, ConfigError, dir_values, env_values
+from .contract import CatalogSpec
+from .config import ConfigError
 
 SPARK_TYPES = {"rest": "rest"}
 
 
-def properties(catalog: CatalogConfig) -> dict[str, str]:
-    """The catalog's properties with the secret ones (from files or the environment) added."""
-    return {**catalog.properties,
-            **dir_values(catalog.properties_dir, f"catalog {catalog.name} propertiesDir"),
-            **env_values(catalog.properties_from_env, f"catalog {catalog.name}")}
+def properties(catalog: CatalogSpec) -> dict[str, str]:
+    """The catalog's properties (its Secret's values among them: :meth:`CatalogSpec.with_secrets`,
+    done by :meth:`floe_sparkapp.config.JobConfig.catalog` and the operator's clients)."""
+    return dict(catalog.properties)
 
 
 def sqlalchemy_uri(jdbc_uri: str, props: dict[str, str]) -> str:
@@ -40,7 +40,7 @@ def sqlalchemy_uri(jdbc_uri: str, props: dict[str, str]) -> str:
                       "databases are supported for the sql catalog")
 
 
-def spark_conf(catalog: CatalogConfig) -> dict[str, str]:
+def spark_conf(catalog: CatalogSpec) -> dict[str, str]:
     """Spark settings that register the catalog under ``spark.sql.catalog.<name>``."""
     prefix = f"spark.sql.catalog.{catalog.name}"
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
@@ -66,7 +66,7 @@ S3A_OPTIONS = {"s3.endpoint": "endpoint", "s3.path-style-access": "path.style.ac
                "s3.session-token": "session.token", "client.region": "endpoint.region"}
 
 
-def s3a_conf(catalog: CatalogConfig, location: str, given: set[str] = frozenset()) -> dict[str, str]:
+def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset()) -> dict[str, str]:
     """Hadoop S3A settings for a checkpoint ``location`` in the warehouse's bucket: the catalog's
     endpoint, path style, keys and region, for that bucket alone (``fs.s3a.bucket.<b>.*``), so
     the checkpoint is written where and as the table is. A key the user set in ``given``
@@ -89,7 +89,7 @@ def s3a_conf(catalog: CatalogConfig, location: str, given: set[str] = frozenset(
     return conf
 
 
-def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
+def pyiceberg_properties(catalog: CatalogSpec) -> dict[str, str]:
     props = properties(catalog)
     result: dict[str, str] = dict(props)
     if catalog.type == "sql":
@@ -107,7 +107,7 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
     return result
 
 
-def load_catalog(catalog: CatalogConfig) -> Any:
+def load_catalog(catalog: CatalogSpec) -> Any:
     """The catalog opened with PyIceberg (which then writes version 3 tables' metadata)."""
     format_v3.enable()
     props = pyiceberg_properties(catalog)
@@ -135,7 +135,7 @@ def _sql_catalog(name: str, props: dict[str, str]) -> Any:
         return SqlCatalog(name, **props)
 
 
-def register_in(spark: Any, catalog: CatalogConfig) -> None:
+def register_in(spark: Any, catalog: CatalogSpec) -> None:
     """Registers the catalog in a running SparkSession (catalogs load lazily by name)."""
     for key, value in spark_conf(catalog).items():
         spark.conf.set(key, value)

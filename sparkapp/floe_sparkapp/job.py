@@ -21,7 +21,8 @@ from . import catalog as catalogs
 from . import checkpoint, metrics, routing, schemas
 from .commit import sweep_branches
 from .ledger import Committed, claim_table, last_commit, merge_offsets
-from .config import ROW_LEVEL, JobConfig, kafka_client_settings, kafka_consumer
+from .config import JobConfig, kafka_client_settings, kafka_consumer
+from .contract import ROW_LEVEL
 from .decode import frame
 from .evolution import BreakingChange, evolve_for_writer
 from .layout import KEY_FIELDS, ensure_table
@@ -43,7 +44,7 @@ def _consumer(config: JobConfig) -> Any:
 
 
 def spark_catalog_conf(config: JobConfig) -> dict[str, str]:
-    conf = catalogs.spark_conf(config.table.catalog)
+    conf = catalogs.spark_conf(config.catalog())
     # The job changes the table through PyIceberg too (creation, evolution): never cache it.
     conf[f"spark.sql.catalog.{config.table.catalog.name}.cache-enabled"] = "false"
     return conf
@@ -70,7 +71,7 @@ def checkpoint_store(spark: SparkSession, config: JobConfig) -> None:
     context = spark.sparkContext
     given = {key for key, _ in context.getConf().getAll()}  # spec.spark.conf among them
     hadoop = context._jsc.hadoopConfiguration()
-    for key, value in catalogs.s3a_conf(config.table.catalog, config.checkpoint_location,
+    for key, value in catalogs.s3a_conf(config.catalog(), config.checkpoint_location,
                                         given).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
 
@@ -97,8 +98,9 @@ def shuffle_partitions(conf: dict[str, str], cores: int) -> str | None:
 def _registry(config: JobConfig) -> Registry | None:
     """The value subject's registry (for a raw value with a decoded key, the key's)."""
     if config.value.format != "raw" and config.value.schema_registry is not None:
-        return Registry(config.value.schema_registry)
-    return Registry(config.key.schema_registry) if config.key.decoded else None
+        return Registry(config.value.schema_registry, config.registry_auth())
+    key = config.key_registry()
+    return Registry(key, config.registry_auth()) if key is not None else None
 
 
 def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
@@ -109,12 +111,13 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
         latest = registry.latest()
         value = schemas.table_struct(latest, config.table.mode, config.value.message).struct
     if config.key.decoded:
-        key = schemas.table_struct(Registry(config.key.schema_registry).latest()).struct
-    catalog = catalogs.load_catalog(config.table.catalog)
+        key = schemas.table_struct(Registry(config.key_registry(), config.registry_auth())
+                                   .latest()).struct
+    catalog = catalogs.load_catalog(config.catalog())
     table, created = ensure_table(catalog, config.table, value, key)
     if created:
         log.info("created table %s", config.table.identifier)
-    elif config.schema_evolution == "additive":
+    elif config.schema_evolution.mode == "additive":
         for column, struct in (("value", value), (KEY_FIELDS, key)):
             if struct is None:
                 continue
@@ -612,7 +615,7 @@ def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossE
     created again may be missing for a moment: asked again a few times."""
     for attempt in range(tries):
         try:
-            catalog = catalogs.load_catalog(config.table.catalog)
+            catalog = catalogs.load_catalog(config.catalog())
             tables = [catalog.load_table(d.table.identifier) for d in config.destinations()]
             check_offsets_available(config,
                                     start_position(config, table_commits(config, tables))[0])

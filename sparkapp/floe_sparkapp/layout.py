@@ -39,7 +39,7 @@ from pyiceberg.types import (
 )
 
 from . import cdc
-from .config import ROW_LEVEL, TableConfig
+from .contract import ROW_LEVEL, TableLayout
 
 DEFAULT_PROPERTIES = {
     "format-version": "2",
@@ -65,7 +65,7 @@ MODE = "floe.mode"  # the table property recording the mode the table was made f
 _TRANSFORMS = {"hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}
 
 
-def table_properties(table: TableConfig) -> dict[str, str]:
+def table_properties(table: TableLayout) -> dict[str, str]:
     """The properties a new table is made with: floe's, the mode's, then the user's."""
     mode = UPSERT_PROPERTIES if table.mode in ROW_LEVEL else {}
     return {**DEFAULT_PROPERTIES, **mode, MODE: table.mode, **table.properties}
@@ -145,7 +145,7 @@ class LayoutMismatch(ValueError):
     """The table exists but is not laid out the way floe writes it."""
 
 
-def check_layout(existing: Any, table: TableConfig, value: StructType | None,
+def check_layout(existing: Any, table: TableLayout, value: StructType | None,
                  key: StructType | None = None) -> None:
     """Refuses an existing table that lacks floe's columns (it was made by something else)."""
     names = {f.name for f in existing.schema().fields}
@@ -177,7 +177,7 @@ def check_layout(existing: Any, table: TableConfig, value: StructType | None,
             f"table {table.identifier} exists but its kafka column lacks {', '.join(missing)}")
 
 
-def _check_keys(existing: Any, table: TableConfig) -> None:
+def _check_keys(existing: Any, table: TableLayout) -> None:
     """An upsert's key columns are primitive fields of the value."""
     if table.mode not in ROW_LEVEL or not table.key_columns:
         return
@@ -200,7 +200,7 @@ def _check_keys(existing: Any, table: TableConfig) -> None:
                              "a row.")
 
 
-def ensure_table(catalog: Any, table: TableConfig, value: StructType | None,
+def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,
                  key: StructType | None = None) -> tuple[Any, bool]:
     """Loads the table, creating it (and its namespace) when absent.
 

@@ -28,12 +28,14 @@ from typing import Any, Callable, Iterator
 
 from .catalog import load_catalog
 from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
-from .config import ROW_LEVEL, JobConfig
+from .config import JobConfig
+from .contract import ROW_LEVEL
 
 log = logging.getLogger("floe.maintenance")
 
 ACTIONS = ("compaction", "expire-snapshots", "remove-orphans", "rewrite-manifests")
 PROPERTY_PREFIX = "floe.maintenance."
+MAX_ATTEMPTS = 5  # a maintenance commit that conflicts with the job's is tried this often
 CONFLICTS = ("CommitFailedException", "ValidationException", "CommitStateUnknownException",
              "Cannot commit", "concurrent")
 
@@ -69,7 +71,7 @@ def _first_row(rows: list[Any]) -> dict[str, Any]:
 
 
 def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
-    settings = config.maintenance
+    settings = config.maintenance.compaction
     cutoff = writing_since(config.table.partitioning, now)
     options = {"target-file-size-bytes": settings.target_file_size_bytes,
                "min-input-files": settings.min_input_files,
@@ -89,7 +91,7 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
 
 def expire_snapshots(spark: Any, config: JobConfig, table: Any,
                      now: dt.datetime) -> dict[str, Any]:
-    settings = config.maintenance
+    settings = config.maintenance.expire_snapshots
     older_than = now - dt.timedelta(seconds=config.snapshot_max_age_seconds)
     newest = last_commit(table, config.writer, config.kafka.topic).snapshot_id
     if newest is not None:  # keep the newest floe snapshot and everything after it
@@ -108,7 +110,7 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
 def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
     """Iceberg's action, not its procedure: the procedure refuses a threshold under 24 hours,
     and floe allows 1 hour (its own writer's files are committed within a batch)."""
-    older_than = now - dt.timedelta(seconds=config.maintenance.orphan_older_than_seconds)
+    older_than = now - dt.timedelta(seconds=config.maintenance.remove_orphans.older_than_seconds)
     jvm, session = spark._jvm, spark._jsparkSession
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         session, _qualified(config))
@@ -169,7 +171,7 @@ def holding(config: JobConfig, action: str) -> Iterator[None]:
     history it checks, however long it runs beside a short commit interval."""
     from pyiceberg.exceptions import CommitFailedException
 
-    catalog = load_catalog(config.table.catalog)
+    catalog = load_catalog(config.catalog())
     name = f"{HOLD_PREFIX}{action.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     held = False
     for _ in range(5):
@@ -205,7 +207,7 @@ def _conflict(error: Exception) -> bool:
 
 def record(config: JobConfig, action: str, outcome: str, details: dict[str, Any]) -> None:
     """The run's outcome as a table property (a metadata-only commit that cannot conflict)."""
-    table = load_catalog(config.table.catalog).load_table(config.table.identifier)
+    table = load_catalog(config.catalog()).load_table(config.table.identifier)
     value = json.dumps({"time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                         "outcome": outcome, **details}, default=str, separators=(",", ":"))
     with table.transaction() as transaction:
@@ -223,9 +225,9 @@ def maintain(config: JobConfig, action: str, spark: Any | None = None,
     spark = spark or build_session(config)
     for key, value in {**spark_catalog_conf(config), "spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(key, value)
-    attempts = config.maintenance.max_attempts
+    attempts = MAX_ATTEMPTS
     for attempt in range(1, attempts + 1):
-        table = load_catalog(config.table.catalog).load_table(config.table.identifier)
+        table = load_catalog(config.catalog()).load_table(config.table.identifier)
         try:
             with (holding(config, action) if action in HOLDING else contextlib.nullcontext()):
                 result = RUNNERS[action](spark, config, table,

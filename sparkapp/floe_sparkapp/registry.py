@@ -4,14 +4,13 @@ fetched by subject and version."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from .config import ConfigError, SchemaRegistryConfig
+from .contract import SchemaRegistrySpec
 
 
 @dataclass(frozen=True)
@@ -25,27 +24,17 @@ class RegisteredSchema:
 
 
 class Registry:
-    """``latest_ttl_seconds``: how long the subject's latest version is kept (the client keeps
+    """``user_info``: ``user:password`` (the registry's Secret, :meth:`JobConfig.registry_auth`);
+    ``latest_ttl_seconds``: how long the subject's latest version is kept (the client keeps
     it for good when None, which suits a client used once)."""
 
-    def __init__(self, config: SchemaRegistryConfig, user_info: str | None = None,
+    def __init__(self, config: SchemaRegistrySpec, user_info: str | None = None,
                  latest_ttl_seconds: float | None = None):
         settings: dict[str, object] = {"url": config.url}
         if latest_ttl_seconds is not None:
             settings["cache.latest.ttl.sec"] = latest_ttl_seconds
         if user_info:
             settings["basic.auth.user.info"] = user_info
-        elif config.basic_auth_env:
-            if config.basic_auth_env not in os.environ:
-                raise ConfigError(f"schemaRegistry.basicAuthEnv: environment variable "
-                                  f"{config.basic_auth_env} not set")
-            settings["basic.auth.user.info"] = os.environ[config.basic_auth_env]
-        elif config.basic_auth_file:
-            try:
-                settings["basic.auth.user.info"] = open(config.basic_auth_file).read().strip()
-            except OSError as error:
-                raise ConfigError(f"schemaRegistry.basicAuthFile: cannot read "
-                                  f"{config.basic_auth_file}: {error.strerror}") from None
         self.config = config
         self.client = SchemaRegistryClient(settings)
         self._known: dict[int, RegisteredSchema] = {}

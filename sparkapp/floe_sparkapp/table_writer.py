@@ -31,7 +31,8 @@ from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, commit_with_retries
 from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
-from .config import ROW_LEVEL, JobConfig
+from .config import JobConfig
+from .contract import ROW_LEVEL
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
                      decode_raw, frame, table_rows)
 from .layout import KEY_FIELDS
@@ -97,7 +98,7 @@ class TableWriter:
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
                                          self.config.table.identifier, self.config.writer)
-        self.catalog = catalogs.load_catalog(self.config.table.catalog)
+        self.catalog = catalogs.load_catalog(self.config.catalog())
         mode = self.config.table.mode
         self.upsert = (Upsert(self.config.table.key_columns,
                               has_value=self.config.value.format != "raw", cdc=mode == "cdc",
@@ -126,7 +127,7 @@ class TableWriter:
                 found, self.config.table.mode, self.config.value.message))
         except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
-        fit = evolve_for_writer if self.config.schema_evolution == "additive" else (
+        fit = evolve_for_writer if self.config.schema_evolution.mode == "additive" else (
             fit_without_evolution)
         try:
             plan = fit(table, mapped.struct, column)
@@ -393,7 +394,7 @@ class TableWriter:
                 log.info("%s: decoding it again", unplanned)
         if "offsets" in outcome:
             self.rejoins_at = None
-            if self.config.maintenance.expire_while_committing:
+            if self.config.maintenance.expire_snapshots.enabled:
                 self._expire(outcome)
         return outcome
 
@@ -457,7 +458,7 @@ class TableWriter:
         older_than_ms = int((time.time() - self.config.snapshot_max_age_seconds) * 1000)
         try:
             outcome["expired"] = self.committer.expire_snapshots(
-                older_than_ms, self.config.maintenance.retain_last)
+                older_than_ms, self.config.maintenance.expire_snapshots.retain_last)
         except Exception as error:  # noqa: BLE001 - the commit stands; expiry comes again
             log.warning("could not expire the snapshots of %s: %s", self.table_name,
                         str(error).splitlines()[0][:500])

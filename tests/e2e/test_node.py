@@ -99,9 +99,9 @@ class Topic:
 
     def rows(self) -> list[dict]:
         from floe_sparkapp.catalog import load_catalog
-        from floe_sparkapp.config import CatalogConfig
+        from floe_sparkapp.contract import CatalogSpec
 
-        catalog = load_catalog(CatalogConfig(name="lake", uri=f"jdbc:sqlite:{self.shared / self.name}.db",
+        catalog = load_catalog(CatalogSpec(name="lake", uri=f"jdbc:sqlite:{self.shared / self.name}.db",
                                              warehouse=f"file://{self.shared / self.name}"))
         return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
 

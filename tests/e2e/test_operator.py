@@ -87,9 +87,9 @@ def postgres_catalog(stack, warehouse: str) -> dict:
 def topic_catalog(directory: Path, catalog: dict | None = None):
     """The catalog topic_body points at, opened with PyIceberg."""
     from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.config import CatalogConfig
+    from floe_sparkapp.contract import CatalogSpec
 
-    return load_catalog(CatalogConfig.model_validate(catalog or sqlite_catalog(directory)))
+    return load_catalog(CatalogSpec.model_validate(catalog or sqlite_catalog(directory)))
 
 
 def orders_rows(catalog) -> list[dict]:

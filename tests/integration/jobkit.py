@@ -101,7 +101,7 @@ class AvroProducer:
 
 
 def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: str = "data/orders",
-               dead_letter: str | None = None, interval: int = 1, max_records: int = 100_000,
+               dead_letter: str | None = None, interval: float = 1, max_records: int = 100_000,
                catalog_dir: Path | None = None, mode: str = "append",
                key_columns: tuple[str, ...] = (), catalog: str = "sqlite") -> JobConfig:
     """``catalog``: ``sqlite`` (a JDBC catalog in a file in ``catalog_dir``), ``postgresql`` (a
@@ -132,7 +132,7 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
             "identifier": f"analytics.{topic.replace('-', '_')}",
             "mode": mode, "keyColumns": list(key_columns),
         },
-        "commit": {"intervalSeconds": interval, "maxRecordsPerCommit": max_records},
+        "commit": {"interval": f"{interval}s", "maxRecordsPerCommit": max_records},
         "checkpointLocation": str(tmp_path / "checkpoint"),
     }
     if fmt != "raw":
@@ -321,3 +321,18 @@ def run_killed_between_branch_and_main(config: JobConfig, spark, monkeypatch) ->
     found = re.search(r"killed between the branch (\S+) and main", str(error.value))
     assert found, error.value
     return found.group(1)
+
+
+def with_maintenance(config: JobConfig, **actions: dict[str, Any]) -> JobConfig:
+    """``config`` with some maintenance settings changed (``compaction={"min_input_files":
+    2}``), unchecked: a test may go below what a resource allows."""
+    maintenance = config.maintenance.model_copy(update={
+        action: getattr(config.maintenance, action).model_copy(update=changes)
+        for action, changes in actions.items()})
+    return config.model_copy(update={"maintenance": maintenance})
+
+
+def route_table(table: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A route's table like ``table`` (a job config's ``table``, as JSON), in its catalog."""
+    return {**{k: v for k, v in table.items() if k not in ("catalog", "deletionPolicy")},
+            **changes}

@@ -237,8 +237,7 @@ def test_cdc_keyed_by_debeziums_json_key_decoded_by_its_subject(
          "fields": [{"name": "id", "type": "int"}]}), "AVRO"))
     base = job_config(stack, tmp_path, topic, fmt="json", mode="cdc")
     data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
-    data["key"] = {"format": "json", "schemaRegistry": {
-        **data["value"]["schemaRegistry"], "subject": f"{topic}-key"}}
+    data["key"] = {"format": "json", "subject": f"{topic}-key"}
     config = parse_config(data)
     producer = Producer({"bootstrap.servers": stack.bootstrap})
     db = Database()

@@ -160,7 +160,7 @@ def test_schema_evolution_none_keeps_the_tables_schema_in_the_job(
         producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
     producer.flush()
     config = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
-                           "schemaEvolution": "none"})
+                           "schemaEvolution": {"mode": "none"}})
     run(config, spark, available_now=True, timeout=600)
 
     wide = {**V2, "fields": [f if f["name"] != "quantity" else {"name": "quantity",

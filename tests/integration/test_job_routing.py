@@ -13,7 +13,7 @@ from floe_sparkapp.config import parse_config
 from floe_sparkapp.table_writer import TableWriter
 
 from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     run_once, table_rows)
+                     route_table, run_once, table_rows)
 from .test_job_cdc import ROW_V1, ROW_V2, Database, envelope
 
 pytestmark = [pytest.mark.integration]
@@ -41,8 +41,7 @@ def routed_config(stack, tmp_path, topic: str):
 
     def route(table: str, mode: str, keys: list[str]) -> dict:
         return {"field": "source.table", "values": [table], "subject": subject(topic, table),
-                "table": {"catalog": data["table"]["catalog"],
-                          "identifier": f"{stem}_{table}", "mode": mode, "keyColumns": keys}}
+                "table": {"identifier": f"{stem}_{table}", "mode": mode, "keyColumns": keys}}
 
     data["routes"] = [route("customers", "cdc", []),  # keyed by the Kafka key
                       route("orders", "cdc", ["id"]),
@@ -178,10 +177,12 @@ def test_json_values_are_routed_by_a_field(
     create_topic(stack.bootstrap, topic, partitions=2)
     base, data = sales_job(stack, tmp_path, topic)
     data["routes"] = [{"field": "region", "values": ["eu", "uk"],
-                       "table": {**data["table"], "identifier": f"{base.table.identifier}_eu"}},
+                       "table": route_table(data["table"],
+                                            identifier=f"{base.table.identifier}_eu")},
                       {"field": "region", "values": ["us"],
-                       "table": {**data["table"], "identifier": f"{base.table.identifier}_us",
-                                 "mode": "upsert", "keyColumns": ["id"]}}]
+                       "table": route_table(data["table"],
+                                            identifier=f"{base.table.identifier}_us",
+                                            mode="upsert", keyColumns=["id"])}]
     config = parse_config(data)
     default, europe, america = config.destinations()
     producer = Producer({"bootstrap.servers": stack.bootstrap})
@@ -253,8 +254,8 @@ def sales_config(stack, tmp_path, topic: str, routes: tuple[str, ...] = ("eu", "
     us); the rest to the topic's own table."""
     base, data = sales_job(stack, tmp_path, topic)
     data["routes"] = [{"field": "region", "values": [region],
-                       "table": {**data["table"],
-                                 "identifier": f"{base.table.identifier}_{region}"}}
+                       "table": route_table(data["table"],
+                                            identifier=f"{base.table.identifier}_{region}")}
                       for region in routes]
     return parse_config(data)
 

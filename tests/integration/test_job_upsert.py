@@ -196,8 +196,7 @@ def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_vers
 
     base = job_config(stack, tmp_path, topic, mode="upsert", max_records=70)
     data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
-    data["key"] = {"format": "avro", "schemaRegistry": {
-        **data["value"]["schemaRegistry"], "subject": f"{topic}-key"}}
+    data["key"] = {"format": "avro", "subject": f"{topic}-key"}
     config = parse_config(data)
     latest: dict[int, str] = {}
     for i in range(100):  # ids 0..19, five updates each, keys of version 1

@@ -21,7 +21,7 @@ from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
 
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
-    table_rows, wait_for_rows,
+    table_rows, wait_for_rows, with_maintenance,
 )
 from .test_job_roundtrip import V1, order
 
@@ -47,10 +47,19 @@ def data_files(config) -> list[str]:
     return [task.file.file_path for task in load_table(config).scan().plan_files()]
 
 
-def config_with(stack, tmp_path, topic, catalog="sqlite", **maintenance):
+def config_with(stack, tmp_path, topic, catalog="sqlite", *, min_input_files=None,
+                retain_last=None, max_snapshot_age_seconds=None, orphan_older_than_seconds=None):
+    """A job config of 25 records a commit, with some maintenance settings changed (below
+    what a resource allows, where a test needs it)."""
     config = job_config(stack, tmp_path, topic, max_records=25, catalog=catalog)
-    return config.model_copy(update={"maintenance": config.maintenance.model_copy(
-        update=maintenance)})
+    expire = {**({"retain_last": retain_last} if retain_last is not None else {}),
+              **({"max_age": f"{max_snapshot_age_seconds}s"}
+                 if max_snapshot_age_seconds is not None else {})}
+    actions = {"compaction": {"min_input_files": min_input_files} if min_input_files else {},
+               "expire_snapshots": expire,
+               "remove_orphans": ({"older_than": f"{orphan_older_than_seconds}s"}
+                                  if orphan_older_than_seconds is not None else {})}
+    return with_maintenance(config, **{a: changes for a, changes in actions.items() if changes})
 
 
 @pytest.fixture
@@ -98,10 +107,13 @@ def test_compaction_leaves_the_partition_being_written_alone(stack, spark, tmp_p
 
 
 def test_compaction_while_the_job_commits_loses_and_duplicates_nothing(stack, spark, tmp_path,
-                                                                       topic):
+                                                                       topic, monkeypatch):
+    from floe_sparkapp import maintenance
+
+    monkeypatch.setattr(maintenance, "MAX_ATTEMPTS", 10)
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 200)
-    config = config_with(stack, tmp_path, topic, min_input_files=2, max_attempts=10)
+    config = config_with(stack, tmp_path, topic, min_input_files=2)
     query = start(config, spark, query_name="streaming_during_compaction")
     wait_for_rows(config, 50)
     stop = threading.Event()
@@ -268,8 +280,7 @@ def test_compaction_of_an_upsert_table_applies_its_deletes(stack, spark, tmp_pat
     producer = AvroProducer(stack, topic)
     config = job_config(stack, tmp_path, topic, max_records=25, mode="upsert")
     # Too few files for a rewrite by their number alone: the deletes are what is rewritten.
-    config = config.model_copy(update={"maintenance": config.maintenance.model_copy(
-        update={"min_input_files": 50})})
+    config = with_maintenance(config, compaction={"min_input_files": 50})
     for i in range(200):  # 40 keys, each updated five times, in a partition nobody writes now
         producer.send(key=f"k{i % 40}".encode(), value={**order(i % 40, 1), "item": f"u{i}"},
                       schema=V1, timestamp_ms=TWO_DAYS_AGO + i)
@@ -322,8 +333,7 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
     # (Its own retention is not used by a compaction: the job's 2 s is below what a config
     # file may say.)
     config_file = tmp_path / "job.json"
-    config_file.write_text(config.model_copy(update={"maintenance": config.maintenance.model_copy(
-        update={"max_snapshot_age_seconds": None})}).to_json())
+    config_file.write_text(with_maintenance(config, expire_snapshots={"max_age": None}).to_json())
     env = local_job_env(stack, cores=1, memory="512m")
     thread = threading.Thread(target=keep_producing)
     query = start(config, spark, query_name="expiring_beside_compaction")

@@ -8,7 +8,8 @@ from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 from floe_sparkapp.catalog import load_catalog, register_in
-from floe_sparkapp.config import CatalogConfig
+from floe_sparkapp.config import SecretSource
+from floe_sparkapp.contract import CatalogSpec
 
 from .test_stack_kafka import create_topic
 
@@ -35,7 +36,7 @@ def test_kafka_source_to_iceberg_sql_catalog_read_back_by_pyiceberg(stack, spark
     topic = f"spark-{unique_name}"
     create_topic(stack.bootstrap, topic, partitions=2)
     produced = produce(stack.bootstrap, topic, 200)
-    catalog = CatalogConfig(name="floe_smoke", uri=f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+    catalog = CatalogSpec(name="floe_smoke", uri=f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
                             warehouse=f"file://{tmp_path / 'warehouse'}")
     register_in(spark, catalog)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS floe_smoke.db")
@@ -68,13 +69,14 @@ def test_kafka_source_to_iceberg_sql_catalog_read_back_by_pyiceberg(stack, spark
 def test_iceberg_table_on_s3(stack, spark, tmp_path, unique_name):
     env = stack.env
     prefix = f"smoke/{unique_name}"
-    catalog = CatalogConfig(
+    catalog = CatalogSpec(
         name="floe_s3", uri=f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
         warehouse=f"s3://{env['FLOE_S3_BUCKET']}/{prefix}",
         properties={"s3.endpoint": env["FLOE_S3_ENDPOINT"], "s3.path-style-access": "true",
                     "s3.access-key-id": env["FLOE_S3_ACCESS_KEY"],
                     "client.region": env["FLOE_S3_REGION"]},
-        properties_from_env={"s3.secret-access-key": "FLOE_S3_SECRET_KEY"})
+    ).with_secrets(SecretSource(env={"s3.secret-access-key": "FLOE_S3_SECRET_KEY"}).values(
+        "catalog"))
     register_in(spark, catalog)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS floe_s3.db")
     rows = [(i, f"name-{i}") for i in range(50)]
@@ -112,7 +114,7 @@ def test_a_rest_catalog_that_asks_for_sigv4_is_signed_by_both_sides(
                         ("aws.secretAccessKey", keys["AWS_SECRET_ACCESS_KEY"]),
                         ("aws.region", keys["AWS_REGION"])):
         system.setProperty(name, value)
-    catalog = CatalogConfig(
+    catalog = CatalogSpec(
         type="rest", name="signed", uri=env["FLOE_REST_CATALOG_URI"],
         warehouse=env["FLOE_REST_CATALOG_WAREHOUSE"],
         properties={"rest.sigv4-enabled": "true", "rest.signing-name": "glue",

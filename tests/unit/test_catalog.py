@@ -6,13 +6,14 @@ import pytest
 from pydantic import ValidationError
 
 from floe_sparkapp.catalog import pyiceberg_properties, s3a_conf, spark_conf
-from floe_sparkapp.config import CatalogConfig, ConfigError
+from floe_sparkapp.config import ConfigError, SecretSource
+from floe_sparkapp.contract import CatalogSpec
 
 pytestmark = pytest.mark.unit
 
 
 def test_sql_catalog_names_the_same_database_and_warehouse_on_both_sides():
-    catalog = CatalogConfig(type="sql", name="lake", uri="jdbc:sqlite:/data/cat.db",
+    catalog = CatalogSpec(type="sql", name="lake", uri="jdbc:sqlite:/data/cat.db",
                             warehouse="file:///data/wh")
 
     spark = spark_conf(catalog)
@@ -26,12 +27,12 @@ def test_sql_catalog_names_the_same_database_and_warehouse_on_both_sides():
 
 def test_s3_warehouse_uses_s3fileio_and_secrets_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("LAKE_SECRET", "topsecret")
-    catalog = CatalogConfig(
+    spec = CatalogSpec(
         type="sql", name="lake", uri="jdbc:postgresql://db:5432/iceberg", warehouse="s3://b/p",
         properties={"s3.endpoint": "http://s3:9000", "s3.path-style-access": "true",
-                    "s3.access-key-id": "ak", "jdbc.user": "floe"},
-        properties_from_env={"s3.secret-access-key": "LAKE_SECRET",
-                             "jdbc.password": "LAKE_SECRET"})
+                    "s3.access-key-id": "ak", "jdbc.user": "floe"})
+    catalog = spec.with_secrets(SecretSource(env={"s3.secret-access-key": "LAKE_SECRET",
+                                                  "jdbc.password": "LAKE_SECRET"}).values("c"))
 
     spark = spark_conf(catalog)
     assert spark["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
@@ -39,16 +40,15 @@ def test_s3_warehouse_uses_s3fileio_and_secrets_come_from_the_environment(monkey
     py = pyiceberg_properties(catalog)
     assert py["uri"] == "postgresql+psycopg2://floe:topsecret@db:5432/iceberg"
     assert py["s3.force-virtual-addressing"] == "false"
-    assert "topsecret" not in catalog.model_dump_json()
+    assert "topsecret" not in spec.model_dump_json()
 
 
-def test_a_checkpoint_in_the_warehouses_bucket_reaches_it_as_the_catalog_does(monkeypatch):
-    monkeypatch.setenv("LAKE_SECRET", "topsecret")
-    catalog = CatalogConfig(
+def test_a_checkpoint_in_the_warehouses_bucket_reaches_it_as_the_catalog_does():
+    catalog = CatalogSpec(
         type="sql", name="lake", uri="jdbc:postgresql://db:5432/iceberg", warehouse="s3://lake/wh",
         properties={"s3.endpoint": "http://minio:9000", "s3.path-style-access": "true",
-                    "s3.access-key-id": "ak", "client.region": "us-east-1", "jdbc.user": "floe"},
-        properties_from_env={"s3.secret-access-key": "LAKE_SECRET"})
+                    "s3.access-key-id": "ak", "client.region": "us-east-1", "jdbc.user": "floe"}
+    ).with_secrets({"s3.secret-access-key": "topsecret"})
     scoped = "spark.hadoop.fs.s3a.bucket.lake."
 
     assert s3a_conf(catalog, "s3a://lake/wh/_floe/checkpoints/data/orders") == {
@@ -62,13 +62,13 @@ def test_a_checkpoint_in_the_warehouses_bucket_reaches_it_as_the_catalog_does(mo
     # Another bucket, another store or a warehouse elsewhere: the catalog's keys stay its own.
     assert s3a_conf(catalog, "s3a://other/cp") == {}
     assert s3a_conf(catalog, "file:///checkpoints/data/orders") == {}
-    on_disk = CatalogConfig(uri="jdbc:sqlite:/c.db", warehouse="file:///w",
+    on_disk = CatalogSpec(uri="jdbc:sqlite:/c.db", warehouse="file:///w",
                             properties={"s3.access-key-id": "ak"})
     assert s3a_conf(on_disk, "s3a://lake/cp") == {}
 
 
 def test_temporary_keys_reach_the_checkpoint_with_their_session_token():
-    catalog = CatalogConfig(uri="jdbc:sqlite:/c.db", warehouse="s3a://lake/w",
+    catalog = CatalogSpec(uri="jdbc:sqlite:/c.db", warehouse="s3a://lake/w",
                             properties={"s3.access-key-id": "ak", "s3.secret-access-key": "sk",
                                         "s3.session-token": "tok"})
     conf = s3a_conf(catalog, "s3a://lake/w/cp")
@@ -78,15 +78,13 @@ def test_temporary_keys_reach_the_checkpoint_with_their_session_token():
 
 
 def test_a_missing_secret_variable_is_named():
-    catalog = CatalogConfig(type="sql", uri="jdbc:sqlite:/c.db", warehouse="file:///w",
-                            properties_from_env={"s3.secret-access-key": "NOT_SET_ANYWHERE"})
     with pytest.raises(ConfigError, match="NOT_SET_ANYWHERE not set"):
-        spark_conf(catalog)
+        SecretSource(env={"s3.secret-access-key": "NOT_SET_ANYWHERE"}).values("catalog")
 
 
 def test_a_catalog_name_spark_cannot_address_is_refused():
     with pytest.raises(ValidationError, match="name"):
-        CatalogConfig(name="my-lake", uri="jdbc:sqlite:/c.db", warehouse="file:///w")
+        CatalogSpec(name="my-lake", uri="jdbc:sqlite:/c.db", warehouse="file:///w")
 
 
 def test_secret_properties_come_from_a_mounted_secret_directory(tmp_path):
@@ -94,8 +92,8 @@ def test_secret_properties_come_from_a_mounted_secret_directory(tmp_path):
     secret.mkdir()
     (secret / "s3.secret-access-key").write_text("fromfile\n")
     (secret / "..data").mkdir()  # Kubernetes' bookkeeping in a Secret volume
-    catalog = CatalogConfig(uri="jdbc:sqlite:/c.db", warehouse="s3://b/w",
-                            properties_dir=str(secret))
+    catalog = CatalogSpec(uri="jdbc:sqlite:/c.db", warehouse="s3://b/w").with_secrets(
+        SecretSource(dir=str(secret)).values("catalog"))
 
     assert spark_conf(catalog)["spark.sql.catalog.floe.s3.secret-access-key"] == "fromfile"
     assert "..data" not in "".join(spark_conf(catalog))
@@ -108,7 +106,7 @@ def test_a_new_sql_catalog_opened_by_two_processes_at_once_opens_in_both(tmp_pat
 
     from floe_sparkapp.catalog import load_catalog
 
-    catalog = CatalogConfig(type="sql", name="lake", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+    catalog = CatalogSpec(type="sql", name="lake", uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
                             warehouse=f"file://{tmp_path / 'wh'}")
     init = SqlCatalog._init_catalog
     raced = []

@@ -1,4 +1,5 @@
-"""The job config contract: round trip through JSON, and bad configs named field by field."""
+"""The job's config: the resource's spec (the contract's models) and what the operator adds,
+round trip through JSON, and bad configs named field by field, in the contract's words."""
 
 from __future__ import annotations
 
@@ -51,13 +52,14 @@ def test_config_round_trips_through_json_with_defaults():
 @pytest.mark.parametrize("path, value, message", [
     ("kafka.topic", ..., "kafka.topic: Field required"),
     ("kafka.topic", "bad topic!", "kafka.topic: String should match pattern"),
-    ("value.schemaRegistry", ..., "value: format 'avro' needs schemaRegistry (url and subject) "
-                                  "for the value schema; use format 'raw' to keep the bytes only"),
+    ("value.schemaRegistry", ..., "value: schemaRegistry is required when format is avro, json "
+                                  "or protobuf: the table schema comes from the registry (use "
+                                  "format raw to keep the bytes only)"),
     ("value.format", "xml", "value.format: Input should be 'avro', 'json', 'protobuf' or 'raw'"),
-    ("value.message", "shop.Order", "message names a Protobuf message: it needs format 'protobuf'"),
+    ("value.message", "shop.Order", "message names a Protobuf message: it needs format protobuf"),
     ("table.identifier", "orders", "table.identifier: String should match pattern"),
     ("table.catalog.uri", "sqlite:/c.db", "table.catalog: a sql catalog needs uri: "
-                                          "jdbc:sqlite:/path or jdbc:postgresql://host:port/db"),
+                                          "jdbc:postgresql://host:port/db or jdbc:sqlite:/path"),
     ("table.partitioning", "week", "table.partitioning: Input should be 'hour', 'day', 'month' "
                                    "or 'none'"),
     ("writer", "orders", "writer: String should match pattern"),
@@ -74,14 +76,14 @@ def test_bad_configs_name_the_field_and_what_is_wrong(path, value, message):
 
 def test_the_entry_point_refuses_a_bad_config_before_starting_spark(tmp_path):
     bad = tmp_path / "job.json"
-    bad.write_text(json.dumps(with_("commit", {"intervalSeconds": 0})))
+    bad.write_text(json.dumps(with_("commit", {"interval": "0s"})))
 
     result = subprocess.run([sys.executable, "-m", "floe_sparkapp", "run", "--config", str(bad)],
                             capture_output=True, text=True, timeout=60)
 
     assert result.returncode == 2
-    assert result.stderr.strip() == ("floe: invalid job config: commit.intervalSeconds: "
-                                     "Input should be greater than or equal to 1")
+    assert result.stderr.strip() == ("floe: invalid job config: commit: commit.interval must be "
+                                     "between 1s and 1d")
 
 
 def test_a_missing_or_broken_file_is_reported(tmp_path):
@@ -98,8 +100,7 @@ def test_upsert_keys_are_value_field_paths_and_a_raw_topic_has_none():
     upsert["table"]["keyColumns"] = ["id", "customer.id"]
     assert parse_config(upsert).table.key_columns == ("id", "customer.id")
     for columns, message in [(["id", "id"], "table: keyColumns names a field twice"),
-                             (["value.id!"], "table: keyColumns must be value field paths such "
-                                             "as id or customer.id: value.id!"),
+                             (["value.id!"], "table.keyColumns.0: String should match pattern"),
                              ([f"k{i}" for i in range(9)], "table.keyColumns: Tuple should have "
                                                            "at most 8 items")]:
         upsert["table"]["keyColumns"] = columns
@@ -129,8 +130,7 @@ def test_cdc_reads_decoded_envelopes_keyed_by_fields_of_the_row():
 
 
 def route(field: str, values: list[str], identifier: str, **table) -> dict:
-    return {"field": field, "values": values,
-            "table": {"catalog": GOOD["table"]["catalog"], "identifier": identifier, **table}}
+    return {"field": field, "values": values, "table": {"identifier": identifier, **table}}
 
 
 def test_routes_give_each_table_its_own_config_and_subject():
@@ -143,6 +143,7 @@ def test_routes_give_each_table_its_own_config_and_subject():
     assert default == config
     assert (customers.table.identifier, customers.table.mode, customers.routes) == (
         "crm.customers", "cdc", ())
+    assert customers.table.catalog == config.table.catalog  # every table is in the topic's
     assert customers.value.schema_registry.subject == "inventory-customers"
     assert europe.value.schema_registry.subject == "orders-value"  # the topic's own
     assert {d.writer for d in config.destinations()} == {"data/orders"}
@@ -151,10 +152,10 @@ def test_routes_give_each_table_its_own_config_and_subject():
 
 @pytest.mark.parametrize("routes, fmt, message", [
     ([route("region", ["eu"], "analytics.orders")], "avro",
-     "routes[0].table.identifier analytics.orders is already a table of this topic: each "
-     "route needs a table of its own"),
+     "each route needs a table of its own: routes[].table.identifier must differ from "
+     "table.identifier and from each other"),
     ([route("region", ["eu"], "analytics.eu"), route("region", ["uk"], "analytics.eu")], "avro",
-     "routes[1].table.identifier analytics.eu is already a table of this topic"),
+     "each route needs a table of its own"),
     ([route("region", ["eu"], "analytics.eu")], "raw",
      "routes pick a table by a value field, and a raw topic's value has none"),
     ([route("region", [], "analytics.eu")], "avro",
@@ -162,8 +163,8 @@ def test_routes_give_each_table_its_own_config_and_subject():
     ([route("region!", ["eu"], "analytics.eu")], "avro", "routes.0.field: String should match"),
     ([{**route("region", ["eu"], "analytics.eu"),
        "table": {**route("region", ["eu"], "analytics.eu")["table"],
-                 "catalog": {**GOOD["table"]["catalog"], "name": "other"}}}], "avro",
-     "routes[0]: a route's table is in the topic's catalog"),
+                 "catalog": GOOD["table"]["catalog"]}}], "avro",
+     "routes.0.table.catalog: Extra inputs are not permitted"),  # the topic's catalog
 ])
 def test_bad_routes_say_what_to_change(routes, fmt, message):
     data = with_("routes", routes)
@@ -173,20 +174,44 @@ def test_bad_routes_say_what_to_change(routes, fmt, message):
     assert message in str(error.value)
 
 
-def test_a_decoded_key_names_its_registry_subject():
-    keyed = with_("key", {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
-                                                              "subject": "orders-key"}})
+def test_a_decoded_key_names_its_subject_in_the_values_registry():
+    keyed = with_("key", {"format": "avro", "subject": "orders-key"})
     config = parse_config(keyed)
-    assert config.key.decoded and config.key.schema_registry.subject == "orders-key"
-    assert not parse_config(GOOD).key.decoded  # the bytes only, by default
+    assert config.key.decoded and config.key_registry().subject == "orders-key"
+    assert config.key_registry().url == "http://registry:8081"
+    assert not parse_config(GOOD).key.decoded and parse_config(GOOD).key_registry() is None
     with pytest.raises(ConfigError) as error:
         parse_config(with_("key", {"format": "json"}))
-    assert ("key: format 'json' needs schemaRegistry (url and subject) for the key schema; use "
-            "format 'raw' to keep the key's bytes only") in str(error.value)
+    assert ("key: key.subject is required when key.format is avro or json: the key_fields "
+            "column comes from the registry (use format raw to keep the key's bytes only)"
+            ) in str(error.value)
     keyed["routes"] = [{**route("region", ["eu"], "analytics.eu"), "keySubject": "eu-key"}]
     default, europe = parse_config(keyed).destinations()
-    assert (default.key.schema_registry.subject, europe.key.schema_registry.subject) == (
+    assert (default.key_registry().subject, europe.key_registry().subject) == (
         "orders-key", "eu-key")
+
+
+def test_the_secrets_values_come_from_their_mounts_or_the_environment(tmp_path, monkeypatch):
+    mounted = tmp_path / "catalog"
+    mounted.mkdir()
+    (mounted / "jdbc.password").write_text("from-the-secret\n")
+    (mounted / "..data").mkdir()  # Kubernetes' bookkeeping in a Secret volume
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    (registry / "basic.auth.user.info").write_text("floe:pw")
+    monkeypatch.setenv("KAFKA_JAAS", "jaas-config")
+    data = with_("secrets", {"catalog": {"dir": str(mounted)}, "registry": {"dir": str(registry)},
+                             "kafka": {"env": {"sasl.jaas.config": "KAFKA_JAAS"}}})
+    config = parse_config(data)
+    assert config.catalog().properties == {"jdbc.password": "from-the-secret"}
+    assert config.table.catalog.properties == {}  # the config itself holds no secret
+    assert config.registry_auth() == "floe:pw"
+    from floe_sparkapp.config import kafka_client_settings
+
+    assert kafka_client_settings(config) == {"sasl.jaas.config": "jaas-config"}
+    monkeypatch.delenv("KAFKA_JAAS")
+    with pytest.raises(ConfigError, match="secrets.kafka.env: environment variable.*KAFKA_JAAS"):
+        kafka_client_settings(config)
 
 
 def test_the_job_sizes_its_shuffles_to_its_cores_unless_the_spec_sets_them():

@@ -6,7 +6,7 @@ import pytest
 
 from floe_sparkapp.avro_types import avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
-from floe_sparkapp.config import CatalogConfig, TableConfig
+from floe_sparkapp.contract import CatalogSpec, TableSpec
 from floe_sparkapp.evolution import (
     BreakingChange, apply_evolution, plan_evolution, required_fields_added, value_struct,
 )
@@ -28,10 +28,10 @@ V1 = record({"name": "id", "type": "int"}, {"name": "price", "type": "float"},
 
 @pytest.fixture
 def table(tmp_path):
-    catalog = CatalogConfig(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
                             warehouse=f"file://{tmp_path / 'wh'}")
     created, _ = ensure_table(load_catalog(catalog),
-                              TableConfig(catalog=catalog, identifier="db.orders"),
+                              TableSpec(catalog=catalog, identifier="db.orders"),
                               avro_to_iceberg(V1).struct)
     return created
 
@@ -121,14 +121,14 @@ def test_an_existing_table_that_is_not_floes_is_refused(tmp_path):
 
     from floe_sparkapp.layout import LayoutMismatch
 
-    catalog = CatalogConfig(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
                             warehouse=f"file://{tmp_path / 'wh'}")
     opened = load_catalog(catalog)
     opened.create_namespace("db")
     opened.create_table("db.other", Schema(NestedField(1, "id", LongType())))
 
     with pytest.raises(LayoutMismatch) as refused:
-        ensure_table(opened, TableConfig(catalog=catalog, identifier="db.other"),
+        ensure_table(opened, TableSpec(catalog=catalog, identifier="db.other"),
                      avro_to_iceberg(V1).struct)
     assert str(refused.value) == (
         "table db.other exists but is not a floe table: it has no column(s) kafka, key, value, "

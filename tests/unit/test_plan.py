@@ -409,7 +409,7 @@ def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_be
         {"field": "region", "values": ["us"], "table": {"identifier": "analytics.orders_us"}}])
     europe = TableView(exists=True, owner="data/orders", value=V1, schema_id=1, snapshot_id=7,
                        committed_at_ms=NOW_MS - 9000, offsets={0: 8}, vtts_ms=NOW_MS - 30_000)
-    world = steady(routed, routes=(europe, TableView()))  # us: made when the job starts
+    world = steady(routed, routes={"analytics.orders_eu": europe})  # us: made as the job starts
     planned = plan(routed, world, {}, SETTINGS)
     assert planned.status["tables"] == [
         {"identifier": "analytics.orders", "exists": True, "snapshotId": "42",
@@ -424,8 +424,8 @@ def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_be
     assert planned.status["table"]["snapshotId"] == "42"  # the topic's own table
     # A route's table the catalog cannot show keeps its last line, with the error; the
     # topic's offsets (the lowest of the tables') are not said without it.
-    unreadable = plan(routed, steady(routed, routes=(TableView(error="OSError: timed out"),
-                                                     TableView())), planned.status, SETTINGS)
+    unreadable = plan(routed, steady(routed, routes={
+        "analytics.orders_eu": TableView(error="OSError: timed out")}), planned.status, SETTINGS)
     assert unreadable.status["tables"][1] == {**planned.status["tables"][1],
                                               "error": "OSError: timed out"}
     assert "offsets" not in unreadable.status and "freshnessSeconds" not in unreadable.status

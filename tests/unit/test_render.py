@@ -7,7 +7,7 @@ import json
 import pytest
 
 from floe_operator.render import Topic, config_map, cron_jobs, job_fingerprint, spark_application
-from floe_operator.units import duration_seconds, size_bytes
+from floe_sparkapp.units import duration_seconds, size_bytes
 from floe_operator.settings import OperatorSettings
 from floe_sparkapp.config import parse_config
 
@@ -32,8 +32,8 @@ BODY = {
 
 
 def test_durations_and_sizes():
-    assert [duration_seconds(d) for d in ("60s", "1m30s", "2h", "500ms", "7d")] == [
-        60, 90, 7200, 1, 7 * 86_400]
+    assert [duration_seconds(d) for d in ("60s", "1m30s", "2h", "1500ms", "7d")] == [
+        60, 90, 7200, 2, 7 * 86_400]
     assert [size_bytes(s) for s in ("256Mi", "1G", "2g", "512k", "100")] == [
         256 * 2**20, 10**9, 2 * 2**30, 512 * 2**10, 100]
 
@@ -48,10 +48,12 @@ def test_the_job_config_carries_the_spec_and_names_secrets_only_by_mount_path():
     assert config.writer == "data/orders"
     assert config.generation == 3
     assert config.commit.interval_seconds == 90
-    assert config.kafka.properties_dir == "/etc/floe/secrets/kafka"
-    assert config.table.catalog.properties_dir == "/etc/floe/secrets/catalog"
-    assert config.value.schema_registry.basic_auth_file == (
-        "/etc/floe/secrets/registry/basic.auth.user.info")
+    assert (config.secrets.kafka.dir, config.secrets.catalog.dir, config.secrets.registry.dir) == (
+        "/etc/floe/secrets/kafka", "/etc/floe/secrets/catalog", "/etc/floe/secrets/registry")
+    # The spec as the user wrote it, the same models: nothing renamed, the pods' settings left out.
+    spec = topic.spec.model_dump(exclude={"spark"})
+    assert config.model_dump(include=set(spec)) == spec
+    assert "spark" not in json.loads(rendered["data"]["job.json"])
     assert config.checkpoint_location == "s3a://lake/wh/_floe/checkpoints/data/orders"
     assert config.dead_letter.topic == "orders.dlq"
 
@@ -194,7 +196,8 @@ def test_a_volume_mount_must_name_a_volume():
 
     spec = json.loads(json.dumps(BODY["spec"]))
     spec["spark"] = {"volumeMounts": [{"name": "data", "mountPath": "/srv/lake"}]}
-    with pytest.raises(ValueError, match="'data' names no volume in spark.volumes"):
+    with pytest.raises(ValueError, match="every volumeMounts entry must name a volume in "
+                                         "spark.volumes"):
         KafkaIcebergTopicSpec.model_validate(spec)
 
 
@@ -232,8 +235,8 @@ def test_one_cron_job_per_enabled_maintenance_action_with_its_schedule_and_setti
     assert set(mounts) == {"/etc/floe/job", "/tmp", "/etc/floe/secrets/kafka",
                            "/etc/floe/secrets/catalog", "/etc/floe/secrets/registry"}
     config = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
-    assert config.maintenance.target_file_size_bytes == 128 * 2**20
-    assert config.maintenance.orphan_older_than_seconds == 3 * 86_400
+    assert config.maintenance.compaction.target_file_size_bytes == 128 * 2**20
+    assert config.maintenance.remove_orphans.older_than_seconds == 3 * 86_400
 
     suspended = cron_jobs(Topic.from_body(with_spec(suspend=True)), OperatorSettings())
     assert all(j["spec"]["suspend"] for j in suspended)
@@ -295,7 +298,7 @@ def test_snapshots_expire_past_retain_last_commit_intervals_unless_max_age_is_se
                                       maintenance={"expireSnapshots": expire}))
     config = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
     assert config.snapshot_max_age_seconds == age
-    assert config.maintenance.expire_while_committing is expiring
+    assert config.maintenance.expire_snapshots.enabled is expiring
 
 
 def test_orphans_younger_than_an_hour_are_never_a_valid_threshold():
@@ -306,12 +309,12 @@ def test_orphans_younger_than_an_hour_are_never_a_valid_threshold():
     with pytest.raises(ValidationError) as invalid:
         Topic.from_body(with_spec(maintenance={"removeOrphans": {"olderThan": "30m"}}))
     assert _invalid(invalid.value) == (
-        "spec.maintenance.removeOrphans.olderThan: must be at least 1h: a younger unreferenced "
-        "file may belong to a commit still in flight")
+        "spec.maintenance.removeOrphans: removeOrphans.olderThan must be at least 1h: a younger "
+        "unreferenced file may belong to a commit still in flight")
 
 
 def test_the_schema_evolution_mode_reaches_the_job():
     for mode in ("additive", "none"):
         topic = Topic.from_body(with_spec(schemaEvolution={"mode": mode}))
         job = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
-        assert job.schema_evolution == mode
+        assert job.schema_evolution.mode == mode

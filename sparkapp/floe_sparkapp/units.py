@@ -1,7 +1,7 @@
 """Durations and sizes as the resource writes them, and as ``floe status`` prints them.
 
-A leaf module: the CRD's patterns, the rules that check a spec and the renderer all read the
-same syntax from here.
+A leaf module: the contract's patterns and rules (the CRD's, the operator's and the job's) and the
+renderer all read the same syntax from here.
 """
 
 from __future__ import annotations
@@ -42,10 +42,14 @@ def cel_bytes(value: str = "self") -> str:
     return f"double({value}.find('^[0-9]+(\\\\.[0-9]+)?')) * {factor}"
 
 
+def seconds(text: str) -> float:
+    """'90s', '1m30s', '2h', '7d', '500ms' as seconds, as :func:`cel_seconds` counts them."""
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+
+
 def duration_seconds(text: str) -> int:
-    """'90s', '1m30s', '2h', '7d' as whole seconds (at least 1)."""
-    total = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
-    return max(1, round(total))
+    """'90s', '1m30s', '2h', '7d' as whole seconds."""
+    return round(seconds(text))
 
 
 def size_bytes(text: str) -> int:

@@ -1,0 +1,474 @@
+"""The contract: the KafkaIcebergTopic's spec as the user writes it, and every rule it obeys,
+each written once.
+
+The same models are read three ways:
+
+- the CRD's OpenAPI schema is generated from them (``floe_operator.crd``): structure, enums,
+  patterns, bounds and defaults, and each cross-field :class:`Rule` as CEL
+  (``x-kubernetes-validations``), so ``kubectl apply`` refuses a bad spec;
+- the operator validates a resource with them (``floe_operator.resource`` adds the pods'
+  settings, ``spec.spark``);
+- the job's config is these models too (:class:`floe_sparkapp.config.JobConfig` extends
+  :class:`TopicSpec`), so the job validates the spec it runs on with the same rules.
+
+A rule's CEL and its Python check sit side by side, with the one message a user reads,
+whichever of the three refused the spec. ``tests/e2e/test_crd_validation.py`` walks every rule
+against the API server, the operator and the job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from .units import (DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_bytes, cel_seconds, seconds,
+                    size_bytes)
+
+CRON = (r"^(@(yearly|annually|monthly|weekly|daily|hourly)|"
+        r"[-0-9*/,A-Za-z?]+(\s+[-0-9*/,A-Za-z?]+){4})$")
+KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MAX_KEY_COLUMNS = 8
+MAX_ROUTES = 16
+ROW_LEVEL = ("upsert", "cdc")  # the modes whose records change rows (MERGE INTO)
+# The default retention keeps snapshots at least this long (seconds), for readers' scans.
+MIN_DEFAULT_SNAPSHOT_AGE_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule of one object: ``cel`` for the API server (``self`` is the object, ``oldSelf``
+    the stored one; with ``on``, ``self`` is that property's value), ``holds`` the same check
+    on the model for the operator and the job (None: a transition rule, which only the API
+    server can check), one ``message``; ``field`` points the API server's error at the field
+    to change."""
+
+    cel: str
+    message: str
+    field: str = ""
+    reason: str | None = None
+    holds: Callable[[Any], bool] | None = None
+    on: str = ""
+
+
+def _cel(schema: dict[str, Any], model: type[_Model]) -> None:
+    """The model's rules in its JSON schema, as the CRD's ``x-kubernetes-validations``."""
+    for rule in model.RULES:
+        entry = {"rule": rule.cel, "message": rule.message}
+        if rule.field:
+            entry["fieldPath"] = rule.field
+        if rule.reason:
+            entry["reason"] = rule.reason
+        target = schema["properties"][rule.on] if rule.on else schema
+        target.setdefault("x-kubernetes-validations", []).append(entry)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True, json_schema_extra=_cel)
+
+    RULES: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _rules_hold(self) -> Any:
+        for rule in type(self).RULES:
+            if rule.holds is not None and not rule.holds(self):
+                raise ValueError(rule.message)
+        return self
+
+
+def _snake(alias: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), alias)
+
+
+def _matches(pattern: str) -> str:
+    """CEL: the property matches its pattern (a bound is not checked on a value the pattern
+    refused: CEL runs either way)."""
+    return "self.matches('" + pattern.replace("\\", "\\\\") + "')"
+
+
+def duration_rule(field: str, name: str, *, at_least: float | None = None,
+                  at_most: float | None = None, words: str = "") -> Rule:
+    """A duration property's bounds, in seconds, checked on the property."""
+    bounds = " && ".join(part for part in (
+        f"{cel_seconds()} >= {float(at_least)}" if at_least is not None else "",
+        f"{cel_seconds()} <= {float(at_most)}" if at_most is not None else "") if part)
+
+    def holds(model: Any) -> bool:
+        value = getattr(model, _snake(field))
+        if value is None:
+            return True
+        within = seconds(value)
+        return ((at_least is None or within >= at_least)
+                and (at_most is None or within <= at_most))
+
+    return Rule(f"!{_matches(DURATION)} || ({bounds})", f"{name} {words}", holds=holds, on=field)
+
+
+def size_rule(field: str, name: str, at_least: int, words: str) -> Rule:
+    """A size property's lower bound, in bytes, checked on the property."""
+    return Rule(f"!{_matches(QUANTITY)} || {cel_bytes()} >= {float(at_least)}",
+                f"{name} {words}", holds=lambda model: size_bytes(
+                    getattr(model, _snake(field))) >= at_least, on=field)
+
+
+def _duration(default: str | None, description: str) -> Any:
+    return Field(default, pattern=DURATION, min_length=1, max_length=DURATION_MAX_LENGTH,
+                 description=description)
+
+
+class SecretRef(_Model):
+    name: str = Field(min_length=1, max_length=253,
+                      description="Name of a Secret in the resource's namespace.")
+
+
+class KafkaSpec(_Model):
+    bootstrap_servers: str = Field(min_length=1, description="host:port[,host:port...]")
+    topic: str = Field(pattern=KAFKA_TOPIC, description="The topic to land.")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where the very first start reads from; later starts continue "
+                                "from the offsets committed in the table.")
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    consumer_group: str | None = Field(
+        None, description="Consumer group the committed offsets are reported to "
+                          "(default: floe.<namespace>.<name>).")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra Kafka client settings, without secrets.")
+    auth_secret_ref: SecretRef | None = Field(
+        None, description="Secret whose keys are Kafka client settings with secret values "
+                          "(for example sasl.jaas.config).")
+
+
+class SchemaRegistrySpec(_Model):
+    url: str = Field(pattern=r"^https?://", description="Confluent-compatible registry URL.")
+    subject: str = Field(min_length=1, description="Subject of the value schema.")
+    auth_secret_ref: SecretRef | None = Field(
+        None, description="Secret with key basic.auth.user.info (user:password).")
+
+
+class ValueSpec(_Model):
+    RULES = (
+        Rule("self.format == 'raw' || has(self.schemaRegistry)",
+             "schemaRegistry is required when format is avro, json or protobuf: the table schema "
+             "comes from the registry (use format raw to keep the bytes only)",
+             ".schemaRegistry", "FieldValueRequired",
+             lambda v: v.format == "raw" or v.schema_registry is not None),
+        Rule("!has(self.message) || self.format == 'protobuf'",
+             "message names a Protobuf message: it needs format protobuf", ".message",
+             "FieldValueInvalid", lambda v: v.message is None or v.format == "protobuf"),
+    )
+
+    format: Literal["avro", "json", "protobuf", "raw"] = Field("avro", description=(
+        "avro, protobuf: the Confluent wire format, each record decoded with its writer schema "
+        "from the registry. json: plain JSON, or JSON Schema in the Confluent wire format. "
+        "raw: the bytes only."))
+    schema_registry: SchemaRegistrySpec | None = None
+    message: str | None = Field(None, min_length=1, max_length=512, description=(
+        "protobuf: the full name (package included) of the message the values are; by default "
+        "the first message of the subject's schema."))
+
+
+class KeySpec(_Model):
+    RULES = (
+        Rule("!has(self.format) || self.format == 'raw' || has(self.subject)",
+             "key.subject is required when key.format is avro or json: the key_fields column "
+             "comes from the registry (use format raw to keep the key's bytes only)",
+             ".subject", "FieldValueRequired", lambda k: k.format == "raw" or bool(k.subject)),
+    )
+
+    format: Literal["avro", "json", "raw"] = Field(
+        "raw", description="raw: the key's bytes only. avro, json: also decoded, by its own "
+                           "registry subject, into the key_fields column, which identifies an "
+                           "upsert or cdc table's rows when keyColumns are empty.")
+    subject: str | None = Field(None, min_length=1, max_length=253, description=(
+        "Subject of the key schema, in value.schemaRegistry's registry."))
+
+    @property
+    def decoded(self) -> bool:
+        return self.format != "raw"
+
+
+class CatalogSpec(_Model):
+    RULES = (
+        Rule("self.type != 'sql' || (has(self.uri) && self.uri.startsWith('jdbc:'))",
+             "a sql catalog needs uri: jdbc:postgresql://host:port/db or jdbc:sqlite:/path",
+             ".uri", None, lambda c: c.type != "sql" or (c.uri or "").startswith("jdbc:")),
+        Rule("self.type != 'sql' || has(self.warehouse)",
+             "a sql catalog needs warehouse: s3://bucket/prefix or file:///path",
+             ".warehouse", "FieldValueRequired", lambda c: c.type != "sql" or bool(c.warehouse)),
+        Rule("self.type != 'rest' || has(self.uri)",
+             "a rest catalog needs uri", ".uri", "FieldValueRequired",
+             lambda c: c.type != "rest" or bool(c.uri)),
+    )
+
+    # Any other catalog is reached through its Iceberg REST endpoint (docs/resource.md#catalogs).
+    type: Literal["sql", "rest"] = Field("sql", description=(
+        "sql: a JDBC catalog (PostgreSQL, SQLite); rest: any Iceberg REST catalog, which is "
+        "also how AWS Glue, S3 Tables, Nessie, Polaris and Unity Catalog are reached"))
+    name: str = Field("floe", pattern=CATALOG_NAME,
+                      description="Catalog name; every engine must use the same one.")
+    uri: str | None = None
+    warehouse: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict,
+                                       description="Iceberg catalog properties, without secrets.")
+    secret_ref: SecretRef | None = Field(
+        None, description="Secret whose keys are catalog properties with secret values "
+                          "(jdbc.password, s3.secret-access-key, token, ...).")
+
+    def with_secrets(self, values: dict[str, str]) -> CatalogSpec:
+        """This catalog with its Secret's values among its properties, as it is opened."""
+        if not values:
+            return self
+        return self.model_copy(update={"properties": {**self.properties, **values}})
+
+
+FieldPath = Annotated[str, Field(pattern=FIELD_PATH, max_length=253)]
+
+
+class TableLayout(_Model):
+    """A table the topic lands in, as the spec's ``table`` and each route's ``table`` write
+    it (the spec's adds the catalog, which every route's table is in)."""
+
+    RULES = (
+        Rule("self.mode != 'append' || !has(self.keyColumns) || size(self.keyColumns) == 0",
+             "keyColumns apply to modes upsert and cdc only", ".keyColumns", None,
+             lambda t: t.mode in ROW_LEVEL or not t.key_columns),
+        Rule("!has(self.keyColumns) || self.keyColumns.all(c, "
+             "self.keyColumns.exists_one(d, d == c))",
+             "keyColumns names a field twice", ".keyColumns", "FieldValueDuplicate",
+             lambda t: len(set(t.key_columns)) == len(t.key_columns)),
+    )
+
+    identifier: str = Field(pattern=IDENTIFIER, max_length=253, description="namespace.table")
+    partitioning: Literal["hour", "day", "month", "none"] = Field(
+        "day", description="Time partitioning on kafka.timestamp.")
+    properties: dict[str, str] = Field(default_factory=dict,
+                                       description="Iceberg table properties.")
+    mode: Literal["append", "upsert", "cdc"] = Field(
+        "append", description="append: a row per record. upsert: a row per key, each record "
+                              "replacing its key's row and a tombstone (null value) deleting "
+                              "it. cdc: Debezium change events (Avro or JSON envelopes); the "
+                              "table holds the source's rows, op d deleting one. upsert and "
+                              "cdc write deletion vectors (format v3, merge-on-read), never "
+                              "equality deletes. A table keeps the mode it was made with.")
+    key_columns: tuple[FieldPath, ...] = Field(
+        default_factory=tuple, max_length=MAX_KEY_COLUMNS,
+        description="upsert, cdc: the value fields (dotted paths, e.g. id or customer.id; for "
+                    "cdc, fields of the row) that identify a row; empty: the record's Kafka "
+                    "key does.")
+
+    @property
+    def namespace(self) -> str:
+        return self.identifier.rsplit(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.identifier.rsplit(".", 1)[1]
+
+
+class TableSpec(TableLayout):
+    catalog: CatalogSpec
+    deletion_policy: Literal["Retain", "Delete"] = Field(
+        "Retain", description="What deleting the resource does to the table (and the routes' "
+                              "tables).")
+
+
+class RouteSpec(_Model):
+    field: str = Field(pattern=FIELD_PATH, max_length=253, description=(
+        "A field of the value as its writer wrote it, dotted: source.table for Debezium "
+        "envelopes, or a field of the record such as region."))
+    values: tuple[Annotated[str, Field(max_length=253)], ...] = Field(
+        min_length=1, max_length=256, description="The field's values (as text) this route "
+                                                  "takes.")
+    table: TableLayout = Field(description="The route's table, in table's catalog.")
+    key_subject: str | None = Field(
+        None, min_length=1, max_length=253, description=(
+            "Registry subject of this table's keys, when key.format decodes them (default: "
+            "key.subject)."))
+    subject: str | None = Field(
+        None, min_length=1, max_length=253, description=(
+            "Registry subject this table is made and evolved from (default: the value's "
+            "subject). Set it when routes carry records of different schemas, such as "
+            "Debezium's <topic>-<record name> subjects."))
+
+
+class CommitSpec(_Model):
+    RULES = (duration_rule("interval", "commit.interval", at_least=1, at_most=86_400,
+                           words="must be between 1s and 1d"),)
+
+    interval: str = _duration("60s", "How often a snapshot is committed, e.g. 10s, 1m "
+                                     "(from 1s to 1d).")
+    max_records_per_commit: int = Field(500_000, ge=1, le=100_000_000)
+
+    @property
+    def interval_seconds(self) -> int:
+        return round(seconds(self.interval))
+
+
+class SchemaEvolutionSpec(_Model):
+    mode: Literal["additive", "none"] = Field(
+        "additive", description="additive: new optional fields and wider types evolve the "
+                                "table; breaking changes wait for approval. none: never evolve.")
+
+
+class DeadLetterSpec(_Model):
+    topic: str = Field(pattern=KAFKA_TOPIC)
+
+
+class ResourcesSpec(_Model):
+    cores: int = Field(1, ge=1, le=64)
+    memory: str = Field("1g", pattern=QUANTITY)
+
+
+class _MaintenanceAction(_Model):
+    enabled: bool = Field(True, description="Run this action on its schedule.")
+
+
+class CompactionSpec(_MaintenanceAction):
+    RULES = (size_rule("targetFileSize", "compaction.targetFileSize", 1024 * 1024,
+                       "must be at least 1Mi"),)
+
+    schedule: str = Field("17 * * * *", pattern=CRON, description="Cron schedule (UTC).")
+    target_file_size: str = Field("256Mi", pattern=QUANTITY, max_length=32, description=(
+        "Size of the files compaction writes (at least 1Mi; lower-case units are binary, as in "
+        "Spark)."))
+    min_input_files: int = Field(5, ge=2, le=10_000, description=(
+        "Rewrite a partition's files only when there are at least this many."))
+
+    @property
+    def target_file_size_bytes(self) -> int:
+        return size_bytes(self.target_file_size)
+
+
+class ExpireSnapshotsSpec(_MaintenanceAction):
+    RULES = (duration_rule("maxAge", "expireSnapshots.maxAge", at_least=60,
+                           words="must be at least 1m"),)
+
+    schedule: str = Field("43 3 * * *", pattern=CRON, description="Cron schedule (UTC).")
+    retain_last: int = Field(100, ge=1, le=100_000, description="Snapshots always kept.")
+    max_age: str | None = _duration(
+        None, "Older snapshots expire (never the newest one floe wrote, which holds the "
+              "offsets); at least 1m. Default: retainLast commit intervals, so that the table "
+              "keeps about retainLast commits and its metadata stays small at any interval, "
+              "but at least 5m, so that readers keep their snapshots at a short interval.")
+
+
+class RemoveOrphansSpec(_MaintenanceAction):
+    RULES = (duration_rule("olderThan", "removeOrphans.olderThan", at_least=3600,
+                           words="must be at least 1h: a younger unreferenced file may belong "
+                                 "to a commit still in flight"),)
+
+    schedule: str = Field("13 4 * * 0", pattern=CRON, description="Cron schedule (UTC).")
+    older_than: str = _duration("3d", "Only unreferenced files older than this are deleted "
+                                      "(at least 1h: younger ones may belong to a commit in "
+                                      "flight).")
+
+    @property
+    def older_than_seconds(self) -> int:
+        return round(seconds(self.older_than))
+
+
+class RewriteManifestsSpec(_MaintenanceAction):
+    schedule: str = Field("29 5 * * *", pattern=CRON, description="Cron schedule (UTC).")
+
+
+class MaintenanceSpec(_Model):
+    compaction: CompactionSpec = CompactionSpec()
+    expire_snapshots: ExpireSnapshotsSpec = ExpireSnapshotsSpec()
+    remove_orphans: RemoveOrphansSpec = RemoveOrphansSpec()
+    rewrite_manifests: RewriteManifestsSpec = RewriteManifestsSpec()
+    resources: ResourcesSpec = Field(ResourcesSpec(memory="2g"), description=(
+        "CPU cores and memory of each maintenance run (Spark in local mode in one pod)."))
+
+
+def _route_tables_apart(topic: TopicSpec) -> bool:
+    identifiers = [topic.table.identifier, *(route.table.identifier for route in topic.routes)]
+    return len(set(identifiers)) == len(identifiers)
+
+
+class TopicSpec(_Model):
+    """The KafkaIcebergTopic's spec, but for the pods' settings (``spec.spark``, the
+    operator's): what the job runs on."""
+
+    RULES = (
+        Rule("!has(self.deadLetter) || self.deadLetter.topic != self.kafka.topic",
+             "deadLetter.topic must differ from kafka.topic", ".deadLetter.topic", None,
+             lambda s: s.dead_letter is None or s.dead_letter.topic != s.kafka.topic),
+        Rule("self.kafka.topic == oldSelf.kafka.topic",
+             "kafka.topic cannot change: create a new resource for another topic",
+             ".kafka.topic"),
+        Rule("self.table.identifier == oldSelf.table.identifier",
+             "table.identifier cannot change: create a new resource for another table",
+             ".table.identifier"),
+        Rule("self.table.mode == oldSelf.table.mode",
+             "table.mode cannot change: a table keeps the mode it was made with; create a new "
+             "resource with another table.identifier", ".table.mode"),
+        Rule("self.value.format in ['avro', 'json'] || self.table.mode != 'cdc'",
+             "table.mode cdc reads Debezium change events: value.format must be avro or json",
+             ".table.mode", None,
+             lambda s: s.value.format in ("avro", "json") or s.table.mode != "cdc"),
+        Rule("self.value.format != 'raw' || !has(self.table.keyColumns) "
+             "|| size(self.table.keyColumns) == 0",
+             "table.keyColumns name value fields, and a raw topic's value has none: leave "
+             "keyColumns out to key rows by the Kafka key", ".table.keyColumns", None,
+             lambda s: s.value.format != "raw" or not s.table.key_columns),
+        Rule("!has(self.key) || !has(self.key.format) || self.key.format == 'raw' "
+             "|| self.value.format != 'raw'",
+             "key.format avro or json reads the key schema from value.schemaRegistry's "
+             "registry: value.format must be avro, json or protobuf too", ".key.format", None,
+             lambda s: s.key.format == "raw" or s.value.format != "raw"),
+        Rule("self.value.format != 'raw' || !has(self.routes) || size(self.routes) == 0",
+             "routes pick a table by a value field, and a raw topic's value has none: "
+             "value.format must be avro, json or protobuf", ".routes", None,
+             lambda s: s.value.format != "raw" or not s.routes),
+        Rule("!has(self.routes) || self.routes.all(r, r.table.identifier != "
+             "self.table.identifier && self.routes.exists_one(o, o.table.identifier == "
+             "r.table.identifier))",
+             "each route needs a table of its own: routes[].table.identifier must differ from "
+             "table.identifier and from each other", ".routes", None, _route_tables_apart),
+    )
+
+    kafka: KafkaSpec
+    value: ValueSpec
+    key: KeySpec = Field(KeySpec(), description="How the Kafka key is read.")
+    table: TableSpec
+    routes: tuple[RouteSpec, ...] = Field(
+        default_factory=tuple, max_length=MAX_ROUTES, description=(
+            "Other tables, each taking the records whose field has one of its values (the "
+            "first route that matches wins); table takes the records no route matches. Each "
+            "table has its own mode, keys and committed offsets, in table's catalog."))
+    commit: CommitSpec = CommitSpec()
+    schema_evolution: SchemaEvolutionSpec = SchemaEvolutionSpec()
+    dead_letter: DeadLetterSpec | None = None
+    maintenance: MaintenanceSpec = Field(MaintenanceSpec(), description=(
+        "Table maintenance, one CronJob per enabled action."))
+    suspend: bool = Field(False, description="Stop the job and its maintenance, keep the table "
+                                             "and checkpoint.")
+
+    def tables(self) -> list[TableSpec]:
+        """The tables the topic lands in: ``table`` first (the records no route matches), then
+        each route's, in ``table``'s catalog. Everyone who lists a resource's tables asks
+        this."""
+        return [self.table, *(TableSpec(catalog=self.table.catalog,
+                                        deletion_policy=self.table.deletion_policy,
+                                        **route.table.model_dump())
+                              for route in self.routes)]
+
+    @property
+    def snapshot_max_age_seconds(self) -> int:
+        """Snapshots older than this may expire: ``expireSnapshots.maxAge``, or by default
+        ``retainLast`` commit intervals, so that a table keeps about ``retainLast`` commits
+        whatever its interval (and its metadata the same size), but never less than
+        :data:`MIN_DEFAULT_SNAPSHOT_AGE_SECONDS`: at a 1 s interval a reader still has its
+        snapshot for minutes.  (Maintenance holds what it works from: :mod:`.maintenance`.)"""
+        expire = self.maintenance.expire_snapshots
+        if expire.max_age:
+            return round(seconds(expire.max_age))
+        return max(expire.retain_last * self.commit.interval_seconds,
+                   MIN_DEFAULT_SNAPSHOT_AGE_SECONDS)

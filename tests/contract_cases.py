@@ -1,0 +1,208 @@
+"""Specs that break each rule of the contract (``floe_sparkapp.contract``), with the refusal the
+API server gives and the rule's words, which the operator and the job give too.
+
+``tests/unit/test_contract.py`` has the operator and the job refuse each one in the rule's
+words, and checks that every rule has a case; ``tests/e2e/test_crd_validation.py`` has the
+real API server refuse each one with its message."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from floe_sparkapp.units import DURATION
+
+VALID: dict[str, Any] = {
+    "apiVersion": "floe.dev/v1alpha1",
+    "kind": "KafkaIcebergTopic",
+    "metadata": {"name": "orders"},
+    "spec": {
+        "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"},
+        "value": {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
+                                                       "subject": "orders-value"}},
+        "table": {"catalog": {"uri": "jdbc:postgresql://pg:5432/iceberg",
+                              "warehouse": "s3://lake/wh"},
+                  "identifier": "analytics.orders"},
+    },
+}
+
+SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not checked because "
+                 "the object was invalid; correct the existing errors to complete validation")
+
+
+def changed(path: str, value: Any) -> dict[str, Any]:
+    """VALID with the value at ``path`` (dotted) replaced, or removed (``...``)."""
+    body = copy.deepcopy(VALID)
+    *parents, last = path.split(".")
+    node = body
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return body
+
+
+def upsert(key_columns: list[str], format_: str = "avro") -> dict[str, Any]:
+    body = changed("spec.table.mode", "upsert")
+    body["spec"]["table"]["keyColumns"] = key_columns
+    body["spec"]["value"]["format"] = format_
+    return body
+
+
+def cdc_of_raw_values(format_: str = "raw") -> dict[str, Any]:
+    body = changed("spec.value.format", format_)
+    body["spec"]["table"]["mode"] = "cdc"
+    return body
+
+
+def raw_value_decoded_key() -> dict[str, Any]:
+    body = changed("spec.key", {"format": "avro", "subject": "orders-key"})
+    body["spec"]["value"]["format"] = "raw"
+    return body
+
+
+def routed(*identifiers: str, format_: str = "avro") -> dict[str, Any]:
+    body = changed("spec.routes", [{"field": "source.table", "values": [name.split(".")[-1]],
+                                    "table": {"identifier": name}} for name in identifiers])
+    body["spec"]["value"]["format"] = format_
+    return body
+
+
+def with_volume_mount() -> dict[str, Any]:
+    return changed("spec.spark", {"volumeMounts": [{"name": "data", "mountPath": "/srv/lake"}]})
+
+
+@dataclass(frozen=True)
+class Case:
+    body: dict[str, Any]
+    api: str  # the API server's message, after 'KafkaIcebergTopic.floe.dev "orders" is invalid: '
+    rule: str | None = None  # the rule's words (None: a type, pattern or enum refusal)
+
+
+CASES = [
+    Case(changed("spec.value.schemaRegistry", ...),
+         "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is "
+         "avro, json or protobuf: the table schema comes from the registry (use format raw to "
+         "keep the bytes only)",
+         "schemaRegistry is required when format is avro, json or protobuf: the table schema "
+         "comes from the registry (use format raw to keep the bytes only)"),
+    Case(changed("spec.value.message", "shop.Order"),
+         "spec.value.message: Invalid value: message names a Protobuf message: it needs format "
+         "protobuf", "message names a Protobuf message: it needs format protobuf"),
+    Case(changed("spec.table.catalog.uri", "postgresql://pg/iceberg"),
+         "spec.table.catalog.uri: Invalid value: a sql catalog needs uri: "
+         "jdbc:postgresql://host:port/db or jdbc:sqlite:/path",
+         "a sql catalog needs uri: jdbc:postgresql://host:port/db or jdbc:sqlite:/path"),
+    Case(changed("spec.table.catalog.warehouse", ...),
+         "spec.table.catalog.warehouse: Required value: a sql catalog needs warehouse: "
+         "s3://bucket/prefix or file:///path",
+         "a sql catalog needs warehouse: s3://bucket/prefix or file:///path"),
+    Case(changed("spec.table.catalog", {"type": "rest"}),
+         "spec.table.catalog.uri: Required value: a rest catalog needs uri",
+         "a rest catalog needs uri"),
+    Case(changed("spec.deadLetter", {"topic": "orders"}),
+         "spec.deadLetter.topic: Invalid value: deadLetter.topic must differ from kafka.topic",
+         "deadLetter.topic must differ from kafka.topic"),
+    Case(changed("spec.table.partitioning", "week"),
+         '[spec.table.partitioning: Unsupported value: "week": supported values: "hour", "day", '
+         '"month", "none"' + SKIPPED_RULES + "]"),
+    Case(changed("spec.commit", {"interval": "often"}),
+         'spec.commit.interval: Invalid value: "often": spec.commit.interval in body should '
+         "match '" + DURATION + "'"),
+    Case(changed("spec.commit", {"interval": "1d30m"}),
+         'spec.commit.interval: Invalid value: "1d30m": commit.interval must be between 1s '
+         "and 1d", "commit.interval must be between 1s and 1d"),
+    Case(changed("spec.commit", {"interval": "0s"}),
+         'spec.commit.interval: Invalid value: "0s": commit.interval must be between 1s and 1d',
+         "commit.interval must be between 1s and 1d"),
+    Case(changed("spec.commit", {"interval": "500ms"}),
+         'spec.commit.interval: Invalid value: "500ms": commit.interval must be between 1s '
+         "and 1d", "commit.interval must be between 1s and 1d"),
+    Case(changed("spec.maintenance", {"removeOrphans": {"olderThan": "0.5h"}}),
+         'spec.maintenance.removeOrphans.olderThan: Invalid value: "0.5h": '
+         "removeOrphans.olderThan must be at least 1h: a younger unreferenced file may belong "
+         "to a commit still in flight",
+         "removeOrphans.olderThan must be at least 1h: a younger unreferenced file may belong "
+         "to a commit still in flight"),
+    Case(changed("spec.maintenance", {"expireSnapshots": {"maxAge": "30s"}}),
+         'spec.maintenance.expireSnapshots.maxAge: Invalid value: "30s": '
+         "expireSnapshots.maxAge must be at least 1m", "expireSnapshots.maxAge must be at least 1m"),
+    Case(changed("spec.maintenance", {"compaction": {"targetFileSize": "1023Ki"}}),
+         'spec.maintenance.compaction.targetFileSize: Invalid value: "1023Ki": '
+         "compaction.targetFileSize must be at least 1Mi",
+         "compaction.targetFileSize must be at least 1Mi"),
+    Case(changed("spec.maintenance", {"compaction": {"targetFileSize": "1M"}}),
+         'spec.maintenance.compaction.targetFileSize: Invalid value: "1M": '
+         "compaction.targetFileSize must be at least 1Mi",
+         "compaction.targetFileSize must be at least 1Mi"),
+    Case(changed("spec.table.identifier", "orders"),
+         'spec.table.identifier: Invalid value: "orders": spec.table.identifier in body should '
+         "match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$'"),
+    Case(changed("spec.kafka.topic", ...),
+         "[spec.kafka.topic: Required value" + SKIPPED_RULES + "]"),
+    Case(changed("spec.table.keyColumns", ["id"]),
+         "spec.table.keyColumns: Invalid value: keyColumns apply to modes upsert and cdc only",
+         "keyColumns apply to modes upsert and cdc only"),
+    Case(upsert(["id", "id"]),
+         "spec.table.keyColumns: Invalid value: keyColumns names a field twice",
+         "keyColumns names a field twice"),
+    Case(upsert(["value.id!"]),
+         'spec.table.keyColumns[0]: Invalid value: "value.id!": spec.table.keyColumns[0] in '
+         "body should match '^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$'"),
+    Case(cdc_of_raw_values(),
+         "spec.table.mode: Invalid value: table.mode cdc reads Debezium change events: "
+         "value.format must be avro or json",
+         "table.mode cdc reads Debezium change events: value.format must be avro or json"),
+    Case(cdc_of_raw_values("protobuf"),
+         "spec.table.mode: Invalid value: table.mode cdc reads Debezium change events: "
+         "value.format must be avro or json",
+         "table.mode cdc reads Debezium change events: value.format must be avro or json"),
+    Case(upsert(["id"], format_="raw"),
+         "spec.table.keyColumns: Invalid value: table.keyColumns name value fields, and "
+         "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key",
+         "table.keyColumns name value fields, and a raw topic's value has none: leave "
+         "keyColumns out to key rows by the Kafka key"),
+    Case(changed("spec.key", {"format": "avro"}),
+         "spec.key.subject: Required value: key.subject is required when key.format is avro or "
+         "json: the key_fields column comes from the registry (use format raw to keep the key's "
+         "bytes only)",
+         "key.subject is required when key.format is avro or json: the key_fields column comes "
+         "from the registry (use format raw to keep the key's bytes only)"),
+    Case(raw_value_decoded_key(),
+         "spec.key.format: Invalid value: key.format avro or json reads the key schema from "
+         "value.schemaRegistry's registry: value.format must be avro, json or protobuf too",
+         "key.format avro or json reads the key schema from value.schemaRegistry's registry: "
+         "value.format must be avro, json or protobuf too"),
+    Case(routed("inventory.customers", format_="raw"),
+         "spec.routes: Invalid value: routes pick a table by a value field, and a raw topic's "
+         "value has none: value.format must be avro, json or protobuf",
+         "routes pick a table by a value field, and a raw topic's value has none: value.format "
+         "must be avro, json or protobuf"),
+    Case(routed("inventory.customers", "inventory.customers"),
+         "spec.routes: Invalid value: each route needs a table of its own: "
+         "routes[].table.identifier must differ from table.identifier and from each other",
+         "each route needs a table of its own: routes[].table.identifier must differ from "
+         "table.identifier and from each other"),
+    Case(routed("analytics.orders"),
+         "spec.routes: Invalid value: each route needs a table of its own: "
+         "routes[].table.identifier must differ from table.identifier and from each other",
+         "each route needs a table of its own: routes[].table.identifier must differ from "
+         "table.identifier and from each other"),
+    Case(with_volume_mount(),
+         "spec.spark.volumeMounts: Invalid value: every volumeMounts entry must name a volume "
+         "in spark.volumes", "every volumeMounts entry must name a volume in spark.volumes"),
+]
+
+# The rules only the API server can check (they compare the stored object with the new one);
+# tests/e2e/test_crd_validation.py changes each on a stored resource.
+TRANSITIONS = {
+    "kafka.topic cannot change: create a new resource for another topic":
+        ("spec.kafka.topic", "payments"),
+    "table.identifier cannot change: create a new resource for another table":
+        ("spec.table.identifier", "analytics.payments"),
+    "table.mode cannot change: a table keeps the mode it was made with; create a new resource "
+    "with another table.identifier": ("spec.table.mode", "upsert"),
+}
