@@ -89,7 +89,8 @@ def main() -> int:
 
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
-    from floe_sparkapp.job import build_session, run
+    from floe_sparkapp.job import run
+    from floe_sparkapp.session import build_session
     from floe_sparkapp.maintenance import maintain
 
     work = Path(tempfile.mkdtemp(prefix="floe-compaction-bench-"))

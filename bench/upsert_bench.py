@@ -58,7 +58,8 @@ def read_seconds(spark, config, catalog) -> dict[str, float]:
 def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict:
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
-    from floe_sparkapp.job import run, spark_catalog_conf
+    from floe_sparkapp.job import run
+    from floe_sparkapp.session import spark_catalog_conf
     from floe_sparkapp.maintenance import maintain
 
     config = parse_config(job_spec(

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import metrics
     from .ledger import TableInUse
-    from .job import DataLossError, run
+    from .job import run
+    from .kafka_offsets import DataLossError
 
     metrics.starting(config.writer, entered)
 

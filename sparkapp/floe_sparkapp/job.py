@@ -1,98 +1,38 @@
-"""The streaming job: a Kafka topic into its Iceberg table, exactly once.
+"""The streaming job: a Kafka topic into its Iceberg tables, exactly once; the wiring of the
+query.
 
-:func:`start` prepares the table (created from the registry schema, evolved additively), picks
-the starting offsets (the table's, unless a checkpoint resumes at or below them) and starts a
-Structured Streaming query whose ``foreachBatch`` runs :class:`BatchWriter`.
+:func:`start` prepares the tables (created from the registry schema, evolved additively,
+claimed), checks Kafka against them (:mod:`.kafka_offsets`), picks the starting offsets (the
+tables', unless a checkpoint resumes at or below them) and starts a Structured Streaming query
+on the session (:mod:`.session`) whose ``foreachBatch`` is a
+:class:`~.batch_writer.BatchWriter`; :func:`run` keeps it running.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from . import catalog as catalogs
-from . import checkpoint, metrics, routing, schemas
+from . import checkpoint, metrics, schemas
+from .batch_writer import BatchWriter
 from .commit import sweep_branches
-from .ledger import Committed, claim_table, last_commit, merge_offsets
-from .config import JobConfig, kafka_client_settings, kafka_consumer
+from .config import JobConfig, kafka_client_settings
 from .contract import ROW_LEVEL
-from .decode import frame
 from .evolution import BreakingChange, evolve_for_writer
+from .kafka_offsets import (DataLossError, check_offsets_available, check_topic_identity,
+                            floor_offsets, starting_offsets, topic_identity, topic_partitions)
 from .layout import KEY_FIELDS, ensure_table
-from .librdkafka import librdkafka_settings
+from .ledger import Committed, claim_table, last_commit
 from .registry import Registry
-from .table_writer import TableWriter
+from .session import build_session, checkpoint_store, spark_catalog_conf
 from .upsert import with_deletion_vectors
 
 log = logging.getLogger("floe.job")
-
-
-class DataLossError(RuntimeError):
-    """Kafka no longer has records the table has not got: never skipped silently."""
-
-
-def _consumer(config: JobConfig) -> Any:
-    """A confluent-kafka consumer of the job's consumer group (no subscription)."""
-    return kafka_consumer(config, config.consumer_group)
-
-
-def spark_catalog_conf(config: JobConfig) -> dict[str, str]:
-    conf = catalogs.spark_conf(config.catalog())
-    # The job changes the table through PyIceberg too (creation, evolution): never cache it.
-    conf[f"spark.sql.catalog.{config.table.catalog.name}.cache-enabled"] = "false"
-    return conf
-
-
-def build_session(config: JobConfig) -> SparkSession:
-    builder = SparkSession.builder.appName(f"floe {config.writer}")
-    builder = builder.config("spark.sql.extensions",
-                             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-    builder = builder.config("spark.sql.session.timeZone", "UTC")
-    for key, value in spark_catalog_conf(config).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    context = spark.sparkContext
-    chosen = shuffle_partitions(dict(context.getConf().getAll()), context.defaultParallelism)
-    if chosen is not None:
-        spark.conf.set(SHUFFLE_PARTITIONS, chosen)
-    return spark
-
-
-def checkpoint_store(spark: SparkSession, config: JobConfig) -> None:
-    """Hadoop's S3A reaches a checkpoint in the warehouse's bucket with the catalog's S3
-    settings (before the query first opens it: Hadoop caches a bucket's file system)."""
-    context = spark.sparkContext
-    given = {key for key, _ in context.getConf().getAll()}  # spec.spark.conf among them
-    hadoop = context._jsc.hadoopConfiguration()
-    for key, value in catalogs.s3a_conf(config.catalog(), config.checkpoint_location,
-                                        given).items():
-        hadoop.set(key.removeprefix("spark.hadoop."), value)
-
-
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-
-def shuffle_partitions(conf: dict[str, str], cores: int) -> str | None:
-    """The shuffle partitions of a batch's joins and merges, unless the user set them
-    (``spec.spark.conf``): the job's cores. Spark's default of 200 is sized for batch jobs over
-    large data: a micro-batch's MERGE would run 200 tasks per stage, seconds of each batch.
-    On a cluster the executors the job asked for count (they may not have registered when the
-    session starts, when Spark's own figure is 2). A checkpoint keeps the value it was made
-    with (Spark's offset log), so a query that ran before goes on with its own."""
-    if SHUFFLE_PARTITIONS in conf:
-        return None
-    try:
-        asked = int(conf["spark.executor.instances"]) * int(conf.get("spark.executor.cores", "1"))
-    except (KeyError, ValueError):
-        asked = 0
-    return str(max(1, cores, asked))
 
 
 def _registry(config: JobConfig) -> Registry | None:
@@ -132,130 +72,6 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     return table
 
 
-def starting_offsets(config: JobConfig, committed: Committed, partitions: list[int],
-                     floor: dict[int, int] | None = None) -> str:
-    """Spark's startingOffsets: the table's offsets where it has some, else ``floor`` (where a
-    ``latest`` job first started, when its checkpoint was removed), else the configured
-    start."""
-    known = {**(floor or {}), **committed.offsets}
-    if not known:
-        return config.kafka.starting_offsets
-    fallback = -2 if config.kafka.starting_offsets == "earliest" else -1
-    offsets = {str(p): known.get(p, fallback) for p in sorted(set(partitions) | set(known))}
-    return json.dumps({config.kafka.topic: offsets})
-
-
-def topic_partitions(config: JobConfig) -> list[int]:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
-                         **librdkafka_settings(kafka_client_settings(config))})
-    metadata = admin.list_topics(config.kafka.topic, timeout=30)
-    topic = metadata.topics.get(config.kafka.topic)
-    if topic is None or topic.error is not None:
-        return []
-    return sorted(topic.partitions)
-
-
-def topic_identity(config: JobConfig) -> str | None:
-    """``<cluster id>/<topic id>``: which Kafka topic the job reads, told apart from one of the
-    same name created again or on another cluster; None when Kafka does not say (no such
-    topic yet)."""
-    from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
-                         **librdkafka_settings(kafka_client_settings(config))})
-    try:
-        topic = admin.describe_topics(TopicCollection([config.kafka.topic]),
-                                      request_timeout=30)[config.kafka.topic].result()
-        cluster = admin.describe_cluster(request_timeout=30).result()
-    except Exception as error:  # noqa: BLE001 - an unknown topic is created on first write
-        if "UNKNOWN_TOPIC" in str(error):
-            return None
-        raise
-    return f"{cluster.cluster_id}/{topic.topic_id}"
-
-
-def check_topic_identity(config: JobConfig, committed: Committed,
-                         identity: str | None) -> None:
-    """Fails when a table's offsets (``committed``) were committed from another topic of the
-    same name: one deleted and created again (and perhaps refilled past the table's offsets,
-    where the offsets alone cannot tell), or one on another cluster (``bootstrapServers``
-    changed)."""
-    if identity is None or committed.topic_id is None or committed.topic_id == identity:
-        return
-    recorded_cluster, recorded_topic = committed.topic_id.split("/", 1)
-    cluster, topic = identity.split("/", 1)
-    what = ("kafka.bootstrapServers names another Kafka cluster (cluster ID "
-            f"{recorded_cluster} then, {cluster} now)" if recorded_cluster != cluster else
-            f"the topic was deleted and created again (topic ID {recorded_topic} then, "
-            f"{topic} now)")
-    raise DataLossError(
-        f"DataLoss: topic {config.kafka.topic} is not the topic table "
-        f"{config.table.identifier}'s offsets were committed from: {what}. Its offsets say "
-        "nothing about where this topic's records are: floe writes none of them over the "
-        "table's offsets. To ingest this topic from its start, create the resource again with "
-        "another table.identifier.")
-
-
-def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int, int]]:
-    """Kafka's earliest and next offset of each partition."""
-    from confluent_kafka import TopicPartition
-
-    consumer = _consumer(config)
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(config.kafka.topic, p),
-                                                  timeout=30) for p in partitions}
-    finally:
-        consumer.close()
-
-
-def check_offsets_available(config: JobConfig, committed: Committed) -> None:
-    """Fails when Kafka no longer holds what follows the table's committed offsets: retention
-    deleted records the table has not got, or the topic was deleted and created again (its
-    offsets started over below the table's)."""
-    if not committed.offsets:
-        return
-    lost, reset = [], []
-    marks = watermarks(config, sorted(committed.offsets))
-    for partition, offset in sorted(committed.offsets.items()):
-        low, high = marks[partition]
-        if high < offset:
-            reset.append(f"partition {partition}: the table has offsets below {offset}, "
-                         f"Kafka's latest is {high}")
-        elif low > offset:
-            lost.append(f"partition {partition}: the table has offsets below {offset}, "
-                        f"Kafka's earliest is {low} ({low - offset} records lost)")
-    if reset:
-        raise DataLossError(
-            f"DataLoss: topic {config.kafka.topic}: Kafka's offsets are below the table's, so "
-            f"the topic was deleted and created again (or truncated); {'; '.join(reset)}. "
-            "floe does not write records whose offsets the table already holds: to ingest "
-            "the new topic from its start, create the resource again with another "
-            "table.identifier.")
-    if lost:
-        raise DataLossError(
-            f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "
-            f"table has not got; {'; '.join(lost)}. floe never skips records silently: "
-            "restore them or reset the table's offsets.")
-
-
-def floor_offsets(spark: SparkSession, config: JobConfig,
-                  partitions: list[int]) -> dict[int, int]:
-    """Where ``partitions`` start when the table has no offsets for them: Kafka's earliest
-    offsets (``startingOffsets: earliest``), or where the job first started (``latest``: the
-    checkpoint's initial offsets), as ``startingOffsets`` applies to the very first start
-    only."""
-    if not partitions:
-        return {}
-    if config.kafka.starting_offsets == "earliest":
-        return {p: low for p, (low, _) in watermarks(config, partitions).items()}
-    initial = checkpoint.start_offsets(spark, config.checkpoint_location,
-                                       config.kafka.topic, 0) or {}
-    return {p: initial[p] for p in partitions if p in initial}
-
-
 def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committed,
                       partitions: list[int]) -> tuple[bool, dict[int, int]]:
     """Removes a checkpoint that would resume above the table's offsets (it outlived its table,
@@ -275,171 +91,6 @@ def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committ
                 "; ".join(ahead), committed.offsets or floor or config.kafka.starting_offsets)
     checkpoint.remove(spark, location)
     return False, floor
-
-
-@dataclass
-class BatchWriter:
-    """``foreachBatch`` function: one micro-batch into the topic's tables, exactly once each.
-
-    Without routes the batch goes to the one table.  With routes, each record's table is
-    picked first (:func:`.routing.routed`), from the value as its writer wrote it; each table
-    then gets its records, decoded only with the writer schemas routed to it, and commits them
-    with the batch's end offsets on its own, so a crash between two tables' commits leaves each
-    table whole and the batch, replayed, is a no-op where it was committed."""
-
-    config: JobConfig
-    spark: SparkSession
-    registry: Registry | None
-    table_uuids: list[str | None] | None = None  # of the tables the job started on
-    topic_id: str | None = None  # <cluster id>/<topic id>, recorded with the offsets
-    rejoins_at: list[dict[int, int] | None] | None = None  # per table (:func:`rejoining`)
-    tables: list[TableWriter] = field(init=False)
-    previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
-
-    def __post_init__(self) -> None:
-        destinations = self.config.destinations()
-        uuids = self.table_uuids or [None] * len(destinations)
-        rejoins = self.rejoins_at or [None] * len(destinations)
-        names = tuple(d.table.identifier for d in destinations) if len(destinations) > 1 else ()
-        self.tables = [TableWriter(destination, self.spark, self.registry, table_uuid=uuid,
-                                   floor=self._floor, alone=len(destinations) == 1,
-                                   topic_id=self.topic_id, tables=names, rejoins_at=rejoin)
-                       for destination, uuid, rejoin in zip(destinations, uuids, rejoins)]
-
-    def _floor(self, partitions: list[int]) -> dict[int, int]:
-        return floor_offsets(self.spark, self.config, partitions)
-
-    def _commit_consumer_group(self, offsets: dict[int, int]) -> None:
-        from confluent_kafka import TopicPartition
-
-        try:
-            consumer = _consumer(self.config)
-            try:
-                consumer.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
-                                         for p, o in sorted(offsets.items())], asynchronous=False)
-            finally:
-                consumer.close()
-        except Exception as error:  # lag tooling only; the table holds the truth
-            log.warning("could not commit offsets to consumer group %s: %s",
-                        self.config.consumer_group, error)
-
-    def _stats(self, batch: DataFrame) -> list[Any]:
-        """Per Kafka partition: last offset, newest timestamp, rows, bytes and (Avro) the writer
-        schema ids, in one pass over the batch."""
-        aggregates = [F.max("offset").alias("last"), F.max("timestamp").alias("latest"),
-                      F.count(F.lit(1)).alias("rows"),
-                      F.sum(F.coalesce(F.length("key"), F.lit(0))
-                            + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
-        if self.config.value.format != "raw":  # JSON: only values framed for JSON Schema
-            batch = frame(batch)
-            aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))
-        if self.config.key.format == "avro":
-            batch = frame(batch, "key")
-            aggregates.append(F.collect_set("_key_schema_id").alias("key_ids"))
-        return batch.groupBy("partition").agg(*aggregates).collect()
-
-    def _logged_offsets(self, batch_id: int) -> tuple[dict[int, int] | None,
-                                                      dict[int, int] | None]:
-        """Where the batch starts and ends, from Spark's offset log.  The ends cover records
-        the batch does not see (transaction markers, aborted or compacted records), so the
-        next batch starts exactly where the table says this one ended."""
-        location, topic = self.config.checkpoint_location, self.config.kafka.topic
-        previous_id, previous_end = self.previous_end
-        start = (previous_end if previous_id == batch_id - 1 and previous_end is not None
-                 else checkpoint.start_offsets(self.spark, location, topic, batch_id))
-        end = checkpoint.end_offsets(self.spark, location, topic, batch_id)
-        self.previous_end = (batch_id, end)
-        return start, end
-
-    def _batch_offsets(self, batch_id: int, stats: list[Any]) -> tuple[dict[int, int] | None,
-                                                                       dict[int, int]]:
-        """Where the batch starts and ends: the offset log's, or past the records seen."""
-        start, end = self._logged_offsets(batch_id)
-        seen = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
-        return start, merge_offsets(seen, end or {})
-
-    @property
-    def single_pass(self) -> bool:
-        """Whether a batch is read once, by the write: an append to one table with no
-        dead-letter topic.  Routes pick each record's table from a first pass, a merge reads
-        its rows twice, and dead letters are sent before the commit."""
-        return (not self.config.routes and self.config.table.mode not in ROW_LEVEL
-                and self.config.dead_letter is None)
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        if self.single_pass:
-            start, end = self._logged_offsets(batch_id)
-            if end is not None:
-                self._write(batch, batch_id, start, end, started)
-                return
-        batch = batch.persist()
-        try:
-            stats = self._stats(batch)
-            stats_seconds = time.monotonic() - started
-            start, batch_next = self._batch_offsets(batch_id, stats)
-            if not batch_next:
-                return
-            latest = [int(r["latest"].timestamp() * 1000) for r in stats]
-            vtts = min(latest) if latest else None
-            schema_ids, key_ids = (sorted({i for r in stats for i in (r[name] or [])})
-                                   if stats and name in stats[0] else []
-                                   for name in ("schema_ids", "key_ids"))
-            input_rows = sum(int(r["rows"]) for r in stats)
-            input_bytes = sum(int(r["bytes"] or 0) for r in stats)
-            self._write(batch, batch_id, start, batch_next, started, stats_seconds,
-                        (vtts, schema_ids, key_ids, input_rows, input_bytes))
-        finally:
-            batch.unpersist()
-
-    def _write(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
-               batch_next: dict[int, int], started: float, stats_seconds: float = 0.0,
-               stats: tuple[Any, ...] | None = None) -> None:
-        """Commits the batch to its tables (``stats``: what a first pass found, else the write
-        finds it) and logs what it did."""
-        if stats is None:
-            outcomes = [self.tables[0].commit_batch(batch, batch_id, start, batch_next,
-                                                    single_pass=True)]
-            input_rows = sum(o.get("input_rows", 0) for o in outcomes)
-            input_bytes = sum(o.get("bytes", 0) for o in outcomes)
-        else:
-            vtts, schema_ids, key_ids, input_rows, input_bytes = stats
-            if self.config.routes:
-                routed = routing.routed(batch, self.config, self.registry, schema_ids).persist()
-                parts = routing.split(routed, self.config, len(self.tables))
-            else:
-                routed, parts = None, [(batch, schema_ids, key_ids)]
-            try:
-                outcomes = [table.commit_batch(rows, batch_id, start, batch_next, vtts, ids,
-                                               keys)
-                            for table, (rows, ids, keys) in zip(self.tables, parts)]
-            finally:
-                if routed is not None:
-                    routed.unpersist()
-        done = [o["offsets"] for o in outcomes if "offsets" in o]
-        if done:
-            self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
-                                         for p in set().union(*done)})
-        seconds = time.monotonic() - started
-        log.info(json.dumps({
-            "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
-            "input_rows": input_rows,
-            "rows": sum(o["written"] for o in outcomes),
-            "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
-            "decode_failures": sum(o["errors"] for o in outcomes),
-            "dead_letters": sum(o["dead_letters"] for o in outcomes),
-            "conflicts": sum(o["conflicts"] for o in outcomes),
-            "passes": 2 if stats is not None else 1,
-            "stats_seconds": round(stats_seconds, 3),
-            "write_seconds": round(sum(o["write_seconds"] for o in outcomes), 3),
-            "commit_seconds": round(sum(o["commit_seconds"] for o in outcomes), 3),
-            "expired_snapshots": sum(o.get("expired", 0) for o in outcomes),
-            "expire_seconds": round(sum(o.get("expire_seconds", 0.0) for o in outcomes), 3),
-            **({"tables": {t.config.table.identifier: o["written"]
-                           for t, o in zip(self.tables, outcomes)}}
-               if self.config.routes else {}),
-            "seconds": round(seconds, 3)}))
-        metrics.report_start(self.spark, self.config.writer)
 
 
 def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | None) -> Any:

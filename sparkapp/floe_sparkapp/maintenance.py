@@ -220,7 +220,7 @@ def maintain(config: JobConfig, action: str, spark: Any | None = None,
     """Runs one action; returns its figures, or raises MaintenanceError after the attempts."""
     if action not in RUNNERS:
         raise MaintenanceError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
-    from .job import build_session, spark_catalog_conf
+    from .session import build_session, spark_catalog_conf
 
     spark = spark or build_session(config)
     for key, value in {**spark_catalog_conf(config), "spark.sql.session.timeZone": "UTC"}.items():

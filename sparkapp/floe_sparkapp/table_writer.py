@@ -4,7 +4,7 @@ The batch's records above the table's committed offsets are decoded with a plan 
 schema id (the table evolved for it when additive), then appended, or for ``upsert`` and
 ``cdc`` merged on a branch, in a snapshot that carries the table's own offsets; ``main`` moves
 there in one compare-and-set.  A topic routed to several tables has one of these per table
-(:class:`~floe_sparkapp.job.BatchWriter`), each with its own offsets.
+(:class:`~floe_sparkapp.batch_writer.BatchWriter`), each with its own offsets.
 
 An append reads the batch once: it is decoded for the writer schema ids of the recent batches
 (at first, the subject's versions that fit the table), and what the snapshot's summary needs

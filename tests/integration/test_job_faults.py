@@ -11,7 +11,8 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from floe_sparkapp.ledger import branch_prefix, offsets_tag
-from floe_sparkapp.job import DataLossError, start
+from floe_sparkapp.job import start
+from floe_sparkapp.kafka_offsets import DataLossError
 
 from .jobkit import (
     AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,

@@ -215,7 +215,7 @@ def test_the_secrets_values_come_from_their_mounts_or_the_environment(tmp_path, 
 
 
 def test_the_job_sizes_its_shuffles_to_its_cores_unless_the_spec_sets_them():
-    from floe_sparkapp.job import shuffle_partitions
+    from floe_sparkapp.session import shuffle_partitions
 
     assert shuffle_partitions({"spark.app.name": "floe data/orders"}, 2) == "2"
     assert shuffle_partitions({}, 8) == "8"

@@ -64,8 +64,9 @@ def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
     assert done.returncode == 0, done.stderr
     loaded = {name.removeprefix("floe_sparkapp.") for name in done.stdout.split()}
     assert "ledger" in loaded
-    assert loaded.isdisjoint({"commit", "table_writer", "job", "decode", "protobuf_decode",
-                              "dead_letters", "upsert", "checkpoint"}), loaded
+    assert loaded.isdisjoint({"commit", "table_writer", "batch_writer", "job", "session",
+                              "kafka_offsets", "decode", "protobuf_decode", "dead_letters",
+                              "upsert", "checkpoint"}), loaded
 
 
 def imports(package: str) -> dict[str, set[str]]:

@@ -1,0 +1,148 @@
+"""What Kafka says about the job's topic: its partitions, its identity (a topic created
+again, or on another cluster, is told apart), its earliest and latest offsets, and whether it
+still holds what follows the table's committed offsets; where a query starts from."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from . import checkpoint
+from .config import JobConfig, kafka_client_settings, kafka_consumer
+from .ledger import Committed
+from .librdkafka import librdkafka_settings
+
+
+class DataLossError(RuntimeError):
+    """Kafka no longer has records the table has not got: never skipped silently."""
+
+
+def group_consumer(config: JobConfig) -> Any:
+    """A confluent-kafka consumer of the job's consumer group (no subscription)."""
+    return kafka_consumer(config, config.consumer_group)
+
+
+def starting_offsets(config: JobConfig, committed: Committed, partitions: list[int],
+                     floor: dict[int, int] | None = None) -> str:
+    """Spark's startingOffsets: the table's offsets where it has some, else ``floor`` (where a
+    ``latest`` job first started, when its checkpoint was removed), else the configured
+    start."""
+    known = {**(floor or {}), **committed.offsets}
+    if not known:
+        return config.kafka.starting_offsets
+    fallback = -2 if config.kafka.starting_offsets == "earliest" else -1
+    offsets = {str(p): known.get(p, fallback) for p in sorted(set(partitions) | set(known))}
+    return json.dumps({config.kafka.topic: offsets})
+
+
+def topic_partitions(config: JobConfig) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
+                         **librdkafka_settings(kafka_client_settings(config))})
+    metadata = admin.list_topics(config.kafka.topic, timeout=30)
+    topic = metadata.topics.get(config.kafka.topic)
+    if topic is None or topic.error is not None:
+        return []
+    return sorted(topic.partitions)
+
+
+def topic_identity(config: JobConfig) -> str | None:
+    """``<cluster id>/<topic id>``: which Kafka topic the job reads, told apart from one of the
+    same name created again or on another cluster; None when Kafka does not say (no such
+    topic yet)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers,
+                         **librdkafka_settings(kafka_client_settings(config))})
+    try:
+        topic = admin.describe_topics(TopicCollection([config.kafka.topic]),
+                                      request_timeout=30)[config.kafka.topic].result()
+        cluster = admin.describe_cluster(request_timeout=30).result()
+    except Exception as error:  # noqa: BLE001 - an unknown topic is created on first write
+        if "UNKNOWN_TOPIC" in str(error):
+            return None
+        raise
+    return f"{cluster.cluster_id}/{topic.topic_id}"
+
+
+def check_topic_identity(config: JobConfig, committed: Committed,
+                         identity: str | None) -> None:
+    """Fails when a table's offsets (``committed``) were committed from another topic of the
+    same name: one deleted and created again (and perhaps refilled past the table's offsets,
+    where the offsets alone cannot tell), or one on another cluster (``bootstrapServers``
+    changed)."""
+    if identity is None or committed.topic_id is None or committed.topic_id == identity:
+        return
+    recorded_cluster, recorded_topic = committed.topic_id.split("/", 1)
+    cluster, topic = identity.split("/", 1)
+    what = ("kafka.bootstrapServers names another Kafka cluster (cluster ID "
+            f"{recorded_cluster} then, {cluster} now)" if recorded_cluster != cluster else
+            f"the topic was deleted and created again (topic ID {recorded_topic} then, "
+            f"{topic} now)")
+    raise DataLossError(
+        f"DataLoss: topic {config.kafka.topic} is not the topic table "
+        f"{config.table.identifier}'s offsets were committed from: {what}. Its offsets say "
+        "nothing about where this topic's records are: floe writes none of them over the "
+        "table's offsets. To ingest this topic from its start, create the resource again with "
+        "another table.identifier.")
+
+
+def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int, int]]:
+    """Kafka's earliest and next offset of each partition."""
+    from confluent_kafka import TopicPartition
+
+    consumer = group_consumer(config)
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(config.kafka.topic, p),
+                                                  timeout=30) for p in partitions}
+    finally:
+        consumer.close()
+
+
+def check_offsets_available(config: JobConfig, committed: Committed) -> None:
+    """Fails when Kafka no longer holds what follows the table's committed offsets: retention
+    deleted records the table has not got, or the topic was deleted and created again (its
+    offsets started over below the table's)."""
+    if not committed.offsets:
+        return
+    lost, reset = [], []
+    marks = watermarks(config, sorted(committed.offsets))
+    for partition, offset in sorted(committed.offsets.items()):
+        low, high = marks[partition]
+        if high < offset:
+            reset.append(f"partition {partition}: the table has offsets below {offset}, "
+                         f"Kafka's latest is {high}")
+        elif low > offset:
+            lost.append(f"partition {partition}: the table has offsets below {offset}, "
+                        f"Kafka's earliest is {low} ({low - offset} records lost)")
+    if reset:
+        raise DataLossError(
+            f"DataLoss: topic {config.kafka.topic}: Kafka's offsets are below the table's, so "
+            f"the topic was deleted and created again (or truncated); {'; '.join(reset)}. "
+            "floe does not write records whose offsets the table already holds: to ingest "
+            "the new topic from its start, create the resource again with another "
+            "table.identifier.")
+    if lost:
+        raise DataLossError(
+            f"DataLoss: topic {config.kafka.topic}: Kafka retention deleted records the "
+            f"table has not got; {'; '.join(lost)}. floe never skips records silently: "
+            "restore them or reset the table's offsets.")
+
+
+def floor_offsets(spark: SparkSession, config: JobConfig,
+                  partitions: list[int]) -> dict[int, int]:
+    """Where ``partitions`` start when the table has no offsets for them: Kafka's earliest
+    offsets (``startingOffsets: earliest``), or where the job first started (``latest``: the
+    checkpoint's initial offsets), as ``startingOffsets`` applies to the very first start
+    only."""
+    if not partitions:
+        return {}
+    if config.kafka.starting_offsets == "earliest":
+        return {p: low for p, (low, _) in watermarks(config, partitions).items()}
+    initial = checkpoint.start_offsets(spark, config.checkpoint_location,
+                                       config.kafka.topic, 0) or {}
+    return {p: initial[p] for p in partitions if p in initial}
