@@ -1,0 +1,128 @@
+"""Before and after a change: the floe job's ingestion of one topic, by two revisions of the
+code, in turns, in one run on the same machine.
+
+    python bench/ab.py BEFORE AFTER [--records 5000000] [--size 100] [--rounds 2]
+
+BEFORE and AFTER are git revisions; each is checked out in a worktree of its own and runs its
+own ``bench/consumers.py floe-avro`` (its own job, its own config format) on the same topic, one
+after the other, ``--rounds`` times each, alternating, so that a machine getting busier or a
+warmer page cache does not favour one. Each run reads the whole topic from the beginning into a
+new table (``available_now``), as ``bench/run.py``'s ingestion does. Rows/s is over the run
+(the JVM's start included); the steady rate is the median of its triggers', as
+``bench/run.py`` counts it. The result goes to
+``bench/results/ab.jsonl`` (one line per comparison) with the command and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import workload  # noqa: E402
+from run import log, machine, steady_rate, triggers  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
+
+
+def worktree(revision: str, into: Path) -> Path:
+    path = into / revision.replace("/", "_")
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision],
+                   check=True, capture_output=True)
+    return path
+
+
+def run_floe(tree: Path, topic: str, work: Path, env: dict[str, str], size: int) -> dict:
+    """One run of ``tree``'s floe job over the topic; its result, as bench/consumers.py says."""
+    work.mkdir(parents=True)
+    command = [sys.executable, str(tree / "bench" / "consumers.py"), "floe-avro",
+               "--topic", topic, "--work", str(work), "--size", str(size)]
+    path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tree,
+                          env={**os.environ, **env, "PYTHONPATH": path})
+    (work / "run.log").write_text(done.stdout + done.stderr)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{tree.name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    return {"rows": result["rows"], "seconds": round(result["seconds"], 2),
+            "rows_per_second": round(result["rows"] / result["seconds"]),
+            "steady_rows_per_second": steady_rate(triggers(result["batch_lines"]))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--size", type=int, default=100, help="value size, bytes")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    from hack import stack
+
+    state, _ = stack.ensure_up()
+    env = stack.connection_env(state)
+    revisions = {name: subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev],
+                                      check=True, capture_output=True, text=True).stdout.strip()
+                 for name, rev in (("before", args.before), ("after", args.after))}
+    scratch = Path(tempfile.mkdtemp(prefix="floe-ab-"))
+    trees = {name: worktree(rev, scratch) for name, rev in revisions.items()}
+    try:
+        topic = f"bench-ab-{args.size}-{uuid.uuid4().hex[:6]}"
+        workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
+        schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
+                                      workload.schema_for(args.size))
+        log(f"producing {args.records:,} values of ~{args.size} bytes to {topic}")
+        workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic,
+                         workload.value_pool(schema_id, args.size), args.records)
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for turn in range(args.rounds):
+            order = ("before", "after") if turn % 2 == 0 else ("after", "before")
+            for name in order:
+                result = run_floe(trees[name], topic, scratch / f"{name}-{turn}", env, args.size)
+                assert result["rows"] == args.records, (name, result)
+                runs[name].append(result)
+                log(f"{name} ({revisions[name]}), round {turn + 1}: "
+                    f"{result['rows_per_second']:,} rows/s, steady "
+                    f"{result['steady_rows_per_second']:,}")
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)
+    summary = {name: {"revision": revisions[name],
+                      "rows_per_second": round(statistics.median(
+                          r["rows_per_second"] for r in results)),
+                      "steady_rows_per_second": round(statistics.median(
+                          r["steady_rows_per_second"] for r in results
+                          if r["steady_rows_per_second"])),
+                      "runs": results}
+               for name, results in runs.items()}
+    ratio = summary["after"]["rows_per_second"] / summary["before"]["rows_per_second"]
+    steady = (summary["after"]["steady_rows_per_second"]
+              / summary["before"]["steady_rows_per_second"])
+    entry = {"command": "python bench/ab.py " + " ".join(sys.argv[1:]),
+             "date": time.strftime("%Y-%m-%d"), "machine": machine(), "records": args.records,
+             "size": args.size, **summary, "after_over_before": round(ratio, 3),
+             "steady_after_over_before": round(steady, 3)}
+    RESULTS.parent.mkdir(exist_ok=True)
+    with RESULTS.open("a") as out:
+        out.write(json.dumps(entry) + "\n")
+    log(f"after/before: {ratio:.3f} over the run, {steady:.3f} steady")
+    print(json.dumps(entry, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
