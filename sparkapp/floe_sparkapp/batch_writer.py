@@ -147,8 +147,8 @@ class BatchWriter:
         if stats is None:
             outcomes = [self.tables[0].commit_batch(batch, batch_id, start, batch_next,
                                                     single_pass=True)]
-            input_rows = sum(o.get("input_rows", 0) for o in outcomes)
-            input_bytes = sum(o.get("bytes", 0) for o in outcomes)
+            input_rows = sum(o.input_rows for o in outcomes)
+            input_bytes = sum(o.bytes for o in outcomes)
         else:
             vtts, schema_ids, key_ids, input_rows, input_bytes = stats
             if self.config.routes:
@@ -163,7 +163,7 @@ class BatchWriter:
             finally:
                 if routed is not None:
                     routed.unpersist()
-        done = [o["offsets"] for o in outcomes if "offsets" in o]
+        done = [o.offsets for o in outcomes if o.offsets is not None]
         if done:
             self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
                                          for p in set().union(*done)})
@@ -171,18 +171,18 @@ class BatchWriter:
         log.info(json.dumps({
             "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
             "input_rows": input_rows,
-            "rows": sum(o["written"] for o in outcomes),
+            "rows": sum(o.written for o in outcomes),
             "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
-            "decode_failures": sum(o["errors"] for o in outcomes),
-            "dead_letters": sum(o["dead_letters"] for o in outcomes),
-            "conflicts": sum(o["conflicts"] for o in outcomes),
+            "decode_failures": sum(o.errors for o in outcomes),
+            "dead_letters": sum(o.dead_letters for o in outcomes),
+            "conflicts": sum(o.conflicts for o in outcomes),
             "passes": 2 if stats is not None else 1,
             "stats_seconds": round(stats_seconds, 3),
-            "write_seconds": round(sum(o["write_seconds"] for o in outcomes), 3),
-            "commit_seconds": round(sum(o["commit_seconds"] for o in outcomes), 3),
-            "expired_snapshots": sum(o.get("expired", 0) for o in outcomes),
-            "expire_seconds": round(sum(o.get("expire_seconds", 0.0) for o in outcomes), 3),
-            **({"tables": {t.config.table.identifier: o["written"]
+            "write_seconds": round(sum(o.write_seconds for o in outcomes), 3),
+            "commit_seconds": round(sum(o.commit_seconds for o in outcomes), 3),
+            "expired_snapshots": sum(o.expired for o in outcomes),
+            "expire_seconds": round(sum(o.expire_seconds for o in outcomes), 3),
+            **({"tables": {t.config.table.identifier: o.written
                            for t, o in zip(self.tables, outcomes)}}
                if self.config.routes else {}),
             "seconds": round(seconds, 3)}))

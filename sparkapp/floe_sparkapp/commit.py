@@ -53,11 +53,12 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .ledger import OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
 
 log = logging.getLogger("floe.commit")
+T = TypeVar("T")
 
 
 class CommitConflict(RuntimeError):
@@ -488,21 +489,22 @@ def unanswered(error: BaseException) -> bool:
         _UNANSWERED.search(f"{type(error).__name__}: {error}"))
 
 
-def commit_with_retries(attempt: Callable[[], None], *, attempts: int = 10,
-                        backoff_seconds: float = 0.5, outage_seconds: float = 120.0) -> int:
+def commit_with_retries(attempt: Callable[[], T], *, attempts: int = 10,
+                        backoff_seconds: float = 0.5, outage_seconds: float = 120.0
+                        ) -> tuple[T, int]:
     """Runs ``attempt`` until it finishes without a CommitConflict (committed or nothing to do).
 
     A neighbour that does not answer (:func:`unanswered`) is waited for, the batch tried again
     from the start (the table's offsets), for up to ``outage_seconds``: a short outage costs a
-    pause, not a restart of the job.  Returns the number of conflicts seen; raises
-    CommitFailed after ``attempts`` conflicts, and the neighbour's error when it stays away.
+    pause, not a restart of the job.  Returns what the attempt that finished returned and the
+    number of conflicts seen; raises CommitFailed after ``attempts`` conflicts, and the
+    neighbour's error when it stays away.
     """
     conflicts = 0
     outage_started: float | None = None
     while True:
         try:
-            attempt()
-            return conflicts
+            return attempt(), conflicts
         except (CommitConflict, CommitUnknown) as conflict:
             conflicts += 1
             log.info("commit %s (attempt %d of %d): %s", "conflict" if isinstance(

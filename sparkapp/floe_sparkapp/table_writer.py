@@ -69,6 +69,50 @@ def undecodable(rows: DataFrame) -> Any:
     return failed & F.col("value").isNull() if "value" in rows.columns else failed
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What committing one micro-batch to one table did."""
+
+    offsets: dict[int, int] | None = None  # the table's offsets after it; None: it had them
+    written: int = 0  # rows written (a merge: records applied)
+    errors: int = 0  # of them, records kept raw, undecodable
+    dead_letters: int = 0  # records sent to the dead-letter topic
+    input_rows: int = 0  # an append read in one pass: the records it read
+    bytes: int = 0  # and their keys' and values' bytes
+    vtts: int | None = None  # the batch's valid-through timestamp (ms)
+    write_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    conflicts: int = 0  # commits tried again
+    expired: int = 0  # snapshots expired after it
+    expire_seconds: float = 0.0
+
+
+@dataclass
+class _DeadLetters:
+    """A batch's undecodable records are sent to the dead-letter topic once, however often
+    its commit is tried: what the first try did."""
+
+    sent: bool = False
+    count: int = 0
+    error: str | None = None  # why the topic refused them (recorded on the commit)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What an append counted over its batch as it wrote it (:meth:`TableWriter._batch_metrics`)."""
+
+    observation: Any
+    partitions: list[int]
+
+    def read(self) -> dict[str, Any]:
+        seen = self.observation.get
+        latest = [int(seen[f"latest_{p}"]) for p in self.partitions
+                  if seen.get(f"latest_{p}") is not None]
+        return {"vtts": min(latest) if latest else None, "input_rows": int(seen["rows"]),
+                "bytes": int(seen["bytes"] or 0), "value_ids": seen.get("value_ids"),
+                "key_ids": seen.get("key_ids")}
+
+
 @dataclass
 class TableWriter:
     """Decodes a micro-batch's records for one table and commits them there exactly once."""
@@ -198,54 +242,50 @@ class TableWriter:
                           has_value=True, cdc=True, key_fields=self.config.key.decoded)
 
     def _write(self, rows: DataFrame, base: int, summary: Callable[[], dict[str, str]],
-               outcome: dict[str, Any], since_ms: int) -> None:
+               dead: _DeadLetters, since_ms: int) -> tuple[int, int, dict[str, float]]:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
-        the files are written: it may then raise :class:`UnplannedSchemas`); counts them and
-        the undecodable ones in the same pass as the write (an observation), except when a
-        dead-letter topic needs them first (once per batch, even when the commit is retried;
-        but those an earlier run of the batch sent since ``since_ms``, the writer's last
-        commit: :mod:`.dead_letters`)."""
+        the files are written: it may then raise :class:`UnplannedSchemas`); returns the rows
+        written, the undecodable ones among them and the committer's timings. The rows are
+        counted in the same pass as the write (an observation), except when a dead-letter topic
+        needs the undecodable ones first (once per batch, even when the commit is retried:
+        ``dead``; but not those an earlier run of the batch sent since ``since_ms``, the
+        writer's last commit: :mod:`.dead_letters`)."""
         def properties() -> dict[str, str]:
             found = summary()
-            failure = outcome.get("dead_letter_error")
-            return {**found, DEAD_LETTER_ERROR: failure} if failure else found
+            return {**found, DEAD_LETTER_ERROR: dead.error} if dead.error else found
 
-        dead_letter = self.config.dead_letter is not None and not outcome.get("dead_lettered")
-        if dead_letter:
+        send = self.config.dead_letter is not None and not dead.sent
+        if send:
             rows = rows.persist()
         try:
-            if dead_letter:
+            if send:
                 bad = rows.filter(undecodable(rows))
                 errors = bad.count()
                 if errors:
                     failure = dead_letters.send(bad, errors, self.config, since_ms)
                     if failure is None:
-                        outcome["dead_letters"] = errors
+                        dead.count = errors
                     else:
-                        outcome["dead_letter_error"] = failure
-                outcome["dead_lettered"] = True
+                        dead.error = failure
+                dead.sent = True
             if self.upsert is not None:
                 rows = rows.persist()
                 try:
                     errors = rows.filter(undecodable(rows)).count()
-                    outcome.update(self.committer.commit(rows, base, properties(),
-                                                         self.upsert))
-                    outcome["written"] = int(outcome.pop("applied"))
-                    outcome["errors"] = errors
+                    timing = self.committer.commit(rows, base, properties(), self.upsert)
+                    return int(timing.pop("applied")), errors, timing
                 finally:
                     rows.unpersist()
-                return
             observation = Observation(f"floe_{uuid.uuid4().hex}")
             observed = rows.observe(
                 observation, F.count(F.lit(1)).alias("rows"),
                 F.coalesce(F.sum(F.when(undecodable(rows), 1).otherwise(0)),
                            F.lit(0)).alias("errors"))
-            outcome.update(self.committer.append(observed, base, properties))
+            timing = self.committer.append(observed, base, properties)
             counted = observation.get
-            outcome["written"] = int(counted["rows"])
-            outcome["errors"] = int(counted["errors"])
+            return int(counted["rows"]), int(counted["errors"]), timing
         finally:
-            if dead_letter:
+            if send:
                 rows.unpersist()
 
     def _expected_ids(self, table: Any, column: str, batch_id: int) -> list[int]:
@@ -301,102 +341,104 @@ class TableWriter:
     def commit_batch(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
                      batch_next: dict[int, int], vtts: int | None = None,
                      schema_ids: list[int] = (), key_ids: list[int] = (), *,
-                     single_pass: bool = False) -> dict[str, Any]:
+                     single_pass: bool = False) -> Outcome:
         """Commits the batch's records (those at or above the table's offsets) with the batch's
         end offsets, retrying on conflicts; returns what it did.  ``vtts`` (the valid-through
         timestamp), ``schema_ids`` and ``key_ids`` are what a pass over the batch found;
         with ``single_pass`` (an append) there was none, and they are found as it writes."""
         assert not single_pass or self.upsert is None
-        outcome: dict[str, Any] = {"written": 0, "errors": 0, "dead_letters": 0,
-                                   "write_seconds": 0.0, "commit_seconds": 0.0}
-        identifier, writer, topic = (self.config.table.identifier, self.config.writer,
-                                     self.config.kafka.topic)
-        value_framed = self.config.value.format != "raw"
-        key_framed = self.config.key.format == "avro"
         for column, ids in (("value", schema_ids), (KEY_FIELDS, key_ids)):
             self.recent[column].update({i: batch_id for i in ids})
-
-        def attempt() -> None:
-            table = self.catalog.load_table(identifier)
-            self._check_identity(table, batch_id)
-            base = table.current_snapshot().snapshot_id  # offsets below are read from here
-            committed = last_commit(table, writer, topic)
-            if self.rejoins_at:
-                committed = replace(committed,
-                                    offsets=merge_offsets(committed.offsets, self.rejoins_at))
-            ahead = checkpoint.ahead_of(start or {}, committed.offsets,
-                                        self._floor(table, start or {}, committed))
-            if ahead:
-                raise CheckpointAhead(
-                    f"CheckpointAhead: batch {batch_id} of {writer} would start above table "
-                    f"{identifier}'s offsets ({'; '.join(ahead)}); main was rolled back or the "
-                    "table replaced: the job starts again from the table")
-            offsets = merge_offsets(committed.offsets, batch_next)
-            if offsets == committed.offsets:
-                log.info("batch %d of %s: already committed in snapshot %s of %s", batch_id,
-                         writer, committed.snapshot_id, identifier)
-                return
-            rows, observation, partitions = batch, None, []
-            if single_pass:  # what the summary needs, counted as the files are written
-                if value_framed and "_schema_id" not in rows.columns:
-                    rows = frame(rows)
-                if key_framed and "_key_schema_id" not in rows.columns:
-                    rows = frame(rows, "key")
-                partitions = sorted(p for p, o in batch_next.items()
-                                    if o > max((start or {}).get(p, -1),
-                                               committed.offsets.get(p, -1)))
-                observation = Observation(f"floe_batch_{uuid.uuid4().hex}")
-                rows = rows.observe(observation, *self._batch_metrics(partitions, value_framed,
-                                                                      key_framed))
-            known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
-                                   for x in (p, o)]) if committed.offsets else None
-            fresh = rows if known is None else rows.filter(
-                F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
-            value_ids, keys = ((self._expected_ids(table, "value", batch_id)
-                                if value_framed else [],
-                                self._expected_ids(table, KEY_FIELDS, batch_id)
-                                if key_framed else [])
-                               if single_pass else (list(schema_ids), list(key_ids)))
-
-            def summary() -> dict[str, str]:
-                found_vtts = vtts
-                if observation is not None:
-                    seen = observation.get
-                    new = {column: self._found_ids(seen.get(name), column, batch_id)
-                           for column, name in (("value", "value_ids"), (KEY_FIELDS, "key_ids"))}
-                    if any(new.values()):
-                        raise UnplannedSchemas(
-                            f"batch {batch_id} has writer schema ids it was not decoded for: "
-                            + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids))
-                    latest = [int(seen[f"latest_{p}"]) for p in partitions
-                              if seen.get(f"latest_{p}") is not None]
-                    found_vtts = min(latest) if latest else None
-                    outcome["input_rows"] = int(seen["rows"])
-                    outcome["bytes"] = int(seen["bytes"] or 0)
-                outcome["vtts"] = found_vtts
-                newest = [t for t in (found_vtts, committed.vtts) if t is not None]
-                return summary_properties(writer, topic, offsets,
-                                          max(newest) if newest else None,
-                                          self.config.generation, batch_id, self.topic_id,
-                                          self.tables)
-
-            self._write(self._decode(fresh, table, value_ids, keys), base, summary, outcome,
-                        _committed_at(table, committed))
-            outcome["offsets"] = offsets
-
+        dead = _DeadLetters()
         for redecode in range(REDECODES + 1):
             try:
-                outcome["conflicts"] = commit_with_retries(attempt)
+                outcome, conflicts = commit_with_retries(lambda: self._attempt(
+                    batch, batch_id, start, batch_next, vtts, schema_ids, key_ids, single_pass,
+                    dead))
                 break
             except UnplannedSchemas as unplanned:
                 if redecode == REDECODES:
                     raise
                 log.info("%s: decoding it again", unplanned)
-        if "offsets" in outcome:
+        outcome = replace(outcome, conflicts=conflicts, dead_letters=dead.count)
+        if outcome.offsets is not None:
             self.rejoins_at = None
             if self.config.maintenance.expire_snapshots.enabled:
-                self._expire(outcome)
+                outcome = replace(outcome, **self._expire())
         return outcome
+
+    def _attempt(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
+                 batch_next: dict[int, int], vtts: int | None, schema_ids: list[int],
+                 key_ids: list[int], single_pass: bool, dead: _DeadLetters) -> Outcome:
+        """One try at committing the batch, from what the table holds now (a conflict raises
+        and the batch is tried again)."""
+        identifier, writer, topic = (self.config.table.identifier, self.config.writer,
+                                     self.config.kafka.topic)
+        value_framed = self.config.value.format != "raw"
+        key_framed = self.config.key.format == "avro"
+        table = self.catalog.load_table(identifier)
+        self._check_identity(table, batch_id)
+        base = table.current_snapshot().snapshot_id  # offsets below are read from here
+        committed = last_commit(table, writer, topic)
+        if self.rejoins_at:
+            committed = replace(committed,
+                                offsets=merge_offsets(committed.offsets, self.rejoins_at))
+        ahead = checkpoint.ahead_of(start or {}, committed.offsets,
+                                    self._floor(table, start or {}, committed))
+        if ahead:
+            raise CheckpointAhead(
+                f"CheckpointAhead: batch {batch_id} of {writer} would start above table "
+                f"{identifier}'s offsets ({'; '.join(ahead)}); main was rolled back or the "
+                "table replaced: the job starts again from the table")
+        offsets = merge_offsets(committed.offsets, batch_next)
+        if offsets == committed.offsets:
+            log.info("batch %d of %s: already committed in snapshot %s of %s", batch_id,
+                     writer, committed.snapshot_id, identifier)
+            return Outcome()
+        rows, counted = batch, None
+        if single_pass:  # what the summary needs, counted as the files are written
+            if value_framed and "_schema_id" not in rows.columns:
+                rows = frame(rows)
+            if key_framed and "_key_schema_id" not in rows.columns:
+                rows = frame(rows, "key")
+            partitions = sorted(p for p, o in batch_next.items()
+                                if o > max((start or {}).get(p, -1),
+                                           committed.offsets.get(p, -1)))
+            counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), partitions)
+            rows = rows.observe(counted.observation,
+                                *self._batch_metrics(partitions, value_framed, key_framed))
+        known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
+                               for x in (p, o)]) if committed.offsets else None
+        fresh = rows if known is None else rows.filter(
+            F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
+        value_ids, keys = ((self._expected_ids(table, "value", batch_id)
+                            if value_framed else [],
+                            self._expected_ids(table, KEY_FIELDS, batch_id)
+                            if key_framed else [])
+                           if single_pass else (list(schema_ids), list(key_ids)))
+
+        def summary() -> dict[str, str]:
+            found_vtts = vtts
+            if counted is not None:
+                seen = counted.read()
+                new = {column: self._found_ids(seen[name], column, batch_id)
+                       for column, name in (("value", "value_ids"), (KEY_FIELDS, "key_ids"))}
+                if any(new.values()):
+                    raise UnplannedSchemas(
+                        f"batch {batch_id} has writer schema ids it was not decoded for: "
+                        + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids))
+                found_vtts = seen["vtts"]
+            newest = [t for t in (found_vtts, committed.vtts) if t is not None]
+            return summary_properties(writer, topic, offsets, max(newest) if newest else None,
+                                      self.config.generation, batch_id, self.topic_id,
+                                      self.tables)
+
+        written, errors, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
+                                              summary, dead, _committed_at(table, committed))
+        seen = counted.read() if counted is not None else {"vtts": vtts}
+        return Outcome(offsets=offsets, written=written, errors=errors,
+                       input_rows=seen.get("input_rows", 0), bytes=seen.get("bytes", 0),
+                       vtts=seen["vtts"], **timing)
 
     def _check_identity(self, table: Any, batch_id: int) -> None:
         """Stops the batch when the table is not the one the job started on (dropped and
@@ -451,15 +493,17 @@ class TableWriter:
                     for p in partitions]
         return metrics
 
-    def _expire(self, outcome: dict[str, Any]) -> None:
+    def _expire(self) -> dict[str, Any]:
         """Expires the snapshots past the retention (``expireSnapshots``) after a commit; a
-        failure only delays it to a later batch (or the maintenance CronJob)."""
+        failure only delays it to a later batch (or the maintenance CronJob). Returns the
+        snapshots expired and the seconds it took (:class:`Outcome`'s fields)."""
         started = time.monotonic()
         older_than_ms = int((time.time() - self.config.snapshot_max_age_seconds) * 1000)
+        expired = 0
         try:
-            outcome["expired"] = self.committer.expire_snapshots(
+            expired = self.committer.expire_snapshots(
                 older_than_ms, self.config.maintenance.expire_snapshots.retain_last)
         except Exception as error:  # noqa: BLE001 - the commit stands; expiry comes again
             log.warning("could not expire the snapshots of %s: %s", self.table_name,
                         str(error).splitlines()[0][:500])
-        outcome["expire_seconds"] = time.monotonic() - started
+        return {"expired": expired, "expire_seconds": time.monotonic() - started}
