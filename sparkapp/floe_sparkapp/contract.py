@@ -241,7 +241,7 @@ class TableLayout(_Model):
              lambda t: t.mode in ROW_LEVEL or not t.key_columns),
         Rule("!has(self.keyColumns) || self.keyColumns.all(c, "
              "self.keyColumns.exists_one(d, d == c))",
-             "keyColumns names a field twice", ".keyColumns", "FieldValueDuplicate",
+             "keyColumns names a field twice", ".keyColumns", None,
              lambda t: len(set(t.key_columns)) == len(t.key_columns)),
     )
 
