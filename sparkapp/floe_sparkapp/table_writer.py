@@ -97,20 +97,24 @@ class _DeadLetters:
     error: str | None = None  # why the topic refused them (recorded on the commit)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Pass:
-    """What an append counted over its batch as it wrote it (:meth:`TableWriter._batch_metrics`)."""
+    """What an append counted over its batch as it wrote it (:meth:`TableWriter._batch_metrics`),
+    read from the JVM once."""
 
     observation: Any
     partitions: list[int]
+    found: dict[str, Any] | None = None
 
     def read(self) -> dict[str, Any]:
-        seen = self.observation.get
-        latest = [int(seen[f"latest_{p}"]) for p in self.partitions
-                  if seen.get(f"latest_{p}") is not None]
-        return {"vtts": min(latest) if latest else None, "input_rows": int(seen["rows"]),
-                "bytes": int(seen["bytes"] or 0), "value_ids": seen.get("value_ids"),
-                "key_ids": seen.get("key_ids")}
+        if self.found is None:
+            seen = self.observation.get
+            latest = [int(seen[f"latest_{p}"]) for p in self.partitions
+                      if seen.get(f"latest_{p}") is not None]
+            self.found = {"vtts": min(latest) if latest else None,
+                          "input_rows": int(seen["rows"]), "bytes": int(seen["bytes"] or 0),
+                          "value_ids": seen.get("value_ids"), "key_ids": seen.get("key_ids")}
+        return self.found
 
 
 @dataclass
