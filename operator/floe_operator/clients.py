@@ -23,7 +23,7 @@ from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
 
 from . import kube
-from .render import Topic
+from .render import Topic, secret_refs
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,8 @@ class Secrets:
 
     @classmethod
     def of(cls, topic: Topic) -> Secrets:
-        spec = topic.spec
-        registry = spec.value.schema_registry
-        refs = (spec.kafka.auth_secret_ref, spec.table.catalog.secret_ref,
-                registry.auth_secret_ref if registry else None)
-        kafka, catalog, registry_data = (
-            kube.secret_data(topic.namespace, ref.name) if ref else {} for ref in refs)
-        return cls(kafka, catalog, registry_data)
+        return cls(**{what: kube.secret_data(topic.namespace, ref.name) if ref else {}
+                      for what, (ref, _) in secret_refs(topic).items()})
 
 
 def catalog_config(job: JobConfig, secrets: Secrets) -> CatalogSpec:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from floe_sparkapp.config import JobConfig
-from floe_sparkapp.contract import TopicSpec
+from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
@@ -132,15 +132,12 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
     """The job's config: the resource's spec as it is (but for the pods' settings), the
     writer, the generation, the checkpoint, and where the referenced Secrets are mounted."""
     spec = topic.spec
-    mounted = {"kafka": (spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
-               "catalog": (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
-               "registry": (spec.value.schema_registry.auth_secret_ref
-                            if spec.value.schema_registry else None, REGISTRY_SECRET_DIR)}
     return JobConfig.model_validate({
         **{name: getattr(spec, name) for name in TopicSpec.model_fields},
         "writer": topic.writer, "generation": topic.generation,
         "checkpoint_location": checkpoint_location(topic, settings),
-        "secrets": {what: {"dir": path} for what, (ref, path) in mounted.items() if ref}})
+        "secrets": {what: {"dir": path} for what, (ref, path) in secret_refs(topic).items()
+                    if ref is not None}})
 
 
 def config_map(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
@@ -152,14 +149,20 @@ def config_map(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
     }
 
 
+def secret_refs(topic: Topic) -> dict[str, tuple[SecretRef | None, str]]:
+    """The Secrets the spec references, by what they hold (the job config's ``secrets``), each
+    with where the pods mount it."""
+    spec = topic.spec
+    registry = spec.value.schema_registry
+    return {"kafka": (spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
+            "catalog": (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
+            "registry": (registry.auth_secret_ref if registry else None, REGISTRY_SECRET_DIR)}
+
+
 def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
     """The referenced Secrets and where the job config expects their files."""
-    spec = topic.spec
-    refs = [(spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
-            (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
-            (spec.value.schema_registry.auth_secret_ref if spec.value.schema_registry else None,
-             REGISTRY_SECRET_DIR)]
-    return [{"name": ref.name, "path": path} for ref, path in refs if ref is not None]
+    return [{"name": ref.name, "path": path} for ref, path in secret_refs(topic).values()
+            if ref is not None]
 
 
 # What only the maintenance runs, the deletion or the operator use: changing it does not

@@ -18,12 +18,6 @@ from .config import ConfigError
 SPARK_TYPES = {"rest": "rest"}
 
 
-def properties(catalog: CatalogSpec) -> dict[str, str]:
-    """The catalog's properties (its Secret's values among them: :meth:`CatalogSpec.with_secrets`,
-    done by :meth:`floe_sparkapp.config.JobConfig.catalog` and the operator's clients)."""
-    return dict(catalog.properties)
-
-
 def sqlalchemy_uri(jdbc_uri: str, props: dict[str, str]) -> str:
     """PyIceberg's SqlCatalog takes a SQLAlchemy URI for the database Spark reaches by JDBC."""
     rest = jdbc_uri.removeprefix("jdbc:")
@@ -55,7 +49,7 @@ def spark_conf(catalog: CatalogSpec) -> dict[str, str]:
         conf[f"{prefix}.warehouse"] = catalog.warehouse
         if catalog.warehouse.startswith(("s3://", "s3a://")):
             conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
-    for key, value in properties(catalog).items():
+    for key, value in catalog.properties.items():
         conf[f"{prefix}.{key}"] = value
     return conf
 
@@ -77,7 +71,7 @@ def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset())
     if not location.startswith("s3a://") or not warehouse.startswith(("s3://", "s3a://")) or (
             warehouse.split("://", 1)[1].split("/", 1)[0] != bucket):
         return {}
-    props = properties(catalog)
+    props = catalog.properties
     conf = {}
     for prop, option in S3A_OPTIONS.items():
         scoped = f"spark.hadoop.fs.s3a.bucket.{bucket}.{option}"
@@ -90,7 +84,7 @@ def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset())
 
 
 def pyiceberg_properties(catalog: CatalogSpec) -> dict[str, str]:
-    props = properties(catalog)
+    props = catalog.properties
     result: dict[str, str] = dict(props)
     if catalog.type == "sql":
         result["uri"] = sqlalchemy_uri(catalog.uri or "", props)

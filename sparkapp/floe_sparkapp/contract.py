@@ -25,8 +25,8 @@ from typing import Annotated, Any, Callable, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .units import (DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_bytes, cel_seconds, seconds,
-                    size_bytes)
+from .units import (DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_bytes, cel_seconds,
+                    duration_seconds, seconds, size_bytes)
 
 CRON = (r"^(@(yearly|annually|monthly|weekly|daily|hourly)|"
         r"[-0-9*/,A-Za-z?]+(\s+[-0-9*/,A-Za-z?]+){4})$")
@@ -308,7 +308,7 @@ class CommitSpec(_Model):
 
     @property
     def interval_seconds(self) -> int:
-        return round(seconds(self.interval))
+        return duration_seconds(self.interval)
 
 
 class SchemaEvolutionSpec(_Model):
@@ -371,7 +371,7 @@ class RemoveOrphansSpec(_MaintenanceAction):
 
     @property
     def older_than_seconds(self) -> int:
-        return round(seconds(self.older_than))
+        return duration_seconds(self.older_than)
 
 
 class RewriteManifestsSpec(_MaintenanceAction):
@@ -469,6 +469,6 @@ class TopicSpec(_Model):
         snapshot for minutes.  (Maintenance holds what it works from: :mod:`.maintenance`.)"""
         expire = self.maintenance.expire_snapshots
         if expire.max_age:
-            return round(seconds(expire.max_age))
+            return duration_seconds(expire.max_age)
         return max(expire.retain_last * self.commit.interval_seconds,
                    MIN_DEFAULT_SNAPSHOT_AGE_SECONDS)

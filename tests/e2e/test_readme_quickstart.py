@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from hack import demo
-from hack.stack.cluster import spark_operator_chart
+from hack.stack.cluster import serve_namespace, spark_operator_chart
 
 from ..integration.jobkit import assert_exactly_once, s3_properties
 from .conftest import _gone, _renew
@@ -163,7 +163,6 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
         create_namespace, secret, apply, get = commands(declare)
         assert create_namespace == f"kubectl create namespace {NAMESPACE}"
         run(create_namespace)
-        from hack.stack.cluster import serve_namespace
         serve_namespace(NAMESPACE)  # spark-operator's Roles: its chart's, in a namespace it serves
         run(edited(secret, replacements))
         assert apply == "kubectl apply -f examples/orders.yaml"
