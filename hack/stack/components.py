@@ -161,9 +161,21 @@ def _kafka_healthy(state: State) -> bool:
 
 # --- Schema registry -----------------------------------------------------------------------
 
+def _registry_dir() -> Path:
+    return paths.RUN / "registry"
+
+
+def _registry_prepare(state: State) -> None:
+    _registry_dir().mkdir(parents=True, exist_ok=True)
+
+
 def _registry_command(state: State) -> list[str]:
+    # The schemas are kept on disk beside Kafka's data: records a restarted stack still holds
+    # name schema ids the registry must still know.
+    database = _registry_dir() / "schemas"
     return ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC",
             f"-Dquarkus.http.port={state['ports']['registry']}", f"-Dquarkus.http.host={NODE_IP}",
+            f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{database};DB_CLOSE_DELAY=-1",
             "-jar", str(paths.registry_dir() / "build" / "quarkus-app" / "quarkus-run.jar")]
 
 
@@ -484,7 +496,7 @@ def _nothing(state: State) -> None:
 
 COMPONENTS: dict[str, Component] = {c.name: c for c in [
     Component("kafka", _kafka_prepare, _kafka_command, _kafka_healthy),
-    Component("registry", _nothing, _registry_command, _registry_healthy),
+    Component("registry", _registry_prepare, _registry_command, _registry_healthy),
     Component("s3", _s3_prepare, _s3_command, _s3_healthy, timeout=30),
     Component("postgres", _postgres_prepare, _postgres_command, _postgres_healthy, timeout=60),
     Component("rest-catalog", _rest_catalog_prepare, _rest_catalog_command,

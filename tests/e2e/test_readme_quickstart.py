@@ -22,6 +22,7 @@ import uuid
 import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -101,6 +102,16 @@ def topic_records(bootstrap: str) -> tuple[dict[tuple[int, int], None], dict[str
         consumer.close()
 
 
+def fresh_topic(bootstrap: str) -> None:
+    """The example's topic, deleted if a previous run left it, so this run's records are all."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if TOPIC in admin.list_topics(timeout=10).topics:
+        for future in admin.delete_topics([TOPIC]).values():
+            future.result(timeout=30)
+        assert wait_until(lambda: TOPIC not in admin.list_topics(timeout=10).topics,
+                          timeout=60, interval=1)
+
+
 def query(snippet: str):
     """The README's Python snippet; the value of its last expression."""
     tree = ast.parse(snippet)
@@ -135,7 +146,9 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
             for d in deployments} == {"spark-operator-controller": ['--namespaces=""'],
                                       "spark-operator-webhook": ['--namespaces=""']}
 
-    # The topic's records, as the user's producers wrote them; a previous run's table gone.
+    # The topic's records, as the user's producers wrote them; a previous run's topic and
+    # table gone (the stack keeps Kafka's data from one run to the next).
+    fresh_topic(stack.env["FLOE_KAFKA_BOOTSTRAP"])
     demo.produce(stack.env)
     from pyiceberg.catalog.sql import SqlCatalog
     sql = SqlCatalog("lake", uri=replacements[next(k for k in replacements
@@ -193,7 +206,7 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
         assert wait_until(shown, timeout=420, interval=3), why()
         assert kit()["status"]["offsets"]["committed"] == ends
 
-        # 4. The README's query reads every record once.
+        # 4. The README's query (decoded rows) reads every record once.
         rows = query(edited(snippet, replacements)).to_pylist()
         assert_exactly_once(rows, sent)
         assert {r["value"]["customer"] for r in rows} <= {"ada", "grace", "linus"}
