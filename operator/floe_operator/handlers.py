@@ -23,6 +23,8 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from floe_sparkapp.contract import CommitSpec
+
 from . import act, clients, metrics, observe, render, view
 from .clock import epoch, now_ms
 from .plan import APPROVAL, Plan, invalid, plan, plan_delete
@@ -189,10 +191,19 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
         if meta.get("deletionTimestamp") or _DELETIONS.began(meta["uid"]):
             return  # being deleted: nothing is created or reported any more
         labels = (meta["namespace"], meta["name"])
-        with metrics.RECONCILE.labels(*labels).time(), \
-                metrics.ERRORS.labels(*labels).count_exceptions():
+        with metrics.RECONCILE.time(), metrics.ERRORS.labels(*labels).count_exceptions():
             current = _reconcile(body, patch, logger, **indexes)
-        metrics.record_status(*labels, current)
+        metrics.record_visit(*labels)
+        metrics.record_status(*labels, current, _interval_seconds(body))
+
+
+def _interval_seconds(body: Any) -> float | None:
+    """The spec's commit interval (its default where unset); None where it is not valid."""
+    commit = (body.get("spec") or {}).get("commit") or {}
+    try:
+        return float(CommitSpec.model_validate(commit).interval_seconds)
+    except (ValueError, TypeError):
+        return None
 
 
 EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "DeadLetter")

@@ -1,7 +1,11 @@
-"""Prometheus metrics of the operator, per resource, served on FLOE_METRICS_PORT (/metrics).
+"""Prometheus metrics of the operator, served on FLOE_METRICS_PORT (/metrics).
 
-The gauges mirror the status the operator just wrote, so a dashboard and ``kubectl get kit``
-never disagree; reconcile duration and errors are measured around each visit.
+The per-resource gauges (``namespace``, ``name`` labels) mirror the status the operator just
+wrote, so a dashboard and ``kubectl get kit`` never disagree. Counters that the status holds as
+totals (failovers, maintenance runs) count what this process saw happen: a resource's first
+status after the operator starts is their baseline, so an operator restart never shows as a
+burst. The reconcile histogram has no per-resource labels (one series per bucket, however many
+resources); the visits per resource are a counter.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from floe_sparkapp import version
 
 from .clock import epoch
 
@@ -20,24 +26,39 @@ FRESHNESS = Gauge("floe_topic_freshness_seconds",
                   "Age of the newest record timestamp committed to the table.", LABELS)
 SNAPSHOT = Gauge("floe_topic_last_commit_timestamp_seconds",
                  "Commit time of the job's newest snapshot.", LABELS)
+INTERVAL = Gauge("floe_topic_commit_interval_seconds", "The spec's commit interval.", LABELS)
 COMMITS = Counter("floe_topic_commits_total",
                   "Snapshots the job committed to the table, as the operator counted them.",
                   LABELS)
-FAILOVERS = Gauge("floe_topic_failovers", "Times the operator recreated a failed job.", LABELS)
+FAILOVERS = Counter("floe_topic_failovers_total",
+                    "Times the operator recreated a failed or ended job.", LABELS)
+MAINTENANCE_RUNS = Counter("floe_maintenance_runs_total",
+                           "Maintenance runs that recorded their outcome on the table.",
+                           (*LABELS, "action", "outcome"))
+MAINTENANCE_FAILED = Gauge("floe_maintenance_last_run_failed",
+                           "1 when the action's last run failed.", (*LABELS, "action"))
+RECONCILES = Counter("floe_reconciles_total", "Reconcile visits finished.", LABELS)
 RECONCILE = Histogram("floe_reconcile_duration_seconds", "Duration of one reconcile visit.",
-                      LABELS, buckets=(0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1,
-                                       1.5, 2.5, 5, 10, 30))
+                      buckets=(0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1, 1.5, 2.5,
+                               5, 10, 30))
 ERRORS = Counter("floe_reconcile_errors_total", "Reconcile visits that raised an error.", LABELS)
+BUILD = Gauge("floe_build_info", "floe's version; always 1.", ("version",))
 
-_PER_TOPIC = (READY, LAG, FRESHNESS, SNAPSHOT, COMMITS, FAILOVERS, RECONCILE, ERRORS)
+_PER_TOPIC = (READY, LAG, FRESHNESS, SNAPSHOT, INTERVAL, COMMITS, FAILOVERS, RECONCILES, ERRORS)
+_PER_ACTION = (MAINTENANCE_RUNS, MAINTENANCE_FAILED)
+
+# What the last status said, per resource: failovers and each action's last run time.
+_seen: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def serve(port: int) -> None:
+    BUILD.labels(version()).set(1)
     if port:
         start_http_server(port)
 
 
-def record_status(namespace: str, name: str, status: dict[str, Any]) -> None:
+def record_status(namespace: str, name: str, status: dict[str, Any],
+                  interval_seconds: float | None = None) -> None:
     labels = (namespace, name)
     ready = [c for c in status.get("conditions", []) if c.get("type") == "Ready"]
     READY.labels(*labels).set(1 if ready and ready[0].get("status") == "True" else 0)
@@ -48,7 +69,24 @@ def record_status(namespace: str, name: str, status: dict[str, Any]) -> None:
     committed = (status.get("table") or {}).get("committedAt")
     if committed:
         SNAPSHOT.labels(*labels).set(epoch(committed))
-    FAILOVERS.labels(*labels).set((status.get("sparkApplication") or {}).get("failovers", 0))
+    if interval_seconds is not None:
+        INTERVAL.labels(*labels).set(interval_seconds)
+    ERRORS.labels(*labels)
+    seen = _seen.get(labels)
+    failovers = (status.get("sparkApplication") or {}).get("failovers", 0)
+    runs = {action: entry["lastRun"] for action, entry in (status.get("maintenance") or {}).items()
+            if entry and entry.get("lastRun")}
+    FAILOVERS.labels(*labels).inc(max(0, failovers - seen["failovers"]) if seen else 0)
+    for action, run in runs.items():
+        outcome = str(run.get("outcome", "Unknown"))
+        MAINTENANCE_FAILED.labels(*labels, action).set(1 if outcome == "Failed" else 0)
+        new = seen is not None and (seen["runs"].get(action) or {}).get("time") != run.get("time")
+        MAINTENANCE_RUNS.labels(*labels, action, outcome).inc(1 if new else 0)
+    _seen[labels] = {"failovers": failovers, "runs": runs}
+
+
+def record_visit(namespace: str, name: str) -> None:
+    RECONCILES.labels(namespace, name).inc()
 
 
 def record_commits(namespace: str, name: str, new_commits: int) -> None:
@@ -57,8 +95,12 @@ def record_commits(namespace: str, name: str, new_commits: int) -> None:
 
 def forget(namespace: str, name: str) -> None:
     """Drops a deleted resource's series."""
+    _seen.pop((namespace, name), None)
     for metric in _PER_TOPIC:
         try:
             metric.remove(namespace, name)
         except KeyError:
             pass
+    for metric in _PER_ACTION:
+        for labels in [s for s in list(metric._metrics) if s[:2] == (namespace, name)]:
+            metric.remove(*labels)

@@ -208,12 +208,23 @@ def _container(container: dict[str, Any], pod: PodSpec,
 
 
 def _pod_template(container: str, volumes: list[dict[str, Any]],
-                  mounts: list[dict[str, Any]], pod: PodSpec) -> dict[str, Any]:
+                  mounts: list[dict[str, Any]], pod: PodSpec,
+                  **own: Any) -> dict[str, Any]:
     """A pod template Spark starts its driver or executors from: spark-operator hands it to
     spark-submit as it is, so any kind of volume mounts, and the pods are placed, without its
-    webhook (Spark adds its own labels, volumes and environment to the template's)."""
-    return {"spec": {"containers": [_container({"name": container, "volumeMounts": mounts}, pod)],
+    webhook (Spark adds its own labels, volumes, ports and environment to the template's).
+    ``own``: more of the container's fields."""
+    return {"spec": {"containers": [_container({"name": container, "volumeMounts": mounts,
+                                                **own}, pod)],
                      "volumes": volumes, **_placement(pod)}}
+
+
+# The driver serves the job's Prometheus metrics on this port, named "metrics" (the chart's
+# PodMonitor scrapes it).
+JOB_METRICS_PORT = 9464
+_DRIVER_METRICS = {"env": [{"name": "FLOE_METRICS_PORT", "value": str(JOB_METRICS_PORT)}],
+                   "ports": [{"name": "metrics", "containerPort": JOB_METRICS_PORT,
+                              "protocol": "TCP"}]}
 
 
 def _pod_metadata(labels: dict[str, str], pod: PodSpec) -> dict[str, Any]:
@@ -257,7 +268,8 @@ def spark_application(topic: Topic, settings: OperatorSettings,
                 "cores": spec.spark.driver.cores,
                 "memory": spec.spark.driver.memory,
                 "serviceAccount": spec.spark.service_account or settings.spark_service_account,
-                "template": _pod_template(DRIVER_CONTAINER, volumes, mounts, pod),
+                "template": _pod_template(DRIVER_CONTAINER, volumes, mounts, pod,
+                                          **_DRIVER_METRICS),
             },
             "executor": {
                 **_pod_metadata(labels, pod),

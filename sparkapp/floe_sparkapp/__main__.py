@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from .kafka_offsets import DataLossError
 
     metrics.starting(config.writer, entered)
+    metrics.serve(config.writer, [d.table.identifier for d in config.destinations()], entered)
 
     try:
         run(config, available_now=args.available_now)

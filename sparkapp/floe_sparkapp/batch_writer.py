@@ -168,6 +168,8 @@ class BatchWriter:
             self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
                                          for p in set().union(*done)})
         seconds = time.monotonic() - started
+        metrics.record_batch([t.config.table.identifier for t in self.tables], outcomes,
+                             input_rows, input_bytes, seconds)
         log.info(json.dumps({
             "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
             "input_rows": input_rows,
@@ -175,6 +177,7 @@ class BatchWriter:
             "bytes": input_bytes, "bytes_per_second": round(input_bytes / seconds, 1),
             "decode_failures": sum(o.errors for o in outcomes),
             "dead_letters": sum(o.dead_letters for o in outcomes),
+            "dead_letter_failures": sum(o.dead_letter_failures for o in outcomes),
             "conflicts": sum(o.conflicts for o in outcomes),
             "passes": 2 if stats is not None else 1,
             "stats_seconds": round(stats_seconds, 3),

@@ -307,6 +307,27 @@ def _read(framed: Column, writer: Writer) -> Column:
 
 KEY_FIELDS, KEY_ERROR = "_key_fields", "_key_error"
 
+# Why a record is kept raw, in a few words: the job's metrics count records kept raw by these
+# (a metric's label, never the message itself).  Each is read off the start of ``value_error``,
+# as the messages above, :mod:`.cdc` and the table writer's refused schemas word it.
+RAW_REASONS = ("key", "not_framed", "unknown_schema", "schema_refused", "malformed",
+               "undecodable", "not_a_change", "other")
+
+
+def raw_reason(error: Column) -> Column:
+    """The reason (one of :data:`RAW_REASONS`) of a row kept raw with ``value_error``."""
+    return (F.when(error.rlike(r"^(key[ :]|(Avro|JSON|Protobuf) key )"), F.lit("key"))
+            .when(error.contains("Confluent"), F.lit("not_framed"))
+            .when(error.startswith("unknown schema id"), F.lit("unknown_schema"))
+            .when(error.rlike(r"^(schema id \d+[ :]|value is framed with writer schema id)"),
+                  F.lit("schema_refused"))
+            .when(error.contains(" is malformed: "), F.lit("malformed"))
+            .when(error.contains("could not be decoded") | error.contains("is not a JSON"),
+                  F.lit("undecodable"))
+            .when(error.rlike(r"^(not a Debezium|a truncate|op |a change with|a delete)"),
+                  F.lit("not_a_change"))
+            .otherwise(F.lit("other")))
+
 
 def decode_avro_key(df: DataFrame, plans: Mapping[int, WriterPlan],
                     key_type: T.StructType) -> DataFrame:

@@ -1,14 +1,63 @@
-"""Progress metrics of the streaming query, as one structured (JSON) log line per event."""
+"""The job's metrics: Prometheus metrics the driver serves while it runs (``FLOE_METRICS_PORT``,
+``/metrics``), and the streaming query's progress as one structured (JSON) log line per event.
+
+The metrics are per table where a topic is routed (``table``, its identifier); the resource's
+namespace and name come from the pod's labels where Prometheus scrapes it (the chart's
+PodMonitor).  Counters start at zero for every table (and reason) when the job starts, so a
+query over them has series before the first record.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+from typing import Any, Iterable
 
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
 
 log = logging.getLogger("floe.metrics")
+
+PORT_VARIABLE = "FLOE_METRICS_PORT"
+# Micro-batches and commits take from a fraction of a second to minutes.
+SECONDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+
+ROWS = Counter("floe_job_rows", "Rows committed to the table (an upsert or cdc table: records "
+               "applied).", ["table"])
+RAW = Counter("floe_job_records_raw", "Records kept raw (value_raw, the reason in value_error), "
+              "by reason.", ["table", "reason"])
+DEAD_LETTERS = Counter("floe_job_dead_letters", "Records kept raw that were sent to the "
+                       "dead-letter topic.", ["table"])
+DEAD_LETTER_FAILURES = Counter("floe_job_dead_letter_failures", "Records kept raw that the "
+                               "dead-letter topic refused (they are in the table only).",
+                               ["table"])
+COMMITS = Counter("floe_job_commits", "Snapshots the job committed.", ["table"])
+CONFLICTS = Counter("floe_job_commit_conflicts", "Commits tried again after another writer's "
+                    "commit.", ["table"])
+INPUT_RECORDS = Counter("floe_job_input_records", "Records the job read from Kafka.")
+INPUT_BYTES = Counter("floe_job_input_bytes", "Bytes of the keys and values the job read from "
+                      "Kafka.")
+BATCHES = Counter("floe_job_batches", "Micro-batches the job wrote.")
+BATCH_SECONDS = Histogram("floe_job_batch_duration_seconds", "Seconds a micro-batch took, from "
+                          "its start to its last table's commit.", buckets=SECONDS)
+COMMIT_SECONDS = Histogram("floe_job_commit_duration_seconds", "Seconds one table's commit of "
+                           "a micro-batch took.", buckets=SECONDS)
+LANDED = Gauge("floe_job_landed_timestamp_seconds", "Kafka timestamp the table holds every "
+               "partition's records through (the oldest of the partitions' newest landed "
+               "records).", ["table"])
+COMMITTED = Gauge("floe_job_committed_offset", "The next offset the table's commits hold, per "
+                  "Kafka partition.", ["table", "partition"])
+LATEST = Gauge("floe_job_kafka_latest_offset", "The partition's end offset in Kafka when the "
+               "newest micro-batch was planned.", ["partition"])
+LAG = Gauge("floe_job_kafka_lag_records", "Records in Kafka beyond what the job committed, per "
+            "partition, when the newest micro-batch was planned.", ["partition"])
+SCHEMAS = Gauge("floe_job_schema_seen_timestamp_seconds", "When the job last wrote a record "
+                "of the writer schema id.", ["schema_id"])
+STARTED = Gauge("floe_job_start_time_seconds", "When the job's process started.")
+INFO = Gauge("floe_job_info", "The job's writer (namespace/name) and floe's version; always 1.",
+             ["writer", "version"])
 
 
 class ProgressLogger(StreamingQueryListener):
@@ -24,6 +73,7 @@ class ProgressLogger(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         progress = event.progress
+        record_progress(progress.sources)
         log.info(json.dumps({
             "event": "floe.progress",
             "name": progress.name,
@@ -97,3 +147,74 @@ def report_start(spark, writer: str) -> None:
         "tables_seconds": round(query - session, 3),
         "first_batch_seconds": round(now - query, 3),
         "seconds": round(now - began, 3)}))
+
+
+# --- Prometheus ---------------------------------------------------------------------------
+
+def serve(writer: str, tables: Iterable[str], started: float) -> None:
+    """Serves the metrics on ``FLOE_METRICS_PORT`` (the pod's ``metrics`` port), if set; every
+    table's counters start at zero."""
+    from . import version
+    from .decode import RAW_REASONS
+
+    port = int(os.environ.get(PORT_VARIABLE) or 0)
+    if not port:
+        return
+    STARTED.set(started)
+    INFO.labels(writer, version()).set(1)
+    for table in tables:
+        for counter in (ROWS, DEAD_LETTERS, DEAD_LETTER_FAILURES, COMMITS, CONFLICTS):
+            counter.labels(table)
+        for reason in RAW_REASONS:
+            RAW.labels(table, reason)
+    try:
+        start_http_server(port)
+    except OSError as error:  # the job lands its topic all the same
+        log.warning("could not serve metrics on port %d: %s", port, error)
+
+
+_committed: dict[str, dict[int, int]] = {}  # per table, the offsets the job committed
+
+
+def record_batch(tables: list[str], outcomes: list[Any], input_rows: int, input_bytes: int,
+                 seconds: float) -> None:
+    """What one micro-batch did, per table (``outcomes``: :class:`.table_writer.Outcome`)."""
+    now = time.time()
+    BATCHES.inc()
+    BATCH_SECONDS.observe(seconds)
+    INPUT_RECORDS.inc(input_rows)
+    INPUT_BYTES.inc(input_bytes)
+    for table, outcome in zip(tables, outcomes):
+        ROWS.labels(table).inc(outcome.written)
+        for reason, count in outcome.raw.items():
+            RAW.labels(table, reason).inc(count)
+        DEAD_LETTERS.labels(table).inc(outcome.dead_letters)
+        DEAD_LETTER_FAILURES.labels(table).inc(outcome.dead_letter_failures)
+        CONFLICTS.labels(table).inc(outcome.conflicts)
+        for schema_id in outcome.schema_ids:
+            SCHEMAS.labels(str(schema_id)).set(now)
+        if outcome.offsets is None:  # nothing new for this table
+            continue
+        COMMITS.labels(table).inc()
+        COMMIT_SECONDS.observe(outcome.commit_seconds)
+        if outcome.vtts is not None:
+            LANDED.labels(table).set(outcome.vtts / 1000)
+        _committed[table] = dict(outcome.offsets)
+        for partition, offset in outcome.offsets.items():
+            COMMITTED.labels(table, str(partition)).set(offset)
+
+
+def record_progress(sources: list[Any]) -> None:
+    """Kafka's end offsets when the newest micro-batch was planned, and the lag behind the
+    offsets every table committed."""
+    for source in sources or []:
+        try:
+            latest = json.loads(source.latestOffset or "null") or {}
+        except (TypeError, ValueError):
+            continue
+        for partitions in latest.values():
+            for partition, end in partitions.items():
+                LATEST.labels(partition).set(end)
+                held = [c[int(partition)] for c in _committed.values() if int(partition) in c]
+                if held:
+                    LAG.labels(partition).set(max(0, end - min(held)))

@@ -33,8 +33,8 @@ from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
 from .contract import ROW_LEVEL
-from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json, decode_json_key,
-                     decode_raw, frame, table_rows)
+from .decode import (RAW_REASONS, WriterPlan, decode_avro_key, decode_framed, decode_json,
+                     decode_json_key, decode_raw, frame, raw_reason, table_rows)
 from .layout import KEY_FIELDS
 from .evolution import (BreakingChange, evolve_for_writer, fit_without_evolution,
                         plan_evolution, value_struct)
@@ -63,6 +63,13 @@ def _committed_at(table: Any, committed: Committed) -> int:
     return min([entry.timestamp_ms for entry in history] + [table.metadata.last_updated_ms])
 
 
+def _raw_by_reason(bad: DataFrame) -> dict[str, int]:
+    """Rows kept raw, counted by reason (:func:`.decode.raw_reason`)."""
+    return {r["reason"]: int(r["count"])
+            for r in bad.groupBy(raw_reason(F.col("value_error")).alias("reason")).count()
+            .collect()}
+
+
 def undecodable(rows: DataFrame) -> Any:
     """Rows whose value could not be decoded (not those decoded but for recursive fields)."""
     failed = F.col("value_error").isNotNull()
@@ -75,8 +82,10 @@ class Outcome:
 
     offsets: dict[int, int] | None = None  # the table's offsets after it; None: it had them
     written: int = 0  # rows written (a merge: records applied)
-    errors: int = 0  # of them, records kept raw, undecodable
+    raw: dict[str, int] = field(default_factory=dict)  # of them, kept raw, by reason
     dead_letters: int = 0  # records sent to the dead-letter topic
+    dead_letter_failures: int = 0  # undecodable records the dead-letter topic refused
+    schema_ids: tuple[int, ...] = ()  # the values' writer schema ids the batch had
     input_rows: int = 0  # an append read in one pass: the records it read
     bytes: int = 0  # and their keys' and values' bytes
     vtts: int | None = None  # the batch's valid-through timestamp (ms)
@@ -85,6 +94,11 @@ class Outcome:
     conflicts: int = 0  # commits tried again
     expired: int = 0  # snapshots expired after it
     expire_seconds: float = 0.0
+
+    @property
+    def errors(self) -> int:
+        """Records kept raw, undecodable."""
+        return sum(self.raw.values())
 
 
 @dataclass
@@ -95,6 +109,7 @@ class _DeadLetters:
     sent: bool = False
     count: int = 0
     error: str | None = None  # why the topic refused them (recorded on the commit)
+    failed: int = 0  # how many it refused
 
 
 @dataclass
@@ -246,10 +261,11 @@ class TableWriter:
                           has_value=True, cdc=True, key_fields=self.config.key.decoded)
 
     def _write(self, rows: DataFrame, base: int, summary: Callable[[], dict[str, str]],
-               dead: _DeadLetters, since_ms: int) -> tuple[int, int, dict[str, float]]:
+               dead: _DeadLetters, since_ms: int) -> tuple[int, dict[str, int],
+                                                            dict[str, float]]:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
         the files are written: it may then raise :class:`UnplannedSchemas`); returns the rows
-        written, the undecodable ones among them and the committer's timings. The rows are
+        written, the undecodable ones among them by reason and the committer's timings. The rows are
         counted in the same pass as the write (an observation), except when a dead-letter topic
         needs the undecodable ones first (once per batch, even when the commit is retried:
         ``dead``; but not those an earlier run of the batch sent since ``since_ms``, the
@@ -264,30 +280,35 @@ class TableWriter:
         try:
             if send:
                 bad = rows.filter(undecodable(rows))
-                errors = bad.count()
+                raw = _raw_by_reason(bad)
+                errors = sum(raw.values())
                 if errors:
                     failure = dead_letters.send(bad, errors, self.config, since_ms)
                     if failure is None:
                         dead.count = errors
                     else:
-                        dead.error = failure
+                        dead.error, dead.failed = failure, errors
                 dead.sent = True
             if self.upsert is not None:
                 rows = rows.persist()
                 try:
-                    errors = rows.filter(undecodable(rows)).count()
+                    raw = _raw_by_reason(rows.filter(undecodable(rows)))
                     timing = self.committer.commit(rows, base, properties(), self.upsert)
-                    return int(timing.pop("applied")), errors, timing
+                    return int(timing.pop("applied")), raw, timing
                 finally:
                     rows.unpersist()
             observation = Observation(f"floe_{uuid.uuid4().hex}")
+            reason = raw_reason(F.col("value_error"))
             observed = rows.observe(
                 observation, F.count(F.lit(1)).alias("rows"),
-                F.coalesce(F.sum(F.when(undecodable(rows), 1).otherwise(0)),
-                           F.lit(0)).alias("errors"))
+                *[F.coalesce(F.sum(F.when(undecodable(rows) & (reason == F.lit(name)), 1)
+                                   .otherwise(0)), F.lit(0)).alias(f"raw_{name}")
+                  for name in RAW_REASONS])
             timing = self.committer.append(observed, base, properties)
             counted = observation.get
-            return int(counted["rows"]), int(counted["errors"]), timing
+            return int(counted["rows"]), {name: int(counted[f"raw_{name}"])
+                                          for name in RAW_REASONS
+                                          if int(counted[f"raw_{name}"])}, timing
         finally:
             if send:
                 rows.unpersist()
@@ -364,7 +385,8 @@ class TableWriter:
                 if redecode == REDECODES:
                     raise
                 log.info("%s: decoding it again", unplanned)
-        outcome = replace(outcome, conflicts=conflicts, dead_letters=dead.count)
+        outcome = replace(outcome, conflicts=conflicts, dead_letters=dead.count,
+                          dead_letter_failures=dead.failed)
         if outcome.offsets is not None:
             self.rejoins_at = None
             if self.config.maintenance.expire_snapshots.enabled:
@@ -437,12 +459,14 @@ class TableWriter:
                                       self.config.generation, batch_id, self.topic_id,
                                       self.tables)
 
-        written, errors, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
-                                              summary, dead, _committed_at(table, committed))
+        written, raw, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
+                                           summary, dead, _committed_at(table, committed))
         seen = counted.read() if counted is not None else {"vtts": vtts}
-        return Outcome(offsets=offsets, written=written, errors=errors,
+        seen_ids = (tuple(int(i) for i in (seen.get("value_ids") or "").split(",") if i)
+                    if counted is not None else tuple(schema_ids))
+        return Outcome(offsets=offsets, written=written, raw=raw,
                        input_rows=seen.get("input_rows", 0), bytes=seen.get("bytes", 0),
-                       vtts=seen["vtts"], **timing)
+                       vtts=seen["vtts"], schema_ids=seen_ids, **timing)
 
     def _check_identity(self, table: Any, batch_id: int) -> None:
         """Stops the batch when the table is not the one the job started on (dropped and

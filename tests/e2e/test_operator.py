@@ -190,7 +190,9 @@ def test_a_topic_lands_and_its_status_shows_it(stack, operator, drivers, namespa
     series = f'{{name="orders",namespace="{namespace}"}}'
     assert f"floe_topic_ready{series} 1.0" in scraped
     assert f"floe_topic_lag_records{series} 0.0" in scraped
-    assert f"floe_reconcile_duration_seconds_count{series}" in scraped
+    assert f"floe_reconciles_total{series}" in scraped
+    assert "floe_reconcile_duration_seconds_count " in scraped  # one series, all resources
+    assert re.search(r"^floe_build_info{version=\"[^\"]+\"} 1.0$", scraped, re.M)
     commits = re.search(rf"^floe_topic_commits_total{re.escape(series)} (\S+)$", scraped, re.M)
     assert commits and float(commits.group(1)) >= 1, scraped
     shown = subprocess.run([str(Path(sys.executable).parent / "floe"), "status", "-n", namespace],
@@ -535,9 +537,9 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
 
 
 def visits(operator, name: str) -> float:
-    """How many visits of the resource the operator has finished (its reconcile histogram)."""
+    """How many visits of the resource the operator has finished (its visits counter)."""
     scraped = requests.get(operator.metrics_url, timeout=10).text
-    found = re.search(rf'^floe_reconcile_duration_seconds_count{{name="{name}",[^}}]*}} (\S+)$',
+    found = re.search(rf'^floe_reconciles_total{{name="{name}",[^}}]*}} (\S+)$',
                       scraped, re.M)
     return float(found.group(1)) if found else 0.0
 

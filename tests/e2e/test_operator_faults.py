@@ -228,7 +228,7 @@ def held_visit(operator, namespace: str, refresh_seconds: float = REFRESH_SECOND
         scraped = requests.get(operator.metrics_url, timeout=10).text
         return sum(sample.value for family in text_string_to_metric_families(scraped)
                    for sample in family.samples
-                   if sample.name == "floe_reconcile_duration_seconds_count"
+                   if sample.name == "floe_reconciles_total"
                    and sample.labels.get("namespace") == namespace
                    and sample.labels.get("name") == "orders")
 

@@ -14,6 +14,9 @@ import fastavro
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from prometheus_client import REGISTRY
+
+from floe_sparkapp.decode import RAW_REASONS
 from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
 
@@ -75,6 +78,12 @@ def normalize(value: dict | None) -> dict | None:
     out["at"] = out["at"].astimezone(timezone.utc)
     out.setdefault("note", None)
     return out
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    """A metric of the job as its driver serves it (each test's table is its own)."""
+    found = REGISTRY.get_sample_value(name, labels)
+    return 0.0 if found is None else found
 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
@@ -142,6 +151,20 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
         time.sleep(0.5)
     assert progress_rows() == 305
 
+    # ... and as the Prometheus metrics its driver serves.
+    table_label = {"table": config.table.identifier}
+    assert sample("floe_job_rows_total", table_label) == 305
+    assert sample("floe_job_commits_total", table_label) >= 1
+    assert sum(sample("floe_job_records_raw_total", {**table_label, "reason": reason})
+               for reason in RAW_REASONS) == 0
+    committed_offsets = {p: sample("floe_job_committed_offset", {**table_label,
+                                                                "partition": str(p)})
+                         for p in range(3)}
+    assert committed_offsets == producer.next_offsets()
+    assert all(sample("floe_job_schema_seen_timestamp_seconds", {"schema_id": str(i)}) > 0
+               for i in schema_ids)
+    assert sample("floe_job_landed_timestamp_seconds", table_label) > 0
+
     # A second run with nothing new commits nothing and lands no row twice.
     snapshots = len(table.snapshots())
     query = start(config, spark, available_now=True)
@@ -204,6 +227,15 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
     for key, payload in poison.items():
         assert rows[key]["value"] is None
         assert rows[key]["value_raw"] == payload
+
+    # The job's metrics count the records kept raw by reason, and the dead letters sent.
+    table_label = {"table": config.table.identifier}
+    assert {reason: sample("floe_job_records_raw_total", {**table_label, "reason": reason})
+            for reason in RAW_REASONS} == {**dict.fromkeys(RAW_REASONS, 0), "not_framed": 2,
+                                           "unknown_schema": 1, "undecodable": 3}
+    assert sample("floe_job_rows_total", table_label) == 8
+    assert sample("floe_job_dead_letters_total", table_label) == 6
+    assert sample("floe_job_dead_letter_failures_total", table_label) == 0
 
     found = consume_to_end(stack, dlq)
     dead = {m.key(): m for m in found}

@@ -167,8 +167,18 @@ def test_pod_settings_unset_render_the_pods_as_before():
                                  "instances"} == set()
         template = app[role]["template"]
         assert set(template) == {"spec"} and set(template["spec"]) == {"containers", "volumes"}
-        assert set(template["spec"]["containers"][0]) == {"name", "volumeMounts"}
+        own = {"env", "ports"} if role == "driver" else set()  # the metrics port
+        assert set(template["spec"]["containers"][0]) == {"name", "volumeMounts", *own}
         assert template["spec"]["containers"][0]["name"] == container
+
+
+def test_the_driver_serves_its_metrics_on_a_named_port():
+    topic = Topic.from_body(json.loads(json.dumps(BODY)))
+    app = spark_application(topic, OperatorSettings())["spec"]
+    [driver] = app["driver"]["template"]["spec"]["containers"]
+    assert driver["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+    assert {"name": "FLOE_METRICS_PORT", "value": "9464"} in driver["env"]
+    assert "ports" not in app["executor"]["template"]["spec"]["containers"][0]
 
 
 def test_the_drivers_account_is_bound_to_the_drivers_role_and_owned_but_not_controlled():
