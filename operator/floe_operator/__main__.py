@@ -13,13 +13,14 @@ import sys
 
 import kopf
 
+from floe_sparkapp import logs
+
 
 def main() -> int:
     from . import handlers, metrics, redact  # noqa: F401 - handlers registers itself
     from .settings import OperatorSettings
 
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure()  # FLOE_LOG_LEVEL, FLOE_LOG_FORMAT
     # The registry client logs every request at INFO: one line per resource per refresh.
     for quiet in ("httpx", "httpx2"):
         logging.getLogger(quiet).setLevel(logging.WARNING)

@@ -222,9 +222,20 @@ def _pod_template(container: str, volumes: list[dict[str, Any]],
 # The driver serves the job's Prometheus metrics on this port, named "metrics" (the chart's
 # PodMonitor scrapes it).
 JOB_METRICS_PORT = 9464
-_DRIVER_METRICS = {"env": [{"name": "FLOE_METRICS_PORT", "value": str(JOB_METRICS_PORT)}],
-                   "ports": [{"name": "metrics", "containerPort": JOB_METRICS_PORT,
-                              "protocol": "TCP"}]}
+
+
+def _logging_env(topic: Topic, settings: OperatorSettings) -> list[dict[str, str]]:
+    """floe's log lines in a job's pods: the spec's level, the operator's format."""
+    return [{"name": "FLOE_LOG_LEVEL", "value": topic.spec.spark.log_level},
+            {"name": "FLOE_LOG_FORMAT", "value": settings.log_format}]
+
+
+def _driver(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
+    """The driver container's own fields: its metrics port, and how it logs."""
+    return {"env": [{"name": "FLOE_METRICS_PORT", "value": str(JOB_METRICS_PORT)},
+                    *_logging_env(topic, settings)],
+            "ports": [{"name": "metrics", "containerPort": JOB_METRICS_PORT,
+                       "protocol": "TCP"}]}
 
 
 def _pod_metadata(labels: dict[str, str], pod: PodSpec) -> dict[str, Any]:
@@ -258,7 +269,11 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             "mainApplicationFile": settings.job_main_file,
             "arguments": ["run", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"],
             "sparkVersion": spec.spark.spark_version,
-            "sparkConf": {"spark.ui.showConsoleProgress": "false", **spec.spark.conf},
+            # Spark's own lines as JSON too, where floe's are (Spark's structured logging).
+            "sparkConf": {"spark.ui.showConsoleProgress": "false",
+                          **({"spark.log.structuredLogging.enabled": "true"}
+                             if settings.log_format == "json" else {}),
+                          **spec.spark.conf},
             # floe's failover is the only restart: spark-operator resubmitting first would
             # repeat an exit only the user can resolve (DataLoss) several times before floe
             # could see it, and stack two backoffs.
@@ -269,7 +284,7 @@ def spark_application(topic: Topic, settings: OperatorSettings,
                 "memory": spec.spark.driver.memory,
                 "serviceAccount": spec.spark.service_account or settings.spark_service_account,
                 "template": _pod_template(DRIVER_CONTAINER, volumes, mounts, pod,
-                                          **_DRIVER_METRICS),
+                                          **_driver(topic, settings)),
             },
             "executor": {
                 **_pod_metadata(labels, pod),
@@ -323,6 +338,8 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
                   f"{GROUP}/action": action}
         command = [SPARK_SUBMIT, "--master", f"local[{resources.cores}]",
                    "--driver-memory", resources.memory, "--conf", "spark.ui.enabled=false",
+                   *(["--conf", "spark.log.structuredLogging.enabled=true"]
+                     if settings.log_format == "json" else []),
                    settings.job_main_file.removeprefix("local://"), "maintain",
                    "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}", "--action", action]
         pod = {
@@ -336,7 +353,7 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
                 "image": spec.spark.image or settings.spark_image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": command,
-                "env": [{"name": "HOME", "value": "/tmp"}],
+                "env": [{"name": "HOME", "value": "/tmp"}, *_logging_env(topic, settings)],
                 "resources": {"requests": {"cpu": str(resources.cores), "memory": f"{memory_mi}Mi"},
                               "limits": {"memory": f"{memory_mi}Mi"}},
                 "volumeMounts": mounts,

@@ -10,7 +10,7 @@ patterns and defaults in the OpenAPI schema, cross-field rules as CEL
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from floe_sparkapp.contract import ResourcesSpec, Rule, SecretRef, TopicSpec, _Model
 from pydantic import Field
@@ -126,6 +126,9 @@ class _SparkJob(_Model):
     driver: ResourcesSpec = ResourcesSpec()
     executor: ExecutorSpec = ExecutorSpec()
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Level of floe's own log lines in the driver and the maintenance "
+                            "pods (Spark's: conf spark.log.level).")
     checkpoint_location: str | None = Field(
         None, description="Where Spark keeps the query's checkpoint (default: "
                           "<warehouse>/_floe/checkpoints/<namespace>/<name>). Losing it loses "

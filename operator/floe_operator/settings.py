@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -71,3 +73,8 @@ class OperatorSettings(BaseSettings):
                                        "or not serving the namespace) and deleted at once.")
     metrics_port: int = Field(9090, ge=0, le=65535,
                               description="Port of the Prometheus /metrics endpoint (0: off).")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="The operator's and the jobs' log lines: one JSON object per line, "
+                            "or text.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="The operator's log level (a job's: its spec.spark.logLevel).")

@@ -10,10 +10,10 @@ The operator does not restart a job that exited 3 or 5: only the user can resolv
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
+from . import logs
 from .config import ConfigError, load_config
 from .exit_codes import DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, TABLE_IN_USE
 from .maintenance import ACTIONS
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     maintain.add_argument("--action", required=True,
                           choices=ACTIONS)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure()  # FLOE_LOG_LEVEL, FLOE_LOG_FORMAT (the operator sets them from the spec)
 
     try:
         config = load_config(args.config)

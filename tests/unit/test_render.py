@@ -172,6 +172,24 @@ def test_pod_settings_unset_render_the_pods_as_before():
         assert template["spec"]["containers"][0]["name"] == container
 
 
+def test_the_jobs_log_json_lines_at_the_specs_level():
+    body = json.loads(json.dumps(BODY))
+    body["spec"].setdefault("spark", {})["logLevel"] = "debug"
+    topic = Topic.from_body(body)
+    app = spark_application(topic, OperatorSettings())["spec"]
+    [driver] = app["driver"]["template"]["spec"]["containers"]
+    assert {"name": "FLOE_LOG_LEVEL", "value": "debug"} in driver["env"]
+    assert {"name": "FLOE_LOG_FORMAT", "value": "json"} in driver["env"]
+    assert app["sparkConf"]["spark.log.structuredLogging.enabled"] == "true"
+    crons = cron_jobs(topic, OperatorSettings())
+    assert crons
+    for cron in crons:
+        [maintain] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+        assert {"name": "FLOE_LOG_LEVEL", "value": "debug"} in maintain["env"]
+    text = spark_application(topic, OperatorSettings(log_format="text"))["spec"]
+    assert "spark.log.structuredLogging.enabled" not in text["sparkConf"]
+
+
 def test_the_driver_serves_its_metrics_on_a_named_port():
     topic = Topic.from_body(json.loads(json.dumps(BODY)))
     app = spark_application(topic, OperatorSettings())["spec"]
@@ -237,7 +255,8 @@ def test_one_cron_job_per_enabled_maintenance_action_with_its_schedule_and_setti
     assert container["image"] == "floe/floe-spark:0.1.0"
     assert container["command"] == [
         "/opt/spark/bin/spark-submit", "--master", "local[2]", "--driver-memory", "3g",
-        "--conf", "spark.ui.enabled=false", "/opt/floe/floe_job.py", "maintain",
+        "--conf", "spark.ui.enabled=false", "--conf", "spark.log.structuredLogging.enabled=true",
+        "/opt/floe/floe_job.py", "maintain",
         "--config", "/etc/floe/job/job.json", "--action", "compaction"]
     assert container["resources"] == {"requests": {"cpu": "2", "memory": "4301Mi"},
                                       "limits": {"memory": "4301Mi"}}
