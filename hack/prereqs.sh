@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs the toolchains the local stack builds with, when the machine lacks them:
 # Java 17+ (Kafka, Spark, the registry), Maven (jars from Maven Central), Go (etcd, Kubernetes,
-# helm, CoreDNS, spark-operator and the S3 server, from the Go module proxy), openssl, and the
-# node's parts from Debian: containerd and runc, the CNI plugins, dockerd (builds the images),
-# debootstrap (their base), iptables and conntrack (kube-proxy), gcc (the pause binary),
-# PostgreSQL's server (the JDBC catalog's database), and Prometheus with promtool (the
-# monitoring tests: the chart's alerts and dashboard on a real Prometheus).
+# helm, CoreDNS, spark-operator, the Prometheus Operator, Prometheus with promtool and the S3
+# server, from the Go module proxy), openssl, and the node's parts from Debian: containerd and
+# runc, the CNI plugins, dockerd (builds the images), debootstrap (their base), iptables and
+# conntrack (kube-proxy), gcc (the pause binary), and PostgreSQL's server (the JDBC catalog's
+# database).
 set -euo pipefail
 
 missing=()
@@ -24,7 +24,6 @@ command -v conntrack >/dev/null || missing+=(conntrack)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
-command -v promtool >/dev/null || missing+=(prometheus)
 
 if ((${#missing[@]})); then
   echo "[prereqs] installing ${missing[*]}" >&2

@@ -1,6 +1,6 @@
-"""What the local cluster runs once its node is up: the node Ready, and kubeflow spark-operator
+"""What the local cluster runs once its node is up: the node Ready, kubeflow spark-operator
 installed with its own Helm chart (from the Go module it was built from) and the image built
-from ``images/spark-operator``."""
+from ``images/spark-operator``, and the Prometheus Operator (:mod:`.monitoring`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from . import images, node, paths
+from . import images, monitoring, node, paths
 from .procs import ComponentError
 
 SPARK_OPERATOR_NAMESPACE = "spark-operator"
@@ -120,3 +120,4 @@ def ready(state: dict) -> None:
     _wait("the node", lambda: node.node_ready(state["tokens"]["admin"], apiserver_url(state)), 120)
     _log(f"node {node.NODE_NAME}: Ready in {time.monotonic() - started:.0f}s")
     install_spark_operator()
+    monitoring.install_prometheus_operator()

@@ -24,6 +24,8 @@ BASE_IMAGE = "floe.local/debian:bookworm"
 OPERATOR_IMAGE = "floe/floe-operator:0.1.0"
 SPARK_IMAGE = "floe/floe-spark:0.1.0"
 SPARK_OPERATOR_IMAGE = f"floe.local/spark-operator:{paths.SPARK_OPERATOR_VERSION}"
+PROMETHEUS_OPERATOR_IMAGE = f"floe.local/prometheus-operator:{paths.PROMETHEUS_OPERATOR_VERSION}"
+PROMETHEUS_IMAGE = f"floe.local/prometheus:v{paths.PROMETHEUS_RELEASE}"
 
 # Trust stores handed to builds as optional secrets, for machines whose egress re-signs TLS.
 _SECRETS = {"ca-certificates": Path("/etc/ssl/certs/ca-certificates.crt"),
@@ -177,4 +179,11 @@ def build_and_import() -> None:
     _build("images/spark-operator/Dockerfile", SPARK_OPERATOR_IMAGE,
            paths.go_bin_dir("spark-operator", paths.SPARK_OPERATOR_VERSION),
            SPARK_IMAGE=SPARK_IMAGE)
-    _import([node.PAUSE_IMAGE, SPARK_OPERATOR_IMAGE])
+    for dockerfile, tag, name, version in (
+            ("images/prometheus-operator/Dockerfile", PROMETHEUS_OPERATOR_IMAGE,
+             "prometheus-operator", paths.PROMETHEUS_OPERATOR_VERSION),
+            ("images/prometheus/Dockerfile", PROMETHEUS_IMAGE, "prometheus",
+             paths.PROMETHEUS_VERSION)):
+        _build(dockerfile, tag, paths.go_bin_dir(name, version), BASE=BASE_IMAGE)
+    _import([node.PAUSE_IMAGE, SPARK_OPERATOR_IMAGE, PROMETHEUS_OPERATOR_IMAGE,
+             PROMETHEUS_IMAGE])

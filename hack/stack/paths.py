@@ -26,6 +26,13 @@ ICEBERG_VERSION = "1.11.0"
 APICURIO_VERSION = "2.4.2.Final"
 COREDNS_VERSION = "v1.13.2"
 SPARK_OPERATOR_VERSION = "v2.3.0"
+# The newest release whose modules the Go module proxy serves in full: v0.94.x's pkg/client
+# submodule is not served, so its operator cannot be built (hack/go/prometheus-operator pins it).
+PROMETHEUS_OPERATOR_VERSION = "v0.93.1"
+# Prometheus 3.13.1, the operator's default (hack/go/prometheus pins it): upstream tags its Go
+# module v0.3MM.P for Prometheus 3.MM.P, the release its binaries report (change both together).
+PROMETHEUS_VERSION = "v0.313.1"
+PROMETHEUS_RELEASE = "3.13.1"
 TOXIPROXY_VERSION = "v2.12.0"
 
 
@@ -59,6 +66,7 @@ def bin_dirs() -> list[Path]:
         go_bin_dir("versitygw", VERSITYGW_VERSION),
         go_bin_dir("coredns", COREDNS_VERSION),
         go_bin_dir("spark-operator", SPARK_OPERATOR_VERSION),
+        go_bin_dir("prometheus", PROMETHEUS_VERSION),  # prometheus, promtool
     ]
 
 

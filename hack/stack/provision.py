@@ -1,7 +1,8 @@
 """Fetches and builds the stack's components into the cache, once; later calls are no-ops.
 
 Go binaries are built through the Go module proxy, from the small modules in ``hack/go`` where
-the upstream module has ``replace`` lines (Kubernetes, etcd, spark-operator);
+the upstream module has ``replace`` lines (Kubernetes, etcd, spark-operator,
+prometheus-operator, Prometheus);
 jars are resolved from Maven Central with the poms in ``hack/maven``; the schema registry is
 built from Maven Central by ``hack/registry``.  A ``.complete`` marker in each target
 directory makes an interrupted download or build start over instead of being used half-done.
@@ -76,6 +77,16 @@ def _go_env() -> dict[str, str]:
 # No symbol table or DWARF: smaller binaries, shorter links (the builds' markers record it).
 LINK_FLAGS = "-s -w"
 
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+
+
+def _prometheus_version_flags(version: str) -> str:
+    """The version the Prometheus projects' release builds stamp in (without the "v", as their
+    VERSION files have it): unstamped, `prometheus --version` and `promtool --version` report
+    none, and the operator defaults its config-reloader image to the tag "v".  (Their releases
+    stamp the git revision too, which the Go module proxy does not serve: these say "unknown".)"""
+    return f"{LINK_FLAGS} -X github.com/prometheus/common/version.Version={version}"
+
 
 # The control plane, the node (kubelet, kube-proxy) and the clients, from one Go build so the
 # packages they share compile once.
@@ -105,22 +116,34 @@ def go_binaries() -> None:
              cwd=paths.HACK / "go" / "kube", env=_go_env(), what="kubernetes")
         _mark_complete(kube, _kube_version_flags())
 
-    # Modules of our own (hack/go/NAME) that pin an upstream module go install refuses.
-    for name, version, package, binary in (
-        ("etcd", paths.ETCD_VERSION, "go.etcd.io/etcd/server/v3", "etcd"),
+    # Modules of our own (hack/go/NAME) that pin an upstream module go install refuses; each
+    # builds one (package, binary) pair or several into the same directory.
+    for name, version, builds, flags in (
+        ("etcd", paths.ETCD_VERSION, [("go.etcd.io/etcd/server/v3", "etcd")], LINK_FLAGS),
         ("spark-operator", paths.SPARK_OPERATOR_VERSION,
-         "github.com/kubeflow/spark-operator/v2/cmd/operator", "spark-operator"),
-        ("coredns", paths.COREDNS_VERSION, ".", "coredns"),  # main.go: the node's plugins only
+         [("github.com/kubeflow/spark-operator/v2/cmd/operator", "spark-operator")], LINK_FLAGS),
+        ("coredns", paths.COREDNS_VERSION, [(".", "coredns")],  # main.go: the node's plugins only
+         LINK_FLAGS),
+        ("prometheus-operator", paths.PROMETHEUS_OPERATOR_VERSION, [
+            (f"{PROMETHEUS_OPERATOR_MODULE}/cmd/operator", "operator"),
+            (f"{PROMETHEUS_OPERATOR_MODULE}/cmd/prometheus-config-reloader",
+             "prometheus-config-reloader"),
+        ], _prometheus_version_flags(paths.PROMETHEUS_OPERATOR_VERSION.lstrip("v"))),
+        ("prometheus", paths.PROMETHEUS_VERSION, [
+            ("github.com/prometheus/prometheus/cmd/prometheus", "prometheus"),
+            ("github.com/prometheus/prometheus/cmd/promtool", "promtool"),
+        ], _prometheus_version_flags(paths.PROMETHEUS_RELEASE)),
     ):
         target = paths.go_bin_dir(name, version)
         module = paths.HACK / "go" / name
-        built_with = f"{paths.source_hash(module)} {LINK_FLAGS}"
+        built_with = f"{paths.source_hash(module)} {flags}"
         if _built_with(target) == built_with:
             continue
         _log(f"building {name} {version}")
         _fresh(target)
-        _run(["go", "build", "-ldflags", LINK_FLAGS, "-o", str(target / binary), package],
-             cwd=module, env=_go_env(), what=name)
+        for package, binary in builds:  # the later builds reuse the packages the first compiled
+            _run(["go", "build", "-ldflags", flags, "-o", str(target / binary), package],
+                 cwd=module, env=_go_env(), what=name if len(builds) == 1 else f"{name}-{binary}")
         _mark_complete(target, built_with)
 
     for name, version, package, flags in (
@@ -140,6 +163,28 @@ def go_binaries() -> None:
         _run(["go", "install", "-ldflags", flags, f"{package}@{version}"],
              env=env, what=name)
         _mark_complete(target, flags)
+
+
+def prometheus_operator_crds_dir() -> Path:
+    """The monitoring.coreos.com CRDs (``monitoring.coreos.com_*.yaml``: Prometheus,
+    ServiceMonitor, PodMonitor, PrometheusRule, ...) of the pinned Prometheus Operator, as its
+    release ships them: the directory in the Go module cache, downloaded if it is not there yet.
+    (The ``-full`` directory beside it adds AlertmanagerConfig v1beta1, which needs upstream's
+    conversion webhook.)  They are large: apply them with ``kubectl apply --server-side``."""
+    import json
+
+    what = f"{PROMETHEUS_OPERATOR_MODULE}@{paths.PROMETHEUS_OPERATOR_VERSION}"
+    result = subprocess.run(["go", "mod", "download", "-json", what],
+                            cwd=paths.HACK / "go" / "prometheus-operator", env=_go_env(),
+                            capture_output=True, text=True)
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Dir" not in info:
+        raise ProvisionError(f"go mod download {what} failed: "
+                             f"{info.get('Error') or result.stderr.strip()}")
+    crds = Path(info["Dir"]) / "example" / "prometheus-operator-crd"
+    if not any(crds.glob("monitoring.coreos.com_*.yaml")):
+        raise ProvisionError(f"no monitoring.coreos.com CRDs in {crds}")
+    return crds
 
 
 # The Kubernetes version of the client-go module helm's release is built with (its go.mod):

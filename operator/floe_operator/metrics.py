@@ -74,14 +74,18 @@ def record_status(namespace: str, name: str, status: dict[str, Any],
     ERRORS.labels(*labels)
     seen = _seen.get(labels)
     failovers = (status.get("sparkApplication") or {}).get("failovers", 0)
-    runs = {action: entry["lastRun"] for action, entry in (status.get("maintenance") or {}).items()
-            if entry and entry.get("lastRun")}
+    scheduled = {action: entry for action, entry in (status.get("maintenance") or {}).items()
+                 if entry}
+    runs = {action: entry["lastRun"] for action, entry in scheduled.items()
+            if entry.get("lastRun")}
     FAILOVERS.labels(*labels).inc(max(0, failovers - seen["failovers"]) if seen else 0)
+    for action in scheduled:  # 0 until a run failed
+        run = runs.get(action) or {}
+        MAINTENANCE_FAILED.labels(*labels, action).set(1 if run.get("outcome") == "Failed" else 0)
     for action, run in runs.items():
-        outcome = str(run.get("outcome", "Unknown"))
-        MAINTENANCE_FAILED.labels(*labels, action).set(1 if outcome == "Failed" else 0)
         new = seen is not None and (seen["runs"].get(action) or {}).get("time") != run.get("time")
-        MAINTENANCE_RUNS.labels(*labels, action, outcome).inc(1 if new else 0)
+        MAINTENANCE_RUNS.labels(*labels, action, str(run.get("outcome", "Unknown"))).inc(
+            1 if new else 0)
     _seen[labels] = {"failovers": failovers, "runs": runs}
 
 

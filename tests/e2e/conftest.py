@@ -72,6 +72,15 @@ def _renew_in_background(api: client.ApiClient, name: str) -> None:
     _renewing[name].start()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _renewals_end_with_the_run():
+    """A renewal still running when the run ends is waited for: a daemon thread stopped in
+    the middle of a TLS request to the API server aborts the interpreter as it exits."""
+    yield
+    for renewing in list(_renewing.values()):
+        renewing.join(timeout=330)
+
+
 def _fresh_job_namespace(api: client.ApiClient) -> str:
     name = NODE_JOBS[_node_turn[0] % len(NODE_JOBS)]
     _node_turn[0] += 1
