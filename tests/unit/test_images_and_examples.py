@@ -39,7 +39,8 @@ def venv_tool(name: str) -> str:
 
 
 def test_every_image_has_a_dockerfile():
-    assert [p.parent.name for p in DOCKERFILES] == ["operator", "pause", "spark",
+    assert [p.parent.name for p in DOCKERFILES] == ["operator", "pause", "prometheus",
+                                                    "prometheus-operator", "spark",
                                                     "spark-operator"]
 
 
