@@ -333,9 +333,11 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
                           rendered.config_map_digest, rendered.config_map))
     desired = rendered.spark_application
     if app is not None and app.fingerprint != rendered.fingerprint:
-        decided.act(Event(False, "JobRestarted",
-                          f"spec changed (generation {app.generation} -> {topic.generation}): "
-                          "restarting the job"),
+        why = (f"spec changed (generation {app.generation} -> {topic.generation})"
+               if app.generation != str(topic.generation) else
+               f"restart asked for ({render.RESTART}: {topic.restart})" if topic.restart else
+               "the operator's settings changed")
+        decided.act(Event(False, "JobRestarted", f"{why}: restarting the job"),
                     DeleteApp(name))
         app = None
     record = Failovers.of(previous)

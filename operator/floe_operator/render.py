@@ -31,6 +31,8 @@ REGISTRY_SECRET_DIR = "/etc/floe/secrets/registry"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
 APPLIED = f"{GROUP}/applied-hash"
+# An annotation whose every new value restarts the job (``kubectl floe restart`` sets the time).
+RESTART = f"{GROUP}/restart"
 
 
 def stamped(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -62,13 +64,15 @@ class Topic:
     uid: str
     generation: int
     spec: KafkaIcebergTopicSpec
+    restart: str | None = None  # the RESTART annotation: a new value restarts the job
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Topic:
         meta = body["metadata"]
         return cls(meta["namespace"], meta["name"], meta.get("uid", ""),
                    int(meta.get("generation", 1)),
-                   KafkaIcebergTopicSpec.model_validate(body.get("spec", {})))
+                   KafkaIcebergTopicSpec.model_validate(body.get("spec", {})),
+                   (meta.get("annotations") or {}).get(RESTART) or None)
 
     @property
     def child_name(self) -> str:
@@ -178,7 +182,8 @@ def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
     application. The job is restarted when this changes, not on every spec change."""
     config = job_config(topic, settings).model_dump(mode="json", exclude=NOT_THE_JOBS)
     app = spark_application(topic, settings, fingerprint="")["spec"]
-    text = json.dumps([config, app], sort_keys=True)
+    text = json.dumps([config, app, *([topic.restart] if topic.restart else [])],
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -408,7 +413,7 @@ class _Rendered:
         self.entries: dict[tuple[Any, ...], Desired] = {}
 
     def get(self, topic: Topic, settings: OperatorSettings) -> Desired:
-        key = (topic.uid, topic.generation, topic.namespace, topic.name,
+        key = (topic.uid, topic.generation, topic.namespace, topic.name, topic.restart,
                topic.spec.model_dump_json(), settings.model_dump_json())
         with self.lock:
             found = self.entries.get(key)

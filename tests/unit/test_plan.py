@@ -533,3 +533,19 @@ def test_deletion_policy_delete_drops_the_tables_it_writes_and_keeps_anothers():
     # Nothing is dropped while the job's pods may still write.
     running = replace(seen, pods=("floe-orders-exec-1",))
     assert not any(isinstance(a, DropTable) for a in plan_delete(topic, running, SETTINGS))
+
+
+def test_a_restart_annotation_restarts_the_job_once_and_says_so():
+    body = copy.deepcopy(BODY)
+    body["metadata"]["annotations"] = {render.RESTART: "2026-11-26T21:00:00Z"}
+    asked = render.Topic.from_body(body)
+    event, delete = plan(asked, steady(), {}, SETTINGS).actions[:2]
+    assert (event.reason, delete) == ("JobRestarted", DeleteApp("floe-orders"))
+    assert event.message == ("restart asked for (floe.dev/restart: 2026-11-26T21:00:00Z): "
+                             "restarting the job")
+    # The job made again under that annotation is not restarted again; a new value restarts it.
+    assert list(plan(asked, steady(asked), {}, SETTINGS).actions) == []
+    body["metadata"]["annotations"][render.RESTART] = "2026-11-26T22:00:00Z"
+    again = render.Topic.from_body(body)
+    assert kinds(plan(again, steady(asked), {}, SETTINGS).actions)[:2] == ["Event", "DeleteApp"]
+    assert fingerprint(TOPIC) == render.job_fingerprint(TOPIC, SETTINGS)  # none: as before
