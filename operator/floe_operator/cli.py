@@ -1,84 +1,277 @@
-"""The `floe` command: ``floe status [NAME] [-n NAMESPACE | -A] [-o table|json]``."""
+"""``kubectl floe`` (and ``floe``): the daily operations on KafkaIcebergTopics.
+
+    kubectl floe status [NAME] [-n NS | -A] [-l SELECTOR] [-o table|json|yaml] [-w]
+    kubectl floe describe NAME      status, conditions, recent Events and the job's metrics
+    kubectl floe approve NAME       a breaking schema change, shown first (--yes: no question)
+    kubectl floe suspend NAME / resume NAME / restart NAME
+    kubectl floe logs NAME [-f] [--tail N]   the job's driver
+
+It needs the Kubernetes client alone (``pip install floe``); kubectl finds it as
+``kubectl-floe`` on PATH.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
+import re
 import sys
 from importlib.metadata import version
+from typing import Any
+
+PROG = "kubectl floe"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="floe", description=(
-        "floe keeps Kafka topics landing in Apache Iceberg tables."))
+    parser = argparse.ArgumentParser(prog=PROG, description=(
+        "floe keeps Kafka topics landing in Apache Iceberg tables: the daily operations on "
+        "its KafkaIcebergTopics."))
     parser.add_argument("--version", action="version", version=f"floe {version('floe')}")
     commands = parser.add_subparsers(dest="command")
-    status = commands.add_parser(
-        "status", help="show the KafkaIcebergTopics and how their tables are doing",
-        description="Without NAME: one line per topic (Ready, phase, lag, freshness, snapshot, "
-                    "schema version). With NAME: that topic's details, conditions included.")
+
+    def command(name: str, help: str, named: bool = True) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        if named:
+            sub.add_argument("name", help="the KafkaIcebergTopic")
+        sub.add_argument("-n", "--namespace",
+                         help="namespace (default: the kubeconfig context's, else default)")
+        sub.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
+                                              "then ~/.kube/config)")
+        sub.add_argument("--context", help="kubeconfig context (default: the current one)")
+        return sub
+
+    status = command("status", "the KafkaIcebergTopics and how their tables are doing: one "
+                               "line each, or one topic's details", named=False)
     status.add_argument("name", nargs="?", help="one topic's details")
-    status.add_argument("-n", "--namespace",
-                        help="namespace (default: the kubeconfig context's, else default)")
     status.add_argument("-A", "--all-namespaces", action="store_true",
-                        help="list the topics of every namespace")
-    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    status.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, "
-                                             "then ~/.kube/config)")
-    status.add_argument("--context", help="kubeconfig context (default: the current one)")
+                        help="the topics of every namespace")
+    status.add_argument("-l", "--selector", help="only topics with these labels (k=v,...)")
+    status.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    status.add_argument("-w", "--watch", action="store_true",
+                        help="after the list, a line for every change (until interrupted)")
+    command("describe", "one topic's status, conditions, recent Events and its job's metrics")
+    approve = command("approve", "approve the breaking schema change a topic waits for: its "
+                                 "registry version's records then decode into the table")
+    approve.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    command("suspend", "stop the topic's job (and its maintenance) until resumed; nothing is "
+                       "lost: the job goes on from the table's offsets")
+    command("resume", "start a suspended topic's job again")
+    command("restart", "restart the topic's job (it goes on from the table's offsets)")
+    logs = command("logs", "the log of the topic's job (its Spark driver)")
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("--tail", type=int, help="the last lines only")
     return parser
 
 
-def status(args: argparse.Namespace) -> int:
+class Failure(Exception):
+    """What the user is told, and the exit code."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     from kubernetes.client.rest import ApiException
     from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
 
-    from . import kube, report
+    from .client import Cluster
 
     try:
-        context_namespace = kube.connect(args.kubeconfig, args.context)
-    except (ConfigException, OSError) as error:
-        print(f"floe: cannot read the kubeconfig: {error}", file=sys.stderr)
-        return 2
-    namespace = args.namespace or context_namespace or "default"
-    now = dt.datetime.now(dt.timezone.utc)
-    try:
-        if args.name:
-            item = kube.get_topic(namespace, args.name)
-            if item is None:
-                print(f'floe: KafkaIcebergTopic "{args.name}" not found in namespace '
-                      f'"{namespace}"', file=sys.stderr)
-                return 1
-            sys.stdout.write(json.dumps(item, indent=2) + "\n" if args.output == "json"
-                             else report.details(item, now))
-            return 0
-        items = kube.list_topics(None if args.all_namespaces else namespace)
+        try:
+            cluster = Cluster(args.kubeconfig, args.context)
+        except (ConfigException, OSError) as error:
+            raise Failure(f"cannot read the kubeconfig: {error}", 2) from error
+        namespace = args.namespace or cluster.namespace or "default"
+        return COMMANDS[args.command](cluster, namespace, args)
+    except Failure as failure:
+        print(f"floe: {failure}", file=sys.stderr)
+        return failure.code
     except ApiException as error:
         print(f"floe: the API server refused: {error.status} {error.reason}", file=sys.stderr)
         return 1
     except (HTTPError, OSError) as error:  # connection refused, DNS, TLS
         print(f"floe: cannot reach the API server: {error}", file=sys.stderr)
         return 1
-    if args.output == "json":
-        rows = [report.summary_row(item, now) for item in items]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-    elif not items:
-        where = "any namespace" if args.all_namespaces else f'namespace "{namespace}"'
-        print(f"No KafkaIcebergTopics in {where}.", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _topic(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
+    item = cluster.topic(namespace, name)
+    if item is None:
+        raise Failure(f'KafkaIcebergTopic "{name}" not found in namespace "{namespace}"')
+    return item
+
+
+def _dump(data: Any, output: str) -> str:
+    if output == "yaml":
+        import yaml
+
+        return yaml.safe_dump(data, sort_keys=False)
+    return json.dumps(data, indent=2) + "\n"
+
+
+# --- status, describe ------------------------------------------------------------------------
+
+def status(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    from . import report
+
+    where = None if args.all_namespaces else namespace
+    if args.name:
+        item = _topic(cluster, namespace, args.name)
+        sys.stdout.write(_dump(item, args.output) if args.output != "table"
+                         else report.details(item, _now()))
     else:
-        sys.stdout.write(report.summary(items, now, args.all_namespaces))
+        items = cluster.topics(where, args.selector)
+        if args.output != "table":
+            sys.stdout.write(_dump([report.summary_row(i, _now()) for i in items], args.output))
+        elif items:
+            sys.stdout.write(report.summary(items, _now(), args.all_namespaces))
+        else:
+            place = "any namespace" if args.all_namespaces else f'namespace "{namespace}"'
+            print(f"No KafkaIcebergTopics in {place}.", file=sys.stderr)
+    sys.stdout.flush()
+    if args.watch:
+        _watch(cluster, where, args)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        return status(args)
-    parser.print_help()
+def _watch(cluster: Any, where: str | None, args: argparse.Namespace) -> None:
+    """A line for every change of the listed topics (or the named one), as it happens."""
+    from . import report
+
+    columns = (["NAMESPACE"] if args.all_namespaces else []) + report.SUMMARY_COLUMNS
+    since = cluster.list_version(where, args.selector)
+    for kind, item in cluster.watch_topics(where, args.selector, since):
+        if args.name and item["metadata"]["name"] != args.name:
+            continue
+        row = report.summary_row(item, _now())
+        if kind == "DELETED":
+            row["PHASE"] = "Deleted"
+        if args.output == "table":
+            line = report.table([row], columns).splitlines()[1]
+        else:
+            line = json.dumps(row) if args.output == "json" else _dump(row, "yaml").rstrip()
+        print(line, flush=True)
+
+
+def describe(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    from . import report
+
+    item = _topic(cluster, namespace, args.name)
+    now = _now()
+    lines = [report.details(item, now).rstrip("\n"), "Events:"]
+    events = cluster.events(namespace, args.name)[-15:]
+    lines += ["  " + line for line in report.events(events, now).splitlines()] if events else [
+        "  none"]
+    lines.append("Job metrics:")
+    pod = cluster.driver(item)
+    if pod is None:
+        lines.append("  no driver pod: the job is not running")
+    else:
+        try:
+            text = cluster.job_metrics(namespace, pod)
+        except Exception as error:  # noqa: BLE001 - the rest of the description stands
+            lines.append(f"  could not read {pod}'s metrics: {str(error).splitlines()[0]}")
+        else:
+            lines += ["  " + line for line in report.job_metrics(text, now).splitlines()]
+    print("\n".join(lines))
     return 0
+
+
+# --- the operations ---------------------------------------------------------------------------
+
+_WAITING = re.compile(r"^registry version (\d+): breaking schema change: (.*?); the table keeps "
+                      r"its schema", re.S)
+
+
+def approve(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    from .names import APPROVAL
+
+    item = _topic(cluster, namespace, args.name)
+    conditions = {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
+    schema = conditions.get("SchemaInSync") or {}
+    found = _WAITING.match(schema.get("message") or "") if schema.get("reason") == \
+        "BreakingChange" else None
+    if found is None:
+        raise Failure(f"{namespace}/{args.name} waits for no schema approval (SchemaInSync: "
+                      f"{schema.get('status', 'unknown')}, {schema.get('reason', 'no reason')})")
+    wanted, changes = found.group(1), found.group(2).split("; ")
+    print(f"KafkaIcebergTopic {namespace}/{args.name}: registry version {wanted} changes the "
+          "table's columns:")
+    for change in changes:
+        print(f"  ~ {change}")
+    print(f"Approving renames each changed column to <name>_before_v{wanted} (its data stays "
+          f"there); the new type takes the name, and version {wanted}'s records, kept in "
+          "value_raw until now, decode from then on.")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise Failure("not approved: no terminal to ask on (--yes approves)", 1)
+        if input(f"Approve version {wanted}? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("not approved")
+            return 1
+    cluster.annotate(namespace, args.name, APPROVAL, wanted)
+    print(f"kafkaicebergtopic {namespace}/{args.name}: schema version {wanted} approved")
+    return 0
+
+
+def suspend(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    return _suspend(cluster, namespace, args.name, True)
+
+
+def resume(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    return _suspend(cluster, namespace, args.name, False)
+
+
+def _suspend(cluster: Any, namespace: str, name: str, suspended: bool) -> int:
+    item = _topic(cluster, namespace, name)
+    if bool((item.get("spec") or {}).get("suspend")) == suspended:
+        print(f"kafkaicebergtopic {namespace}/{name} is already "
+              f"{'suspended' if suspended else 'running'}")
+        return 0
+    cluster.patch(namespace, name, {"spec": {"suspend": suspended}})
+    print(f"kafkaicebergtopic {namespace}/{name} {'suspended' if suspended else 'resumed'}")
+    return 0
+
+
+def restart(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    from .names import RESTART
+
+    item = _topic(cluster, namespace, args.name)
+    if (item.get("spec") or {}).get("suspend"):
+        raise Failure(f"{namespace}/{args.name} is suspended: `{PROG} resume {args.name}` "
+                      "starts its job")
+    stamp = _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cluster.annotate(namespace, args.name, RESTART, stamp)
+    print(f"kafkaicebergtopic {namespace}/{args.name}: restart asked for ({RESTART}={stamp})")
+    return 0
+
+
+def logs(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    item = _topic(cluster, namespace, args.name)
+    pod = cluster.driver(item)
+    if pod is None:
+        raise Failure(f"{namespace}/{args.name} has no driver pod: its job is not running "
+                      f"(`{PROG} describe {args.name}` says why)")
+    for line in cluster.logs(namespace, pod, follow=args.follow, tail=args.tail):
+        print(line, flush=args.follow)
+    return 0
+
+
+COMMANDS = {"status": status, "describe": describe, "approve": approve, "suspend": suspend,
+            "resume": resume, "restart": restart, "logs": logs}
 
 
 if __name__ == "__main__":

@@ -34,12 +34,11 @@ from . import redact, render
 from .appstate import ENDED, FAILED, SUBMITTING, AppState
 from .clock import epoch, iso
 from .view import App, Deletion, TableView, World, as_status_offsets
+from .names import APPROVAL
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
 from .status import Observation, status
-
-APPROVAL = f"{GROUP}/approve-schema-version"
 
 
 # --- actions -----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
+from .names import RESTART
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 
@@ -31,8 +32,6 @@ REGISTRY_SECRET_DIR = "/etc/floe/secrets/registry"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
 APPLIED = f"{GROUP}/applied-hash"
-# An annotation whose every new value restarts the job (``kubectl floe restart`` sets the time).
-RESTART = f"{GROUP}/restart"
 
 
 def stamped(body: dict[str, Any]) -> tuple[dict[str, Any], str]:

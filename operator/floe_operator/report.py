@@ -7,6 +7,7 @@ Kafka or the catalog, so the command needs no more than read access to the resou
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from .clock import epoch
@@ -151,4 +152,79 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
         lines.append("Maintenance:")
         lines += ["  " + line for line in
                   table(rows, ["ACTION", "SCHEDULE", "LAST RUN", "AT"]).splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def events(found: list[Any], now: dt.datetime) -> str:
+    """A resource's Events (Kubernetes' objects), oldest first: when, type, reason, message."""
+    rows = []
+    for event in found:
+        stamp = event.last_timestamp or event.event_time or event.first_timestamp
+        rows.append({"AGE": duration(now.timestamp() - stamp.timestamp()) if stamp else NONE,
+                     "TYPE": event.type or "", "REASON": event.reason or "",
+                     "COUNT": str(event.count or 1),
+                     "MESSAGE": (event.message or "").replace("\n", " ")[:300]})
+    return table(rows, ["AGE", "TYPE", "REASON", "COUNT", "MESSAGE"])
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Prometheus' text format, as (name, labels, value); comments and bad lines skipped."""
+    found = []
+    for line in text.splitlines():
+        matched = _SAMPLE.match(line)
+        if matched is None:
+            continue
+        name, labels, value = matched.groups()
+        try:
+            found.append((name, dict(_LABEL.findall(labels or "")), float(value)))
+        except ValueError:
+            continue
+    return found
+
+
+def job_metrics(text: str, now: dt.datetime) -> str:
+    """What a job's driver reports (its Prometheus metrics), per table and partition."""
+    found = samples(text)
+
+    def total(name: str, **match: str) -> float:
+        return sum(v for n, labels, v in found if n == name
+                   and all(labels.get(k) == w for k, w in match.items()))
+
+    tables = sorted({labels["table"] for n, labels, _ in found
+                     if n == "floe_job_rows_total" and "table" in labels})
+    started = total("floe_job_start_time_seconds")
+    lines = [f"Up:          {duration(now.timestamp() - started) if started else NONE}, "
+             f"{int(total('floe_job_batches_total'))} micro-batches, "
+             f"{int(total('floe_job_input_records_total'))} records "
+             f"({int(total('floe_job_input_bytes_total'))} bytes) read"]
+    rows = []
+    for name in tables:
+        raw = {labels["reason"]: v for n, labels, v in found
+               if n == "floe_job_records_raw_total" and labels.get("table") == name and v}
+        landed = total("floe_job_landed_timestamp_seconds", table=name)
+        rows.append({
+            "TABLE": name, "ROWS": str(int(total("floe_job_rows_total", table=name))),
+            "KEPT RAW": ", ".join(f"{int(v)} {r}" for r, v in sorted(raw.items())) or "0",
+            "DEAD LETTERS": f"{int(total('floe_job_dead_letters_total', table=name))} sent, "
+                            f"{int(total('floe_job_dead_letter_failures_total', table=name))} "
+                            "refused",
+            "COMMITS": str(int(total("floe_job_commits_total", table=name))),
+            "LANDED THROUGH": dt.datetime.fromtimestamp(landed, dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ") if landed else NONE})
+    if rows:
+        lines += table(rows, ["TABLE", "ROWS", "KEPT RAW", "DEAD LETTERS", "COMMITS",
+                              "LANDED THROUGH"]).splitlines()
+    lag = sorted(((labels["partition"], v) for n, labels, v in found
+                  if n == "floe_job_kafka_lag_records"), key=lambda p: int(p[0]))
+    if lag:
+        lines.append("Kafka lag:   " + ", ".join(f"partition {p}: {int(v)}" for p, v in lag))
+    batches = total("floe_job_batch_duration_seconds_count")
+    if batches:
+        lines.append(f"Batches:     {total('floe_job_batch_duration_seconds_sum') / batches:.2f} s "
+                     f"on average, commits "
+                     f"{total('floe_job_commit_duration_seconds_sum') / max(1, total('floe_job_commit_duration_seconds_count')):.2f} s")
     return "\n".join(lines) + "\n"

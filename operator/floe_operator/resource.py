@@ -15,10 +15,8 @@ from typing import Any, Literal
 from floe_sparkapp.contract import ResourcesSpec, Rule, SecretRef, TopicSpec, _Model
 from pydantic import Field
 
-GROUP = "floe.dev"
-VERSION = "v1alpha1"
-KIND = "KafkaIcebergTopic"
-PLURAL = "kafkaicebergtopics"
+from .names import GROUP, KIND, PLURAL, VERSION  # noqa: F401 - the resource's names
+
 SINGULAR = "kafkaicebergtopic"
 SHORT_NAMES = ["kit"]
 

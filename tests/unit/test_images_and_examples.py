@@ -67,7 +67,7 @@ def test_the_spark_image_matches_pyspark_and_the_operators_entry_file():
     pyspark = re.search(r'"pyspark==([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     # The connector jars are built for one exact Spark release: the image's Spark is pyspark's
     # own distribution, installed from pyproject.toml, and the pom resolves for the same one.
-    assert "runtime_requirements.py /tmp/build/pyproject.toml > " in dockerfile
+    assert "runtime_requirements.py /tmp/build/pyproject.toml operator job" in dockerfile
     assert f"-Dspark.version={pyspark}" in dockerfile
     main_file = OperatorSettings().job_main_file
     assert main_file.startswith("local://")
@@ -96,19 +96,23 @@ def test_the_job_entry_file_runs_as_python_dash_m_floe_sparkapp(tmp_path):
     assert as_file.stderr.startswith("floe: cannot read job config")
 
 
-def test_the_images_install_every_runtime_requirement_but_what_they_leave_out():
-    def listed(*without: str) -> set[str]:
+def test_the_images_install_their_extras_and_the_plugin_needs_only_the_api_client():
+    def listed(*extras: str) -> set[str]:
         printed = subprocess.run([sys.executable, str(IMAGES / "runtime_requirements.py"),
-                                  str(ROOT / "pyproject.toml"), *without],
+                                  str(ROOT / "pyproject.toml"), *extras],
                                  capture_output=True, text=True, check=True).stdout
         return {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower()
                 for line in printed.splitlines()}
 
-    operator = listed("pyspark")
+    plugin, operator = listed(), listed("operator")
+    assert plugin == {"kubernetes", "pyyaml"}
     assert "pyspark" not in operator
     assert "pytest" not in operator  # a test extra
     assert {"kopf", "kubernetes", "pyiceberg", "confluent-kafka", "pydantic"} <= operator
-    assert listed() == operator | {"pyspark"}
+    assert listed("operator", "job") == operator | {"pyspark"}
+    for dockerfile, extras in (("operator", "operator"), ("spark", "operator job")):
+        assert f"pyproject.toml {extras}" in " ".join(
+            (IMAGES / dockerfile / "Dockerfile").read_text().replace("\\\n", " ").split())
 
 
 # The Argo CD health check.

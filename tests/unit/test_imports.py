@@ -45,6 +45,16 @@ def test_the_planner_imports_without_kubernetes_a_catalog_kafka_or_spark():
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("module", ["floe_operator.cli", "floe_operator.client",
+                                    "floe_operator.report"])
+def test_the_kubectl_plugin_imports_with_the_api_client_alone(module):
+    """``pip install floe`` installs kubernetes and pyyaml only (the plugin's dependencies)."""
+    done = import_without(module, "kopf", "pydantic_settings", "pyiceberg",
+                          "confluent_kafka", "pyspark", "prometheus_client", "fastavro",
+                          "pyarrow", "boto3", "grpc_tools")
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_blocker_blocks():  # the tests above and below would pass on a blocker that did not
     done = import_without("floe_operator.observe", "kubernetes")
     assert done.returncode != 0 and "kubernetes is blocked" in done.stderr

@@ -1,0 +1,12 @@
+"""The names floe's resource is known by in the API server, and the annotations a user sets
+on it. Plain constants: the kubectl plugin reads them without the operator's dependencies."""
+
+GROUP = "floe.dev"
+VERSION = "v1alpha1"
+KIND = "KafkaIcebergTopic"
+PLURAL = "kafkaicebergtopics"
+
+# Approves a breaking schema change: the registry version whose change the table takes.
+APPROVAL = f"{GROUP}/approve-schema-version"
+# Each new value restarts the job once (``kubectl floe restart`` sets the time).
+RESTART = f"{GROUP}/restart"
