@@ -4,6 +4,7 @@ run on the stack's node, as driver and executor pods of the real spark-operator.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -428,8 +429,15 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
         'annotation floe.dev/approve-schema-version: "3" approves the change')
     assert value_fields()["quantity"] == "int"
 
-    custom.patch_namespaced_custom_object(*args, {"metadata": {"annotations": {
-        "floe.dev/approve-schema-version": "3"}}})
+    # Approved with the kubectl plugin, which shows the change first.
+    approved = subprocess.run(["kubectl", "floe", "approve", "orders", "-n", namespace, "--yes"],
+                              capture_output=True, text=True, env=plugin_env())
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.splitlines()[:2] == [
+        f"KafkaIcebergTopic {namespace}/orders: registry version 3 changes the table's columns:",
+        "  ~ value.quantity: type changed from int to string"]
+    assert custom.get_namespaced_custom_object(*args)["metadata"]["annotations"][
+        "floe.dev/approve-schema-version"] == "3"
     assert wait_until(lambda: value_fields().get("quantity") == "string", timeout=60), logs(tmp_path, namespace)
     assert value_fields()["quantity_before_v3"] == "int"
     assert wait_until(lambda: schema_condition().get("status") == "True", timeout=60)
@@ -534,6 +542,11 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
     assert wait_until(lambda: len(orders_rows(catalog)) >= 100, timeout=240, interval=2), \
         logs(tmp_path, namespace)
     assert_exactly_once(orders_rows(catalog), producer.sent)
+
+
+def plugin_env() -> dict[str, str]:
+    """The environment kubectl finds the floe plugin in (kubectl-floe beside this Python)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 def visits(operator, name: str) -> float:

@@ -1,0 +1,140 @@
+"""``kubectl floe``, as a user runs it: installed into a fresh virtualenv without Spark, then each
+command against the real API server and a running job on the node. (``approve`` is run by the
+schema test in test_operator.py, on a breaking change it makes.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from kubernetes import client
+
+from ..integration.jobkit import AvroProducer, create_topic
+from ..integration.test_job_roundtrip import produce_orders
+from .kube import ROOT, admin_client, wait_until
+from .test_operator import logs as job_logs, plugin_env, topic_body
+
+pytestmark = pytest.mark.e2e
+
+
+def floe(*args: str, env: dict[str, str] | None = None, check: bool = True
+         ) -> subprocess.CompletedProcess:
+    done = subprocess.run(["kubectl", "floe", *args], capture_output=True, text=True,
+                          env=env or plugin_env(), timeout=120)
+    assert not check or done.returncode == 0, done.stderr
+    return done
+
+
+def test_the_plugin_installs_into_a_fresh_virtualenv_without_spark_or_the_operator(
+        stack, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(ROOT)],
+                               capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr
+    for absent in ("pyspark", "kopf", "pyiceberg", "confluent_kafka"):
+        found = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {absent}"],
+                               capture_output=True, text=True)
+        assert found.returncode != 0, absent
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    listed = subprocess.run(["kubectl", "plugin", "list"], capture_output=True, text=True,
+                            env=env)
+    assert str(venv / "bin" / "kubectl-floe") in listed.stdout, listed.stdout + listed.stderr
+    assert floe("--version", env=env).stdout.startswith("floe ")
+    shown = floe("status", "-A", env=env, check=False)  # the API server answers it
+    assert shown.returncode == 0, shown.stderr
+
+
+@pytest.mark.node
+def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_path,
+                                       unique_name):
+    custom = client.CustomObjectsApi(admin_client(stack))
+    core = client.CoreV1Api(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"plugin-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 30)
+    body = topic_body(stack, shared, kafka_topic)
+    body["metadata"]["labels"] = {"team": "shop"}
+    custom.create_namespaced_custom_object(*args[:4], body)
+
+    def status() -> dict:
+        return custom.get_namespaced_custom_object(*args).get("status", {})
+
+    def landed() -> bool:
+        expected = {str(p): o for p, o in producer.next_offsets().items()}
+        return (status().get("offsets", {}).get("committed") == expected
+                and status().get("phase") == "Running")
+
+    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+
+    # status: the table, YAML of the resource, a label selector.
+    header, row = floe("status", "-n", namespace).stdout.splitlines()[:2]
+    assert header.split() == ["NAME", "READY", "PHASE", "LAG", "FRESHNESS", "SNAPSHOT", "SCHEMA",
+                              "AGE"]
+    assert row.split()[:4] == ["orders", "True", "Running", "0"]
+    shown = yaml.safe_load(floe("status", "orders", "-n", namespace, "-o", "yaml").stdout)
+    assert shown["status"]["offsets"]["committed"] == status()["offsets"]["committed"]
+    assert [r["NAME"] for r in json.loads(floe("status", "-n", namespace, "-l", "team=shop",
+                                               "-o", "json").stdout)] == ["orders"]
+    assert json.loads(floe("status", "-n", namespace, "-l", "team=other", "-o",
+                           "json").stdout) == []
+
+    # describe: the conditions, the Events and the job's own metrics.
+    described = floe("describe", "orders", "-n", namespace).stdout
+    assert "Conditions:" in described and "JobCreated" in described, described
+    metrics = described.split("Job metrics:", 1)[1].splitlines()
+    assert ["analytics.orders", "30", "0"] in [line.split()[:3] for line in metrics], described
+
+    # logs: the driver's JSON lines, its batches among them.
+    printed = floe("logs", "orders", "-n", namespace, "--tail", "400").stdout
+    batches = [json.loads(line) for line in printed.splitlines()
+               if line.startswith("{") and '"event": "floe.batch"' in line]
+    assert batches and sum(b["rows"] for b in batches) >= 1, printed[-3000:]
+
+    # suspend (seen by a watch), then resume: the job goes, comes back and lands what waited.
+    watching = subprocess.Popen(["kubectl", "floe", "status", "-n", namespace, "-w"],
+                                stdout=subprocess.PIPE, text=True, env=plugin_env())
+    try:
+        time.sleep(2)
+        assert floe("suspend", "orders", "-n", namespace).stdout.strip() == \
+            f"kafkaicebergtopic {namespace}/orders suspended"
+        assert wait_until(lambda: status().get("phase") == "Suspended", timeout=120, interval=2)
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("Suspended" in s for s in seen):
+            seen.append(watching.stdout.readline())
+        assert any(line.split()[:1] == ["orders"] and "Suspended" in line for line in seen), seen
+    finally:
+        watching.terminate()
+        watching.wait(timeout=30)
+    assert not custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
+                                                    "sparkapplications")["items"]
+    produce_orders(producer, 30, 10)
+    floe("resume", "orders", "-n", namespace)
+    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+
+    # restart: a new application, with an Event that says why, and nothing lost.
+    before = custom.get_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
+                                                 "sparkapplications", "floe-orders")
+    assert floe("restart", "orders", "-n", namespace).stdout.startswith(
+        f"kafkaicebergtopic {namespace}/orders: restart asked for (floe.dev/restart=")
+
+    def restarted() -> bool:
+        apps = custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
+                                                    "sparkapplications")["items"]
+        return any(a["metadata"]["uid"] != before["metadata"]["uid"] for a in apps)
+
+    assert wait_until(restarted, timeout=120, interval=2)
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=orders").items
+    assert any(e.reason == "JobRestarted" and "restart asked for" in e.message for e in events)
+    produce_orders(producer, 40, 5)
+    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    missing = floe("logs", "gone", "-n", namespace, check=False)
+    assert missing.returncode == 1 and 'KafkaIcebergTopic "gone" not found' in missing.stderr
