@@ -67,14 +67,18 @@ def _object(message: str) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def configure(level: str | None = None, fmt: str | None = None) -> None:
+def configure(level: str | None = None, fmt: str | None = None, force: bool = False) -> None:
     """The root logger's level and format: the arguments, else ``FLOE_LOG_LEVEL`` and
-    ``FLOE_LOG_FORMAT``, else info and json."""
+    ``FLOE_LOG_FORMAT``, else info and json. As :func:`logging.basicConfig`, nothing changes
+    where the root logger has handlers already (a process that embeds floe's entry points, a
+    test run), unless ``force``."""
+    root = logging.getLogger()
+    if root.handlers and not force:
+        return
     level = (level or os.environ.get("FLOE_LOG_LEVEL") or "info").lower()
     fmt = (fmt or os.environ.get("FLOE_LOG_FORMAT") or "json").lower()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)

@@ -147,14 +147,19 @@ def test_namespaced_mode_renders_roles_in_each_watched_namespace_and_nothing_clu
     assert deployment["spec"]["replicas"] == 2
 
 
-def test_the_service_monitor_is_optional(stack):
-    assert not by_kind(render("floe-system"), "ServiceMonitor")
+def test_the_monitors_rules_and_dashboard_are_optional(stack):
+    defaults = render("floe-system")
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        assert not by_kind(defaults, kind), kind
+    assert [c["metadata"]["name"] for c in by_kind(defaults, "ConfigMap")] == []
     [monitor] = by_kind(render("floe-system", "--set", "metrics.serviceMonitor.enabled=true",
                                "--set", "metrics.serviceMonitor.labels.release=prom"),
                         "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics",
-                                             "interval": "30s"}]
+    # The operator's metrics keep their own namespace label: the resource's.
+    assert monitor["spec"]["endpoints"] == [{
+        "port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True,
+        "relabelings": [{"targetLabel": "job", "replacement": "floe-operator"}]}]
 
 
 @pytest.mark.parametrize("setting, message", [

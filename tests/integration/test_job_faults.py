@@ -208,7 +208,7 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
     final = subprocess.run([*command, "--available-now"], env=env, capture_output=True,
                            text=True, timeout=600)
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
-    batches = [json.loads(line.split(" ", 4)[-1]) for line in
+    batches = [json.loads(line[line.index("{"):]) for line in
                (final.stdout + final.stderr).splitlines() if '"event": "floe.batch"' in line]
     assert batches, "the last run committed nothing"
     assert_exactly_once(table_rows(config), producer.sent)

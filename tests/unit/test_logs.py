@@ -32,7 +32,7 @@ def lines(monkeypatch):
 def test_every_line_is_one_json_object_and_an_events_fields_are_its_own(lines, monkeypatch):
     monkeypatch.setenv("FLOE_LOG_FORMAT", "json")
     monkeypatch.setenv("FLOE_LOG_LEVEL", "info")
-    logs.configure()
+    logs.configure(force=True)
     log = logging.getLogger("floe.job")
     log.info(json.dumps({"event": "floe.batch", "rows": 3, "level": "not this"}))
     log.warning("table %s: %s", "analytics.orders", "multi\nline")
@@ -56,10 +56,21 @@ def test_every_line_is_one_json_object_and_an_events_fields_are_its_own(lines, m
     assert failed["message"] == "failed" and "ValueError: boom" in failed["exception"]
 
 
+def test_a_process_whose_logging_is_set_up_keeps_it(lines):
+    root = logging.getLogger()
+    before = list(root.handlers)
+    root.addHandler(logging.NullHandler())
+    try:
+        logs.configure()  # as an entry point called in-process (by a test) does
+        assert lines() == [] and root.handlers == [*before, root.handlers[-1]]
+    finally:
+        root.removeHandler(root.handlers[-1])
+
+
 def test_text_names_the_resource_and_the_level_comes_from_the_environment(lines, monkeypatch):
     monkeypatch.setenv("FLOE_LOG_FORMAT", "text")
     monkeypatch.setenv("FLOE_LOG_LEVEL", "debug")
-    logs.configure()
+    logs.configure(force=True)
     logging.getLogger("kopf.objects").debug("visited", extra={
         "k8s_ref": {"namespace": "data", "name": "orders"}})
     [line] = lines()
