@@ -47,8 +47,9 @@ def _tool_env() -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(kubeconfig_path()), "PATH": paths.tool_path()}
 
 
-def _run(*cmd: str) -> str:
-    result = subprocess.run(list(cmd), capture_output=True, text=True, env=_tool_env())
+def _run(*cmd: str, stdin: str | None = None) -> str:
+    result = subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
+                            env=_tool_env())
     if result.returncode != 0:
         raise ComponentError(f"{' '.join(cmd[:3])} failed:\n{result.stdout}\n{result.stderr}")
     return result.stdout
@@ -107,10 +108,7 @@ def serve_namespace(namespace: str) -> None:
                if o and o.get("metadata", {}).get("namespace") == namespace]
     if not objects:
         raise ComponentError(f"spark-operator does not serve the namespace {namespace}")
-    applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=yaml.safe_dump_all(objects),
-                             capture_output=True, text=True, env=_tool_env())
-    if applied.returncode != 0:
-        raise ComponentError(f"spark-operator's objects in {namespace}: {applied.stderr}")
+    _run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
 
 
 def ready(state: dict) -> None:

@@ -8,7 +8,6 @@ The stack installs the operator; a test (or a user of ``make demo``) makes a Pro
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,9 @@ def _log(message: str) -> None:
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
-    from .cluster import _tool_env
+    from .cluster import _run
 
-    done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True,
-                          env=_tool_env())
-    if done.returncode != 0:
-        raise ComponentError(f"kubectl {' '.join(args[:3])} failed:\n{done.stderr}")
-    return done.stdout
+    return _run("kubectl", *args, stdin=stdin)
 
 
 def _example(module: Path, name: str) -> list[dict[str, Any]]:

@@ -131,10 +131,11 @@ def status(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     where = None if args.all_namespaces else namespace
     if args.name:
         item = _topic(cluster, namespace, args.name)
+        since = item["metadata"]["resourceVersion"]
         sys.stdout.write(_dump(item, args.output) if args.output != "table"
                          else report.details(item, _now()))
     else:
-        items = cluster.topics(where, args.selector)
+        items, since = cluster.topics(where, args.selector)
         if args.output != "table":
             sys.stdout.write(_dump([report.summary_row(i, _now()) for i in items], args.output))
         elif items:
@@ -144,16 +145,16 @@ def status(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
             print(f"No KafkaIcebergTopics in {place}.", file=sys.stderr)
     sys.stdout.flush()
     if args.watch:
-        _watch(cluster, where, args)
+        _watch(cluster, where, args, since)
     return 0
 
 
-def _watch(cluster: Any, where: str | None, args: argparse.Namespace) -> None:
-    """A line for every change of the listed topics (or the named one), as it happens."""
+def _watch(cluster: Any, where: str | None, args: argparse.Namespace, since: str) -> None:
+    """A line for every change of the listed topics (or the named one) after what was shown
+    (``since``, its resourceVersion), as it happens."""
     from . import report
 
     columns = (["NAMESPACE"] if args.all_namespaces else []) + report.SUMMARY_COLUMNS
-    since = cluster.list_version(where, args.selector)
     for kind, item in cluster.watch_topics(where, args.selector, since):
         if args.name and item["metadata"]["name"] != args.name:
             continue

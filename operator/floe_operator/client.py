@@ -30,15 +30,25 @@ class Cluster:
 
     # --- the resources ----------------------------------------------------------------------
 
-    def topics(self, namespace: str | None, selector: str | None = None) -> list[dict[str, Any]]:
-        """The KafkaIcebergTopics of a namespace (all when None), sorted by namespace, name."""
-        args = {"label_selector": selector} if selector else {}
-        found = (self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **args)
-                 if namespace is None else
-                 self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                           **args))
-        return sorted(found["items"], key=lambda item: (item["metadata"].get("namespace", ""),
-                                                        item["metadata"]["name"]))
+    def _listing(self, namespace: str | None, selector: str | None
+                 ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+        """The list call of a namespace's KafkaIcebergTopics (all when None): the function,
+        its arguments and keywords (a watch streams the same call)."""
+        keywords = {"label_selector": selector} if selector else {}
+        if namespace is None:
+            return self.custom.list_cluster_custom_object, (GROUP, VERSION, PLURAL), keywords
+        return (self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL),
+                keywords)
+
+    def topics(self, namespace: str | None, selector: str | None = None
+               ) -> tuple[list[dict[str, Any]], str]:
+        """The KafkaIcebergTopics of a namespace (all when None), sorted by namespace and name,
+        and the list's resourceVersion (where a watch of the same topics goes on from)."""
+        call, args, keywords = self._listing(namespace, selector)
+        found = call(*args, **keywords)
+        return (sorted(found["items"], key=lambda item: (item["metadata"].get("namespace", ""),
+                                                         item["metadata"]["name"])),
+                found["metadata"]["resourceVersion"])
 
     def topic(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -52,25 +62,11 @@ class Cluster:
     def watch_topics(self, namespace: str | None, selector: str | None = None,
                      since: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) for every change after ``since`` (a resourceVersion)."""
-        args: dict[str, Any] = {"label_selector": selector} if selector else {}
+        call, args, keywords = self._listing(namespace, selector)
         if since:
-            args["resource_version"] = since
-        if namespace is None:
-            stream = watch.Watch().stream(self.custom.list_cluster_custom_object, GROUP, VERSION,
-                                          PLURAL, **args)
-        else:
-            stream = watch.Watch().stream(self.custom.list_namespaced_custom_object, GROUP,
-                                          VERSION, namespace, PLURAL, **args)
-        for event in stream:
+            keywords["resource_version"] = since
+        for event in watch.Watch().stream(call, *args, **keywords):
             yield event["type"], event["object"]
-
-    def list_version(self, namespace: str | None, selector: str | None = None) -> str:
-        args = {"label_selector": selector} if selector else {}
-        found = (self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **args)
-                 if namespace is None else
-                 self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                           **args))
-        return found["metadata"]["resourceVersion"]
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """A merge patch of the resource (its spec, or its annotations)."""

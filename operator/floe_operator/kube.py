@@ -23,30 +23,14 @@ SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 SPARK_PLURAL = "sparkapplications"
 
 
-_connected: client.ApiClient | None = None
-
-
-def connect(config_file: str | None = None, context: str | None = None) -> str | None:
-    """Uses a kubeconfig (default: $KUBECONFIG or ~/.kube/config) instead of the in-cluster
-    identity; returns the context's namespace, if it names one (for the ``floe`` command)."""
-    global _connected
-    _connected = config.new_client_from_config(config_file=config_file, context=context)
-    contexts, active = config.list_kube_config_contexts(config_file=config_file)
-    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
-    return (chosen.get("context") or {}).get("namespace")
-
-
 @functools.lru_cache(maxsize=1)
-def _default_api() -> client.ApiClient:
+def _api() -> client.ApiClient:
+    """The operator's identity: its pod's account, else the kubeconfig's."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
     return client.ApiClient()
-
-
-def _api() -> client.ApiClient:
-    return _connected or _default_api()
 
 
 def core() -> client.CoreV1Api:
@@ -188,16 +172,6 @@ def delete_cron_job(namespace: str, name: str) -> None:
     except ApiException as error:
         if error.status != 404:
             raise _temporary(f"deleting CronJob {name}", error) from None
-
-
-def list_topics(namespace: str | None) -> list[dict[str, Any]]:
-    """The KafkaIcebergTopics of a namespace (all namespaces when None), sorted by name."""
-    if namespace is None:
-        found = custom().list_cluster_custom_object(GROUP, VERSION, PLURAL)
-    else:
-        found = custom().list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-    return sorted(found["items"], key=lambda item: (item["metadata"].get("namespace", ""),
-                                                    item["metadata"]["name"]))
 
 
 def get_topic(namespace: str, name: str) -> dict[str, Any] | None:

@@ -234,6 +234,12 @@ def _logging_env(topic: Topic, settings: OperatorSettings) -> list[dict[str, str
             {"name": "FLOE_LOG_FORMAT", "value": settings.log_format}]
 
 
+def _spark_logging(settings: OperatorSettings) -> dict[str, str]:
+    """Spark's own lines as JSON too, where floe's are (Spark's structured logging)."""
+    json_lines = settings.log_format == "json"
+    return {"spark.log.structuredLogging.enabled": "true"} if json_lines else {}
+
+
 def _driver(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
     """The driver container's own fields: its metrics port, and how it logs."""
     return {"env": [{"name": "FLOE_METRICS_PORT", "value": str(JOB_METRICS_PORT)},
@@ -273,10 +279,7 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             "mainApplicationFile": settings.job_main_file,
             "arguments": ["run", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"],
             "sparkVersion": spec.spark.spark_version,
-            # Spark's own lines as JSON too, where floe's are (Spark's structured logging).
-            "sparkConf": {"spark.ui.showConsoleProgress": "false",
-                          **({"spark.log.structuredLogging.enabled": "true"}
-                             if settings.log_format == "json" else {}),
+            "sparkConf": {"spark.ui.showConsoleProgress": "false", **_spark_logging(settings),
                           **spec.spark.conf},
             # floe's failover is the only restart: spark-operator resubmitting first would
             # repeat an exit only the user can resolve (DataLoss) several times before floe
@@ -342,8 +345,8 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
                   f"{GROUP}/action": action}
         command = [SPARK_SUBMIT, "--master", f"local[{resources.cores}]",
                    "--driver-memory", resources.memory, "--conf", "spark.ui.enabled=false",
-                   *(["--conf", "spark.log.structuredLogging.enabled=true"]
-                     if settings.log_format == "json" else []),
+                   *(item for key, value in _spark_logging(settings).items()
+                     for item in ("--conf", f"{key}={value}")),
                    settings.job_main_file.removeprefix("local://"), "maintain",
                    "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}", "--action", action]
         pod = {

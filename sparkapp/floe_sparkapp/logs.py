@@ -15,8 +15,6 @@ import logging
 import os
 from typing import Any
 
-FORMATS = ("json", "text")
-LEVELS = ("debug", "info", "warning", "error")
 TEXT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
