@@ -112,6 +112,11 @@ class _DeadLetters:
     failed: int = 0  # how many it refused
 
 
+def _ids(found: str | None) -> tuple[int, ...]:
+    """Schema ids an observation collected (comma-separated)."""
+    return tuple(int(text) for text in (found or "").split(",") if text)
+
+
 @dataclass
 class _Pass:
     """What an append counted over its batch as it wrote it (:meth:`TableWriter._batch_metrics`),
@@ -128,7 +133,8 @@ class _Pass:
                       if seen.get(f"latest_{p}") is not None]
             self.found = {"vtts": min(latest) if latest else None,
                           "input_rows": int(seen["rows"]), "bytes": int(seen["bytes"] or 0),
-                          "value_ids": seen.get("value_ids"), "key_ids": seen.get("key_ids")}
+                          "value_ids": _ids(seen.get("value_ids")),
+                          "key_ids": _ids(seen.get("key_ids"))}
         return self.found
 
 
@@ -280,8 +286,7 @@ class TableWriter:
         try:
             if send:
                 bad = rows.filter(undecodable(rows))
-                raw = _raw_by_reason(bad)
-                errors = sum(raw.values())
+                errors = bad.count()  # (by reason: the write's own count below)
                 if errors:
                     failure = dead_letters.send(bad, errors, self.config, since_ms)
                     if failure is None:
@@ -350,18 +355,12 @@ class TableWriter:
                 ids.append(schema_id)
         return ids
 
-    def _found_ids(self, found: str | None, column: str, batch_id: int) -> list[int]:
-        """Notes the writer schema ids a batch has (``found``, comma-separated); returns those
-        it was not decoded for."""
+    def _found_ids(self, found: tuple[int, ...], column: str, batch_id: int) -> list[int]:
+        """Notes the writer schema ids a batch has; returns those it was not decoded for."""
         recent = self.recent[column]
-        new = []
-        for text in (found or "").split(","):
-            if text:
-                schema_id = int(text)
-                if schema_id not in recent:
-                    new.append(schema_id)
-                recent[schema_id] = batch_id
-        return sorted(new)
+        new = sorted(schema_id for schema_id in found if schema_id not in recent)
+        recent.update({schema_id: batch_id for schema_id in found})
+        return new
 
     def commit_batch(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
                      batch_next: dict[int, int], vtts: int | None = None,
@@ -462,11 +461,10 @@ class TableWriter:
         written, raw, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
                                            summary, dead, _committed_at(table, committed))
         seen = counted.read() if counted is not None else {"vtts": vtts}
-        seen_ids = (tuple(int(i) for i in (seen.get("value_ids") or "").split(",") if i)
-                    if counted is not None else tuple(schema_ids))
         return Outcome(offsets=offsets, written=written, raw=raw,
                        input_rows=seen.get("input_rows", 0), bytes=seen.get("bytes", 0),
-                       vtts=seen["vtts"], schema_ids=seen_ids, **timing)
+                       vtts=seen["vtts"], schema_ids=seen.get("value_ids", tuple(schema_ids)),
+                       **timing)
 
     def _check_identity(self, table: Any, batch_id: int) -> None:
         """Stops the batch when the table is not the one the job started on (dropped and
