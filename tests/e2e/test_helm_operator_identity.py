@@ -14,11 +14,9 @@ from kubernetes.client.rest import ApiException
 
 from hack.demo import node_values
 
-from ..integration.jobkit import AvroProducer, create_topic
-from ..integration.test_job_roundtrip import produce_orders
 from .kube import admin_client, install_crd, running_job_pods, wait_until
 from .test_helm_chart import CHART, CRDS, helm
-from .test_operator import logs, topic_body, topic_catalog
+from .test_operator import declared_orders, logs, orders_status, topic_catalog
 
 # a log line's own timestamp ("16:25:50,403") is not a refusal
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", re.MULTILINE)
@@ -70,18 +68,12 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
                               capture_output=True, text=True).stdout
 
     custom = client.CustomObjectsApi(admin)
-    kafka_topic = f"sa-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 50)
-    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics",
-                                           topic_body(stack, shared, kafka_topic))
+    producer = declared_orders(stack, shared, namespace,
+                               f"sa-{unique_name}".replace("_", "-"), 50)
     expected = {str(p): o for p, o in producer.next_offsets().items()}
 
     def status() -> dict:
-        return custom.get_namespaced_custom_object(
-            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status", {})
+        return orders_status(stack, namespace)
 
     def ready() -> bool:
         state = status()

@@ -14,10 +14,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_job_roundtrip import produce_orders
 from .kube import ROOT, admin_client, wait_until
-from .test_operator import logs as job_logs, plugin_env, topic_body
+from .test_operator import declared_orders, logs as job_logs, orders_status, plugin_env
 
 pytestmark = pytest.mark.e2e
 
@@ -55,17 +54,12 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
                                        unique_name):
     custom = client.CustomObjectsApi(admin_client(stack))
     core = client.CoreV1Api(admin_client(stack))
-    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
-    kafka_topic = f"plugin-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 30)
-    body = topic_body(stack, shared, kafka_topic)
-    body["metadata"]["labels"] = {"team": "shop"}
-    custom.create_namespaced_custom_object(*args[:4], body)
+    producer = declared_orders(stack, shared, namespace,
+                               f"plugin-{unique_name}".replace("_", "-"), 30,
+                               labels={"team": "shop"})
 
     def status() -> dict:
-        return custom.get_namespaced_custom_object(*args).get("status", {})
+        return orders_status(stack, namespace)
 
     def landed() -> bool:
         expected = {str(p): o for p, o in producer.next_offsets().items()}
@@ -102,7 +96,9 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     watching = subprocess.Popen(["kubectl", "floe", "status", "-n", namespace, "-w"],
                                 stdout=subprocess.PIPE, text=True, env=plugin_env())
     try:
-        time.sleep(2)
+        # The list first (a header and the row), then the watch from what it showed.
+        assert watching.stdout.readline().split()[:1] == ["NAME"]
+        assert watching.stdout.readline().split()[:3] == ["orders", "True", "Running"]
         assert floe("suspend", "orders", "-n", namespace).stdout.strip() == \
             f"kafkaicebergtopic {namespace}/orders suspended"
         assert wait_until(lambda: status().get("phase") == "Suspended", timeout=120, interval=2)

@@ -17,11 +17,9 @@ from kubernetes.client.rest import ApiException
 from hack.demo import node_values
 from hack.stack import monitoring
 
-from ..integration.jobkit import AvroProducer, create_topic
-from ..integration.test_job_roundtrip import produce_orders
 from .kube import ROOT, admin_client, delete_namespace_without_operator, install_crd, wait_until
 from .test_helm_chart import CRDS
-from .test_operator import logs, topic_body
+from .test_operator import declared_orders, logs, orders_status
 
 pytestmark = pytest.mark.e2e
 
@@ -116,21 +114,15 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
                                      release, scraped=(namespace,))))
         assert applied.returncode == 0, applied.stderr
 
-        kafka_topic = f"mon-{unique_name}".replace("_", "-")
-        create_topic(stack.bootstrap, kafka_topic, partitions=2)
-        producer = AvroProducer(stack, kafka_topic)
-        produce_orders(producer, 0, 40)
+        producer = declared_orders(stack, shared, namespace,
+                                   f"mon-{unique_name}".replace("_", "-"), 40)
         for i in range(3):  # kept raw: not in the registry's wire format
             producer.send(key=f"bad{i}".encode(), raw=b"not avro")
         producer.flush()
-        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                               "kafkaicebergtopics",
-                                               topic_body(stack, shared, kafka_topic))
         expected = {str(p): o for p, o in producer.next_offsets().items()}
 
         def status() -> dict:
-            return custom.get_namespaced_custom_object(
-                "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status", {})
+            return orders_status(stack, namespace)
 
         assert wait_until(lambda: status().get("offsets", {}).get("committed") == expected,
                           timeout=300, interval=2), f"{status()}\n{logs(tmp_path, namespace)}"

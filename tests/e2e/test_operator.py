@@ -59,6 +59,27 @@ def topic_body(stack, directory: Path, kafka_topic: str, catalog: dict | None = 
     }
 
 
+def declared_orders(stack, directory: Path, namespace: str, kafka_topic: str, records: int,
+                    labels: dict[str, str] | None = None) -> AvroProducer:
+    """``records`` orders on a new Kafka topic of two partitions, declared as the
+    KafkaIcebergTopic ``orders`` of ``namespace`` (:func:`topic_body`); its producer."""
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, records)
+    body = topic_body(stack, directory, kafka_topic)
+    if labels:
+        body["metadata"]["labels"] = labels
+    client.CustomObjectsApi(admin_client(stack)).create_namespaced_custom_object(
+        "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", body)
+    return producer
+
+
+def orders_status(stack, namespace: str) -> dict:
+    """The status of the KafkaIcebergTopic ``orders`` of ``namespace``."""
+    return client.CustomObjectsApi(admin_client(stack)).get_namespaced_custom_object(
+        "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status", {})
+
+
 def sqlite_catalog(directory: Path) -> dict:
     return {"name": "op", "uri": f"jdbc:sqlite:{directory / 'c.db'}",
             "warehouse": f"file://{directory / 'wh'}"}
