@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import sys
 from importlib.metadata import version
 from typing import Any
@@ -194,22 +193,18 @@ def describe(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
 
 # --- the operations ---------------------------------------------------------------------------
 
-_WAITING = re.compile(r"^registry version (\d+): breaking schema change: (.*?); the table keeps "
-                      r"its schema", re.S)
-
-
 def approve(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     from .names import APPROVAL
 
     item = _topic(cluster, namespace, args.name)
-    conditions = {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
-    schema = conditions.get("SchemaInSync") or {}
-    found = _WAITING.match(schema.get("message") or "") if schema.get("reason") == \
-        "BreakingChange" else None
-    if found is None:
+    status = item.get("status") or {}
+    waiting = status.get("schemaChange") or {}
+    if waiting.get("registryVersion") is None:
+        schema = {c.get("type"): c for c in status.get("conditions") or []}.get(
+            "SchemaInSync") or {}
         raise Failure(f"{namespace}/{args.name} waits for no schema approval (SchemaInSync: "
                       f"{schema.get('status', 'unknown')}, {schema.get('reason', 'no reason')})")
-    wanted, changes = found.group(1), found.group(2).split("; ")
+    wanted, changes = str(waiting["registryVersion"]), waiting.get("changes") or []
     print(f"KafkaIcebergTopic {namespace}/{args.name}: registry version {wanted} changes the "
           "table's columns:")
     for change in changes:

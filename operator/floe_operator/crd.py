@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from .resource import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaIcebergTopicSpec
+from .resource import (GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaIcebergTopicSpec,
+                       KafkaIcebergTopicStatus)
 
 _DROP = {"title"}
 
@@ -47,15 +48,35 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             result[key] = value
     if result.get("type") == "object" and "properties" in result and "additionalProperties" in result:
         result.pop("additionalProperties")  # extra="forbid": structural schemas prune instead
+    if result.get("x-kubernetes-preserve-unknown-fields") and result.get("additionalProperties") is True:
+        result.pop("additionalProperties")  # kept as written: any fields
     if isinstance(result.get("default"), dict) and "properties" in result:
         result["default"] = {}  # the API server fills the fields from their own defaults
     return result
 
 
-def spec_schema() -> dict[str, Any]:
-    schema = KafkaIcebergTopicSpec.model_json_schema(by_alias=True, mode="validation")
+def _schema(model: Any) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
     defs = schema.pop("$defs", {})
     return _structural(schema, defs)
+
+
+def spec_schema() -> dict[str, Any]:
+    return _schema(KafkaIcebergTopicSpec)
+
+
+def _without_defaults(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_without_defaults(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {key: _without_defaults(value) for key, value in node.items() if key != "default"}
+
+
+def status_schema() -> dict[str, Any]:
+    """The status's schema, without defaults: the API server would fill in what the operator
+    did not write, and the operator would see a change where there is none."""
+    return _without_defaults(_schema(KafkaIcebergTopicStatus))
 
 
 def _condition_column(kind: str) -> str:
@@ -81,9 +102,8 @@ def crd() -> dict[str, Any]:
                     {"name": "Ready", "type": "string", "jsonPath": _condition_column("Ready")},
                     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                     {"name": "Lag", "type": "integer", "jsonPath": ".status.offsets.lag"},
-                    {"name": "Freshness", "type": "integer",
-                     "jsonPath": ".status.freshnessSeconds",
-                     "description": "seconds since the valid-through time of the last commit"},
+                    {"name": "Freshness", "type": "date", "jsonPath": ".status.landedThrough",
+                     "description": "age of the valid-through time of the last commit"},
                     {"name": "Snapshot", "type": "string", "jsonPath": ".status.table.snapshotId",
                      "priority": 1},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -97,8 +117,7 @@ def crd() -> dict[str, Any]:
                         "kind": {"type": "string"},
                         "metadata": {"type": "object"},
                         "spec": spec_schema(),
-                        "status": {"type": "object",
-                                   "x-kubernetes-preserve-unknown-fields": True},
+                        "status": status_schema(),
                     },
                 }},
             }],

@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -27,7 +28,7 @@ from floe_sparkapp.contract import CommitSpec
 
 from . import act, clients, metrics, observe, render, view
 from .clock import epoch, now_ms
-from .plan import APPROVAL, Plan, invalid, plan, plan_delete
+from .plan import APPROVAL, Plan, invalid, plan, plan_delete, stalled_since
 from .render import MANAGED_BY, SPARK_API
 from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
@@ -108,8 +109,8 @@ ROUNDS = 3  # plan → act at most this often in one visit; the next visit goes 
 
 def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
                floe_config_maps: Any = None, floe_cron_jobs: Any = None,
-               floe_accounts: Any = None) -> dict[str, Any]:
-    """One visit; returns the resource's status after it."""
+               floe_accounts: Any = None) -> tuple[dict[str, Any], int | None]:
+    """One visit; returns the resource's status after it, and the lag the visit saw."""
     previous = dict(body.get("status") or {})
     try:
         topic = render.Topic.from_body(dict(body))
@@ -120,13 +121,16 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
                           now_ms()).status
         patch.status.update(_changed(previous, current))
         logger.warning("invalid spec: %s", message)
-        return {**previous, **current}
+        return {**previous, **current}, None
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     secrets = clients.Secrets.of(topic)
     found = view.children(topic, floe_apps or {}, floe_config_maps or {},
                              floe_cron_jobs or {}, floe_accounts,
                              topic.spec.spark.service_account or settings().spark_service_account)
     world = observe.observe(topic, job, found, previous, secrets)
+    if world.children.app is not None and stalled_since(topic, world, settings()) is not None:
+        world = replace(world, job_activity=observe.job_activity(topic.namespace,
+                                                                 world.children.app))
     planned: Plan | None = None
     carried = previous
     for _round in range(ROUNDS):
@@ -141,7 +145,7 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
     metrics.record_commits(topic.namespace, topic.name, world.table.new_commits)
     _post_transitions(body, previous, planned.status)
     patch.status.update(_changed(previous, planned.status))
-    return {**previous, **planned.status}
+    return {**previous, **planned.status}, planned.lag
 
 
 def _changed(previous: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,9 +196,9 @@ def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
             return  # being deleted: nothing is created or reported any more
         labels = (meta["namespace"], meta["name"])
         with metrics.RECONCILE.time(), metrics.ERRORS.labels(*labels).count_exceptions():
-            current = _reconcile(body, patch, logger, **indexes)
+            current, lag = _reconcile(body, patch, logger, **indexes)
         metrics.record_visit(*labels)
-        metrics.record_status(*labels, current, _interval_seconds(body))
+        metrics.record_status(*labels, current, _interval_seconds(body), lag)
 
 
 def _interval_seconds(body: Any) -> float | None:

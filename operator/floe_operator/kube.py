@@ -144,6 +144,12 @@ def running_pods(namespace: str, app: str) -> list[str]:
                   if (pod.status.phase if pod.status else None) not in ("Succeeded", "Failed"))
 
 
+def job_metrics(namespace: str, pod: str, port: int) -> str:
+    """A driver's Prometheus metrics, through the API server's pod proxy."""
+    return core().connect_get_namespaced_pod_proxy_with_path(
+        f"{pod}:{port}", namespace, "metrics", _request_timeout=10)
+
+
 def secret_data(namespace: str, name: str) -> dict[str, str]:
     """A Secret's keys and values (never logged, never put on a status)."""
     try:

@@ -10,6 +10,7 @@ resources); the visits per resource are a counter.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -17,6 +18,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from floe_sparkapp import version
 
 from .clock import epoch
+from .status import STALLED as STALLED_REASON
 
 LABELS = ("namespace", "name")
 
@@ -24,6 +26,9 @@ READY = Gauge("floe_topic_ready", "1 when the Ready condition is True.", LABELS)
 LAG = Gauge("floe_topic_lag_records", "Records in Kafka not yet committed to the table.", LABELS)
 FRESHNESS = Gauge("floe_topic_freshness_seconds",
                   "Age of the newest record timestamp committed to the table.", LABELS)
+STALLED = Gauge("floe_topic_stalled", "1 while the running job has committed nothing for "
+                "several commit intervals though Kafka has records for it (Ready: Stalled).",
+                LABELS)
 SNAPSHOT = Gauge("floe_topic_last_commit_timestamp_seconds",
                  "Commit time of the job's newest snapshot.", LABELS)
 INTERVAL = Gauge("floe_topic_commit_interval_seconds", "The spec's commit interval.", LABELS)
@@ -44,7 +49,7 @@ RECONCILE = Histogram("floe_reconcile_duration_seconds", "Duration of one reconc
 ERRORS = Counter("floe_reconcile_errors_total", "Reconcile visits that raised an error.", LABELS)
 BUILD = Gauge("floe_build_info", "floe's version; always 1.", ("version",))
 
-_PER_TOPIC = (READY, LAG, FRESHNESS, SNAPSHOT, INTERVAL, COMMITS, FAILOVERS, RECONCILES, ERRORS)
+_PER_TOPIC = (READY, LAG, FRESHNESS, STALLED, SNAPSHOT, INTERVAL, COMMITS, FAILOVERS, RECONCILES, ERRORS)
 _PER_ACTION = (MAINTENANCE_RUNS, MAINTENANCE_FAILED)
 
 # What the last status said, per resource: failovers and each action's last run time.
@@ -58,14 +63,19 @@ def serve(port: int) -> None:
 
 
 def record_status(namespace: str, name: str, status: dict[str, Any],
-                  interval_seconds: float | None = None) -> None:
+                  interval_seconds: float | None = None, lag: int | None = None) -> None:
+    """The gauges from the status a visit wrote, and ``lag``, the one the visit saw (the
+    status's lag is refreshed only when it tells something new: :func:`status.steady_lag`)."""
     labels = (namespace, name)
     ready = [c for c in status.get("conditions", []) if c.get("type") == "Ready"]
     READY.labels(*labels).set(1 if ready and ready[0].get("status") == "True" else 0)
-    if (status.get("offsets") or {}).get("lag") is not None:
-        LAG.labels(*labels).set(status["offsets"]["lag"])
-    if status.get("freshnessSeconds") is not None:
-        FRESHNESS.labels(*labels).set(status["freshnessSeconds"])
+    STALLED.labels(*labels).set(1 if ready and ready[0].get("reason") == STALLED_REASON else 0)
+    if lag is None:
+        lag = (status.get("offsets") or {}).get("lag")
+    if lag is not None:
+        LAG.labels(*labels).set(lag)
+    if status.get("landedThrough"):
+        FRESHNESS.labels(*labels).set(max(0.0, time.time() - epoch(status["landedThrough"])))
     committed = (status.get("table") or {}).get("committedAt")
     if committed:
         SNAPSHOT.labels(*labels).set(epoch(committed))

@@ -20,13 +20,13 @@ from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
 from pydantic import ValidationError
 
-from . import kube
+from . import kube, report
 from .clients import Secrets, catalog_config, catalogs, end_offsets, registries, registry_config
 from .appstate import state_of
-from .clock import epoch, now_ms
-from .render import Topic
+from .clock import epoch, iso, now_ms
+from .render import JOB_METRICS_PORT, Topic
 from .resource import KafkaIcebergTopicSpec
-from .view import Children, Deletion, RegistryView, TableView, World
+from .view import App, Children, Deletion, RegistryView, TableView, World
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -147,6 +147,41 @@ def observe(topic: Topic, job: JobConfig, found: Children, previous: Mapping[str
     return World(now_ms=now_ms(), children=found, table=table, registry=registry,
                  latest_offsets=latest, kafka_error=kafka_error, routes=routes,
                  owner_claims_table=claims)
+
+
+# --- what a job's driver is doing ---------------------------------------------------------------
+
+# The states of the job's floe_job_activity metric, as a status message says them.
+ACTIVITIES = {
+    "starting": "starting: its first micro-batch has not begun",
+    "waiting": "between micro-batches: Spark plans the next one from Kafka's offsets",
+    "reading": "reading micro-batch {batch} from Kafka",
+    "loading_table": "loading the table from the catalog for micro-batch {batch}",
+    "sending_dead_letters": "sending micro-batch {batch}'s undecodable records to the "
+                            "dead-letter topic",
+    "writing": "writing micro-batch {batch}'s data files",
+    "committing": "committing micro-batch {batch} to the catalog",
+    "expiring": "expiring old snapshots after micro-batch {batch}",
+    "retrying": "waiting to try micro-batch {batch} again: a neighbour did not answer",
+}
+
+
+def job_activity(namespace: str, app: App) -> str:
+    """What the driver says it is doing (its floe_job_activity metric), and since when."""
+    try:
+        text = kube.job_metrics(namespace, app.driver, JOB_METRICS_PORT)
+    except Exception as error:  # noqa: BLE001 - the stall is reported all the same
+        return f"not saying what it does: its metrics could not be read ({error_text(error)})"
+    found = report.samples(text)
+    value = {name: v for name, labels, v in found if not labels}
+    state = next((labels["floe_job_activity"] for name, labels, v in found
+                  if name == "floe_job_activity" and v == 1), None)
+    if state is None:
+        return "not saying what it does (no floe_job_activity in its metrics)"
+    batch = int(value.get("floe_job_batch_id", 0))
+    doing = ACTIVITIES.get(state, state).format(batch=batch)
+    since = value.get("floe_job_activity_since_timestamp_seconds")
+    return f"{doing} (since {iso(since)})" if since else doing
 
 
 def observe_deletion(topic: Topic, job: JobConfig, since_ms: int) -> Deletion:

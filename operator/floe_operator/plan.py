@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from floe_sparkapp import exit_codes
-from floe_sparkapp.evolution import BreakingChange, plan_evolution
+from floe_sparkapp.evolution import plan_evolution
 
 from . import redact, render
 from .appstate import ENDED, FAILED, SUBMITTING, AppState
@@ -149,6 +149,7 @@ class Plan:
     actions: tuple[Action, ...]
     status: dict[str, Any]
     new_commits: int = 0
+    lag: int | None = None  # the lag this visit saw (the status may show an older one)
 
 
 # --- failover policy ---------------------------------------------------------------------------
@@ -244,9 +245,11 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
         _plan_job(topic, world, previous, settings, decided)
         _plan_maintenance(topic, world, settings, decided)
         _progress(topic, world, decided, previous)
+        _plan_stall(topic, world, settings, decided)
     observed = Observation(**decided.observed)
     return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
-                world.table.new_commits if world.table.exists else 0)
+                world.table.new_commits if world.table.exists else 0,
+                (observed.offsets or {}).get("lag"))
 
 
 def invalid(topic_generation: int, message: str, previous: Mapping[str, Any], now_ms: int
@@ -310,9 +313,12 @@ def _plan_schema(topic: Topic, world: World, decided: _Decisions, approved: str 
     if approved is not None and approved == str(version) and version is not None:
         decided.act(ApplyApproved(version))
         return
-    reason = (str(BreakingChange(evolution)) if evolution is not None
-              else "breaking schema change: value: the table has no value column (raw)")
-    decided.say(schema_in_sync=False, schema_message=(
+    changes = (tuple(str(c) for c in evolution.breaking) if evolution is not None
+               else ("value: the table has no value column (raw)",))
+    reason = "breaking schema change: " + "; ".join(changes)
+    decided.say(schema_in_sync=False,
+                schema_change=(version, changes) if version is not None else None,
+                schema_message=(
         f"registry version {version}: {reason}; the table keeps its schema and those records "
         f'land in value_raw until the annotation {APPROVAL}: "{version}" approves the change'))
 
@@ -498,6 +504,54 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
         decided.say(offsets=shown)
 
 
+def stall_seconds(topic: Topic, settings: OperatorSettings) -> float:
+    """How long a running job may go without a commit before it is called stalled."""
+    return max(settings.stall_intervals * topic.spec.commit.interval_seconds,
+               settings.stall_min_seconds)
+
+
+def stalled_since(topic: Topic, world: World, settings: OperatorSettings) -> int | None:
+    """When the job last made progress (epoch ms: its newest commit to any of the resource's
+    tables, or its application's start), if that is longer ago than :func:`stall_seconds`
+    while it runs and Kafka has records past the tables' offsets; None otherwise."""
+    app = world.children.app
+    if (topic.spec.suspend or app is None or app.state != AppState.RUNNING
+            or world.latest_offsets is None or not world.table.exists):
+        return None
+    views = [world.table, *world.routes.values()]
+    if any(view.error for view in views):
+        return None
+    written = [view for view in views if view.exists]
+    partitions = set().union(*(view.offsets for view in written))
+    offsets = {p: min(view.offsets.get(p, 0) for view in written) for p in partitions}
+    if as_status_offsets(offsets, world.latest_offsets)["lag"] <= 0:
+        return None
+    marks = [view.committed_at_ms for view in written if view.committed_at_ms is not None]
+    if app.started_ms is not None:
+        marks.append(app.started_ms)
+    if not marks:
+        return None
+    since = max(marks)
+    return since if world.now_ms - since > stall_seconds(topic, settings) * 1000 else None
+
+
+def _plan_stall(topic: Topic, world: World, settings: OperatorSettings,
+                decided: _Decisions) -> None:
+    """A stall is loud: Ready turns False (Stalled) with what the job's driver says it does
+    (:attr:`World.job_activity`), so a commit path that hangs without failing is seen."""
+    since = stalled_since(topic, world, settings)
+    if since is None:
+        return
+    app = world.children.app
+    assert app is not None
+    activity = world.job_activity or "doing something its metrics did not say"
+    decided.say(stalled=(
+        f"the job has committed nothing since {iso(since / 1000)}, more than "
+        f"{stall_seconds(topic, settings):g} s ago ({settings.stall_intervals:g} commit "
+        f"intervals or more), though Kafka has records past the table's offsets; the job is "
+        f"{activity}. Its log says more: kubectl logs -n {topic.namespace} {app.driver}"))
+
+
 def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, Any]:
     """One table's line in ``status.tables``: its snapshot, offsets, lag and freshness."""
     entry: dict[str, Any] = {"identifier": identifier, "exists": view.exists}
@@ -512,7 +566,7 @@ def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, An
     if world.latest_offsets is not None and view.exists:
         entry["lag"] = as_status_offsets(view.offsets, world.latest_offsets)["lag"]
     if view.vtts_ms is not None:
-        entry["freshnessSeconds"] = max(0, (world.now_ms - view.vtts_ms) // 1000)
+        entry["landedThrough"] = iso(view.vtts_ms / 1000)
     return entry
 
 

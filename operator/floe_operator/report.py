@@ -35,8 +35,8 @@ def _schema(status: dict[str, Any], conditions: dict[str, dict[str, Any]]) -> st
     version = (status.get("table") or {}).get("registryVersion")
     if version is None:
         return NONE
-    in_sync = conditions.get("SchemaInSync", {}).get("status")
-    return f"v{version}" if in_sync != "False" else f"v{version} (awaiting approval)"
+    waiting = (status.get("schemaChange") or {}).get("registryVersion")
+    return f"v{version}" if waiting is None else f"v{waiting} (awaiting approval)"
 
 
 def summary_row(item: dict[str, Any], now: dt.datetime) -> dict[str, str]:
@@ -55,7 +55,7 @@ def summary_row(item: dict[str, Any], now: dt.datetime) -> dict[str, str]:
         "READY": conditions.get("Ready", {}).get("status", NONE),
         "PHASE": phase,
         "LAG": NONE if lag is None else str(lag),
-        "FRESHNESS": duration(status.get("freshnessSeconds")),
+        "FRESHNESS": _since(status.get("landedThrough"), now),
         "SNAPSHOT": (status.get("table") or {}).get("snapshotId") or NONE,
         "SCHEMA": _schema(status, conditions),
         "AGE": _since(meta.get("creationTimestamp"), now),
@@ -125,7 +125,7 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
         rows = [{"TABLE": t.get("identifier", NONE),
                  "SNAPSHOT": t.get("snapshotId", NONE if t.get("exists") else "not made yet"),
                  "LAG": str(t["lag"]) if "lag" in t else NONE,
-                 "FRESHNESS": f"{t['freshnessSeconds']}s" if "freshnessSeconds" in t else NONE}
+                 "FRESHNESS": _since(t.get("landedThrough"), now)}
                 for t in routed]
         lines.append("Tables:")
         lines += ["  " + line for line in

@@ -163,3 +163,113 @@ class SparkSpec(PodSpec, _SparkJob):
 
 class KafkaIcebergTopicSpec(TopicSpec):
     spark: SparkSpec = SparkSpec()
+
+
+# --- the status --------------------------------------------------------------------------------
+# What the operator writes (:mod:`status` and :mod:`plan` make it), as the CRD's status schema:
+# ``kubectl explain kit.status`` reads these descriptions, and the API server keeps no field
+# that is not here.
+
+_TIME = {"format": "date-time"}
+_OFFSETS = "Per Kafka partition (its number as the key), "
+
+
+def _kept_as_written(schema: dict[str, Any]) -> None:
+    schema.pop("additionalProperties", None)
+    schema.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+
+
+class ConditionStatus(_Model):
+    type: Literal["Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
+                  "DeadLetter"]
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(description="Why, in one CamelCase word.")
+    message: str = Field(description="What it means, and what to change where it needs you.")
+    observed_generation: int | None = Field(None, description="The spec generation it is of.")
+    last_transition_time: str | None = Field(
+        None, description="When its status last changed.", json_schema_extra=_TIME)
+
+
+class SparkApplicationStatus(_Model):
+    name: str = Field(description="The job's SparkApplication.")
+    state: str = Field("", description="Its state as spark-operator reports it.")
+    attempts: int = Field(0, description="spark-operator's submissions of it.")
+    failovers: int | None = Field(
+        None, description="Times in a row floe recreated the job after it failed or ended "
+                          "(the backoff's exponent; back to 0 once it ran long enough).")
+    last_failover_time: str | None = Field(None, json_schema_extra=_TIME)
+    last_failure: str | None = Field(None, description="The error the job failed with last.")
+
+
+class TableStatus(_Model):
+    schema_id: int | None = Field(None, description="The table's current schema id.")
+    snapshot_id: str | None = Field(None, description="The job's newest snapshot.")
+    committed_at: str | None = Field(None, description="When that snapshot was committed.",
+                                     json_schema_extra=_TIME)
+    registry_version: int | None = Field(
+        None, description="The registry subject's latest version the operator compared with "
+                          "the table.")
+
+
+class OffsetsStatus(_Model):
+    committed: dict[str, int] = Field(
+        default_factory=dict, description=_OFFSETS + "the next offset the table holds (with "
+                                                     "routes: the lowest of its tables).")
+    latest: dict[str, int] = Field(
+        default_factory=dict, description=_OFFSETS + "Kafka's end offset when lag was counted.")
+    lag: int | None = Field(
+        None, description="Records in Kafka past the committed offsets, refreshed when the "
+                          "committed offsets move or the lag turns to or from zero (the live "
+                          "lag: the metric floe_topic_lag_records).")
+    error: str | None = Field(None, description="Why Kafka could not be asked.")
+
+
+class RouteTableStatus(_Model):
+    identifier: str
+    exists: bool | None = None
+    error: str | None = Field(None, description="Why the table could not be read or used.")
+    snapshot_id: str | None = None
+    committed_at: str | None = Field(None, json_schema_extra=_TIME)
+    committed: dict[str, int] = Field(default_factory=dict,
+                                      description=_OFFSETS + "the next offset it holds.")
+    lag: int | None = None
+    landed_through: str | None = Field(None, json_schema_extra=_TIME)
+
+
+class MaintenanceStatus(_Model):
+    schedule: str = Field(description="The action's cron schedule.")
+    cron_job: str = Field(description="The CronJob that runs it.")
+    last_run: dict[str, Any] | None = Field(
+        None, description="What its last run recorded on the table: time, outcome "
+                          "(Succeeded or Failed), attempts, and its figures or message.",
+        json_schema_extra=_kept_as_written)
+
+
+class SchemaChangeStatus(_Model):
+    registry_version: int = Field(description="The version waiting for approval.")
+    changes: list[str] = Field(description="Its breaking changes to the table's columns.")
+
+
+class KafkaIcebergTopicStatus(_Model):
+    """The resource's status, as the operator writes it."""
+
+    observed_generation: int | None = Field(None, description="The spec generation last seen.")
+    phase: Literal["Pending", "Running", "Degraded", "Suspended", "Failed"] | None = Field(
+        None, description="Running (landing), Pending (on its way), Degraded (the job failed "
+                          "or stalled: floe acts), Suspended, or Failed (you act).")
+    conditions: list[ConditionStatus] = Field(default_factory=list)
+    spark_application: SparkApplicationStatus | None = None
+    table: TableStatus | None = None
+    offsets: OffsetsStatus | None = None
+    tables: list[RouteTableStatus] | None = Field(
+        None, description="With routes: each table's progress.")
+    landed_through: str | None = Field(
+        None, description="The valid-through time of the newest commit: every partition's "
+                          "records up to it are in the table (with routes: the table furthest "
+                          "behind). Freshness is its age.", json_schema_extra=_TIME)
+    maintenance: dict[str, MaintenanceStatus] | None = Field(
+        None, description="Per scheduled action (compaction, expire-snapshots, "
+                          "remove-orphans, rewrite-manifests).")
+    schema_change: SchemaChangeStatus | None = Field(
+        None, description="A breaking registry version waiting for its approval annotation "
+                          "(kubectl floe approve).")

@@ -71,6 +71,15 @@ class OperatorSettings(BaseSettings):
                                        "driver pod within seconds); an application not taken "
                                        "up by then is taken to be unseen (spark-operator down, "
                                        "or not serving the namespace) and deleted at once.")
+    stall_intervals: float = Field(
+        5, ge=2, le=1000, description="A running job that has committed nothing for this many "
+                                      "commit intervals (and at least stall_min_seconds) while "
+                                      "Kafka has records past its table's offsets is stalled: "
+                                      "Ready turns False (reason Stalled) saying what the job "
+                                      "is doing.")
+    stall_min_seconds: float = Field(
+        120, ge=0, le=86400, description="The shortest time without a commit that is called a "
+                                         "stall, however short the commit interval.")
     metrics_port: int = Field(9090, ge=0, le=65535,
                               description="Port of the Prometheus /metrics endpoint (0: off).")
     log_format: Literal["json", "text"] = Field(

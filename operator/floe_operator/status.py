@@ -19,6 +19,9 @@ CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "Mainten
 # driver's ServiceAccount is missing (the job waits for it).
 NOT_WATCHING = "SparkOperatorNotWatching"
 ACCOUNT_MISSING = "ServiceAccountMissing"
+# Ready's reason while a running job has not committed for several intervals though Kafka has
+# records for it.
+STALLED = "Stalled"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Observation:
     registry_version: int | None = None
     schema_in_sync: bool | None = None
     schema_message: str = ""
+    schema_change: tuple[int, tuple[str, ...]] | None = None  # waiting: (version, changes)
+    stalled: str | None = None  # the running job has not committed for long: what it does
     offsets: dict[str, Any] | None = None  # with routes: per partition, the lowest table's
     tables: list[dict[str, Any]] | None = None  # with routes: each table's progress
     vtts_ms: int | None = None
@@ -132,6 +137,8 @@ def conditions(observed: Observation) -> list[Condition]:
 
     if observed.suspended:
         ready = Condition("Ready", "False", "Suspended", "spec.suspend is true")
+    elif table.status == "True" and job.status == "True" and observed.stalled:
+        ready = Condition("Ready", "False", STALLED, observed.stalled)
     elif table.status == "True" and job.status == "True":
         ready = Condition("Ready", "True", "Landing", "the job is running and the table exists")
     else:
@@ -183,7 +190,7 @@ def phase(observed: Observation, ready: Condition) -> str:
         return "Suspended"
     if ready.status == "True":
         return "Running"
-    if (observed.app_state or "") in SHOWN_FAILED:
+    if (observed.app_state or "") in SHOWN_FAILED or ready.reason == STALLED:
         return "Degraded"
     return "Pending"
 
@@ -203,6 +210,23 @@ def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condit
             "lastTransitionTime": now if moved else old.get("lastTransitionTime", now),
         })
     return merged
+
+
+def steady_lag(current: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """A progress entry (``status.offsets``, or one of ``status.tables``) with Kafka's latest
+    offsets and the lag as the status showed them, unless the committed offsets moved or the
+    lag turned to or from zero: the end offsets of a busy topic move at every visit, and a
+    status rewritten at every visit wakes every client that watches the resource. The live
+    lag is the operator's metric floe_topic_lag_records."""
+    if not previous or "lag" not in current or "lag" not in previous:
+        return current
+    if (current.get("committed") != previous.get("committed")
+            or (current["lag"] > 0) != (previous["lag"] > 0)):
+        return current
+    kept = {**current, "lag": previous["lag"]}
+    if "latest" in current and "latest" in previous:
+        kept["latest"] = previous["latest"]
+    return kept
 
 
 def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -234,13 +258,22 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
             table["registryVersion"] = observed.registry_version
         result["table"] = table
     if observed.offsets is not None:
-        result["offsets"] = observed.offsets
+        result["offsets"] = steady_lag(observed.offsets, (previous or {}).get("offsets"))
     if observed.tables is not None:
-        result["tables"] = observed.tables
+        before = {t.get("identifier"): t for t in (previous or {}).get("tables") or []}
+        result["tables"] = [steady_lag(t, before.get(t.get("identifier")))
+                            for t in observed.tables]
     elif (previous or {}).get("tables"):  # the routes are gone (the status is merge-patched)
         result["tables"] = None
-    if observed.vtts_ms is not None and observed.now_ms:
-        result["freshnessSeconds"] = max(0, (observed.now_ms - observed.vtts_ms) // 1000)
+    if observed.vtts_ms is not None:
+        result["landedThrough"] = iso(observed.vtts_ms / 1000)
+    if "freshnessSeconds" in (previous or {}):  # written by floe before landedThrough
+        result["freshnessSeconds"] = None
+    if observed.schema_change is not None:
+        version, changes = observed.schema_change
+        result["schemaChange"] = {"registryVersion": version, "changes": list(changes)}
+    elif (previous or {}).get("schemaChange"):
+        result["schemaChange"] = None
     if observed.maintenance is not None:
         result["maintenance"] = {
             action: {**entry, **({"lastRun": observed.maintenance_runs[action]}

@@ -13,6 +13,7 @@ from typing import Any
 from pyiceberg.types import StructType
 
 from .appstate import error_of, state_of
+from .clock import epoch
 from .render import APPLIED, Topic
 from .resource import GROUP, KIND
 
@@ -34,6 +35,14 @@ class App:
     generation: str | None = None
     terminated_at: str | None = None
     created_at: str | None = None
+    submitted_at: str | None = None  # spark-operator's last submission of it
+    driver: str = ""  # the driver pod's name
+
+    @property
+    def started_ms(self) -> int | None:
+        """When the application (its latest submission) began, if known."""
+        marks = [epoch(t) for t in (self.created_at, self.submitted_at) if t]
+        return int(max(marks) * 1000) if marks else None
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> App:
@@ -45,7 +54,10 @@ class App:
                    fingerprint=annotations.get(FINGERPRINT),
                    generation=annotations.get(GENERATION),
                    terminated_at=status.get("terminationTime"),
-                   created_at=meta.get("creationTimestamp"))
+                   created_at=meta.get("creationTimestamp"),
+                   submitted_at=status.get("lastSubmissionAttemptTime") or None,
+                   driver=(status.get("driverInfo") or {}).get("podName")
+                   or f"{meta['name']}-driver")
 
 
 @dataclass(frozen=True)
@@ -162,6 +174,7 @@ class World:
     routes: Mapping[str, TableView] = field(default_factory=dict)  # the routes' tables
     owner_claims_table: bool = True  # the table's other writer still points at it
     schema_applied: str | None = None  # what this visit applied to the schema (an approval)
+    job_activity: str | None = None  # what a stalled job's driver says it is doing
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,7 @@ class BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        metrics.doing("writing" if self.single_pass else "reading", batch_id)
         if self.single_pass:
             start, end = self._logged_offsets(batch_id)
             if end is not None:
@@ -190,3 +191,4 @@ class BatchWriter:
                if self.config.routes else {}),
             "seconds": round(seconds, 3)}))
         metrics.report_start(self.spark, self.config.writer)
+        metrics.doing("waiting")

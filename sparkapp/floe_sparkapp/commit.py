@@ -55,6 +55,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from . import metrics
 from .ledger import OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
 
 log = logging.getLogger("floe.commit")
@@ -219,6 +220,7 @@ class BranchCommitter:
                     writer = writer.option(f"snapshot-property.{key}", value)
                 writer.append()
             write_seconds = time.monotonic() - write_started
+            metrics.doing("committing")
             self._merge(branch, base_snapshot_id)
             merged = True
         except (CommitConflict, CommitUnknown):
@@ -252,6 +254,7 @@ class BranchCommitter:
             self.discard(staged)  # nothing was sent to the catalog
             raise
         try:
+            metrics.doing("committing")
             self.publish(staged, base_snapshot_id, properties)
         except CommitUnknown:  # a snapshot may refer to the files (or come to): they stay
             raise
@@ -521,4 +524,5 @@ def commit_with_retries(attempt: Callable[[], T], *, attempts: int = 10,
                 raise
             log.warning("a neighbour did not answer (%s): the batch is tried again",
                         _first_line(error))
+            metrics.doing("retrying")
             time.sleep(min(2.0 + (now - outage_started) / 4, 10.0))

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any, Iterable
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Enum, Gauge, Histogram, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener
 
 log = logging.getLogger("floe.metrics")
@@ -56,6 +56,16 @@ LAG = Gauge("floe_job_kafka_lag_records", "Records in Kafka beyond what the job 
 SCHEMAS = Gauge("floe_job_schema_seen_timestamp_seconds", "When the job last wrote a record "
                 "of the writer schema id.", ["schema_id"])
 STARTED = Gauge("floe_job_start_time_seconds", "When the job's process started.")
+# What the driver is doing now, for a stall to say where the job is stuck (the operator reads
+# these when a job has not committed for several intervals while Kafka has records for it).
+# (The operator says them in words: floe_operator.observe.ACTIVITIES.)
+ACTIVITIES = ("starting", "waiting", "reading", "loading_table", "sending_dead_letters",
+              "writing", "committing", "expiring", "retrying")
+ACTIVITY = Enum("floe_job_activity", "What the driver is doing now (1 for the current state).",
+                states=list(ACTIVITIES))
+ACTIVITY_SINCE = Gauge("floe_job_activity_since_timestamp_seconds", "When the driver began "
+                       "what floe_job_activity says it is doing.")
+BATCH = Gauge("floe_job_batch_id", "The micro-batch the driver writes now, or wrote last.")
 INFO = Gauge("floe_job_info", "The job's writer (namespace/name) and floe's version; always 1.",
              ["writer", "version"])
 
@@ -161,6 +171,7 @@ def serve(writer: str, tables: Iterable[str], started: float) -> None:
     if not port:
         return
     STARTED.set(started)
+    ACTIVITY_SINCE.set(started)
     INFO.labels(writer, version()).set(1)
     for table in tables:
         for counter in (ROWS, DEAD_LETTERS, DEAD_LETTER_FAILURES, COMMITS, CONFLICTS):
@@ -171,6 +182,19 @@ def serve(writer: str, tables: Iterable[str], started: float) -> None:
         start_http_server(port)
     except OSError as error:  # the job lands its topic all the same
         log.warning("could not serve metrics on port %d: %s", port, error)
+
+
+_activity = ["starting"]
+
+
+def doing(activity: str, batch: int | None = None) -> None:
+    """Notes what the driver does from now on (one of ACTIVITIES), and the batch it is on."""
+    if batch is not None:
+        BATCH.set(batch)
+    if activity != _activity[0]:
+        _activity[0] = activity
+        ACTIVITY.state(activity)
+        ACTIVITY_SINCE.set(time.time())
 
 
 _committed: dict[str, dict[int, int]] = {}  # per table, the offsets the job committed

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, dead_letters, schemas
+from . import cdc, checkpoint, dead_letters, metrics, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, commit_with_retries
@@ -288,12 +288,14 @@ class TableWriter:
                 bad = rows.filter(undecodable(rows))
                 errors = bad.count()  # (by reason: the write's own count below)
                 if errors:
+                    metrics.doing("sending_dead_letters")
                     failure = dead_letters.send(bad, errors, self.config, since_ms)
                     if failure is None:
                         dead.count = errors
                     else:
                         dead.error, dead.failed = failure, errors
                 dead.sent = True
+            metrics.doing("writing")
             if self.upsert is not None:
                 rows = rows.persist()
                 try:
@@ -389,6 +391,7 @@ class TableWriter:
         if outcome.offsets is not None:
             self.rejoins_at = None
             if self.config.maintenance.expire_snapshots.enabled:
+                metrics.doing("expiring")
                 outcome = replace(outcome, **self._expire())
         return outcome
 
@@ -401,6 +404,7 @@ class TableWriter:
                                      self.config.kafka.topic)
         value_framed = self.config.value.format != "raw"
         key_framed = self.config.key.format == "avro"
+        metrics.doing("loading_table")
         table = self.catalog.load_table(identifier)
         self._check_identity(table, batch_id)
         base = table.current_snapshot().snapshot_id  # offsets below are read from here

@@ -62,7 +62,7 @@ def test_every_alert_fires_and_stays_quiet_as_its_promtool_cases_say(stack, tmp_
 def test_the_job_alerts_need_the_jobs_podmonitor(stack):
     without = {rule["alert"] for group in rule_groups(rendered(
         "--set", "metrics.prometheusRule.enabled=true")) for rule in group["rules"]}
-    assert without == {"FloeTopicNotReady", "FloeLagGrowing", "FloeTableStale",
+    assert without == {"FloeTopicNotReady", "FloeTopicStalled", "FloeLagGrowing", "FloeTableStale",
                        "FloeRepeatedFailovers", "FloeMaintenanceFailing"}
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 from kubernetes import client
 
@@ -376,3 +379,85 @@ def test_neighbours_the_operator_cannot_reach_leave_the_progress_it_showed_and_a
     assert direct.load_table("analytics.orders").metadata.table_uuid == table_uuid  # not made again
     assert_exactly_once(orders_rows(direct), {(p, o): None for p, end in ends.items()
                                               for o in range(end)})
+
+
+# The driver's JVM (spark-submit's, in the driver container), found by its command line (the
+# pattern's brackets keep it from matching this shell's own).
+_JVM = ("for d in /proc/[0-9]*; do if tr '\\0' ' ' < $d/cmdline 2>/dev/null "
+        "| grep -q 'org[.]apache[.]spark[.]deploy[.]SparkSubmi[t]'; then "
+        "kill -{signal} ${{d#/proc/}}; fi; done")
+
+
+@pytest.mark.node
+def test_a_job_that_stops_committing_while_records_wait_is_called_stalled_with_what_it_does(
+        stack, api, operator_control, drivers, namespace, shared, tmp_path, unique_name):
+    """The driver's JVM frozen (SIGSTOP: a hang that fails nothing, as a commit stuck on a
+    silent neighbour does) while records wait in Kafka: after the stall threshold Ready turns
+    False with reason Stalled and what the driver's metrics say it is doing, a Warning Event
+    says so, and the operator's floe_topic_stalled is 1. Thawed, the job goes on: Ready again,
+    every record once."""
+    import requests
+
+    from ..integration.jobkit import assert_exactly_once
+    from ..integration.nemesis import end_offsets
+    from ..integration.test_job_roundtrip import produce_orders
+    from .conftest import free_port
+    from .test_operator import declared_orders, logs, orders_rows, orders_status, topic_catalog
+
+    metrics_port = free_port()
+    operator_control.start(FLOE_STALL_INTERVALS="2", FLOE_STALL_MIN_SECONDS="15",
+                           FLOE_METRICS_PORT=str(metrics_port))
+    kafka_topic = f"stall-{unique_name}".replace("_", "-")
+    producer = declared_orders(stack, shared, namespace, kafka_topic, 30)
+    catalog = topic_catalog(shared)
+
+    def ready() -> tuple[str, str, str] | None:
+        found = {c["type"]: c for c in orders_status(stack, namespace).get("conditions") or []}
+        ready = found.get("Ready")
+        return (ready["status"], ready["reason"], ready["message"]) if ready else None
+
+    def landed(count: int) -> bool:
+        offsets = orders_status(stack, namespace).get("offsets") or {}
+        return (len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+                and (ready() or ("",))[0] == "True")
+
+    assert wait_until(lambda: landed(30), timeout=300, interval=2), logs(tmp_path, namespace)
+    driver = next(p for p in running_job_pods(admin_client(stack), namespace, "floe-orders")
+                  if p.endswith("-driver"))
+
+    def signal_jvm(signal: str) -> None:
+        done = subprocess.run(["kubectl", "exec", "-n", namespace, driver, "-c",
+                               "spark-kubernetes-driver", "--", "sh", "-c",
+                               _JVM.format(signal=signal)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    signal_jvm("STOP")
+    try:
+        produce_orders(producer, 30, 20)
+        assert wait_until(lambda: (ready() or ("",))[:2] == ("False", "Stalled"), timeout=180,
+                          interval=2), f"{orders_status(stack, namespace)}\n" + \
+            logs(tmp_path, namespace)
+        status = orders_status(stack, namespace)
+        message = ready()[2]
+        assert status["phase"] == "Degraded"
+        assert message.startswith("the job has committed nothing since ")
+        assert "though Kafka has records past the table's offsets; the job is " in message
+        # What the driver's metrics said (its Python side still answers; Spark's JVM does not).
+        assert re.search(r"the job is (starting|between micro-batches|reading|loading|sending|"
+                         r"writing|committing|expiring|waiting to try).*\(since \d{4}-", message), \
+            message
+        assert f"kubectl logs -n {namespace} {driver}" in message
+        warnings = [e for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+            namespace, field_selector="involvedObject.name=orders").items
+            if e.reason == "Stalled"]
+        assert warnings and warnings[0].type == "Warning", warnings
+        scraped = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        assert f'floe_topic_stalled{{name="orders",namespace="{namespace}"}} 1.0' in scraped
+    finally:
+        signal_jvm("CONT")
+    assert wait_until(lambda: landed(50), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert ready()[:2] == ("True", "Landing")
+    assert_exactly_once(orders_rows(catalog), producer.sent)
+    assert orders_status(stack, namespace)["offsets"]["committed"] == {
+        str(p): o for p, o in end_offsets(stack.bootstrap, kafka_topic, 2).items()}

@@ -11,6 +11,7 @@ import copy
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ LANDING = {
     "table": {"snapshotId": "5318008", "committedAt": "2026-11-22T10:05:00Z", "schemaId": 1,
               "registryVersion": 2},
     "offsets": {"committed": {"0": 1200, "1": 900}, "latest": {"0": 1250, "1": 900}, "lag": 50},
-    "freshnessSeconds": 125,
+    "landedThrough": 125,  # seconds ago, a timestamp when the fixture writes it
     "maintenance": {"compaction": {"schedule": "17 * * * *", "cronJob": "floe-orders-compaction",
                                    "lastRun": {"outcome": "Succeeded",
                                                "time": "2026-11-22T09:17:40Z"}}},
@@ -65,8 +66,14 @@ BREAKING = {
                              "registry version 3: field price changed from double to string")],
     "table": {"snapshotId": "77", "schemaId": 1, "registryVersion": 3},
     "offsets": {"committed": {"0": 10}, "latest": {"0": 10}, "lag": 0},
-    "freshnessSeconds": 4000,
+    "landedThrough": 4000,
+    "schemaChange": {"registryVersion": 3,
+                     "changes": ["value.price: type changed from double to string"]},
 }
+
+
+def ago(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds))
 
 
 @pytest.fixture
@@ -80,6 +87,7 @@ def topics(stack, namespace):
         body["metadata"] = {"name": name}
         api.create_namespaced_custom_object(*ARGS, namespace, "kafkaicebergtopics", body)
         if status:
+            status = {**status, "landedThrough": ago(status["landedThrough"])}
             api.patch_namespaced_custom_object_status(*ARGS, namespace, "kafkaicebergtopics",
                                                       name, {"status": status})
     return namespace
@@ -95,7 +103,8 @@ def test_the_summary_shows_one_line_per_topic(topics):
     lines = [line.split("   ") for line in shown.stdout.splitlines()]
     cells = [[cell.strip() for cell in line if cell.strip()] for line in lines]
     assert cells[0] == ["NAME", "READY", "PHASE", "LAG", "FRESHNESS", "SNAPSHOT", "SCHEMA", "AGE"]
-    assert cells[1][:7] == ["orders", "True", "Running", "50", "2m5s", "5318008", "v2"]
+    assert cells[1][:7] == ["orders", "True", "Running", "50", cells[1][4], "5318008", "v2"]
+    assert cells[1][4] in ("2m5s", "2m6s", "2m7s")  # the age of its landedThrough
     assert cells[2][:7] == ["payments", "True", "Running", "0", "1h6m", "77",
                             "v3 (awaiting approval)"]
     assert cells[3][:7] == ["returns", "-", "-", "-", "-", "-", "-"]

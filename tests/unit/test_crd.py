@@ -45,6 +45,45 @@ def test_the_schema_is_structural():
     walk(schema, "")
 
 
+def test_every_status_the_planner_writes_fits_the_crds_status_schema():
+    """The API server keeps no field the status schema lacks: each field a plan writes must be
+    in it (the models refuse any other), or it would be dropped and written again at every
+    visit."""
+    from dataclasses import replace
+
+    from floe_operator.plan import plan
+    from floe_operator.resource import KafkaIcebergTopicStatus
+    from floe_operator.view import RegistryView, TableView
+
+    from .test_plan import NOW_MS, SETTINGS, TOPIC, V3, steady, topic_of
+
+    def written(status):
+        if isinstance(status, dict):
+            return {k: written(v) for k, v in status.items() if v is not None}
+        if isinstance(status, list):
+            return [written(v) for v in status]
+        return status
+
+    routed = topic_of(routes=[{"field": "region", "values": ["eu"],
+                               "table": {"identifier": "analytics.orders_eu"}}])
+    runs = {"compaction": {"time": "2026-11-18T03:00:00Z", "outcome": "Failed",
+                           "attempts": 5, "message": "conflict"}}
+    worlds = [
+        (TOPIC, steady()),
+        (TOPIC, steady(table=replace(steady().table, maintenance_runs=runs))),
+        (TOPIC, steady(registry=RegistryView(3, V3))),
+        (TOPIC, steady(latest_offsets=None, kafka_error="KafkaException: down")),
+        (TOPIC, steady(table=replace(steady().table, committed_at_ms=NOW_MS - 3_600_000))),
+        (routed, steady(routed, routes={"analytics.orders_eu": TableView(error="OSError")})),
+        (topic_of(suspend=True), steady()),
+    ]
+    for topic, world in worlds:
+        status = plan(topic, world, {}, SETTINGS).status
+        KafkaIcebergTopicStatus.model_validate(written(status))
+        again = plan(topic, world, status, SETTINGS).status
+        KafkaIcebergTopicStatus.model_validate(written({**status, **again}))
+
+
 def test_the_resource_reference_is_a_valid_spec():
     """docs/resource.md's reference block, every field with its example value, is a spec the
     operator and the CRD accept (the CRD side: the e2e CRD validation tests)."""

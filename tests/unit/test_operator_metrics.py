@@ -57,3 +57,50 @@ def test_the_reconcile_histogram_has_one_series_for_all_resources():
     metrics.record_visit("metrics-test", "b")
     assert value("floe_reconcile_duration_seconds_count") >= 1
     assert value("floe_reconciles_total", namespace="metrics-test", name="a") == 1
+
+
+def test_the_lag_is_the_visits_own_and_a_stall_is_a_gauge():
+    where = {"namespace": "metrics-test", "name": "stalled"}
+    shown = {"conditions": [{"type": "Ready", "status": "False", "reason": "Stalled"}],
+             "offsets": {"lag": 5}, "landedThrough": "2026-11-18T11:06:33Z"}
+    metrics.record_status(*where.values(), shown, lag=40)
+    assert value("floe_topic_lag_records", **where) == 40  # not the status's older 5
+    assert value("floe_topic_stalled", **where) == 1
+    assert value("floe_topic_freshness_seconds", **where) > 0
+    metrics.record_status(*where.values(), {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "Landing"}]}, lag=0)
+    assert value("floe_topic_stalled", **where) == 0
+    metrics.forget(*where.values())
+    assert value("floe_topic_stalled", **where) is None
+
+
+def test_the_operator_says_what_the_jobs_driver_says_it_is_doing(monkeypatch):
+    """The job's floe_job_activity, as its driver serves it, read back by the operator."""
+    from prometheus_client import generate_latest
+
+    from floe_operator import observe
+    from floe_operator.view import App
+    from floe_sparkapp import metrics as job_metrics
+
+    assert set(job_metrics.ACTIVITIES) == set(observe.ACTIVITIES)
+    job_metrics.doing("committing", 17)
+    asked = []
+
+    def proxied(namespace, pod, port):
+        asked.append((namespace, pod, port))
+        return generate_latest(REGISTRY).decode()
+
+    monkeypatch.setattr(observe.kube, "job_metrics", proxied)
+    said = observe.job_activity("data", App("floe-orders", driver="floe-orders-driver"))
+    assert said.startswith("committing micro-batch 17 to the catalog (since 20")
+    assert asked == [("data", "floe-orders-driver", 9464)]
+    job_metrics.doing("waiting")
+    assert observe.job_activity("data", App("floe-orders", driver="x")).startswith(
+        "between micro-batches")
+
+    def refused(namespace, pod, port):
+        raise ConnectionError("refused")
+
+    monkeypatch.setattr(observe.kube, "job_metrics", refused)
+    assert "could not be read (ConnectionError: refused)" in observe.job_activity(
+        "data", App("floe-orders", driver="x"))

@@ -236,6 +236,9 @@ def test_schema_versions_evolve_wait_for_approval_or_apply_and_say_so_on_the_sta
         "registry version 3: breaking schema change: value.quantity: type changed from int to "
         "string; the table keeps its schema and those records land in value_raw until the "
         'annotation floe.dev/approve-schema-version: "3" approves the change')
+    assert waiting.status["schemaChange"] == {
+        "registryVersion": 3, "changes": ["value.quantity: type changed from int to string"]}
+    assert plan(TOPIC, steady(), waiting.status, SETTINGS).status["schemaChange"] is None
 
     approved = plan(TOPIC, steady(registry=RegistryView(3, V3)), {}, SETTINGS, approved="3")
     assert approved.actions == (ApplyApproved(3),)
@@ -362,7 +365,7 @@ def test_the_operator_makes_the_default_driver_account_where_a_resource_needs_it
 def test_progress_comes_from_the_table_and_kafka():
     planned = plan(TOPIC, steady(), {}, SETTINGS)
     assert planned.status["offsets"] == {"committed": {"0": 10}, "latest": {"0": 12}, "lag": 2}
-    assert planned.status["freshnessSeconds"] == 7
+    assert planned.status["landedThrough"] == "2026-11-18T11:06:33Z"
     assert planned.status["table"] == {"schemaId": 1, "snapshotId": "42",
                                        "committedAt": "2026-11-18T11:06:35Z",
                                        "registryVersion": 1}
@@ -385,7 +388,7 @@ def test_a_neighbour_the_operator_cannot_reach_leaves_the_progress_it_showed_and
     # the whole topic), and TableReady says why.
     catalog = plan(TOPIC, steady(table=TableView(error="ConnectionError: reset")), shown,
                    SETTINGS).status
-    assert not {"offsets", "table", "freshnessSeconds"} & set(catalog)
+    assert not {"offsets", "table", "landedThrough"} & set(catalog)
     assert conditions(catalog)["TableReady"] == ("False", "CatalogUnavailable")
     # The registry: a table that exists is ready; the schema cannot be compared.
     registry = plan(TOPIC, steady(registry=RegistryView(error="ConnectionError: refused")),
@@ -414,13 +417,13 @@ def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_be
     assert planned.status["tables"] == [
         {"identifier": "analytics.orders", "exists": True, "snapshotId": "42",
          "committedAt": "2026-11-18T11:06:35Z", "committed": {"0": 10}, "lag": 2,
-         "freshnessSeconds": 7},
+         "landedThrough": "2026-11-18T11:06:33Z"},
         {"identifier": "analytics.orders_eu", "exists": True, "snapshotId": "7",
          "committedAt": "2026-11-18T11:06:31Z", "committed": {"0": 8}, "lag": 4,
-         "freshnessSeconds": 30},
+         "landedThrough": "2026-11-18T11:06:10Z"},
         {"identifier": "analytics.orders_us", "exists": False}]
     assert planned.status["offsets"] == {"committed": {"0": 8}, "latest": {"0": 12}, "lag": 4}
-    assert planned.status["freshnessSeconds"] == 30
+    assert planned.status["landedThrough"] == "2026-11-18T11:06:10Z"
     assert planned.status["table"]["snapshotId"] == "42"  # the topic's own table
     # A route's table the catalog cannot show keeps its last line, with the error; the
     # topic's offsets (the lowest of the tables') are not said without it.
@@ -428,7 +431,7 @@ def test_with_routes_each_table_has_its_progress_and_the_columns_show_the_one_be
         "analytics.orders_eu": TableView(error="OSError: timed out")}), planned.status, SETTINGS)
     assert unreadable.status["tables"][1] == {**planned.status["tables"][1],
                                               "error": "OSError: timed out"}
-    assert "offsets" not in unreadable.status and "freshnessSeconds" not in unreadable.status
+    assert "offsets" not in unreadable.status and "landedThrough" not in unreadable.status
     unrouted = plan(TOPIC, steady(), planned.status, SETTINGS)
     assert unrouted.status["tables"] is None  # removed from the status
 
@@ -465,7 +468,8 @@ def test_the_children_are_read_from_the_indexes_the_watches_keep():
 
     found = view.children(TOPIC, apps, config_maps, cron_jobs)
     assert found.app == App("floe-orders", state="RUNNING", attempts=1, fingerprint="f1",
-                            generation="2", created_at="2026-11-18T11:00:00Z")
+                            generation="2", created_at="2026-11-18T11:00:00Z",
+                            driver="floe-orders-driver")
     assert found.other_apps == ("floe-orders-cut",)
     assert found.config_map == "c1"
     assert found.cron_jobs == {"floe-orders-compaction": "tion",
@@ -479,9 +483,66 @@ def test_a_visit_that_changed_nothing_writes_nothing():
     first = plan(TOPIC, steady(), {}, SETTINGS).status
     again = plan(TOPIC, steady(), first, SETTINGS).status
     assert _changed(first, again) == {}
+    # Kafka's end offsets moving on (a busy topic, at every visit) are not worth a write; the
+    # table's offsets moving, or the lag turning to or from zero, are.
     moved = plan(TOPIC, steady(latest_offsets={0: 20}), first, SETTINGS).status
-    assert _changed(first, moved) == {"offsets": {"committed": {"0": 10}, "latest": {"0": 20},
-                                                  "lag": 10}}
+    assert _changed(first, moved) == {}
+    committed = plan(TOPIC, steady(latest_offsets={0: 20}, table=replace(
+        steady().table, offsets={0: 15}, vtts_ms=NOW_MS - 1000)), first, SETTINGS).status
+    assert _changed(first, committed) == {
+        "offsets": {"committed": {"0": 15}, "latest": {"0": 20}, "lag": 5},
+        "landedThrough": "2026-11-18T11:06:39Z"}
+    caught_up = plan(TOPIC, steady(latest_offsets={0: 10}), first, SETTINGS).status
+    assert _changed(first, caught_up) == {
+        "offsets": {"committed": {"0": 10}, "latest": {"0": 10}, "lag": 0}}
+
+
+# --- a stall ------------------------------------------------------------------------------------
+
+def test_a_running_job_that_commits_nothing_for_several_intervals_while_kafka_has_records_stalls():
+    from floe_operator.plan import stall_seconds, stalled_since
+
+    interval = TOPIC.spec.commit.interval_seconds
+    assert stall_seconds(TOPIC, SETTINGS) == max(5 * interval, 120)
+    old = NOW_MS - int(stall_seconds(TOPIC, SETTINGS) * 1000) - 1000
+    started = "2026-11-18T10:00:00Z"
+    app = replace(steady().children.app, created_at=started, driver="floe-orders-driver")
+    stuck = steady(children=replace(steady().children, app=app),
+                   table=replace(steady().table, committed_at_ms=old))
+    assert stalled_since(TOPIC, stuck, SETTINGS) == old
+    planned = plan(TOPIC, replace(stuck, job_activity=(
+        "committing micro-batch 17 to the catalog (since 2026-11-18T11:00:00Z)")), {}, SETTINGS)
+    assert conditions(planned.status)["Ready"] == ("False", "Stalled")
+    assert conditions(planned.status)["JobRunning"] == ("True", "Running")
+    assert planned.status["phase"] == "Degraded"
+    message = {c["type"]: c["message"] for c in planned.status["conditions"]}["Ready"]
+    assert "committed nothing since 2026-11-18T11:0" in message
+    assert "committing micro-batch 17 to the catalog (since 2026-11-18T11:00:00Z)" in message
+    assert "kubectl logs -n data floe-orders-driver" in message
+    # The same stall seen again writes nothing new; a commit ends it.
+    from floe_operator.handlers import _changed
+
+    again = plan(TOPIC, replace(stuck, now_ms=NOW_MS + 10_000, job_activity=(
+        "committing micro-batch 17 to the catalog (since 2026-11-18T11:00:00Z)")),
+        planned.status, SETTINGS)
+    assert _changed(planned.status, again.status) == {}
+    moving = plan(TOPIC, steady(children=replace(steady().children, app=app)), planned.status,
+                  SETTINGS)
+    assert conditions(moving.status)["Ready"] == ("True", "Landing")
+    # Not a stall: nothing waits in Kafka; a job that started since; a job not running.
+    assert stalled_since(TOPIC, replace(stuck, latest_offsets={0: 10}), SETTINGS) is None
+    restarted = replace(app, created_at="2026-11-18T11:06:00Z")
+    assert stalled_since(TOPIC, replace(stuck, children=replace(
+        stuck.children, app=restarted)), SETTINGS) is None
+    submitted = replace(app, submitted_at="2026-11-18T11:06:00Z")
+    assert stalled_since(TOPIC, replace(stuck, children=replace(
+        stuck.children, app=submitted)), SETTINGS) is None
+    failing = replace(app, state="FAILING")
+    assert stalled_since(TOPIC, replace(stuck, children=replace(
+        stuck.children, app=failing)), SETTINGS) is None
+    # A table the catalog cannot show is not taken for a stall.
+    assert stalled_since(TOPIC, replace(stuck, table=TableView(error="OSError")),
+                         SETTINGS) is None
 
 
 # --- the deletion ------------------------------------------------------------------------------

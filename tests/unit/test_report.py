@@ -38,7 +38,8 @@ def test_the_details_of_a_routed_topic_list_each_table():
             "spec": {"table": {"identifier": "inventory.other"}},
             "status": {"observedGeneration": 1, "phase": "Running",
                        "tables": [{"identifier": "inventory.other", "exists": True,
-                                   "snapshotId": "42", "lag": 0, "freshnessSeconds": 4},
+                                   "snapshotId": "42", "lag": 0,
+                                   "landedThrough": "2026-11-22T11:59:56Z"},
                                   {"identifier": "inventory.customers", "exists": False}]}}
     shown = report.details(item, NOW)
     assert ("Tables:\n"

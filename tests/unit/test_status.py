@@ -40,7 +40,7 @@ def test_a_running_job_on_an_existing_table_is_ready_with_its_progress():
     assert result["table"] == {"schemaId": 3, "snapshotId": "42",
                                "committedAt": "2026-11-18T11:06:40Z", "registryVersion": 4}
     assert result["offsets"]["lag"] == 2
-    assert result["freshnessSeconds"] == 42
+    assert result["landedThrough"] == "2026-11-18T11:06:40Z"
 
 
 def test_a_dead_letter_topic_that_refused_the_newest_commits_records_is_failing_not_unready():
@@ -204,7 +204,7 @@ def test_a_refresh_busy_when_the_deletion_begins_ends_before_it_and_none_acts_af
         happened.append("refresh")
         busy.set()
         release.wait(10)
-        return {}
+        return {}, None
 
     monkeypatch.setattr(handlers, "_reconcile", refreshing)
     monkeypatch.setattr(handlers, "_delete", lambda body, logger: happened.append("delete"))

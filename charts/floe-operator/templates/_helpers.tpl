@@ -60,6 +60,10 @@ release's own. One name per line. */}}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+# A stalled job's driver is asked what it is doing (its metrics, through the pod proxy).
+- apiGroups: [""]
+  resources: [pods/proxy]
+  verbs: [get]
 # The job ConfigMaps, SparkApplications and CronJobs floe keeps are watched (kopf indexes
 # them), not read on every visit.
 - apiGroups: [""]
