@@ -244,3 +244,192 @@ def run(sizes: list[int], env: dict[str, str], work: Path, timeout: float) -> di
         results[str(size)] = measure(size, env, work, topic, timeout)
         print(f"[bench] {results[str(size)]}", file=sys.stderr, flush=True)
     return results
+
+
+# --- status writes with a running job ----------------------------------------------------------
+
+STATUS_WRITES = ROOT / "bench" / "results" / "status-writes.json"
+
+
+class _Stack:
+    """What the tests' helpers read of the stack, from its connection settings."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
+        self.registry_url = env["FLOE_SCHEMA_REGISTRY_URL"]
+
+
+def _count_writes(api_client, namespace: str, stop, counts: dict[str, int]) -> None:
+    """Counts the resource's changes the API server sends its watchers: every one, and those
+    whose status changed."""
+    from kubernetes import client, watch
+
+    custom = client.CustomObjectsApi(api_client)
+    last: dict[str, Any] = {}
+    stream = watch.Watch()
+    for event in stream.stream(custom.list_namespaced_custom_object, "floe.dev", "v1alpha1",
+                               namespace, "kafkaicebergtopics", timeout_seconds=3600):
+        if stop.is_set():
+            stream.stop()
+            break
+        if event["type"] != "MODIFIED":
+            continue
+        status = event["object"].get("status")
+        counts["events"] = counts.get("events", 0) + 1
+        if status != last.get("status"):
+            counts["status"] = counts.get("status", 0) + 1
+        last["status"] = status
+
+
+def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
+                  interval: str, minutes: float, rate: float) -> dict[str, Any]:
+    """``tree``'s operator (a process, as the tests run it) on one resource whose job runs on
+    the node: the resource's status writes per minute while records flow at ``rate`` a second,
+    then while none do (the job idle)."""
+    import threading
+
+    from kubernetes import client, config
+
+    from hack.demo import node_spark
+    from hack.stack.procs import stop_group
+    from tests.e2e.kube import install_crd, wait_until
+    from tests.integration.jobkit import AvroProducer, create_topic
+    from tests.integration.test_job_roundtrip import produce_orders
+
+    api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
+    install_crd(api_client, tree / "crds" / "floe.dev_kafkaicebergtopics.yaml")
+    custom = client.CustomObjectsApi(api_client)
+    stack = _Stack(env)
+    shared = Path(env["FLOE_NODE_SHARED"]) / f"bench-{uuid.uuid4().hex[:8]}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "c.db").touch()
+    (shared / "c.db").chmod(0o666)
+    topic = f"bench-status-{uuid.uuid4().hex[:6]}"
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 10)
+    body = {"apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
+            "metadata": {"name": "orders"},
+            "spec": {"kafka": {"bootstrapServers": stack.bootstrap, "topic": topic},
+                     "value": {"format": "avro", "schemaRegistry": {
+                         "url": stack.registry_url, "subject": f"{topic}-value"}},
+                     "table": {"catalog": {"name": "op", "uri": f"jdbc:sqlite:{shared / 'c.db'}",
+                                           "warehouse": f"file://{shared / 'wh'}"},
+                               "identifier": "analytics.orders"},
+                     "commit": {"interval": interval},
+                     "spark": {"checkpointLocation": str(shared / "checkpoint"),
+                               **node_spark(shared)}}}
+    path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
+    log = (work / f"operator-{tree.name}.log").open("w")
+    operator = subprocess.Popen(
+        [sys.executable, "-m", "floe_operator"], stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, umask=0, cwd=tree,
+        env={**os.environ, **env, "PYTHONPATH": path, "FLOE_NAMESPACES": namespace,
+             "FLOE_METRICS_PORT": str(_free_port()),
+             "FLOE_LIVENESS": f"http://127.0.0.1:{_free_port()}/healthz"})
+    stop = threading.Event()
+    counts: dict[str, int] = {}
+    try:
+        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                               "kafkaicebergtopics", body)
+
+        def landing() -> bool:
+            status = custom.get_namespaced_custom_object(
+                "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status")
+            ready = {c["type"]: c["status"] for c in (status or {}).get("conditions") or []}
+            return ready.get("Ready") == "True" and (status.get("offsets") or {}).get("lag") == 0
+
+        if not wait_until(landing, timeout=600, interval=2):
+            raise RuntimeError(f"{tree.name}: the resource never became Ready")
+        watcher = threading.Thread(target=_count_writes, args=(api_client, namespace, stop,
+                                                               counts), daemon=True)
+        watcher.start()
+        time.sleep(2)  # the watch's first list has been read
+        result: dict[str, Any] = {}
+        for phase, producing in (("busy", True), ("idle", False)):
+            before = dict(counts)
+            started = time.monotonic()
+            sent = 10
+            while time.monotonic() - started < minutes * 60:
+                if producing:
+                    count = max(1, int(rate))
+                    produce_orders(producer, sent, count)
+                    sent += count
+                time.sleep(1)
+            elapsed = (time.monotonic() - started) / 60
+            result[phase] = {
+                "status_writes_per_minute": round(
+                    (counts.get("status", 0) - before.get("status", 0)) / elapsed, 2),
+                "changes_per_minute": round(
+                    (counts.get("events", 0) - before.get("events", 0)) / elapsed, 2)}
+            if producing:  # what landed is caught up before the idle window
+                wait_until(landing, timeout=300, interval=2)
+        return result
+    finally:
+        stop.set()
+        custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                               "kafkaicebergtopics", "orders")
+        wait_until(lambda: not custom.list_namespaced_custom_object(
+            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics")["items"], timeout=300)
+        stop_group(operator, timeout=60)
+        log.close()
+
+
+def main() -> int:
+    """``python bench/operator_scale.py status-writes BEFORE AFTER``: the status writes per
+    resource per minute with a running job on the node, by two revisions' operators in turns,
+    recorded in bench/results/status-writes.json with the command and the machine."""
+    import argparse
+    import json
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "bench"))
+    from ab import worktree
+    from run import machine
+
+    from hack import stack as local_stack
+    from hack.stack.cluster import JOB_NAMESPACES
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["status-writes"])
+    parser.add_argument("revisions", nargs=2, metavar="REVISION")
+    parser.add_argument("--interval", default="30s", help="the resource's commit interval")
+    parser.add_argument("--minutes", type=float, default=3.0, help="each window's length")
+    parser.add_argument("--rate", type=float, default=20.0, help="records a second, when busy")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    state, _ = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    os.environ.update(env)
+    work = Path(tempfile.mkdtemp(prefix="floe-bench-status-"))
+    namespace = JOB_NAMESPACES[-1]  # served by the node's spark-operator
+    trees = {revision: worktree(revision, work) for revision in args.revisions}
+    runs: dict[str, list[dict[str, Any]]] = {revision: [] for revision in args.revisions}
+    try:
+        for _round in range(args.rounds):
+            for revision, tree in trees.items():
+                print(f"[bench] status writes: {revision}", file=sys.stderr, flush=True)
+                runs[revision].append(status_writes(tree, env, work, namespace, args.interval,
+                                                    args.minutes, args.rate))
+                print(f"[bench] {runs[revision][-1]}", file=sys.stderr, flush=True)
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    record = {"command": "python bench/operator_scale.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d"), "machine": machine(),
+              "setting": {"commit_interval": args.interval, "refresh_seconds": 10,
+                          "busy_records_per_second": args.rate, "window_minutes": args.minutes},
+              "runs": runs}
+    STATUS_WRITES.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
