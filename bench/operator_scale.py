@@ -300,6 +300,13 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     install_crd(api_client, tree / "crds" / "floe.dev_kafkaicebergtopics.yaml")
     custom = client.CustomObjectsApi(api_client)
+    # The drivers' account and Role, as the chart makes them in a namespace it serves.
+    rendered = subprocess.run(["helm", "template", "floe", str(tree / "charts" / "floe-operator"),
+                               "--show-only", "templates/spark-rbac.yaml",
+                               "--set", f"watch.namespaces={{{namespace}}}"],
+                              capture_output=True, text=True, check=True).stdout
+    subprocess.run(["kubectl", "apply", "-f", "-"], input=rendered, capture_output=True,
+                   text=True, check=True)
     stack = _Stack(env)
     shared = Path(env["FLOE_NODE_SHARED"]) / f"bench-{uuid.uuid4().hex[:8]}"
     shared.mkdir()

@@ -138,3 +138,34 @@ def test_the_topic_and_the_table_cannot_change(api, namespace):
         assert refused.value.status == 422
         assert json.loads(refused.value.body)["message"] == (
             f"{PREFIX}{path}: Invalid value: {message}")
+
+
+def test_kubectl_explain_describes_the_status_and_the_api_server_keeps_what_the_operator_writes(
+        api, namespace):
+    """The status has a schema (generated from the operator's models): `kubectl explain` reads
+    it, and a status as the planner writes it is kept whole, field for field."""
+    import subprocess
+
+    from floe_operator.plan import plan
+    from floe_operator.view import RegistryView
+
+    from ..unit.test_plan import SETTINGS, TOPIC, V3, steady
+
+    explained = subprocess.run(["kubectl", "explain", "kit.status"], capture_output=True,
+                               text=True, timeout=60)
+    assert explained.returncode == 0, explained.stderr
+    for field in ("landedThrough", "schemaChange", "offsets", "conditions", "maintenance"):
+        assert field in explained.stdout, explained.stdout
+    deeper = subprocess.run(["kubectl", "explain", "kit.status.offsets.lag"],
+                            capture_output=True, text=True, timeout=60)
+    assert "the committed offsets move or the lag turns to or from zero" in \
+        " ".join(deeper.stdout.split()), deeper.stdout
+
+    body = dict(VALID, metadata={"name": "explained"})
+    create(api, namespace, body)
+    written = plan(TOPIC, steady(registry=RegistryView(3, V3)), {}, SETTINGS).status
+    api.patch_namespaced_custom_object_status(*ARGS, namespace, "kafkaicebergtopics",
+                                              "explained", {"status": written})
+    kept = api.get_namespaced_custom_object(*ARGS, namespace, "kafkaicebergtopics",
+                                            "explained")["status"]
+    assert kept == {k: v for k, v in written.items() if v is not None}

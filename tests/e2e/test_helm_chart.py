@@ -52,6 +52,7 @@ OPERATOR_RULES = [
     {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["configmaps"],
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": ["batch"], "resources": ["cronjobs"],
