@@ -30,7 +30,8 @@ prereqs:
 	@bash hack/prereqs.sh
 
 crds: venv
-	$(PY) -m floe_operator.crd > crds/floe.dev_kafkaicebergtopics.yaml
+	$(PY) -m floe_operator.crd floe.dev_kafkaicebergtopics.yaml > crds/floe.dev_kafkaicebergtopics.yaml
+	$(PY) -m floe_operator.crd floe.dev_kafkaicebergoperations.yaml > crds/floe.dev_kafkaicebergoperations.yaml
 	cp crds/*.yaml charts/floe-operator/crds/
 
 stack-up: venv

@@ -234,6 +234,7 @@ def run(sizes: list[int], env: dict[str, str], work: Path, timeout: float) -> di
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     install_crd(api_client, FLOE_CRD)
+    install_crd(api_client, FLOE_CRD.with_name("floe.dev_kafkaicebergoperations.yaml"))
     install_crd(api_client, SPARK_CRD)
     topic = f"bench-operator-{uuid.uuid4().hex[:6]}"
     workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic, partitions=1)
@@ -298,7 +299,8 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
     from tests.integration.test_job_roundtrip import produce_orders
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
-    install_crd(api_client, tree / "crds" / "floe.dev_kafkaicebergtopics.yaml")
+    for definition in sorted((tree / "crds").glob("*.yaml")):
+        install_crd(api_client, definition)
     custom = client.CustomObjectsApi(api_client)
     # The drivers' account and Role, as the chart makes them in a namespace it serves.
     rendered = subprocess.run(["helm", "template", "floe", str(tree / "charts" / "floe-operator"),

@@ -182,3 +182,36 @@ def _evolve(world: World, topic: Topic, job: JobConfig, logger: Any) -> World:
         logger.info("evolved table %s: %s", job.table.identifier,
                     "; ".join(str(c) for c in evolution.changes))
     return _table(world, table, topic, job)
+
+
+# --- an operation's actions --------------------------------------------------------------------
+
+def run_operation(actions: tuple[Any, ...], world: Any, table: Any, namespace: str,
+                  body: Any, logger: Any) -> None:
+    """Runs an operation's plan (:func:`operation.plan`): a roll back of ``table`` (loaded by
+    this visit: its commit holds only if ``main`` is still where the plan saw it), the
+    restart of its topic's job."""
+    from floe_sparkapp.ledger import roll_back
+    from pyiceberg.exceptions import CommitFailedException
+
+    from .names import RESTART
+    from .operation import RestartJob, RollBack
+
+    for action in actions:
+        if isinstance(action, RollBack):
+            try:
+                roll_back(table, action.to_snapshot_id, world.uid, action.record)
+            except CommitFailedException as moved:  # the job committed meanwhile: look again
+                raise retry_later(f"main of {action.table} moved while rolling it back "
+                                  f"({moved}); trying again", delay=1) from None
+            message = (f"moved main of {action.table} back from snapshot "
+                       f"{action.from_snapshot_id} to {action.to_snapshot_id}")
+            logger.info(message)
+            kopf.info(body, reason="RolledBack", message=message)
+        elif isinstance(action, RestartJob):
+            kube.annotate_topic(namespace, action.topic, RESTART, action.value)
+            kopf.info(body, reason="JobRestarted", message=(
+                f"restarting the job of KafkaIcebergTopic {action.topic}: it goes on from the "
+                "table's offsets"))
+        else:
+            raise TypeError(f"no way to run {action!r} for an operation")

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from . import operation
 from .resource import (GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaIcebergTopicSpec,
                        KafkaIcebergTopicStatus)
 
@@ -36,6 +37,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
                 node.pop("default")
             return _structural(node, defs)
         node["anyOf"] = options
+    if "const" in node:  # not in Kubernetes' schemas: a one-value enum
+        node["enum"] = [node.pop("const")]
     result: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:
@@ -83,41 +86,34 @@ def _condition_column(kind: str) -> str:
     return f'.status.conditions[?(@.type=="{kind}")].status'
 
 
-def crd() -> dict[str, Any]:
+def _definition(kind: str, plural: str, singular: str, short_names: list[str], description: str,
+                spec: dict[str, Any], status: dict[str, Any], columns: list[dict[str, Any]],
+                required: list[str]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": f"{plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR,
-                      "shortNames": SHORT_NAMES, "categories": ["floe"]},
+            "names": {"kind": kind, "plural": plural, "singular": singular,
+                      "shortNames": short_names, "categories": ["floe"]},
             "versions": [{
                 "name": VERSION,
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Ready", "type": "string", "jsonPath": _condition_column("Ready")},
-                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                    {"name": "Lag", "type": "integer", "jsonPath": ".status.offsets.lag"},
-                    {"name": "Freshness", "type": "date", "jsonPath": ".status.landedThrough",
-                     "description": "age of the valid-through time of the last commit"},
-                    {"name": "Snapshot", "type": "string", "jsonPath": ".status.table.snapshotId",
-                     "priority": 1},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                ],
+                "additionalPrinterColumns": columns,
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
-                    "description": "A Kafka topic kept landing in an Apache Iceberg table.",
-                    "required": ["spec"],
+                    "description": description,
+                    "required": required,
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
                         "metadata": {"type": "object"},
-                        "spec": spec_schema(),
-                        "status": status_schema(),
+                        "spec": spec,
+                        "status": status,
                     },
                 }},
             }],
@@ -125,15 +121,58 @@ def crd() -> dict[str, Any]:
     }
 
 
+def crd() -> dict[str, Any]:
+    """The KafkaIcebergTopic CRD."""
+    return _definition(
+        KIND, PLURAL, SINGULAR, SHORT_NAMES,
+        "A Kafka topic kept landing in an Apache Iceberg table.", spec_schema(), status_schema(),
+        [{"name": "Ready", "type": "string", "jsonPath": _condition_column("Ready")},
+         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+         {"name": "Lag", "type": "integer", "jsonPath": ".status.offsets.lag"},
+         {"name": "Freshness", "type": "date", "jsonPath": ".status.landedThrough",
+          "description": "age of the valid-through time of the last commit"},
+         {"name": "Snapshot", "type": "string", "jsonPath": ".status.table.snapshotId",
+          "priority": 1},
+         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
+        ["spec"])
+
+
+def operation_crd() -> dict[str, Any]:
+    """The KafkaIcebergOperation CRD: its spec cannot change once applied (an operation runs
+    once; another is another object)."""
+    spec = _schema(operation.OperationSpec)
+    spec["x-kubernetes-validations"] = [
+        *spec.get("x-kubernetes-validations", []),
+        {"rule": "self == oldSelf", "message": "an operation cannot change once applied: "
+                                               "create another (a new name) instead"}]
+    return _definition(
+        operation.KIND, operation.PLURAL, operation.SINGULAR, operation.SHORT_NAMES,
+        "An operation on a KafkaIcebergTopic's table (Rollback), run once by the operator.",
+        spec, _without_defaults(_schema(operation.OperationStatus)),
+        [{"name": "Topic", "type": "string", "jsonPath": ".spec.topic"},
+         {"name": "Type", "type": "string", "jsonPath": ".spec.type"},
+         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+         {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
+        ["spec"])
+
+
+# The files of crds/, each generated here.
+FILES = {"floe.dev_kafkaicebergtopics.yaml": crd,
+         "floe.dev_kafkaicebergoperations.yaml": operation_crd}
+
+
 class _NoAliases(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
-def render() -> str:
-    header = "# Generated by `python -m floe_operator.crd` from operator/floe_operator/resource.py.\n"
-    return header + yaml.dump(crd(), Dumper=_NoAliases, sort_keys=False, width=100)
+def render(name: str = "floe.dev_kafkaicebergtopics.yaml") -> str:
+    source = "resource.py" if FILES[name] is crd else "operation.py"
+    header = (f"# Generated by `python -m floe_operator.crd {name}` from "
+              f"operator/floe_operator/{source}.\n")
+    return header + yaml.dump(FILES[name](), Dumper=_NoAliases, sort_keys=False, width=100)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    sys.stdout.write(render(*sys.argv[1:2]))

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from floe_sparkapp.contract import CommitSpec
 
-from . import act, clients, metrics, observe, render, view
+from . import act, clients, metrics, observe, operation, render, view
 from .clock import epoch, now_ms
 from .plan import APPROVAL, Plan, invalid, plan, plan_delete, stalled_since
 from .render import MANAGED_BY, SPARK_API
@@ -251,6 +251,39 @@ def on_change(**kwargs: Any) -> None:
 @kopf.timer(*RESOURCE, interval=settings().refresh_seconds, sharp=True, initial_delay=5, idle=0)
 def refresh(**kwargs: Any) -> None:
     reconcile(**kwargs)
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+OPERATIONS = (GROUP, VERSION, operation.PLURAL)
+
+
+@kopf.on.create(*OPERATIONS)
+@kopf.on.resume(*OPERATIONS)
+def on_operation(**kwargs: Any) -> None:
+    visit_operation(**kwargs)
+
+
+@kopf.timer(*OPERATIONS, interval=settings().refresh_seconds, sharp=True, initial_delay=2,
+            idle=0)
+def refresh_operation(**kwargs: Any) -> None:
+    visit_operation(**kwargs)
+
+
+def visit_operation(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None:
+    """One visit of a KafkaIcebergOperation: observe its topic and table, plan, act, and write
+    its status. One that ended is left as it is."""
+    previous = dict(body.get("status") or {})
+    if previous.get("phase") in operation.TERMINAL:
+        return
+    world, table = observe.observe_operation(body, settings())
+    planned = operation.plan(world)
+    act.run_operation(planned.actions, world, table, body["metadata"]["namespace"], body, logger)
+    changed = _changed(previous, planned.status)
+    if changed.get("phase") in operation.TERMINAL:
+        post = kopf.info if changed["phase"] == "Succeeded" else kopf.warn
+        post(body, reason=changed["phase"], message=planned.status.get("message", "")[:1000])
+    patch.status.update(changed)
 
 
 @kopf.on.delete(*RESOURCE)

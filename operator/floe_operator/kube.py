@@ -180,6 +180,11 @@ def delete_cron_job(namespace: str, name: str) -> None:
             raise _temporary(f"deleting CronJob {name}", error) from None
 
 
+def annotate_topic(namespace: str, name: str, key: str, value: str) -> None:
+    custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                            {"metadata": {"annotations": {key: value}}})
+
+
 def get_topic(namespace: str, name: str) -> dict[str, Any] | None:
     try:
         return custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from floe_sparkapp.avro_types import SchemaMappingError
-from floe_sparkapp.ledger import OWNER, commits_since, last_commit
+from floe_sparkapp.ledger import (OWNER, ancestors, commits_since, last_commit,
+                                  operation_record)
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
@@ -20,11 +22,12 @@ from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
 from pydantic import ValidationError
 
-from . import kube, report
+from . import kube, operation, render, report
 from .clients import Secrets, catalog_config, catalogs, end_offsets, registries, registry_config
 from .appstate import state_of
 from .clock import epoch, iso, now_ms
 from .render import JOB_METRICS_PORT, Topic
+from .settings import OperatorSettings
 from .resource import KafkaIcebergTopicSpec
 from .view import App, Children, Deletion, RegistryView, TableView, World
 
@@ -182,6 +185,52 @@ def job_activity(namespace: str, app: App) -> str:
     doing = ACTIVITIES.get(state, state).format(batch=batch)
     since = value.get("floe_job_activity_since_timestamp_seconds")
     return f"{doing} (since {iso(since)})" if since else doing
+
+
+# --- an operation ------------------------------------------------------------------------------
+
+def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
+                      ) -> tuple[operation.OperationWorld, Any]:
+    """An operation's world (its topic and table as they are now), and the table it works on
+    (PyIceberg's, loaded for this visit; None where there is none)."""
+    meta = body["metadata"]
+    world = operation.OperationWorld(now_ms=now_ms(), name=meta["name"], uid=meta.get("uid", ""),
+                                     generation=int(meta.get("generation", 1)),
+                                     status=dict(body.get("status") or {}))
+    try:
+        spec = operation.OperationSpec.model_validate(body.get("spec") or {})
+    except ValidationError as error:
+        return replace(world, invalid=str(error)), None
+    world = replace(world, spec=spec)
+    found = kube.get_topic(meta["namespace"], spec.topic)
+    if found is None:
+        return world, None
+    topic = Topic.from_body(dict(found))
+    job = render.desired(topic, settings).job
+    tables = tuple(t.identifier for t in topic.spec.tables())
+    world = replace(world, topic_found=True, topic_restart=topic.restart,
+                    topic_suspended=topic.spec.suspend, tables=tables)
+    identifier = (spec.rollback.table if spec.rollback and spec.rollback.table else tables[0])
+    destination = next((d for d in job.destinations() if d.table.identifier == identifier), None)
+    if destination is None:
+        return world, None
+    config = catalog_config(destination, Secrets.of(topic))
+    try:
+        table = catalogs.get(config).load_table(identifier)
+    except Exception as error:  # noqa: BLE001 - reported on the status, tried again
+        catalogs.drop(config)
+        return replace(world, table_error=error_text(error)), None
+    writer, kafka_topic = topic.writer, topic.spec.kafka.topic
+    ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms)
+                     for s in ancestors(table))
+    world = replace(world, ancestry=ancestry, record=operation_record(table, world.uid),
+                    offsets=last_commit(table, writer, kafka_topic).offsets)
+    if spec.rollback is not None and world.record is None:
+        found_target = operation.target(spec.rollback, ancestry)
+        if not isinstance(found_target, str):
+            at = last_commit(table, writer, kafka_topic, at=found_target.snapshot_id).offsets
+            world = replace(world, offsets_at={found_target.snapshot_id: at})
+    return world, table
 
 
 def observe_deletion(topic: Topic, job: JobConfig, since_ms: int) -> Deletion:

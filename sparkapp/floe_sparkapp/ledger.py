@@ -14,6 +14,9 @@ operator and the job alike (the one module of the job the operator imports).
   the offsets are read from the tag, so they survive a lost checkpoint.
 - **The holds.** A maintenance action tags the snapshot it starts from while it runs
   (``floe_hold_``); the job's expiry keeps what a hold needs.
+- **The operations.** An operation that changes ``main`` (a roll back) records what it did in
+  the same commit, as the table property ``floe.operation.<uid>`` (:func:`roll_back`): done
+  once, however often it is tried.
 
 How a commit is made (staged files, the compare-and-set on ``main``) is :mod:`.commit`'s.
 """
@@ -101,13 +104,15 @@ def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
                      snapshot.timestamp_ms)
 
 
-def last_commit(table: Any, writer: str, topic: str | None = None) -> Committed:
-    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`).
+def last_commit(table: Any, writer: str, topic: str | None = None,
+                at: int | None = None) -> Committed:
+    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`), or
+    in the ancestry of snapshot ``at``.
 
     When the ancestry is cut (a parent expired) before it reaches one, the snapshot of the
     writer's offsets tag, which no expiry removes (module doc); when it ends at the table's
     root, nothing: ``main`` holds no commit."""
-    snapshot = table.current_snapshot()
+    snapshot = table.current_snapshot() if at is None else table.snapshot_by_id(at)
     while snapshot is not None:
         if _counts(snapshot.summary, writer, topic):
             return _committed(snapshot)
@@ -153,6 +158,40 @@ def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
             break
         snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
     return count
+
+
+OPERATION_PREFIX = "floe.operation."
+
+
+def ancestors(table: Any, limit: int = 100_000) -> list[Any]:
+    """``main``'s snapshots, newest first, as far as its ancestry reaches."""
+    found, snapshot = [], table.current_snapshot()
+    while snapshot is not None and len(found) < limit:
+        found.append(snapshot)
+        if snapshot.parent_snapshot_id is None:
+            break
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    return found
+
+
+def operation_record(table: Any, uid: str) -> dict[str, Any] | None:
+    """What operation ``uid`` recorded on the table, if it ran."""
+    value = table.properties.get(OPERATION_PREFIX + uid)
+    return json.loads(value) if value else None
+
+
+def roll_back(table: Any, snapshot_id: int, uid: str, record: dict[str, Any]) -> Any:
+    """Moves ``main`` back to ``snapshot_id`` (an ancestor of it) and records ``record`` as
+    operation ``uid``'s, in one commit that holds only if ``main`` is still where this table
+    was loaded (a writer's commit in between fails it: load and try again). Returns the
+    table after it."""
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    with table.transaction() as transaction:
+        ManageSnapshots(transaction).rollback_to_snapshot(snapshot_id)
+        transaction.set_properties({OPERATION_PREFIX + uid: json.dumps(record,
+                                                                      separators=(",", ":"))})
+    return table
 
 
 def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict[int, int]:

@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 from hack.stack.procs import stop_group
 
-from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, REFRESH_SECONDS, ROOT,
+from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, OPERATION_CRD, REFRESH_SECONDS, ROOT,
                    SPARK_POD_DEFAULTS, UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
                    delete_namespace_without_operator, drop_topic_finalizers, install_crd,
                    wait_until)
@@ -170,6 +170,7 @@ def operator(stack, tmp_path, namespace, drivers):
     """The floe operator as a real process (admin identity), watching the test's namespace, with
     the drivers' account there as the chart makes it for the namespaces it serves."""
     install_crd(admin_client(stack), FLOE_CRD)
+    install_crd(admin_client(stack), OPERATION_CRD)
     port, metrics_port = free_port(), free_port()
     process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
                                {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
@@ -189,6 +190,7 @@ def operator(stack, tmp_path, namespace, drivers):
 def operator_control(stack, tmp_path, namespace, drivers):
     """Starts and kills the operator process at will (for fault tests)."""
     install_crd(admin_client(stack), FLOE_CRD)
+    install_crd(admin_client(stack), OPERATION_CRD)
     running: list = []
 
     class Control:

@@ -13,6 +13,7 @@ from hack.stack.cluster import spark_operator_chart
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOE_CRD = ROOT / "crds" / "floe.dev_kafkaicebergtopics.yaml"
+OPERATION_CRD = ROOT / "crds" / "floe.dev_kafkaicebergoperations.yaml"
 # The operators under test wait this long before a first failover (FLOE_FAILOVER_BACKOFF_SECONDS;
 # 10 by default), doubling: the backoff is asserted, in less of the suite's time.
 FAILOVER_BACKOFF_SECONDS = 3

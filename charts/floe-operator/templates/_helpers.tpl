@@ -53,6 +53,13 @@ release's own. One name per line. */}}
 - apiGroups: [floe.dev]
   resources: [kafkaicebergtopics/status]
   verbs: [get, patch, update]
+# Operations on the topics' tables (a roll back), each run once.
+- apiGroups: [floe.dev]
+  resources: [kafkaicebergoperations]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [floe.dev]
+  resources: [kafkaicebergoperations/status]
+  verbs: [get, patch, update]
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]
   verbs: [get, list, watch, create, update, patch, delete]

@@ -1,0 +1,259 @@
+"""KafkaIcebergOperation: an operation on a KafkaIcebergTopic's table, declared as an object of
+its own (GitOps-friendly: applied once, its status says how far it got and what it did).
+
+The models here are the operation CRD's source (``python -m floe_operator.crd``); the planner
+(:func:`plan`) is pure, as the topics' is: :mod:`observe` builds the :class:`OperationWorld`,
+:mod:`act` runs the actions, and the status is written from the plan.
+
+**Rollback** moves the table's ``main`` back to a snapshot (an ancestor of it: by id, or the
+newest committed at or before a time) and restarts the topic's job, which goes on from that
+snapshot's offsets: the records after it land again, once. The move and a record of it
+(:func:`floe_sparkapp.ledger.roll_back`) are one commit that holds only if ``main`` did not
+move since it was read, so a commit of the running job in between is never lost under it, and
+an operation tried again after a crash of the operator finds its record and does not move
+``main`` a second time. It succeeds once the table holds again every offset it held before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from floe_sparkapp.contract import Rule, _Model
+from pydantic import Field
+
+from .clock import epoch, iso
+
+KIND = "KafkaIcebergOperation"
+PLURAL = "kafkaicebergoperations"
+SINGULAR = "kafkaicebergoperation"
+SHORT_NAMES = ["kio"]
+
+_TIME = {"format": "date-time"}
+_DIGITS = r"^[0-9]{1,19}$"
+
+
+# --- the spec ----------------------------------------------------------------------------------
+
+class RollbackSpec(_Model):
+    """Where to move main back to: one of snapshotId and before."""
+
+    snapshot_id: str | None = Field(
+        None, pattern=_DIGITS, description="A snapshot in main's history (as the topic's "
+                                           "status.table.snapshotId shows them).")
+    before: str | None = Field(
+        None, description="The newest snapshot of main committed at or before this time "
+                          "(RFC 3339, e.g. 2026-11-27T08:00:00Z).", json_schema_extra=_TIME)
+    table: str | None = Field(
+        None, description="Which of the topic's tables (a routed topic has several); default: "
+                          "its table.identifier.")
+
+    RULES = (
+        Rule("has(self.snapshotId) != has(self.before)",
+             "rollback needs exactly one of snapshotId and before", "",
+             None, lambda r: (r.snapshot_id is None) != (r.before is None)),
+    )
+
+
+class OperationSpec(_Model):
+    topic: str = Field(min_length=1, max_length=253,
+                       description="The KafkaIcebergTopic, in this namespace, whose table the "
+                                   "operation works on.")
+    type: Literal["Rollback"] = Field(description="What to do: Rollback (move the table's main "
+                                                  "back to a snapshot; the records after it land "
+                                                  "again).")
+    rollback: RollbackSpec | None = None
+
+    RULES = (
+        Rule("self.type != 'Rollback' || has(self.rollback)",
+             "type Rollback needs the rollback section", "", None,
+             lambda s: s.type != "Rollback" or s.rollback is not None),
+    )
+
+
+# --- the status --------------------------------------------------------------------------------
+
+class RollbackStatus(_Model):
+    table: str = Field(description="The table rolled back.")
+    from_snapshot_id: str = Field(description="Where main was.")
+    to_snapshot_id: str = Field(description="Where main was moved to.")
+    from_offsets: dict[str, int] = Field(
+        default_factory=dict, description="Per Kafka partition, the next offset the table held "
+                                          "before (the job lands up to them again).")
+    to_offsets: dict[str, int] = Field(default_factory=dict,
+                                       description="Per Kafka partition, where it goes on from.")
+    rolled_back_at: str | None = Field(None, json_schema_extra=_TIME)
+    job_restarted: bool | None = Field(None, description="The topic's job was restarted.")
+
+
+class OperationStatus(_Model):
+    """The operation's status, as the operator writes it."""
+
+    observed_generation: int | None = None
+    phase: Literal["Pending", "Running", "Succeeded", "Failed"] | None = Field(
+        None, description="Pending (waiting for its topic or table), Running, Succeeded, or "
+                          "Failed (the message says why; nothing was changed).")
+    message: str | None = Field(None, description="What it is doing, or why it failed.")
+    started_at: str | None = Field(None, json_schema_extra=_TIME)
+    finished_at: str | None = Field(None, json_schema_extra=_TIME)
+    rollback: RollbackStatus | None = None
+
+
+# --- what the planner reads --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Snapshot:
+    snapshot_id: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class OperationWorld:
+    """One visit's view of an operation: the object, its topic and its table."""
+
+    now_ms: int
+    name: str
+    uid: str
+    generation: int
+    spec: OperationSpec | None = None
+    invalid: str | None = None  # the spec the API server took but the models refuse
+    status: dict[str, Any] = field(default_factory=dict)
+    topic_found: bool = False
+    topic_restart: str | None = None  # the topic's restart annotation
+    topic_suspended: bool = False
+    tables: tuple[str, ...] = ()  # the topic's tables, its own first
+    table_error: str | None = None  # the table could not be read
+    ancestry: tuple[Snapshot, ...] = ()  # main's snapshots, newest first
+    record: dict[str, Any] | None = None  # what this operation recorded on the table
+    offsets: dict[int, int] = field(default_factory=dict)  # the writer's, in main now
+    offsets_at: dict[int, dict[int, int]] = field(default_factory=dict)  # at a snapshot
+
+
+# --- actions -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RollBack:
+    """Move ``main`` of ``table`` from ``from_snapshot_id`` to ``to_snapshot_id``, recording
+    ``record`` (one commit)."""
+
+    table: str
+    from_snapshot_id: int
+    to_snapshot_id: int
+    record: dict[str, Any] = field(compare=False)
+
+
+@dataclass(frozen=True)
+class RestartJob:
+    """Set the topic's restart annotation to ``value``: its job starts again once."""
+
+    topic: str
+    value: str
+
+
+OperationAction = RollBack | RestartJob
+
+
+@dataclass(frozen=True)
+class OperationPlan:
+    actions: tuple[OperationAction, ...]
+    status: dict[str, Any]
+
+
+# --- the planner -------------------------------------------------------------------------------
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+def _offsets(offsets: dict[int, int]) -> dict[str, int]:
+    return {str(p): o for p, o in sorted(offsets.items())}
+
+
+def restart_value(world: OperationWorld) -> str:
+    """The topic's restart annotation that this operation sets: its own, so setting it again
+    after a crash restarts nothing."""
+    return f"rollback {world.name} {world.uid[:8]}"
+
+
+def target(spec: RollbackSpec, ancestry: tuple[Snapshot, ...]) -> Snapshot | str:
+    """The snapshot to move back to, or why there is none."""
+    if spec.snapshot_id is not None:
+        wanted = int(spec.snapshot_id)
+        found = next((s for s in ancestry if s.snapshot_id == wanted), None)
+        if found is None:
+            return (f"snapshot {wanted} is not in main's history (a snapshot of another branch, "
+                    "expired, or mistyped): nothing was changed")
+        return found
+    limit = epoch(spec.before) * 1000 if spec.before else 0
+    found = next((s for s in ancestry if s.timestamp_ms <= limit), None)
+    if found is None:
+        return f"main has no snapshot committed at or before {spec.before}: nothing was changed"
+    return found
+
+
+def plan(world: OperationWorld) -> OperationPlan:
+    """What to do next for an operation, and its status."""
+    previous = dict(world.status or {})
+    status: dict[str, Any] = {"observedGeneration": world.generation,
+                              "startedAt": previous.get("startedAt") or iso(world.now_ms / 1000)}
+
+    def ends(phase: str, message: str, **more: Any) -> OperationPlan:
+        return OperationPlan((), {**status, "phase": phase, "message": message,
+                                  "finishedAt": iso(world.now_ms / 1000), **more})
+
+    def waits(message: str, *actions: OperationAction, phase: str = "Pending",
+              **more: Any) -> OperationPlan:
+        return OperationPlan(actions, {**status, "phase": phase, "message": message, **more})
+
+    if previous.get("phase") in TERMINAL:
+        return OperationPlan((), {})  # done: its status stays as it ended
+    if world.invalid is not None or world.spec is None:
+        return ends("Failed", f"invalid spec: {world.invalid}")
+    spec = world.spec
+    if not world.topic_found:
+        return waits(f"waiting for KafkaIcebergTopic {spec.topic} in this namespace")
+    rollback = spec.rollback
+    assert rollback is not None
+    table = rollback.table or (world.tables[0] if world.tables else "")
+    if rollback.table is not None and rollback.table not in world.tables:
+        return ends("Failed", f"table {rollback.table} is not one of KafkaIcebergTopic "
+                              f"{spec.topic}'s tables ({', '.join(world.tables)})")
+    if world.table_error is not None:
+        return waits(f"table {table} could not be read: {world.table_error}")
+    record = world.record
+    if record is None:
+        if not world.ancestry:
+            return ends("Failed", f"table {table} has no snapshot: nothing to roll back")
+        found = target(rollback, world.ancestry)
+        if isinstance(found, str):
+            return ends("Failed", found)
+        head = world.ancestry[0]
+        if found.snapshot_id == head.snapshot_id:
+            return ends("Succeeded", f"main of {table} is at snapshot {head.snapshot_id} "
+                                     "already: nothing to roll back")
+        moved = {"table": table, "fromSnapshotId": str(head.snapshot_id),
+                 "toSnapshotId": str(found.snapshot_id),
+                 "fromOffsets": _offsets(world.offsets),
+                 "toOffsets": _offsets(world.offsets_at.get(found.snapshot_id, {})),
+                 "rolledBackAt": iso(world.now_ms / 1000)}
+        return waits(f"moving main of {table} back from snapshot {head.snapshot_id} to "
+                     f"{found.snapshot_id}",
+                     RollBack(table, head.snapshot_id, found.snapshot_id, moved),
+                     phase="Running")
+    shown = {**record, "jobRestarted": world.topic_restart == restart_value(world)}
+    if not shown["jobRestarted"]:
+        return waits(f"main of {table} is at snapshot {record['toSnapshotId']}: restarting "
+                     f"the job of KafkaIcebergTopic {spec.topic}",
+                     RestartJob(spec.topic, restart_value(world)), phase="Running",
+                     rollback={**shown, "jobRestarted": True})
+    wanted = {int(p): o for p, o in (record.get("fromOffsets") or {}).items()}
+    behind = sum(max(0, o - world.offsets.get(p, 0)) for p, o in wanted.items())
+    if behind == 0:
+        return ends("Succeeded", f"main of {table} was moved back to snapshot "
+                                 f"{record['toSnapshotId']}, and the job has landed again "
+                                 "every record it held before", rollback=shown)
+    suspended = (f" (KafkaIcebergTopic {spec.topic} is suspended: they land once it is "
+                 "resumed)") if world.topic_suspended else ""
+    return waits(f"main of {table} is at snapshot {record['toSnapshotId']}; the job lands "
+                 f"the records after it again: {behind} to go{suspended}", phase="Running",
+                 rollback=shown)
+

@@ -1,0 +1,137 @@
+"""KafkaIcebergOperation's planner: from what a visit saw of the operation, its topic and its
+table, to the actions and the status."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from floe_operator.operation import (OperationSpec, OperationStatus, OperationWorld, RestartJob,
+                                     RollBack, Snapshot, plan, restart_value)
+
+pytestmark = pytest.mark.unit
+
+NOW_MS = 1_795_000_000_000  # 2026-11-18T11:06:40Z
+# main's history, newest first: three commits a minute apart.
+ANCESTRY = (Snapshot(30, NOW_MS - 60_000), Snapshot(20, NOW_MS - 120_000),
+            Snapshot(10, NOW_MS - 180_000))
+
+
+def world(rollback=None, **changes) -> OperationWorld:
+    spec = OperationSpec.model_validate({"topic": "orders", "type": "Rollback",
+                                         "rollback": rollback or {"snapshotId": "20"}})
+    seen = OperationWorld(now_ms=NOW_MS, name="undo", uid="0123456789abcdef", generation=1,
+                          spec=spec, topic_found=True, tables=("analytics.orders",),
+                          ancestry=ANCESTRY, offsets={0: 300, 1: 290},
+                          offsets_at={20: {0: 200, 1: 190}})
+    return replace(seen, **changes)
+
+
+def rolled_back() -> dict:
+    return {"table": "analytics.orders", "fromSnapshotId": "30", "toSnapshotId": "20",
+            "fromOffsets": {"0": 300, "1": 290}, "toOffsets": {"0": 200, "1": 190},
+            "rolledBackAt": "2026-11-18T11:06:40Z"}
+
+
+def test_a_rollback_moves_main_back_then_restarts_the_job_then_waits_for_the_records_again():
+    first = plan(world())
+    assert first.actions == (RollBack("analytics.orders", 30, 20, {}),)
+    assert first.actions[0].record == rolled_back()
+    assert first.status["phase"] == "Running"
+    assert first.status["startedAt"] == "2026-11-18T11:06:40Z"
+    # Its record on the table says it moved main: the job is restarted (once: its own value).
+    second = plan(world(record=rolled_back(), offsets={0: 200, 1: 190}, status=first.status))
+    assert second.actions == (RestartJob("orders", "rollback undo 01234567"),)
+    assert second.status["rollback"]["jobRestarted"] is True
+    assert second.status["startedAt"] == "2026-11-18T11:06:40Z"
+    relanding = plan(world(record=rolled_back(), offsets={0: 250, 1: 190},
+                           topic_restart=restart_value(world()), status=second.status))
+    assert relanding.actions == ()
+    assert relanding.status["phase"] == "Running"
+    assert relanding.status["message"].endswith("the job lands the records after it again: "
+                                                "150 to go")
+    done = plan(world(record=rolled_back(), offsets={0: 301, 1: 290},
+                      topic_restart=restart_value(world()), status=relanding.status))
+    assert done.status["phase"] == "Succeeded"
+    assert done.status["finishedAt"] == "2026-11-18T11:06:40Z"
+    assert done.status["rollback"] == {**rolled_back(), "jobRestarted": True}
+    # An operation that ended is not visited again.
+    assert plan(world(status=done.status)) == plan(world(status={"phase": "Failed"}))
+    assert plan(world(status=done.status)).actions == ()
+    for status in (first.status, second.status, relanding.status, done.status):
+        OperationStatus.model_validate(status)
+
+
+def test_before_picks_the_newest_snapshot_committed_at_or_before_the_time():
+    planned = plan(world({"before": "2026-11-18T11:04:40Z"}))  # snapshot 20's second
+    assert planned.actions[0].to_snapshot_id == 20
+    planned = plan(world({"before": "2026-11-18T11:04:39Z"}))
+    assert planned.actions[0].to_snapshot_id == 10
+    too_early = plan(world({"before": "2026-11-17T00:00:00Z"}))
+    assert too_early.status["phase"] == "Failed"
+    assert "no snapshot committed at or before 2026-11-17T00:00:00Z" in too_early.status["message"]
+
+
+def test_what_cannot_be_rolled_back_fails_and_changes_nothing():
+    unknown = plan(world({"snapshotId": "99"}))
+    assert (unknown.actions, unknown.status["phase"]) == ((), "Failed")
+    assert "snapshot 99 is not in main's history" in unknown.status["message"]
+    other = plan(world({"snapshotId": "20", "table": "analytics.elsewhere"}))
+    assert other.status["phase"] == "Failed"
+    assert "not one of KafkaIcebergTopic orders's tables" in other.status["message"]
+    there = plan(world({"snapshotId": "30"}))
+    assert (there.actions, there.status["phase"]) == ((), "Succeeded")
+    invalid = plan(world(spec=None, invalid="rollback needs exactly one of snapshotId and before"))
+    assert invalid.status["phase"] == "Failed"
+
+
+def test_an_operation_waits_for_its_topic_and_a_table_it_cannot_read():
+    missing = plan(world(topic_found=False))
+    assert (missing.actions, missing.status["phase"]) == ((), "Pending")
+    assert missing.status["message"] == "waiting for KafkaIcebergTopic orders in this namespace"
+    unread = plan(world(table_error="OSError: timed out"))
+    assert unread.status["phase"] == "Pending"
+    assert "OSError: timed out" in unread.status["message"]
+
+
+def test_the_spec_needs_exactly_one_target():
+    from pydantic import ValidationError
+
+    for rollback in ({}, {"snapshotId": "1", "before": "2026-11-18T00:00:00Z"}):
+        with pytest.raises(ValidationError, match="exactly one of snapshotId and before"):
+            OperationSpec.model_validate({"topic": "orders", "type": "Rollback",
+                                          "rollback": rollback})
+    with pytest.raises(ValidationError, match="type Rollback needs the rollback section"):
+        OperationSpec.model_validate({"topic": "orders", "type": "Rollback"})
+
+
+def test_a_roll_back_and_its_record_are_one_commit_that_holds_only_where_main_was(tmp_path):
+    """On a real table (PyIceberg's SQL catalog): main moves back and the record is written
+    together; a table loaded before a writer's commit cannot roll back over it."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import CommitFailedException
+
+    from floe_sparkapp.ledger import ancestors, operation_record, roll_back
+
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path / 'c.db'}",
+                         warehouse=f"file://{tmp_path / 'wh'}")
+    catalog.create_namespace("analytics")
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    table = catalog.create_table("analytics.orders", rows.schema)
+    for _ in range(3):
+        table.append(rows)
+    history = [s.snapshot_id for s in ancestors(table)]
+    assert len(history) == 3
+    stale = catalog.load_table("analytics.orders")
+    table.append(rows)  # a writer's commit after the stale load
+    with pytest.raises(CommitFailedException):
+        roll_back(stale, history[1], "op-1", {"toSnapshotId": str(history[1])})
+    fresh = catalog.load_table("analytics.orders")
+    roll_back(fresh, history[1], "op-1", {"toSnapshotId": str(history[1])})
+    table = catalog.load_table("analytics.orders")
+    assert table.current_snapshot().snapshot_id == history[1]
+    assert operation_record(table, "op-1") == {"toSnapshotId": str(history[1])}
+    assert operation_record(table, "op-2") is None
+    assert len(table.scan().to_arrow()) == 2
