@@ -194,6 +194,9 @@ CASES = [
     Case(with_volume_mount(),
          "spec.spark.volumeMounts: Invalid value: every volumeMounts entry must name a volume "
          "in spark.volumes", "every volumeMounts entry must name a volume in spark.volumes"),
+    Case(changed("spec.autoRollback", {"enabled": True, "window": "10s"}),
+         'spec.autoRollback.window: Invalid value: "10s": autoRollback.window must be between '
+         "30s and 1d", "autoRollback.window must be between 30s and 1d"),
 ]
 
 # The rules only the API server can check (they compare the stored object with the new one);

@@ -51,7 +51,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             result[key] = value
     if result.get("type") == "object" and "properties" in result and "additionalProperties" in result:
         result.pop("additionalProperties")  # extra="forbid": structural schemas prune instead
-    if result.get("x-kubernetes-preserve-unknown-fields") and result.get("additionalProperties") is True:
+    kept = result.get("x-kubernetes-preserve-unknown-fields")
+    if kept and result.get("additionalProperties") is True:
         result.pop("additionalProperties")  # kept as written: any fields
     if isinstance(result.get("default"), dict) and "properties" in result:
         result["default"] = {}  # the API server fills the fields from their own defaults

@@ -113,7 +113,7 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
     """One visit; returns the resource's status after it, and the lag the visit saw."""
     previous = dict(body.get("status") or {})
     try:
-        topic = render.Topic.from_body(dict(body))
+        topic = render.Topic.from_body(dict(body)).running(previous)
         job = render.desired(topic, settings()).job  # a spec that cannot be rendered is invalid
     except (ValidationError, ValueError) as error:
         message = _invalid(error) if isinstance(error, ValidationError) else str(error)

@@ -49,7 +49,8 @@ RECONCILE = Histogram("floe_reconcile_duration_seconds", "Duration of one reconc
 ERRORS = Counter("floe_reconcile_errors_total", "Reconcile visits that raised an error.", LABELS)
 BUILD = Gauge("floe_build_info", "floe's version; always 1.", ("version",))
 
-_PER_TOPIC = (READY, LAG, FRESHNESS, STALLED, SNAPSHOT, INTERVAL, COMMITS, FAILOVERS, RECONCILES, ERRORS)
+_PER_TOPIC = (READY, LAG, FRESHNESS, STALLED, SNAPSHOT, INTERVAL, COMMITS, FAILOVERS, RECONCILES,
+              ERRORS)
 _PER_ACTION = (MAINTENANCE_RUNS, MAINTENANCE_FAILED)
 
 # What the last status said, per resource: failovers and each action's last run time.

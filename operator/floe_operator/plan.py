@@ -246,6 +246,7 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
         _plan_maintenance(topic, world, settings, decided)
         _progress(topic, world, decided, previous)
         _plan_stall(topic, world, settings, decided)
+        _plan_rollback(topic, world, previous, decided)
     observed = Observation(**decided.observed)
     return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
                 world.table.new_commits if world.table.exists else 0,
@@ -338,7 +339,9 @@ def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],
                           rendered.config_map_digest, rendered.config_map))
     desired = rendered.spark_application
     if app is not None and app.fingerprint != rendered.fingerprint:
-        why = (f"spec changed (generation {app.generation} -> {topic.generation})"
+        why = (f"generation {topic.generation} is rolled back: generation "
+               f"{topic.rolled_back_to}'s spec runs" if topic.rolled_back_to is not None else
+               f"spec changed (generation {app.generation} -> {topic.generation})"
                if app.generation != str(topic.generation) else
                f"restart asked for ({render.RESTART}: {topic.restart})" if topic.restart else
                "the operator's settings changed")
@@ -504,6 +507,70 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
         decided.say(offsets=shown)
 
 
+def _lag(world: World) -> int | None:
+    """The records in Kafka past the resource's tables' offsets (the lowest table's), if
+    Kafka and every table could be read."""
+    views = [world.table, *world.routes.values()]
+    if world.latest_offsets is None or any(view.error for view in views):
+        return None
+    written = [view for view in views if view.exists]
+    partitions = set().union(*(view.offsets for view in written))
+    offsets = {p: min(view.offsets.get(p, 0) for view in written) for p in partitions}
+    return as_status_offsets(offsets, world.latest_offsets)["lag"]
+
+
+def healthy(topic: Topic, world: World) -> bool:
+    """Whether the job of this generation runs and lands: it has committed since it started,
+    or has nothing to land."""
+    app, table = world.children.app, world.table
+    if (app is None or app.state != AppState.RUNNING or app.generation != str(topic.generation)
+            or app.started_ms is None or not table.exists):
+        return False
+    committed = table.committed_at_ms is not None and table.committed_at_ms >= app.started_ms
+    return committed or _lag(world) == 0
+
+
+def _plan_rollback(topic: Topic, world: World, previous: Mapping[str, Any],
+                   decided: _Decisions) -> None:
+    """The last stable spec (the newest generation whose job became :func:`healthy`), and
+    ``spec.autoRollback``: a changed spec whose job is not healthy within the window runs the
+    stable spec instead (:meth:`Topic.running`), until the spec changes again."""
+    now = world.now_ms
+    if topic.rolled_back_to is not None:
+        rolled = dict(previous.get("autoRollback") or {})
+        decided.say(auto_rollback=rolled, rolled_back=(
+            f"generation {topic.generation} did not become healthy within "
+            f"{topic.spec.auto_rollback.window}: generation {topic.rolled_back_to}'s spec runs "
+            f"instead ({rolled.get('reason') or 'no error'}); change the spec to try again"))
+        return
+    stable = previous.get("stable") or {}
+    if healthy(topic, world):
+        if stable.get("generation") != topic.generation:
+            decided.say(stable={"generation": topic.generation,
+                                "spec": topic.spec.model_dump(mode="json", by_alias=True),
+                                "since": iso(now / 1000)})
+        return
+    policy = topic.spec.auto_rollback
+    if not policy.enabled or not stable or stable.get("generation") == topic.generation:
+        return
+    seen = previous.get("specChangedAt")
+    since = (epoch(seen) * 1000 if seen and previous.get("observedGeneration") == topic.generation
+             else now)
+    if now - since < policy.window_seconds * 1000:
+        return
+    app = world.children.app
+    reason = (Failovers.of(previous).last_failure or (app.error if app else "") or
+              (f"SparkApplication {app.name} is {app.state or 'not taken up'}" if app else
+               "no job"))[:500]
+    rolled = {"failedGeneration": topic.generation, "restoredGeneration": stable["generation"],
+              "at": iso(now / 1000), "reason": reason}
+    decided.say(auto_rollback=rolled)
+    decided.act(Event(True, "RolledBack", (
+        f"generation {topic.generation}'s job did not become healthy within {policy.window} "
+        f"({reason.splitlines()[0][:300] if reason else 'no error'}): rolling back to "
+        f"generation {stable['generation']}'s spec; the resource keeps its spec as written")))
+
+
 def stall_seconds(topic: Topic, settings: OperatorSettings) -> float:
     """How long a running job may go without a commit before it is called stalled."""
     return max(settings.stall_intervals * topic.spec.commit.interval_seconds,
@@ -516,16 +583,12 @@ def stalled_since(topic: Topic, world: World, settings: OperatorSettings) -> int
     while it runs and Kafka has records past the tables' offsets; None otherwise."""
     app = world.children.app
     if (topic.spec.suspend or app is None or app.state != AppState.RUNNING
-            or world.latest_offsets is None or not world.table.exists):
+            or not world.table.exists):
         return None
-    views = [world.table, *world.routes.values()]
-    if any(view.error for view in views):
+    lag = _lag(world)
+    if lag is None or lag <= 0:
         return None
-    written = [view for view in views if view.exists]
-    partitions = set().union(*(view.offsets for view in written))
-    offsets = {p: min(view.offsets.get(p, 0) for view in written) for p in partitions}
-    if as_status_offsets(offsets, world.latest_offsets)["lag"] <= 0:
-        return None
+    written = [view for view in (world.table, *world.routes.values()) if view.exists]
     marks = [view.committed_at_ms for view in written if view.committed_at_ms is not None]
     if app.started_ms is not None:
         marks.append(app.started_ms)

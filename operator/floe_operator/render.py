@@ -13,7 +13,7 @@ import copy
 import hashlib
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from floe_sparkapp.config import JobConfig
@@ -64,6 +64,7 @@ class Topic:
     generation: int
     spec: KafkaIcebergTopicSpec
     restart: str | None = None  # the RESTART annotation: a new value restarts the job
+    rolled_back_to: int | None = None  # the stable generation whose spec runs (autoRollback)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Topic:
@@ -72,6 +73,17 @@ class Topic:
                    int(meta.get("generation", 1)),
                    KafkaIcebergTopicSpec.model_validate(body.get("spec", {})),
                    (meta.get("annotations") or {}).get(RESTART) or None)
+
+    def running(self, status: dict[str, Any]) -> Topic:
+        """The topic as its job runs it: while its generation is rolled back
+        (``status.autoRollback``), with the last stable spec (``status.stable``)."""
+        rolled = status.get("autoRollback") or {}
+        stable = status.get("stable") or {}
+        if rolled.get("failedGeneration") != self.generation or not stable.get("spec"):
+            return self
+        return replace(
+            self, spec=KafkaIcebergTopicSpec.model_validate(stable["spec"]),
+            rolled_back_to=int(stable["generation"]))
 
     @property
     def child_name(self) -> str:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from floe_sparkapp.contract import ResourcesSpec, Rule, SecretRef, TopicSpec, _Model
+from floe_sparkapp.contract import (ResourcesSpec, Rule, SecretRef, TopicSpec, _duration, _Model,
+                                   duration_rule)
+from floe_sparkapp.units import duration_seconds
 from pydantic import Field
 
 from .names import GROUP, KIND, PLURAL, VERSION  # noqa: F401 - the resource's names
@@ -161,8 +163,26 @@ class SparkSpec(PodSpec, _SparkJob):
     )
 
 
+class AutoRollbackSpec(_Model):
+    """Opt in: a spec change whose job does not become healthy (commit once) within the
+    window runs the last spec whose job did instead. The resource keeps the spec as written;
+    the status says which generation runs, and the next change of the spec is tried."""
+
+    RULES = (duration_rule("window", "autoRollback.window", at_least=30, at_most=86_400,
+                           words="must be between 30s and 1d"),)
+
+    enabled: bool = Field(False, description="Roll a failing spec change back.")
+    window: str = _duration("10m", "How long a changed spec's job has to commit once before it "
+                                   "is rolled back, e.g. 10m (from 30s to 1d).")
+
+    @property
+    def window_seconds(self) -> int:
+        return duration_seconds(self.window)
+
+
 class KafkaIcebergTopicSpec(TopicSpec):
     spark: SparkSpec = SparkSpec()
+    auto_rollback: AutoRollbackSpec = AutoRollbackSpec()
 
 
 # --- the status --------------------------------------------------------------------------------
@@ -245,6 +265,21 @@ class MaintenanceStatus(_Model):
         json_schema_extra=_kept_as_written)
 
 
+class StableStatus(_Model):
+    generation: int = Field(description="The last generation whose job became healthy.")
+    spec: dict[str, Any] = Field(description="Its spec, which a rolled-back generation runs.",
+                                 json_schema_extra=_kept_as_written)
+    since: str | None = Field(None, json_schema_extra=_TIME)
+
+
+class AutoRollbackStatus(_Model):
+    failed_generation: int = Field(description="The generation rolled back: the resource's "
+                                               "spec as written, which is not running.")
+    restored_generation: int = Field(description="The generation whose spec runs instead.")
+    at: str | None = Field(None, json_schema_extra=_TIME)
+    reason: str | None = Field(None, description="How the failed generation's job failed.")
+
+
 class SchemaChangeStatus(_Model):
     registry_version: int = Field(description="The version waiting for approval.")
     changes: list[str] = Field(description="Its breaking changes to the table's columns.")
@@ -254,9 +289,11 @@ class KafkaIcebergTopicStatus(_Model):
     """The resource's status, as the operator writes it."""
 
     observed_generation: int | None = Field(None, description="The spec generation last seen.")
-    phase: Literal["Pending", "Running", "Degraded", "Suspended", "Failed"] | None = Field(
+    phase: Literal["Pending", "Running", "Degraded", "RolledBack", "Suspended",
+                   "Failed"] | None = Field(
         None, description="Running (landing), Pending (on its way), Degraded (the job failed "
-                          "or stalled: floe acts), Suspended, or Failed (you act).")
+                          "or stalled: floe acts), RolledBack (landing with the last stable "
+                          "spec: autoRollback), Suspended, or Failed (you act).")
     conditions: list[ConditionStatus] = Field(default_factory=list)
     spark_application: SparkApplicationStatus | None = None
     table: TableStatus | None = None
@@ -270,6 +307,12 @@ class KafkaIcebergTopicStatus(_Model):
     maintenance: dict[str, MaintenanceStatus] | None = Field(
         None, description="Per scheduled action (compaction, expire-snapshots, "
                           "remove-orphans, rewrite-manifests).")
+    spec_changed_at: str | None = Field(
+        None, description="When the operator first saw this generation of the spec.",
+        json_schema_extra=_TIME)
+    stable: StableStatus | None = None
+    auto_rollback: AutoRollbackStatus | None = Field(
+        None, description="While a generation is rolled back (spec.autoRollback).")
     schema_change: SchemaChangeStatus | None = Field(
         None, description="A breaking registry version waiting for its approval annotation "
                           "(kubectl floe approve).")

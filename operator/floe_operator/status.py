@@ -22,6 +22,9 @@ ACCOUNT_MISSING = "ServiceAccountMissing"
 # Ready's reason while a running job has not committed for several intervals though Kafka has
 # records for it.
 STALLED = "Stalled"
+# Ready's reason while the last stable spec runs instead of a generation that failed
+# (spec.autoRollback).
+ROLLED_BACK = "RolledBack"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class Observation:
     schema_message: str = ""
     schema_change: tuple[int, tuple[str, ...]] | None = None  # waiting: (version, changes)
     stalled: str | None = None  # the running job has not committed for long: what it does
+    stable: dict[str, Any] | None = None  # a new last stable spec (None: as it was)
+    auto_rollback: dict[str, Any] | None = None  # this generation is rolled back (None: not)
+    rolled_back: str | None = None  # the stable spec runs instead of this generation's: why
     offsets: dict[str, Any] | None = None  # with routes: per partition, the lowest table's
     tables: list[dict[str, Any]] | None = None  # with routes: each table's progress
     vtts_ms: int | None = None
@@ -139,6 +145,8 @@ def conditions(observed: Observation) -> list[Condition]:
         ready = Condition("Ready", "False", "Suspended", "spec.suspend is true")
     elif table.status == "True" and job.status == "True" and observed.stalled:
         ready = Condition("Ready", "False", STALLED, observed.stalled)
+    elif table.status == "True" and job.status == "True" and observed.rolled_back:
+        ready = Condition("Ready", "True", ROLLED_BACK, observed.rolled_back)
     elif table.status == "True" and job.status == "True":
         ready = Condition("Ready", "True", "Landing", "the job is running and the table exists")
     else:
@@ -188,6 +196,8 @@ def phase(observed: Observation, ready: Condition) -> str:
         return "Failed"  # the user has to change something
     if observed.suspended:
         return "Suspended"
+    if ready.reason == ROLLED_BACK:
+        return "RolledBack"
     if ready.status == "True":
         return "Running"
     if (observed.app_state or "") in SHOWN_FAILED or ready.reason == STALLED:
@@ -269,6 +279,15 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         result["landedThrough"] = iso(observed.vtts_ms / 1000)
     if "freshnessSeconds" in (previous or {}):  # written by floe before landedThrough
         result["freshnessSeconds"] = None
+    if (previous or {}).get("observedGeneration") != observed.generation or not (
+            previous or {}).get("specChangedAt"):
+        result["specChangedAt"] = iso(observed.now_ms / 1000)
+    if observed.stable is not None:
+        result["stable"] = observed.stable
+    if observed.auto_rollback is not None:
+        result["autoRollback"] = observed.auto_rollback
+    elif (previous or {}).get("autoRollback"):
+        result["autoRollback"] = None
     if observed.schema_change is not None:
         version, changes = observed.schema_change
         result["schemaChange"] = {"registryVersion": version, "changes": list(changes)}

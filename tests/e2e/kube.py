@@ -66,26 +66,27 @@ def delete_namespace_without_operator(api_client: client.ApiClient, namespace: s
 
 
 def drop_topic_finalizers(api_client: client.ApiClient, namespace: str) -> None:
-    """Drops the finalizers of the topics in ``namespace`` (an operator that ran in it, as the
-    chart installs one, may have put them back while it was being deleted)."""
+    """Drops the finalizers of the topics and operations in ``namespace`` (an operator that ran
+    in it, as the chart installs one, may have put them back while it was being deleted)."""
     custom = client.CustomObjectsApi(api_client)
-    try:
-        topics = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                      "kafkaicebergtopics")["items"]
-    except ApiException as error:
-        if error.status != 404:  # 404: the CRD was never installed
-            raise
-        topics = []
-    for topic in topics:
-        if not topic["metadata"].get("finalizers"):
-            continue
+    for plural in ("kafkaicebergtopics", "kafkaicebergoperations"):
         try:
-            custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                  "kafkaicebergtopics", topic["metadata"]["name"],
-                                                  {"metadata": {"finalizers": None}})
+            found = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                                         plural)["items"]
         except ApiException as error:
-            if error.status != 404:  # 404: gone meanwhile
+            if error.status != 404:  # 404: the CRD was never installed
                 raise
+            found = []
+        for item in found:
+            if not item["metadata"].get("finalizers"):
+                continue
+            try:
+                custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace, plural,
+                                                      item["metadata"]["name"],
+                                                      {"metadata": {"finalizers": None}})
+            except ApiException as error:
+                if error.status != 404:  # 404: gone meanwhile
+                    raise
 
 
 def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:

@@ -35,15 +35,24 @@ def rows_as_produced(rows: list[dict], sent: dict) -> None:
 def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     """Main moved back to the snapshot that held the first 20 records, while records keep
-    coming; the job restarts from that snapshot's offsets, its driver is killed while it lands
-    the rest again, and the table ends with every record once."""
+    coming; the job goes on from that snapshot's offsets (10 records a commit, so landing the
+    110 after it again takes a while), its driver is killed while it does, and the table ends
+    with every record once."""
+    from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.nemesis import end_offsets
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import (declared_orders, kill_driver, logs, orders_rows, orders_status,
+    from .test_operator import (kill_driver, logs, orders_rows, orders_status, topic_body,
                                 topic_catalog)
 
     kafka_topic = f"rollback-{unique_name}".replace("_", "-")
-    producer = declared_orders(stack, shared, namespace, kafka_topic, 20)
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 20)
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["commit"]["maxRecordsPerCommit"] = 10
+    custom = client.CustomObjectsApi(admin_client(stack))
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics", body)
     catalog = topic_catalog(shared)
 
     def landed(count: int) -> bool:
@@ -53,38 +62,48 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     assert wait_until(lambda: landed(20), timeout=300, interval=2), logs(tmp_path, namespace)
     target = orders_status(stack, namespace)["table"]["snapshotId"]
     held = {str(p): o for p, o in end_offsets(stack.bootstrap, kafka_topic, 2).items()}
-    produce_orders(producer, 20, 20)
-    assert wait_until(lambda: landed(40), timeout=300, interval=2), logs(tmp_path, namespace)
+    produce_orders(producer, 20, 100)
+    assert wait_until(lambda: landed(120), timeout=300, interval=2), logs(tmp_path, namespace)
     before = orders_status(stack, namespace)["table"]["snapshotId"]
 
-    custom = client.CustomObjectsApi(admin_client(stack))
+    def app() -> dict:
+        try:
+            return custom.get_namespaced_custom_object(
+                "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications", "floe-orders")
+        except client.ApiException:
+            return {}
+
+    first_app = app()["metadata"]["uid"]
     custom.create_namespaced_custom_object(*OPERATIONS, namespace, "kafkaicebergoperations", {
         "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
         "metadata": {"name": "undo"},
         "spec": {"topic": "orders", "type": "Rollback", "rollback": {"snapshotId": target}}})
-    produce_orders(producer, 40, 10)  # the job keeps landing meanwhile
-    assert wait_until(lambda: (operation_status(stack, namespace, "undo").get("rollback") or {})
-                      .get("jobRestarted"), timeout=120, interval=1), \
+    produce_orders(producer, 120, 10)  # the job keeps landing meanwhile
+    # The restarted job's driver killed while the records after the snapshot land again.
+    assert wait_until(lambda: app().get("metadata", {}).get("uid") not in (None, first_app)
+                      and (app().get("status") or {}).get("applicationState", {})
+                      .get("state") == "RUNNING", timeout=180, interval=0.5), \
         f"{operation_status(stack, namespace, 'undo')}\n{logs(tmp_path, namespace)}"
-    shown = operation_status(stack, namespace, "undo")["rollback"]
+    kill_driver(namespace)
+    midway = operation_status(stack, namespace, "undo")
+    assert midway["phase"] == "Running", midway
+    shown = midway["rollback"]
     assert shown["toSnapshotId"] == target and shown["toOffsets"] == held
     assert shown["table"] == "analytics.orders"
-    # The restarted job's driver killed while it lands the records after the snapshot again.
-    assert wait_until(lambda: orders_status(stack, namespace).get("sparkApplication", {})
-                      .get("state") == "RUNNING", timeout=180, interval=1), \
-        logs(tmp_path, namespace)
-    kill_driver(namespace)
     assert wait_until(lambda: operation_status(stack, namespace, "undo").get("phase")
                       == "Succeeded", timeout=420, interval=2), \
         f"{operation_status(stack, namespace, 'undo')}\n{logs(tmp_path, namespace)}"
-    assert wait_until(lambda: landed(50), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(130), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: "ExitCode: 137" in orders_status(stack, namespace)
+                      .get("sparkApplication", {}).get("lastFailure", ""), timeout=120), \
+        orders_status(stack, namespace)  # the kill was failed over
     rows_as_produced(orders_rows(catalog), producer.sent)
 
     done = operation_status(stack, namespace, "undo")
-    assert done["finishedAt"] >= done["startedAt"]
-    assert int(done["rollback"]["fromSnapshotId"]) > 0
-    # What main held before: at least the 40 records, and those of the 10 it had landed.
-    assert all(done["rollback"]["fromOffsets"][p] >= o for p, o in held.items())
+    assert done["finishedAt"] >= done["startedAt"] and done["rollback"]["jobRestarted"]
+    assert done["rollback"]["fromSnapshotId"] != target
+    # What main held before: at least the 120 records.
+    assert sum(done["rollback"]["fromOffsets"].values()) >= 120
     history = catalog.load_table("analytics.orders")
     ancestry = set()
     snapshot = history.current_snapshot()
@@ -96,8 +115,65 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     reasons = [e.reason for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
         namespace, field_selector="involvedObject.name=undo").items]
     assert {"RolledBack", "JobRestarted", "Succeeded"} <= set(reasons), reasons
-    # An operation runs once: applied again unchanged, it is refused as a change.
+    # An operation runs once: its spec cannot be changed.
     with pytest.raises(client.ApiException) as refused:
-        custom.patch_namespaced_custom_object(*OPERATIONS, namespace, "kafkaicebergoperations",
-                                              "undo", {"spec": {"rollback": {"snapshotId": before}}})
+        custom.patch_namespaced_custom_object(
+            *OPERATIONS, namespace, "kafkaicebergoperations", "undo",
+            {"spec": {"rollback": {"snapshotId": before}}})
     assert "an operation cannot change once applied" in refused.value.body
+
+
+def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_spec(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """spec.autoRollback: a change whose driver cannot start (an image tag that does not
+    exist) is not healthy when the window ends, so the last stable spec runs again (the
+    resource keeps the spec as written, the status says so, a Warning Event too); the next
+    change is tried. Every record lands once throughout."""
+    from ..integration.test_job_roundtrip import produce_orders
+    from .test_operator import declared_orders, logs, orders_rows, orders_status, topic_catalog
+
+    kafka_topic = f"autorollback-{unique_name}".replace("_", "-")
+    producer = declared_orders(stack, shared, namespace, kafka_topic, 10)
+    catalog = topic_catalog(shared)
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+
+    def ready() -> tuple[str, str] | None:
+        found = {c["type"]: c for c in orders_status(stack, namespace).get("conditions") or []}
+        return (found["Ready"]["status"], found["Ready"]["reason"]) if "Ready" in found else None
+
+    def landed(count: int) -> bool:
+        offsets = orders_status(stack, namespace).get("offsets") or {}
+        return len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+
+    assert wait_until(lambda: landed(10) and orders_status(stack, namespace).get("stable"),
+                      timeout=300, interval=2), logs(tmp_path, namespace)
+    assert orders_status(stack, namespace)["stable"]["generation"] == 1
+    custom.patch_namespaced_custom_object(*args, {"spec": {
+        "spark": {"image": "floe/floe-spark:no-such-tag"},
+        "autoRollback": {"enabled": True, "window": "30s"}}})
+    produce_orders(producer, 10, 10)
+    assert wait_until(lambda: ready() == ("True", "RolledBack"), timeout=300, interval=2), \
+        f"{orders_status(stack, namespace)}\n{logs(tmp_path, namespace)}"
+    status = orders_status(stack, namespace)
+    assert status["phase"] == "RolledBack"
+    assert status["autoRollback"]["failedGeneration"] == 2
+    assert status["autoRollback"]["restoredGeneration"] == 1
+    assert status["stable"]["generation"] == 1
+    stored = custom.get_namespaced_custom_object(*args)
+    assert stored["metadata"]["generation"] == 2  # the spec stays as written
+    assert stored["spec"]["spark"]["image"] == "floe/floe-spark:no-such-tag"
+    warnings = [e for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=orders").items if e.reason == "RolledBack"]
+    assert warnings and warnings[0].type == "Warning", warnings
+    assert wait_until(lambda: landed(20), timeout=300, interval=2), logs(tmp_path, namespace)
+
+    # The next change is tried: it lands, and becomes the stable spec.
+    custom.patch_namespaced_custom_object(*args, {"spec": {"spark": {"image": None}}})
+    produce_orders(producer, 20, 10)
+    assert wait_until(lambda: landed(30) and ready() == ("True", "Landing")
+                      and (orders_status(stack, namespace).get("stable") or {})
+                      .get("generation") == 3, timeout=300, interval=2), \
+        f"{orders_status(stack, namespace)}\n{logs(tmp_path, namespace)}"
+    assert "autoRollback" not in orders_status(stack, namespace)
+    rows_as_produced(orders_rows(catalog), producer.sent)

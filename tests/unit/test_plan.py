@@ -497,6 +497,82 @@ def test_a_visit_that_changed_nothing_writes_nothing():
         "offsets": {"committed": {"0": 10}, "latest": {"0": 10}, "lag": 0}}
 
 
+# --- the last stable spec, and autoRollback ---------------------------------------------------
+
+def test_a_changed_spec_whose_job_never_lands_runs_the_last_stable_spec_until_the_next_change():
+    import copy as copying
+
+    # Generation 2's job runs and has committed since it started: the last stable spec.
+    running = replace(steady().children.app, created_at="2026-11-18T11:00:00Z")
+    landing = steady(children=replace(steady().children, app=running))
+    first = plan(TOPIC, landing, {}, SETTINGS).status
+    assert first["stable"]["generation"] == 2
+    assert first["stable"]["spec"]["kafka"]["topic"] == "orders"
+    assert first["specChangedAt"] == "2026-11-18T11:06:40Z"
+    assert "stable" not in plan(TOPIC, landing, first, SETTINGS).status  # written once
+
+    # Generation 3 (a spec change, autoRollback on) whose job keeps failing.
+    body = copying.deepcopy(BODY)
+    body["metadata"]["generation"] = 3
+    body["spec"]["autoRollback"] = {"enabled": True, "window": "5m"}
+    body["spec"]["commit"] = {"interval": "10s"}
+    changed = render.Topic.from_body(body)
+    failing = with_app(steady(changed), **FAILED, generation="3")
+    seen = {**first, **plan(changed, failing, first, SETTINGS).status}
+    assert seen["specChangedAt"] == "2026-11-18T11:06:40Z" and "autoRollback" not in seen
+    later = replace(failing, now_ms=NOW_MS + 301_000)
+    rolled = plan(changed, later, seen, SETTINGS)
+    assert rolled.status["autoRollback"] == {
+        "failedGeneration": 3, "restoredGeneration": 2, "at": "2026-11-18T11:11:41Z",
+        "reason": "driver container failed with ExitCode: 1, Reason: Error"}
+    events = [a for a in rolled.actions if isinstance(a, Event)]
+    assert [(e.warning, e.reason) for e in events if e.reason == "RolledBack"] == [
+        (True, "RolledBack")]
+    # The next visit runs generation 2's spec for generation 3: the job is made again from it.
+    after = {**seen, **rolled.status}
+    runs = changed.running(after)
+    assert runs.rolled_back_to == 2 and runs.generation == 3
+    assert runs.spec.commit.interval == "60s" and not runs.spec.auto_rollback.enabled
+    restarted = plan(runs, replace(later, children=replace(
+        later.children, app=App("floe-orders", state="RUNNING", generation="3",
+                                fingerprint="old"))), after, SETTINGS)
+    assert [e.message for e in restarted.actions if isinstance(e, Event)][0].startswith(
+        "generation 3 is rolled back: generation 2's spec runs")
+    # Its job landing: Ready, with the reason; the phase says so.
+    landed = plan(runs, replace(steady(runs), now_ms=NOW_MS + 400_000, children=replace(
+        steady(runs).children, app=replace(running, generation="3",
+                                           fingerprint=fingerprint(runs))),
+        table=replace(steady().table, committed_at_ms=NOW_MS + 399_000)), after, SETTINGS)
+    assert conditions(landed.status)["Ready"] == ("True", "RolledBack")
+    assert landed.status["phase"] == "RolledBack"
+    assert "stable" not in landed.status  # generation 2 stays the stable one
+    # Generation 4: tried; the roll back is over.
+    body["metadata"]["generation"] = 4
+    newer = render.Topic.from_body(body).running(after)
+    assert newer.rolled_back_to is None and newer.spec.commit.interval == "10s"
+    assert plan(newer, steady(newer), after, SETTINGS).status["autoRollback"] is None
+
+
+def test_without_autorollback_or_a_stable_spec_a_failing_change_is_only_failed_over():
+    body = copy.deepcopy(BODY)
+    body["metadata"]["generation"] = 3
+    changed = render.Topic.from_body(body)
+    stable = {"stable": {"generation": 2, "spec": TOPIC.spec.model_dump(mode="json",
+                                                                         by_alias=True)},
+              "observedGeneration": 3, "specChangedAt": "2026-11-18T10:00:00Z"}
+    failing = with_app(steady(changed), **FAILED, generation="3")
+    assert "autoRollback" not in plan(changed, failing, stable, SETTINGS).status
+    body["spec"]["autoRollback"] = {"enabled": True}
+    opted = render.Topic.from_body(body)
+    assert "autoRollback" not in plan(opted, failing, {}, SETTINGS).status  # nothing stable
+    assert plan(opted, failing, stable, SETTINGS).status["autoRollback"]["restoredGeneration"] == 2
+    # An idle topic's job that runs is healthy: nothing to land is not a failure.
+    idle = steady(changed, latest_offsets={0: 10}, children=replace(
+        steady(changed).children, app=App("floe-orders", state="RUNNING", generation="3",
+                                          created_at="2026-11-18T11:06:30Z")))
+    assert plan(changed, idle, stable, SETTINGS).status["stable"]["generation"] == 3
+
+
 # --- a stall ------------------------------------------------------------------------------------
 
 def test_a_running_job_that_commits_nothing_for_several_intervals_while_kafka_has_records_stalls():

@@ -51,7 +51,7 @@ def test_the_job_config_carries_the_spec_and_names_secrets_only_by_mount_path():
     assert (config.secrets.kafka.dir, config.secrets.catalog.dir, config.secrets.registry.dir) == (
         "/etc/floe/secrets/kafka", "/etc/floe/secrets/catalog", "/etc/floe/secrets/registry")
     # The spec as the user wrote it, the same models: nothing renamed, the pods' settings left out.
-    spec = topic.spec.model_dump(exclude={"spark"})
+    spec = topic.spec.model_dump(exclude={"spark", "auto_rollback"})
     assert config.model_dump(include=set(spec)) == spec
     assert "spark" not in json.loads(rendered["data"]["job.json"])
     assert config.checkpoint_location == "s3a://lake/wh/_floe/checkpoints/data/orders"
