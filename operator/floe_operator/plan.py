@@ -246,7 +246,7 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
         _plan_maintenance(topic, world, settings, decided)
         _progress(topic, world, decided, previous)
         _plan_stall(topic, world, settings, decided)
-        _plan_rollback(topic, world, previous, decided)
+        _plan_rollback(topic, world, previous, settings, decided)
     observed = Observation(**decided.observed)
     return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
                 world.table.new_commits if world.table.exists else 0,
@@ -519,19 +519,21 @@ def _lag(world: World) -> int | None:
     return as_status_offsets(offsets, world.latest_offsets)["lag"]
 
 
-def healthy(topic: Topic, world: World) -> bool:
-    """Whether the job of this generation runs and lands: it has committed since it started,
-    or has nothing to land."""
+def healthy(topic: Topic, world: World, settings: OperatorSettings) -> bool:
+    """Whether the job this spec renders runs and lands: it has committed since it started, or
+    has nothing to land. (A spec change that renders the same job, as a change back to the
+    spec that runs, keeps the job and is as healthy as it is.)"""
     app, table = world.children.app, world.table
-    if (app is None or app.state != AppState.RUNNING or app.generation != str(topic.generation)
-            or app.started_ms is None or not table.exists):
+    if (app is None or app.state != AppState.RUNNING or app.started_ms is None
+            or app.fingerprint != render.desired(topic, settings).fingerprint
+            or not table.exists):
         return False
     committed = table.committed_at_ms is not None and table.committed_at_ms >= app.started_ms
     return committed or _lag(world) == 0
 
 
 def _plan_rollback(topic: Topic, world: World, previous: Mapping[str, Any],
-                   decided: _Decisions) -> None:
+                   settings: OperatorSettings, decided: _Decisions) -> None:
     """The last stable spec (the newest generation whose job became :func:`healthy`), and
     ``spec.autoRollback``: a changed spec whose job is not healthy within the window runs the
     stable spec instead (:meth:`Topic.running`), until the spec changes again."""
@@ -544,7 +546,7 @@ def _plan_rollback(topic: Topic, world: World, previous: Mapping[str, Any],
             f"instead ({rolled.get('reason') or 'no error'}); change the spec to try again"))
         return
     stable = previous.get("stable") or {}
-    if healthy(topic, world):
+    if healthy(topic, world, settings):
         if stable.get("generation") != topic.generation:
             decided.say(stable={"generation": topic.generation,
                                 "spec": topic.spec.model_dump(mode="json", by_alias=True),

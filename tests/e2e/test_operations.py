@@ -163,9 +163,9 @@ def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_s
     stored = custom.get_namespaced_custom_object(*args)
     assert stored["metadata"]["generation"] == 2  # the spec stays as written
     assert stored["spec"]["spark"]["image"] == "floe/floe-spark:no-such-tag"
-    warnings = [e for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
-        namespace, field_selector="involvedObject.name=orders").items if e.reason == "RolledBack"]
-    assert warnings and warnings[0].type == "Warning", warnings
+    events = [(e.type, e.reason) for e in client.CoreV1Api(admin_client(stack))
+              .list_namespaced_event(namespace, field_selector="involvedObject.name=orders").items]
+    assert ("Warning", "RolledBack") in events, events
     assert wait_until(lambda: landed(20), timeout=300, interval=2), logs(tmp_path, namespace)
 
     # The next change is tried: it lands, and becomes the stable spec.

@@ -551,6 +551,19 @@ def test_a_changed_spec_whose_job_never_lands_runs_the_last_stable_spec_until_th
     newer = render.Topic.from_body(body).running(after)
     assert newer.rolled_back_to is None and newer.spec.commit.interval == "10s"
     assert plan(newer, steady(newer), after, SETTINGS).status["autoRollback"] is None
+    # Generation 4 as generation 2 was (the change undone): it renders the job that runs, which
+    # is not restarted, and is healthy as that job is.
+    back = copy.deepcopy(BODY)
+    back["metadata"]["generation"] = 4
+    undone = render.Topic.from_body(back).running(after)
+    same = replace(landed_world := replace(steady(runs), now_ms=NOW_MS + 400_000,
+                                           table=replace(steady().table,
+                                                         committed_at_ms=NOW_MS + 399_000)),
+                   children=replace(landed_world.children, app=replace(
+                       running, generation="3", fingerprint=fingerprint(undone))))
+    again = plan(undone, same, after, SETTINGS)
+    assert not [a for a in again.actions if isinstance(a, (DeleteApp, CreateApp))]
+    assert again.status["stable"]["generation"] == 4 and again.status["autoRollback"] is None
 
 
 def test_without_autorollback_or_a_stable_spec_a_failing_change_is_only_failed_over():
@@ -569,7 +582,8 @@ def test_without_autorollback_or_a_stable_spec_a_failing_change_is_only_failed_o
     # An idle topic's job that runs is healthy: nothing to land is not a failure.
     idle = steady(changed, latest_offsets={0: 10}, children=replace(
         steady(changed).children, app=App("floe-orders", state="RUNNING", generation="3",
-                                          created_at="2026-11-18T11:06:30Z")))
+                                          created_at="2026-11-18T11:06:30Z",
+                                          fingerprint=fingerprint(changed))))
     assert plan(changed, idle, stable, SETTINGS).status["stable"]["generation"] == 3
 
 
