@@ -16,6 +16,10 @@ The decisions, in order:
   without the maintenance settings, and the SparkApplication); an application that ended is
   failed over with backoff, one that stopped on an exit code only the user can resolve is not;
 * **maintenance**: one CronJob per enabled action, those of disabled actions removed;
+* **a stall**: a running job that commits nothing for several intervals while Kafka has records
+  for it turns Ready False (Stalled), saying what its driver does;
+* **the last stable spec**: the newest generation whose job landed is kept on the status; with
+  ``spec.autoRollback``, a newer one whose job is not healthy within the window runs it instead;
 * **deletion** (``plan_delete``): the job removed and waited for, then the tables dropped when
   the deletionPolicy says so.
 """
@@ -486,8 +490,7 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
             if view.error else _table_entry(identifier, view, world)
             for identifier, view in zip(identifiers, views)])
         written = [v for v in views if v.exists and v.offsets]
-        offsets = {p: min(v.offsets.get(p, 0) for v in written)
-                   for p in set().union(*(v.offsets for v in written))} if written else {}
+        offsets = _lowest(views)
         stamps = [v.vtts_ms for v in written if v.vtts_ms is not None]
         vtts = min(stamps) if stamps else None
     if known:
@@ -507,16 +510,21 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
         decided.say(offsets=shown)
 
 
+def _lowest(views: list[TableView]) -> dict[int, int]:
+    """Per partition, the lowest offset the tables that hold any have committed (what the
+    status shows for a routed topic)."""
+    written = [view for view in views if view.exists and view.offsets]
+    partitions = set().union(*(view.offsets for view in written))
+    return {p: min(view.offsets.get(p, 0) for view in written) for p in partitions}
+
+
 def _lag(world: World) -> int | None:
-    """The records in Kafka past the resource's tables' offsets (the lowest table's), if
-    Kafka and every table could be read."""
+    """The records in Kafka past the resource's tables' offsets (the status's lag), if Kafka
+    and every table could be read."""
     views = [world.table, *world.routes.values()]
     if world.latest_offsets is None or any(view.error for view in views):
         return None
-    written = [view for view in views if view.exists]
-    partitions = set().union(*(view.offsets for view in written))
-    offsets = {p: min(view.offsets.get(p, 0) for view in written) for p in partitions}
-    return as_status_offsets(offsets, world.latest_offsets)["lag"]
+    return as_status_offsets(_lowest(views), world.latest_offsets)["lag"]
 
 
 def healthy(topic: Topic, world: World, settings: OperatorSettings) -> bool:
