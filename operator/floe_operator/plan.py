@@ -620,8 +620,8 @@ def _plan_stall(topic: Topic, world: World, settings: OperatorSettings,
     activity = world.job_activity or "doing something its metrics did not say"
     decided.say(stalled=(
         f"the job has committed nothing since {iso(since / 1000)}, more than "
-        f"{stall_seconds(topic, settings):g} s ago ({settings.stall_intervals:g} commit "
-        f"intervals or more), though Kafka has records past the table's offsets; the job is "
+        f"{stall_seconds(topic, settings):g} s ago, though Kafka has records past the table's "
+        f"offsets; the job is "
         f"{activity}. Its log says more: kubectl logs -n {topic.namespace} {app.driver}"))
 
 
