@@ -29,6 +29,8 @@ SCRIPTS = sorted([*(ROOT / "hack").rglob("*.sh"), *IMAGES.rglob("*.sh")])
 HEALTH_LUA = ROOT / "examples" / "gitops" / "argocd" / "health-kafkaicebergtopic.lua"
 ARGOCD_CM_PATCH = HEALTH_LUA.with_name("argocd-cm-patch.yaml")
 HEALTH_KEY = "resource.customizations.health.floe.dev_KafkaIcebergTopic"
+OPERATION_HEALTH_LUA = HEALTH_LUA.with_name("health-kafkaicebergoperation.lua")
+OPERATION_HEALTH_KEY = "resource.customizations.health.floe.dev_KafkaIcebergOperation"
 
 
 def venv_tool(name: str) -> str:
@@ -117,12 +119,12 @@ def test_the_images_install_their_extras_and_the_plugin_needs_only_the_api_clien
 
 # The Argo CD health check.
 
-def health(obj: dict) -> dict:
+def health(obj: dict, script: Path = HEALTH_LUA) -> dict:
     from lupa import lua51
 
     lua = lua51.LuaRuntime()
     lua.globals().obj = lua.table_from(obj, recursive=True)
-    result = lua.execute(HEALTH_LUA.read_text())
+    result = lua.execute(script.read_text())
     return dict(result.items())
 
 
@@ -183,8 +185,40 @@ def test_health_is_progressing_while_the_job_starts():
         "status": "Progressing", "message": "SparkApplication floe-orders is SUBMITTED"}
 
 
-def test_the_argocd_cm_patch_installs_the_same_script():
+def test_health_is_degraded_while_a_failing_change_is_rolled_back():
+    rolled = Observation(generation=3, app_state="RUNNING", app_name="floe-orders",
+                         table_exists=True, schema_id=1,
+                         rolled_back="generation 3 did not become healthy within 10m")
+    assert health(topic(generation=3, observed=rolled)) == {
+        "status": "Degraded", "message": "generation 3 did not become healthy within 10m"}
+
+
+def test_an_operation_is_progressing_then_healthy_or_degraded_with_its_message():
+    from floe_operator.operation import OperationWorld, plan
+
+    def operation(status: dict | None) -> dict:
+        obj = {"apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
+               "metadata": {"name": "undo", "namespace": "data", "generation": 1},
+               "spec": {"topic": "orders", "type": "Rollback"}}
+        return {**obj, "status": status} if status is not None else obj
+
+    assert health(operation(None), OPERATION_HEALTH_LUA)["status"] == "Progressing"
+    waiting = plan(OperationWorld(now_ms=1_795_000_000_000, name="undo", uid="u", generation=1,
+                                  spec=None, invalid="rollback needs exactly one of snapshotId "
+                                                     "and before")).status
+    assert health(operation(waiting), OPERATION_HEALTH_LUA) == {
+        "status": "Degraded",
+        "message": "invalid spec: rollback needs exactly one of snapshotId and before"}
+    assert health(operation({"phase": "Running", "message": "moving main back"}),
+                  OPERATION_HEALTH_LUA) == {"status": "Progressing",
+                                            "message": "moving main back"}
+    assert health(operation({"phase": "Succeeded", "message": "done"}),
+                  OPERATION_HEALTH_LUA) == {"status": "Healthy", "message": "done"}
+
+
+def test_the_argocd_cm_patch_installs_the_same_scripts():
     patch = yaml.safe_load(ARGOCD_CM_PATCH.read_text())
     assert (patch["kind"], patch["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
-    assert patch["data"][HEALTH_KEY] == HEALTH_LUA.read_text(), (
-        "argocd-cm-patch.yaml is stale: copy health-kafkaicebergtopic.lua into it")
+    for key, script in ((HEALTH_KEY, HEALTH_LUA), (OPERATION_HEALTH_KEY, OPERATION_HEALTH_LUA)):
+        assert patch["data"][key] == script.read_text(), (
+            f"argocd-cm-patch.yaml is stale: copy {script.name} into it")

@@ -1,6 +1,7 @@
 -- Argo CD health of a floe KafkaIcebergTopic, from what the operator writes on its status
--- (operator/floe_operator/status.py): phase Pending | Running | Degraded | Failed | Suspended,
--- and a Ready condition whose reason says what is wrong.
+-- (operator/floe_operator/status.py): phase Pending | Running | Degraded | RolledBack | Failed |
+-- Suspended, and a Ready condition whose reason says what is wrong. A rolled-back topic lands,
+-- but with an older spec than the one written: Degraded, so the change is looked at.
 local hs = {status = "Progressing", message = "Waiting for the floe operator"}
 
 local function ready_condition(status)
@@ -40,6 +41,8 @@ end
 
 if obj.spec ~= nil and obj.spec.suspend == true then
   hs.status = "Suspended"
+elseif status.phase == "RolledBack" then
+  hs.status = "Degraded"
 elseif ready ~= nil and ready.status == "True" then
   hs.status = "Healthy"
 elseif status.phase == "Failed" or status.phase == "Degraded"
