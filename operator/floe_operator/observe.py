@@ -174,7 +174,10 @@ def job_activity(namespace: str, app: App) -> str:
     try:
         text = kube.job_metrics(namespace, app.driver, JOB_METRICS_PORT)
     except Exception as error:  # noqa: BLE001 - the stall is reported all the same
-        return f"not saying what it does: its metrics could not be read ({error_text(error)})"
+        # Its status and reason only: the same words at each visit (no status write each time).
+        said = (f"{error.status} {error.reason}" if hasattr(error, "status")
+                else f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")
+        return f"not saying what it does: its metrics could not be read ({said})"
     found = report.samples(text)
     value = {name: v for name, labels, v in found if not labels}
     state = next((labels["floe_job_activity"] for name, labels, v in found
