@@ -5,6 +5,7 @@
     kubectl floe approve NAME       a breaking schema change, shown first (--yes: no question)
     kubectl floe suspend NAME / resume NAME / restart NAME
     kubectl floe logs NAME [-f] [--tail N]   the job's driver
+    kubectl floe rollback NAME (--to SNAPSHOT | --before TIME) [-w]   the table, to a snapshot
 
 It needs the Kubernetes client alone (``pip install floe``); kubectl finds it as
 ``kubectl-floe`` on PATH.
@@ -57,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
                        "lost: the job goes on from the table's offsets")
     command("resume", "start a suspended topic's job again")
     command("restart", "restart the topic's job (it goes on from the table's offsets)")
+    rollback = command("rollback", "roll the topic's table back to a snapshot: the records "
+                                   "after it land again, once (a KafkaIcebergOperation)")
+    target = rollback.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to", dest="snapshot", metavar="SNAPSHOT",
+                        help="a snapshot id of main's history")
+    target.add_argument("--before", metavar="TIME", help="the newest snapshot committed at or "
+                                                          "before this time (RFC 3339)")
+    rollback.add_argument("--table", help="a routed topic's other table")
+    rollback.add_argument("-w", "--wait", action="store_true",
+                          help="wait until it ends, saying how it goes")
     logs = command("logs", "the log of the topic's job (its Spark driver)")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--tail", type=int, help="the last lines only")
@@ -266,8 +277,36 @@ def logs(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def rollback(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    import time
+
+    from .names import GROUP, OPERATION_KIND, VERSION
+
+    _topic(cluster, namespace, args.name)
+    target = ({"snapshotId": args.snapshot} if args.snapshot else {"before": args.before})
+    if args.table:
+        target["table"] = args.table
+    name = f"{args.name[:200]}-rollback-{_now().strftime('%Y%m%d%H%M%S')}"
+    cluster.create_operation(namespace, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": OPERATION_KIND, "metadata": {"name": name},
+        "spec": {"topic": args.name, "type": "Rollback", "rollback": target}})
+    print(f"kafkaicebergoperation {namespace}/{name} created")
+    if not args.wait:
+        return 0
+    said = None
+    while True:
+        shown = cluster.operation(namespace, name).get("status") or {}
+        line = f"{shown.get('phase', 'Pending')}: {shown.get('message', 'waiting for floe')}"
+        if line != said:
+            print(line, flush=True)
+            said = line
+        if shown.get("phase") in ("Succeeded", "Failed"):
+            return 0 if shown["phase"] == "Succeeded" else 1
+        time.sleep(2)
+
+
 COMMANDS = {"status": status, "describe": describe, "approve": approve, "suspend": suspend,
-            "resume": resume, "restart": restart, "logs": logs}
+            "resume": resume, "restart": restart, "logs": logs, "rollback": rollback}
 
 
 if __name__ == "__main__":

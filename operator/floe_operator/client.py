@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from .names import GROUP, PLURAL, VERSION
+from .names import GROUP, OPERATION_PLURAL, PLURAL, VERSION
 
 METRICS_PORT = 9464  # the driver's "metrics" port (render.JOB_METRICS_PORT)
 
@@ -67,6 +67,14 @@ class Cluster:
             keywords["resource_version"] = since
         for event in watch.Watch().stream(call, *args, **keywords):
             yield event["type"], event["object"]
+
+    def create_operation(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                           OPERATION_PLURAL, body)
+
+    def operation(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                        OPERATION_PLURAL, name)
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """A merge patch of the resource (its spec, or its annotations)."""

@@ -10,3 +10,7 @@ PLURAL = "kafkaicebergtopics"
 APPROVAL = f"{GROUP}/approve-schema-version"
 # Each new value restarts the job once (``kubectl floe restart`` sets the time).
 RESTART = f"{GROUP}/restart"
+
+# Operations on a topic's table (floe_operator.operation), objects of their own.
+OPERATION_KIND = "KafkaIcebergOperation"
+OPERATION_PLURAL = "kafkaicebergoperations"

@@ -23,9 +23,9 @@ from floe_sparkapp.contract import Rule, _Model
 from pydantic import Field
 
 from .clock import epoch, iso
+from .names import OPERATION_KIND, OPERATION_PLURAL
 
-KIND = "KafkaIcebergOperation"
-PLURAL = "kafkaicebergoperations"
+KIND, PLURAL = OPERATION_KIND, OPERATION_PLURAL
 SINGULAR = "kafkaicebergoperation"
 SHORT_NAMES = ["kio"]
 

@@ -21,10 +21,10 @@ from .test_operator import declared_orders, logs as job_logs, orders_status, plu
 pytestmark = pytest.mark.e2e
 
 
-def floe(*args: str, env: dict[str, str] | None = None, check: bool = True
-         ) -> subprocess.CompletedProcess:
+def floe(*args: str, env: dict[str, str] | None = None, check: bool = True,
+         timeout: float = 120) -> subprocess.CompletedProcess:
     done = subprocess.run(["kubectl", "floe", *args], capture_output=True, text=True,
-                          env=env or plugin_env(), timeout=120)
+                          env=env or plugin_env(), timeout=timeout)
     assert not check or done.returncode == 0, done.stderr
     return done
 
@@ -67,6 +67,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
                 and status().get("phase") == "Running")
 
     assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    first_snapshot = status()["table"]["snapshotId"]  # the 30 records, for the rollback below
 
     # status: the table, YAML of the resource, a label selector.
     header, row = floe("status", "-n", namespace).stdout.splitlines()[:2]
@@ -132,5 +133,18 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     assert any(e.reason == "JobRestarted" and "restart asked for" in e.message for e in events)
     produce_orders(producer, 40, 5)
     assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    # rollback: the table back to the snapshot of the first 30 records, waited for; the 15
+    # records after it land again, each once.
+    rolled = floe("rollback", "orders", "-n", namespace, "--to", first_snapshot, "-w",
+                  timeout=400)
+    lines = rolled.stdout.splitlines()
+    assert lines[0].startswith(f"kafkaicebergoperation {namespace}/orders-rollback-"), lines
+    assert lines[-1].startswith(f"Succeeded: main of analytics.orders was moved back to "
+                                f"snapshot {first_snapshot}"), lines
+    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    from ..integration.jobkit import assert_exactly_once
+    from .test_operator import orders_rows, topic_catalog
+
+    assert_exactly_once(orders_rows(topic_catalog(shared)), producer.sent)
     missing = floe("logs", "gone", "-n", namespace, check=False)
     assert missing.returncode == 1 and 'KafkaIcebergTopic "gone" not found' in missing.stderr
