@@ -228,13 +228,13 @@ def run(sizes: list[int], env: dict[str, str], work: Path, timeout: float) -> di
     sys.path.insert(0, str(ROOT))
     from kubernetes import config
 
-    from tests.e2e.kube import FLOE_CRD, SPARK_CRD, install_crd
+    from tests.e2e.kube import FLOE_CRD, OPERATION_CRD, SPARK_CRD, install_crd
 
     import workload
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     install_crd(api_client, FLOE_CRD)
-    install_crd(api_client, FLOE_CRD.with_name("floe.dev_kafkaicebergoperations.yaml"))
+    install_crd(api_client, OPERATION_CRD)
     install_crd(api_client, SPARK_CRD)
     topic = f"bench-operator-{uuid.uuid4().hex[:6]}"
     workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic, partitions=1)
@@ -295,6 +295,7 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
     from hack.demo import node_spark
     from hack.stack.procs import stop_group
     from tests.e2e.kube import install_crd, wait_until
+    from tests.e2e.test_operator import topic_body
     from tests.integration.jobkit import AvroProducer, create_topic
     from tests.integration.test_job_roundtrip import produce_orders
 
@@ -313,23 +314,15 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
     shared = Path(env["FLOE_NODE_SHARED"]) / f"bench-{uuid.uuid4().hex[:8]}"
     shared.mkdir()
     shared.chmod(0o777)
-    (shared / "c.db").touch()
-    (shared / "c.db").chmod(0o666)
     topic = f"bench-status-{uuid.uuid4().hex[:6]}"
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 10)
-    body = {"apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
-            "metadata": {"name": "orders"},
-            "spec": {"kafka": {"bootstrapServers": stack.bootstrap, "topic": topic},
-                     "value": {"format": "avro", "schemaRegistry": {
-                         "url": stack.registry_url, "subject": f"{topic}-value"}},
-                     "table": {"catalog": {"name": "op", "uri": f"jdbc:sqlite:{shared / 'c.db'}",
-                                           "warehouse": f"file://{shared / 'wh'}"},
-                               "identifier": "analytics.orders"},
-                     "commit": {"interval": interval},
-                     "spark": {"checkpointLocation": str(shared / "checkpoint"),
-                               **node_spark(shared)}}}
+    # The tests' resource on the node, but a job that runs as long as a user's does (the JVM's
+    # default compilers) at the interval asked for.
+    body = topic_body(stack, shared, topic)
+    body["spec"]["commit"]["interval"] = interval
+    body["spec"]["spark"].update(node_spark(shared))
     path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
     log = (work / f"operator-{tree.name}.log").open("w")
     operator = subprocess.Popen(

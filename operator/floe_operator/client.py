@@ -12,9 +12,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from .names import GROUP, OPERATION_PLURAL, PLURAL, VERSION
-
-METRICS_PORT = 9464  # the driver's "metrics" port (render.JOB_METRICS_PORT)
+from .names import GROUP, JOB_METRICS_PORT, OPERATION_PLURAL, PLURAL, VERSION
 
 
 class Cluster:
@@ -123,4 +121,4 @@ class Cluster:
     def job_metrics(self, namespace: str, pod: str) -> str:
         """The driver's Prometheus metrics, through the API server's pod proxy."""
         return self.core.connect_get_namespaced_pod_proxy_with_path(
-            f"{pod}:{METRICS_PORT}", namespace, "metrics")
+            f"{pod}:{JOB_METRICS_PORT}", namespace, "metrics")

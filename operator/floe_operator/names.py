@@ -11,6 +11,10 @@ APPROVAL = f"{GROUP}/approve-schema-version"
 # Each new value restarts the job once (``kubectl floe restart`` sets the time).
 RESTART = f"{GROUP}/restart"
 
+# The driver serves the job's Prometheus metrics on this port, named "metrics" in its pod (the
+# chart's PodMonitor scrapes it).
+JOB_METRICS_PORT = 9464
+
 # Operations on a topic's table (floe_operator.operation), objects of their own.
 OPERATION_KIND = "KafkaIcebergOperation"
 OPERATION_PLURAL = "kafkaicebergoperations"

@@ -26,7 +26,8 @@ from . import kube, operation, render, report
 from .clients import Secrets, catalog_config, catalogs, end_offsets, registries, registry_config
 from .appstate import state_of
 from .clock import epoch, iso, now_ms
-from .render import JOB_METRICS_PORT, Topic
+from .names import JOB_METRICS_PORT
+from .render import Topic
 from .settings import OperatorSettings
 from .resource import KafkaIcebergTopicSpec
 from .view import App, Children, Deletion, RegistryView, TableView, World

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from .clock import epoch, iso
 from .names import OPERATION_KIND, OPERATION_PLURAL
+from .view import by_partition
 
 KIND, PLURAL = OPERATION_KIND, OPERATION_PLURAL
 SINGULAR = "kafkaicebergoperation"
@@ -164,10 +165,6 @@ class OperationPlan:
 TERMINAL = ("Succeeded", "Failed")
 
 
-def _offsets(offsets: dict[int, int]) -> dict[str, int]:
-    return {str(p): o for p, o in sorted(offsets.items())}
-
-
 def restart_value(world: OperationWorld) -> str:
     """The topic's restart annotation that this operation sets: its own, so setting it again
     after a crash restarts nothing."""
@@ -232,8 +229,8 @@ def plan(world: OperationWorld) -> OperationPlan:
                                      "already: nothing to roll back")
         moved = {"table": table, "fromSnapshotId": str(head.snapshot_id),
                  "toSnapshotId": str(found.snapshot_id),
-                 "fromOffsets": _offsets(world.offsets),
-                 "toOffsets": _offsets(world.offsets_at.get(found.snapshot_id, {})),
+                 "fromOffsets": by_partition(world.offsets),
+                 "toOffsets": by_partition(world.offsets_at.get(found.snapshot_id, {})),
                  "rolledBackAt": iso(world.now_ms / 1000)}
         return waits(f"moving main of {table} back from snapshot {head.snapshot_id} to "
                      f"{found.snapshot_id}",

@@ -37,7 +37,7 @@ from floe_sparkapp.evolution import plan_evolution
 from . import redact, render
 from .appstate import ENDED, FAILED, SUBMITTING, AppState
 from .clock import epoch, iso
-from .view import App, Deletion, TableView, World, as_status_offsets
+from .view import App, Deletion, TableView, World, as_status_offsets, by_partition
 from .names import APPROVAL
 from .render import Topic
 from .resource import GROUP
@@ -503,7 +503,7 @@ def _progress(topic: Topic, world: World, decided: _Decisions,
             shown["error"] = None  # removed (the status is merge-patched)
     elif world.kafka_error:  # latest and lag stay as they were, and say so
         if known:
-            shown["committed"] = {str(p): o for p, o in sorted(offsets.items())}
+            shown["committed"] = by_partition(offsets)
         shown["error"] = (f"Kafka could not be asked for the latest offsets, so latest and lag "
                           f"are as of an earlier visit: {world.kafka_error}")[:500]
     if shown:
@@ -635,7 +635,7 @@ def _table_entry(identifier: str, view: TableView, world: World) -> dict[str, An
     if view.committed_at_ms is not None:
         entry["committedAt"] = iso(view.committed_at_ms / 1000)
     if view.exists:
-        entry["committed"] = {str(p): o for p, o in sorted(view.offsets.items())}
+        entry["committed"] = by_partition(view.offsets)
     if world.latest_offsets is not None and view.exists:
         entry["lag"] = as_status_offsets(view.offsets, world.latest_offsets)["lag"]
     if view.vtts_ms is not None:

@@ -20,7 +20,7 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
-from .names import RESTART
+from .names import JOB_METRICS_PORT, RESTART
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 
@@ -235,9 +235,6 @@ def _pod_template(container: str, volumes: list[dict[str, Any]],
                      "volumes": volumes, **_placement(pod)}}
 
 
-# The driver serves the job's Prometheus metrics on this port, named "metrics" (the chart's
-# PodMonitor scrapes it).
-JOB_METRICS_PORT = 9464
 
 
 def _logging_env(topic: Topic, settings: OperatorSettings) -> list[dict[str, str]]:

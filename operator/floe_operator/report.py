@@ -31,7 +31,7 @@ def _conditions(item: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
 
 
-def _schema(status: dict[str, Any], conditions: dict[str, dict[str, Any]]) -> str:
+def _schema(status: dict[str, Any]) -> str:
     version = (status.get("table") or {}).get("registryVersion")
     if version is None:
         return NONE
@@ -57,7 +57,7 @@ def summary_row(item: dict[str, Any], now: dt.datetime) -> dict[str, str]:
         "LAG": NONE if lag is None else str(lag),
         "FRESHNESS": _since(status.get("landedThrough"), now),
         "SNAPSHOT": (status.get("table") or {}).get("snapshotId") or NONE,
-        "SCHEMA": _schema(status, conditions),
+        "SCHEMA": _schema(status),
         "AGE": _since(meta.get("creationTimestamp"), now),
     }
 

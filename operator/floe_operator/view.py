@@ -190,7 +190,12 @@ class Deletion:
     tables: Mapping[str, str | None] = field(default_factory=dict)  # identifier -> writer
 
 
+def by_partition(offsets: Mapping[int, int]) -> dict[str, int]:
+    """Offsets per partition as the status writes them: keyed by the partition's number as
+    text, in partition order."""
+    return {str(p): o for p, o in sorted(offsets.items())}
+
+
 def as_status_offsets(committed: Mapping[int, int], latest: Mapping[int, int]) -> dict[str, Any]:
     lag = sum(max(0, end - committed.get(p, 0)) for p, end in latest.items())
-    return {"committed": {str(p): o for p, o in sorted(committed.items())},
-            "latest": {str(p): o for p, o in sorted(latest.items())}, "lag": lag}
+    return {"committed": by_partition(committed), "latest": by_partition(latest), "lag": lag}

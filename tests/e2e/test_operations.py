@@ -104,13 +104,9 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     assert done["rollback"]["fromSnapshotId"] != target
     # What main held before: at least the 120 records.
     assert sum(done["rollback"]["fromOffsets"].values()) >= 120
-    history = catalog.load_table("analytics.orders")
-    ancestry = set()
-    snapshot = history.current_snapshot()
-    while snapshot is not None:
-        ancestry.add(str(snapshot.snapshot_id))
-        snapshot = (history.snapshot_by_id(snapshot.parent_snapshot_id)
-                    if snapshot.parent_snapshot_id else None)
+    from floe_sparkapp.ledger import ancestors
+
+    ancestry = {str(s.snapshot_id) for s in ancestors(catalog.load_table("analytics.orders"))}
     assert target in ancestry and before not in ancestry  # main went back, then on again
     reasons = [e.reason for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
         namespace, field_selector="involvedObject.name=undo").items]
