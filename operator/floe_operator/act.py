@@ -186,18 +186,38 @@ def _evolve(world: World, topic: Topic, job: JobConfig, logger: Any) -> World:
 
 # --- an operation's actions --------------------------------------------------------------------
 
-def run_operation(actions: tuple[Any, ...], world: Any, table: Any, namespace: str,
-                  body: Any, logger: Any) -> None:
+def run_operation(actions: tuple[Any, ...], world: Any, table: Any, topic: Topic | None,
+                  settings: Any, body: Any, logger: Any) -> None:
     """Runs an operation's plan (:func:`operation.plan`): a roll back of ``table`` (loaded by
     this visit: its commit holds only if ``main`` is still where the plan saw it), the
-    restart of its topic's job."""
+    restart of its topic's job, its Spark job's attempts."""
+    from floe_sparkapp.contract import OperationRequest
     from floe_sparkapp.ledger import roll_back
     from pyiceberg.exceptions import CommitFailedException
 
     from .names import RESTART
-    from .operation import RestartJob, RollBack
+    from .operation import DeleteRun, RestartJob, RollBack, StartRun
+    from .render import operation_application
 
+    namespace = body["metadata"]["namespace"]
     for action in actions:
+        if isinstance(action, StartRun):
+            assert topic is not None and world.spec is not None
+            request = OperationRequest(uid=world.uid, name=world.name, type=world.spec.type,
+                                       repair=world.spec.repair)
+            app = operation_application(topic, settings, world.name, world.uid, action.attempt,
+                                        request.model_dump_json(by_alias=True,
+                                                                exclude_none=True))
+            if kube.create_spark_application(app) is not None:
+                logger.info("created SparkApplication %s (attempt %d)",
+                            app["metadata"]["name"], action.attempt)
+                kopf.info(body, reason="JobCreated", message=(
+                    f"created SparkApplication {app['metadata']['name']} (attempt "
+                    f"{action.attempt})"))
+            continue
+        if isinstance(action, DeleteRun):
+            kube.delete_spark_application(namespace, action.name)
+            continue
         if isinstance(action, RollBack):
             try:
                 roll_back(table, action.to_snapshot_id, world.uid, action.record)

@@ -6,6 +6,7 @@
     kubectl floe suspend NAME / resume NAME / restart NAME
     kubectl floe logs NAME [-f] [--tail N]   the job's driver
     kubectl floe rollback NAME (--to SNAPSHOT | --before TIME) [-w]   the table, to a snapshot
+    kubectl floe repair NAME [--reason R]... [--dry-run] [-w]   decode the raw rows again
 
 It needs the Kubernetes client alone (``pip install floe``); kubectl finds it as
 ``kubectl-floe`` on PATH.
@@ -21,6 +22,10 @@ from importlib.metadata import version
 from typing import Any
 
 PROG = "kubectl floe"
+# Why a row is kept raw (floe_sparkapp.contract.RAW_REASONS: the plugin installs without the
+# job's package; a unit test keeps them the same).
+RAW_REASONS = ("key", "not_framed", "unknown_schema", "schema_refused", "malformed",
+               "undecodable", "not_a_change", "other")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +73,18 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--table", help="a routed topic's other table")
     rollback.add_argument("-w", "--wait", action="store_true",
                           help="wait until it ends, saying how it goes")
+    repair = command("repair", "decode the rows the topic's table kept raw again, once their "
+                               "cause is fixed; each record stays one row (a "
+                               "KafkaIcebergOperation)")
+    repair.add_argument("--reason", dest="reasons", action="append",
+                        choices=RAW_REASONS, help="only rows kept raw for this reason "
+                                                  "(repeatable; default: any)")
+    repair.add_argument("--dry-run", action="store_true",
+                        help="count what would be decoded, and why the rest would not; change "
+                             "nothing")
+    repair.add_argument("--table", help="a routed topic's other table")
+    repair.add_argument("-w", "--wait", action="store_true",
+                        help="wait until it ends, saying how it goes")
     logs = command("logs", "the log of the topic's job (its Spark driver)")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--tail", type=int, help="the last lines only")
@@ -278,18 +295,33 @@ def logs(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
 
 
 def rollback(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    target = ({"snapshotId": args.snapshot} if args.snapshot else {"before": args.before})
+    return _operation(cluster, namespace, args, "Rollback", target)
+
+
+def repair(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    section: dict[str, Any] = {"dryRun": True} if args.dry_run else {}
+    if args.reasons:
+        section["reasons"] = sorted(set(args.reasons))
+    return _operation(cluster, namespace, args, "Repair", section)
+
+
+def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str,
+               section: dict[str, Any]) -> int:
+    """Makes a KafkaIcebergOperation of type ``kind`` on the topic, named after it, the type
+    and the time; with ``--wait``, prints its phase and message at each change until it
+    ends."""
     import time
 
     from .names import GROUP, OPERATION_KIND, VERSION
 
     _topic(cluster, namespace, args.name)
-    target = ({"snapshotId": args.snapshot} if args.snapshot else {"before": args.before})
     if args.table:
-        target["table"] = args.table
-    name = f"{args.name[:200]}-rollback-{_now().strftime('%Y%m%d%H%M%S')}"
+        section = {**section, "table": args.table}
+    name = f"{args.name[:200]}-{kind.lower()}-{_now().strftime('%Y%m%d%H%M%S')}"
     cluster.create_operation(namespace, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": OPERATION_KIND, "metadata": {"name": name},
-        "spec": {"topic": args.name, "type": "Rollback", "rollback": target}})
+        "spec": {"topic": args.name, "type": kind, kind.lower(): section}})
     print(f"kafkaicebergoperation {namespace}/{name} created")
     if not args.wait:
         return 0
@@ -306,7 +338,8 @@ def rollback(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"status": status, "describe": describe, "approve": approve, "suspend": suspend,
-            "resume": resume, "restart": restart, "logs": logs, "rollback": rollback}
+            "resume": resume, "restart": restart, "logs": logs, "rollback": rollback,
+            "repair": repair}
 
 
 if __name__ == "__main__":

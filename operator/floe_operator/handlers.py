@@ -276,9 +276,9 @@ def visit_operation(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None
     previous = dict(body.get("status") or {})
     if previous.get("phase") in operation.TERMINAL:
         return
-    world, table = observe.observe_operation(body, settings())
+    world, table, topic = observe.observe_operation(body, settings())
     planned = operation.plan(world)
-    act.run_operation(planned.actions, world, table, body["metadata"]["namespace"], body, logger)
+    act.run_operation(planned.actions, world, table, topic, settings(), body, logger)
     changed = _changed(previous, planned.status)
     if changed.get("phase") in operation.TERMINAL:
         post = kopf.info if changed["phase"] == "Succeeded" else kopf.warn

@@ -111,6 +111,16 @@ def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
         raise _temporary(f"reading SparkApplication {name}", error) from None
 
 
+def spark_applications(namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The SparkApplications of ``namespace`` that ``selector`` (labels) selects."""
+    try:
+        return custom().list_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
+                                                      SPARK_PLURAL,
+                                                      label_selector=selector)["items"]
+    except ApiException as error:
+        raise _temporary(f"listing SparkApplications {selector}", error) from None
+
+
 def create_spark_application(body: dict[str, Any]) -> dict[str, Any] | None:
     """Creates the application and returns it; None if one by that name exists already."""
     meta = body["metadata"]

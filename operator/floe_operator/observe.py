@@ -13,7 +13,7 @@ from typing import Any
 
 from floe_sparkapp.avro_types import SchemaMappingError
 from floe_sparkapp.ledger import (OWNER, ancestors, commits_since, last_commit,
-                                  operation_record)
+                                  operation_commits, operation_record)
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
@@ -24,9 +24,9 @@ from pydantic import ValidationError
 
 from . import kube, operation, render, report
 from .clients import Secrets, catalog_config, catalogs, end_offsets, registries, registry_config
-from .appstate import state_of
+from .appstate import error_of, state_of
 from .clock import epoch, iso, now_ms
-from .names import JOB_METRICS_PORT
+from .names import GROUP, JOB_METRICS_PORT
 from .render import Topic
 from .settings import OperatorSettings
 from .resource import KafkaIcebergTopicSpec
@@ -194,9 +194,9 @@ def job_activity(namespace: str, app: App) -> str:
 # --- an operation ------------------------------------------------------------------------------
 
 def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
-                      ) -> tuple[operation.OperationWorld, Any]:
-    """An operation's world (its topic and table as they are now), and the table it works on
-    (PyIceberg's, loaded for this visit; None where there is none)."""
+                      ) -> tuple[operation.OperationWorld, Any, Topic | None]:
+    """An operation's world (its topic and table as they are now, its Spark job), the table it
+    works on (PyIceberg's, loaded for this visit; None where there is none) and its topic."""
     meta = body["metadata"]
     world = operation.OperationWorld(now_ms=now_ms(), name=meta["name"], uid=meta.get("uid", ""),
                                      generation=int(meta.get("generation", 1)),
@@ -204,37 +204,52 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
     try:
         spec = operation.OperationSpec.model_validate(body.get("spec") or {})
     except ValidationError as error:
-        return replace(world, invalid=str(error)), None
+        return replace(world, invalid=str(error)), None, None
     world = replace(world, spec=spec)
     found = kube.get_topic(meta["namespace"], spec.topic)
     if found is None:
-        return world, None
+        return world, None, None
     topic = Topic.from_body(dict(found))
     job = render.desired(topic, settings).job
     tables = tuple(t.identifier for t in topic.spec.tables())
     world = replace(world, topic_found=True, topic_restart=topic.restart,
                     topic_suspended=topic.spec.suspend, tables=tables)
-    identifier = (spec.rollback.table if spec.rollback and spec.rollback.table else tables[0])
+    identifier = spec.table or tables[0]
     destination = next((d for d in job.destinations() if d.table.identifier == identifier), None)
     if destination is None:
-        return world, None
+        return world, None, topic
+    if spec.repair is not None:
+        world = replace(world, refused=spec.repair.refused(topic.spec, destination.table),
+                        run=_newest_run(meta["namespace"], world.uid))
     config = catalog_config(destination, Secrets.of(topic))
     try:
         table = catalogs.get(config).load_table(identifier)
     except Exception as error:  # noqa: BLE001 - reported on the status, tried again
         catalogs.drop(config)
-        return replace(world, table_error=error_text(error)), None
+        return replace(world, table_error=error_text(error)), None, topic
     writer, kafka_topic = topic.writer, topic.spec.kafka.topic
+    world = replace(world, record=operation_record(table, world.uid))
+    if spec.repair is not None:
+        return replace(world, progress=operation_commits(table, world.uid)), table, topic
     ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms)
                      for s in ancestors(table))
-    world = replace(world, ancestry=ancestry, record=operation_record(table, world.uid),
+    world = replace(world, ancestry=ancestry,
                     offsets=last_commit(table, writer, kafka_topic).offsets)
     if spec.rollback is not None and world.record is None:
         found_target = operation.target(spec.rollback, ancestry)
         if not isinstance(found_target, str):
             at = last_commit(table, writer, kafka_topic, at=found_target.snapshot_id).offsets
             world = replace(world, offsets_at={found_target.snapshot_id: at})
-    return world, table
+    return world, table, topic
+
+
+def _newest_run(namespace: str, uid: str) -> operation.Run | None:
+    """The operation's newest attempt's SparkApplication."""
+    runs = [operation.Run(app["metadata"]["name"],
+                          int((app["metadata"].get("labels") or {}).get(f"{GROUP}/attempt", 0)),
+                          state_of(app), error_of(app))
+            for app in kube.spark_applications(namespace, f"{GROUP}/operation-uid={uid}")]
+    return max(runs, key=lambda r: r.attempt) if runs else None
 
 
 def observe_deletion(topic: Topic, job: JobConfig, since_ms: int) -> Deletion:

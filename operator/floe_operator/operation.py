@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from floe_sparkapp.contract import Rule, _Model
+from floe_sparkapp.contract import RepairSpec, Rule, _Model
 from pydantic import Field
 
 from .clock import epoch, iso
@@ -60,16 +60,27 @@ class OperationSpec(_Model):
     topic: str = Field(min_length=1, max_length=253,
                        description="The KafkaIcebergTopic, in this namespace, whose table the "
                                    "operation works on.")
-    type: Literal["Rollback"] = Field(description="What to do: Rollback (move the table's main "
-                                                  "back to a snapshot; the records after it land "
-                                                  "again).")
+    type: Literal["Rollback", "Repair"] = Field(
+        description="What to do: Rollback (move the table's main back to a snapshot; the "
+                    "records after it land again), Repair (decode the table's raw rows again, "
+                    "once their cause is fixed).")
     rollback: RollbackSpec | None = None
+    repair: RepairSpec | None = None
 
     RULES = (
         Rule("self.type != 'Rollback' || has(self.rollback)",
              "type Rollback needs the rollback section", "", None,
              lambda s: s.type != "Rollback" or s.rollback is not None),
+        Rule("self.type != 'Repair' || has(self.repair)",
+             "type Repair needs the repair section (repair: {} selects every raw row)", "", None,
+             lambda s: s.type != "Repair" or s.repair is not None),
     )
+
+    @property
+    def table(self) -> str | None:
+        """The table the spec names, if it names one."""
+        section = self.rollback if self.type == "Rollback" else self.repair
+        return section.table if section is not None else None
 
 
 # --- the status --------------------------------------------------------------------------------
@@ -87,6 +98,27 @@ class RollbackStatus(_Model):
     job_restarted: bool | None = Field(None, description="The topic's job was restarted.")
 
 
+class StayRaw(_Model):
+    count: int
+    errors: list[str] = Field(default_factory=list, description="A few of their errors.")
+
+
+class RepairStatus(_Model):
+    table: str = Field(description="The table repaired.")
+    dry_run: bool = False
+    selected: int | None = Field(None, description="Raw rows the last attempt selected.")
+    repaired: int | None = Field(None, description="Rows decoded and replaced, in all "
+                                                   "attempts.")
+    would_repair: int | None = Field(None, description="A dry run: rows that would be decoded.")
+    would_evolve: list[str] = Field(
+        default_factory=list, description="A dry run: how the table would evolve first (a "
+                                          "dry run changes no schema).")
+    commits: int | None = Field(None, description="The commits that replaced them.")
+    stay_raw: int | None = Field(None, description="Selected rows that still do not decode.")
+    stay_raw_by_reason: dict[str, StayRaw] = Field(
+        default_factory=dict, description="Those, by the reason they do not.")
+
+
 class OperationStatus(_Model):
     """The operation's status, as the operator writes it."""
 
@@ -98,6 +130,11 @@ class OperationStatus(_Model):
     started_at: str | None = Field(None, json_schema_extra=_TIME)
     finished_at: str | None = Field(None, json_schema_extra=_TIME)
     rollback: RollbackStatus | None = None
+    repair: RepairStatus | None = None
+    attempts: int | None = Field(None, description="Spark jobs started for it (a failed one is "
+                                                   "started again, up to 3).")
+    application: str | None = Field(None, description="Its SparkApplication (the newest).")
+    last_error: str | None = Field(None, description="Why its last Spark job failed.")
 
 
 # --- what the planner reads --------------------------------------------------------------------
@@ -106,6 +143,16 @@ class OperationStatus(_Model):
 class Snapshot:
     snapshot_id: int
     timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """An attempt's SparkApplication, as observed."""
+
+    name: str
+    attempt: int
+    state: str = ""  # spark-operator's applicationState ("" before it has seen it)
+    error: str = ""  # what spark-operator says went wrong
 
 
 @dataclass(frozen=True)
@@ -128,6 +175,9 @@ class OperationWorld:
     record: dict[str, Any] | None = None  # what this operation recorded on the table
     offsets: dict[int, int] = field(default_factory=dict)  # the writer's, in main now
     offsets_at: dict[int, dict[int, int]] = field(default_factory=dict)  # at a snapshot
+    refused: str | None = None  # why the table cannot take the operation (what to change)
+    run: Run | None = None  # the newest attempt's SparkApplication
+    progress: tuple[int, int] = (0, 0)  # the operation's commits in main, and rows they repaired
 
 
 # --- actions -----------------------------------------------------------------------------------
@@ -151,7 +201,21 @@ class RestartJob:
     value: str
 
 
-OperationAction = RollBack | RestartJob
+@dataclass(frozen=True)
+class StartRun:
+    """Create attempt ``attempt``'s SparkApplication."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteRun:
+    """Delete an ended attempt's SparkApplication (and its pods)."""
+
+    name: str
+
+
+OperationAction = RollBack | RestartJob | StartRun | DeleteRun
 
 
 @dataclass(frozen=True)
@@ -163,6 +227,8 @@ class OperationPlan:
 # --- the planner -------------------------------------------------------------------------------
 
 TERMINAL = ("Succeeded", "Failed")
+MAX_ATTEMPTS = 3  # Spark jobs started for an operation before it fails
+FAILED_STATES = ("FAILED", "SUBMISSION_FAILED")
 
 
 def restart_value(world: OperationWorld) -> str:
@@ -208,12 +274,14 @@ def plan(world: OperationWorld) -> OperationPlan:
     spec = world.spec
     if not world.topic_found:
         return waits(f"waiting for KafkaIcebergTopic {spec.topic} in this namespace")
+    if spec.table is not None and spec.table not in world.tables:
+        return ends("Failed", f"table {spec.table} is not one of KafkaIcebergTopic "
+                              f"{spec.topic}'s tables ({', '.join(world.tables)})")
+    if spec.type == "Repair":
+        return _repair(world, spec, status, ends, waits)
     rollback = spec.rollback
     assert rollback is not None
     table = rollback.table or (world.tables[0] if world.tables else "")
-    if rollback.table is not None and rollback.table not in world.tables:
-        return ends("Failed", f"table {rollback.table} is not one of KafkaIcebergTopic "
-                              f"{spec.topic}'s tables ({', '.join(world.tables)})")
     if world.table_error is not None:
         return waits(f"table {table} could not be read: {world.table_error}")
     record = world.record
@@ -254,3 +322,71 @@ def plan(world: OperationWorld) -> OperationPlan:
                  f"the records after it again: {behind} to go{suspended}", phase="Running",
                  rollback=shown)
 
+
+
+def _repair(world: OperationWorld, spec: OperationSpec, status: dict[str, Any], ends: Any,
+            waits: Any) -> OperationPlan:
+    """A Repair: its Spark job started (again, after a failed attempt, up to
+    :data:`MAX_ATTEMPTS`), until its outcome is recorded on the table."""
+    repair = spec.repair
+    assert repair is not None
+    table = repair.table or (world.tables[0] if world.tables else "")
+    if world.refused is not None:
+        return ends("Failed", f"cannot repair: {world.refused}")
+    if world.table_error is not None:
+        return waits(f"table {table} could not be read: {world.table_error}")
+    previous = world.status
+    run = world.run
+    attempts = max(run.attempt if run else 0, int(previous.get("attempts") or 0))
+    more = {"attempts": attempts or None,
+            "application": run.name if run else previous.get("application"),
+            "lastError": previous.get("lastError")}
+    more = {k: v for k, v in more.items() if v is not None}
+    record = world.record
+    if record is not None:
+        shown = {"table": table, **{k: v for k, v in record.items()
+                                   if k in _REPAIR_FIELDS}}
+        if record.get("dryRun"):
+            message = (f"dry run: {record.get('wouldRepair', 0)} of the {record.get('selected', 0)}"
+                       f" selected raw rows of {table} would be decoded, "
+                       f"{record.get('stayRaw', 0)} would stay raw{_why(record)}")
+        else:
+            message = (f"decoded {record.get('repaired', 0)} raw rows of {table} again, in "
+                       f"{record.get('commits', 0)} commits; {record.get('stayRaw', 0)} stay "
+                       f"raw{_why(record)}")
+        return ends("Succeeded", message, repair=shown, **more)
+    dry = " (dry run)" if repair.dry_run else ""
+    commits, repaired = world.progress
+    progress = {"table": table, "dryRun": repair.dry_run, "repaired": repaired,
+                "commits": commits} if not repair.dry_run else {"table": table, "dryRun": True}
+    if run is None or run.state in FAILED_STATES or run.state == "COMPLETED":
+        error = (run.error or f"its SparkApplication ended {run.state} without recording an "
+                 "outcome on the table") if run is not None else None
+        if error:
+            more["lastError"] = error[:1000]
+        if attempts >= MAX_ATTEMPTS:
+            return ends("Failed", f"the repair's Spark job failed {attempts} times, the last "
+                                  f"with: {more.get('lastError', 'no error given')}",
+                        repair=progress, **more)
+        actions = ((DeleteRun(run.name),) if run is not None else ()) + (
+            StartRun(attempts + 1),)
+        said = (f"attempt {attempts} failed ({more['lastError'][:300]}); "
+                if run is not None else "")
+        return waits(f"{said}starting attempt {attempts + 1} of the repair of {table}{dry}",
+                     *actions, phase="Running", repair=progress,
+                     **{**more, "attempts": attempts + 1})
+    so_far = (f": {repaired} rows decoded so far, in {commits} commits"
+              if not repair.dry_run else "")
+    return waits(f"attempt {attempts} of the repair of {table}{dry} is "
+                 f"{(run.state or 'submitted').lower()}{so_far}", phase="Running",
+                 repair=progress, **more)
+
+
+_REPAIR_FIELDS = {f.alias or n for n, f in RepairStatus.model_fields.items()}
+
+
+def _why(record: dict[str, Any]) -> str:
+    reasons = record.get("stayRawByReason") or {}
+    if not reasons:
+        return ""
+    return " (" + ", ".join(f"{r}: {v.get('count', 0)}" for r, v in sorted(reasons.items())) + ")"

@@ -20,7 +20,7 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
-from .names import JOB_METRICS_PORT, RESTART
+from .names import JOB_METRICS_PORT, OPERATION_KIND, RESTART
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 
@@ -311,6 +311,38 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             },
         },
     }
+
+
+def operation_labels(name: str, uid: str) -> dict[str, str]:
+    """The labels of an operation's SparkApplications and pods (not a topic's: the topic's
+    visits never see them)."""
+    return {**MANAGED_BY, "app.kubernetes.io/name": "floe-operation",
+            "app.kubernetes.io/instance": bounded_name(name, "", 63, name),
+            f"{GROUP}/operation-uid": uid}
+
+
+def operation_application(topic: Topic, settings: OperatorSettings, name: str, uid: str,
+                          attempt: int, request: str) -> dict[str, Any]:
+    """Attempt ``attempt`` of operation ``name`` (uid ``uid``) on ``topic``: a Spark batch on
+    the topic's job config, its pods and its driver's account, running ``python -m
+    floe_sparkapp operate`` with ``request`` (the operation, JSON); owned by the operation,
+    which starts the next attempt itself when this one fails."""
+    app = spark_application(topic, settings, fingerprint="")
+    labels = {**operation_labels(name, uid), f"{GROUP}/attempt": str(attempt)}
+    app["metadata"] = {
+        "name": bounded_name(f"floe-op-{name}", f"-{attempt}", 63, f"{topic.namespace}/{name}"),
+        "namespace": topic.namespace, "labels": labels,
+        "annotations": {f"{GROUP}/operation": name},
+        "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": OPERATION_KIND,
+                             "name": name, "uid": uid, "controller": True,
+                             "blockOwnerDeletion": True}]}
+    spec = app["spec"]
+    spec["arguments"] = ["operate", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}",
+                         "--operation", request]
+    for role in ("driver", "executor"):  # the user's pod labels, the operation's for the job's
+        spec[role]["labels"] = {**{k: v for k, v in spec[role]["labels"].items()
+                                   if k not in _labels(topic)}, **labels}
+    return app
 
 
 # Maintenance action name in the spec -> the job's --action and the CronJob's suffix.

@@ -1,9 +1,12 @@
 """The entry point spark-submit runs:
 
 - ``python -m floe_sparkapp run --config FILE``: the streaming job;
-- ``python -m floe_sparkapp maintain --config FILE --action ACTION``: one maintenance action.
+- ``python -m floe_sparkapp maintain --config FILE --action ACTION``: one maintenance action;
+- ``python -m floe_sparkapp operate --config FILE --operation JSON``: one operation of a
+  KafkaIcebergOperation (:mod:`.operations`).
 
-Exit codes: 2 bad config, 3 data loss, 4 maintenance failed, 5 the table has another writer.
+Exit codes: 2 bad config, 3 data loss, 4 maintenance failed, 5 the table has another writer,
+6 an operation refused.
 The operator does not restart a job that exited 3 or 5: only the user can resolve those.
 """
 
@@ -15,7 +18,8 @@ import time
 
 from . import logs
 from .config import ConfigError, load_config
-from .exit_codes import DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, TABLE_IN_USE
+from .exit_codes import (DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, OPERATION_REFUSED,
+                         TABLE_IN_USE)
 from .maintenance import ACTIONS
 
 
@@ -32,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     maintain.add_argument("--config", required=True, help="job config (JSON)")
     maintain.add_argument("--action", required=True,
                           choices=ACTIONS)
+    operate = sub.add_parser("operate", help="run one operation (a KafkaIcebergOperation's)")
+    operate.add_argument("--config", required=True, help="job config (JSON)")
+    operate.add_argument("--operation", required=True, help="the operation (JSON)")
     args = parser.parse_args(argv)
     logs.configure()  # FLOE_LOG_LEVEL, FLOE_LOG_FORMAT (the operator sets them from the spec)
 
@@ -53,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
         return MAINTENANCE_FAILED if failed else 0
 
+    if args.command == "operate":
+        return _operate(config, args.operation)
+
     from . import metrics
     from .ledger import TableInUse
     from .job import run
@@ -69,6 +79,25 @@ def main(argv: list[str] | None = None) -> int:
     except TableInUse as error:
         print(f"floe: {error}", file=sys.stderr)
         return TABLE_IN_USE
+    return 0
+
+
+def _operate(config: object, text: str) -> int:
+    from pydantic import ValidationError
+
+    from .contract import OperationRequest
+    from .operations import OperationRefused, operate
+
+    try:
+        request = OperationRequest.model_validate_json(text)
+    except ValidationError as error:
+        print(f"floe: invalid operation: {error}", file=sys.stderr)
+        return INVALID_CONFIG
+    try:
+        operate(config, request)  # type: ignore[arg-type]
+    except OperationRefused as error:
+        print(f"floe: {error}", file=sys.stderr)
+        return OPERATION_REFUSED
     return 0
 
 

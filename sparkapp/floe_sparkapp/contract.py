@@ -37,6 +37,10 @@ CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MAX_KEY_COLUMNS = 8
 MAX_ROUTES = 16
 ROW_LEVEL = ("upsert", "cdc")  # the modes whose records change rows (MERGE INTO)
+# Why a record is kept raw, in a few words: the job's metrics count records kept raw by these
+# (a metric's label, never the message itself), and a repair selects raw rows by them.
+RAW_REASONS = ("key", "not_framed", "unknown_schema", "schema_refused", "malformed",
+               "undecodable", "not_a_change", "other")
 # The default retention keeps snapshots at least this long (seconds), for readers' scans.
 MIN_DEFAULT_SNAPSHOT_AGE_SECONDS = 300
 
@@ -472,3 +476,79 @@ class TopicSpec(_Model):
             return duration_seconds(expire.max_age)
         return max(expire.retain_last * self.commit.interval_seconds,
                    MIN_DEFAULT_SNAPSHOT_AGE_SECONDS)
+
+
+# --- the operations the job runs (a KafkaIcebergOperation's spec, the operator's) ------------
+
+_TIME = {"format": "date-time"}
+
+
+def _epoch(text: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class RepairSpec(_Model):
+    """Which of the table's raw rows to decode again, and how."""
+
+    RULES = (
+        Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
+             "repair.fromOffset must be below repair.toOffset", ".toOffset", None,
+             lambda r: r.from_offset is None or r.to_offset is None
+             or r.from_offset < r.to_offset),
+        Rule("!has(self.fromTime) || !has(self.toTime) || "
+             "timestamp(self.fromTime) < timestamp(self.toTime)",
+             "repair.fromTime must be before repair.toTime", ".toTime", None,
+             lambda r: r.from_time is None or r.to_time is None
+             or _epoch(r.from_time) < _epoch(r.to_time)),
+    )
+
+    table: str | None = Field(
+        None, pattern=IDENTIFIER, description="Which of the topic's tables (a routed topic has "
+                                              "several); default: its table.identifier.")
+    reasons: tuple[Literal[RAW_REASONS], ...] = Field(  # type: ignore[valid-type]
+        default_factory=tuple, max_length=len(RAW_REASONS),
+        description="Only rows kept raw for these reasons (the reason label of the job's "
+                    "floe_job_records_raw_total metric); default: any reason.")
+    schema_ids: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        default_factory=tuple, max_length=100,
+        description="Only rows whose value is framed with one of these writer schema ids "
+                    "(kafka.schema_id).")
+    partitions: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        default_factory=tuple, max_length=10_000, description="Only these Kafka partitions.")
+    from_offset: int | None = Field(None, ge=0, description="Only offsets at or above this.")
+    to_offset: int | None = Field(None, ge=1, description="Only offsets below this.")
+    from_time: str | None = Field(None, description="Only records whose Kafka timestamp is at "
+                                                    "or after this (RFC 3339).",
+                                  json_schema_extra=_TIME)
+    to_time: str | None = Field(None, description="Only records whose Kafka timestamp is "
+                                                  "before this (RFC 3339).",
+                                json_schema_extra=_TIME)
+    dry_run: bool = Field(False, description="Change nothing: count the rows that would be "
+                                             "decoded, and why the others would stay raw.")
+    rows_per_commit: int = Field(
+        100_000, ge=1, le=100_000_000,
+        description="At most this many rows of one Kafka partition are replaced per commit "
+                    "(a run stopped midway goes on from the rows still raw).")
+
+    def refused(self, topic: TopicSpec, table: TableLayout) -> str | None:
+        """Why ``table``, one of ``topic``'s, cannot be repaired (what to change), or None."""
+        if topic.value.format == "raw" and not topic.key.decoded:
+            return ("the topic's value.format is raw and its key is not decoded: no row is "
+                    "kept raw for a reason a repair could fix")
+        if table.mode in ROW_LEVEL:
+            return (f"table {table.identifier} is an {table.mode} table: repairing its raw "
+                    "rows would replay them against later changes of the same keys, which "
+                    "floe does not do yet; only append tables are repaired")
+        return None
+
+
+class OperationRequest(_Model):
+    """What the operator asks the job to do (``python -m floe_sparkapp operate``): one
+    operation of a KafkaIcebergOperation, recorded on the table under its ``uid``."""
+
+    uid: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    type: Literal["Repair"]
+    repair: RepairSpec | None = None

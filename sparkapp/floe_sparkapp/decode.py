@@ -307,11 +307,9 @@ def _read(framed: Column, writer: Writer) -> Column:
 
 KEY_FIELDS, KEY_ERROR = "_key_fields", "_key_error"
 
-# Why a record is kept raw, in a few words: the job's metrics count records kept raw by these
-# (a metric's label, never the message itself).  Each is read off the start of ``value_error``,
-# as the messages above, :mod:`.cdc` and the table writer's refused schemas word it.
-RAW_REASONS = ("key", "not_framed", "unknown_schema", "schema_refused", "malformed",
-               "undecodable", "not_a_change", "other")
+# Why a record is kept raw, in a few words (:data:`.contract.RAW_REASONS`): each is read off
+# the start of ``value_error``, as the messages above, :mod:`.cdc` and the table writer's
+# refused schemas word it.
 
 
 def raw_reason(error: Column) -> Column:

@@ -258,6 +258,26 @@ def evolve_for_writer(table: Any, writer: StructType, column: str = "value") -> 
     return plan
 
 
+class WouldEvolve(Exception):
+    """A look that changes nothing (a repair's dry run) met a writer schema whose records
+    decode only once the table evolves for it."""
+
+    def __init__(self, plan: EvolutionPlan):
+        super().__init__("; ".join(str(c) for c in plan.changes))
+        self.plan = plan
+
+
+def look_for_writer(table: Any, writer: StructType, column: str = "value") -> EvolutionPlan:
+    """What :func:`evolve_for_writer` would do, doing nothing: raises WouldEvolve where it
+    would evolve the table, BreakingChange where it would refuse the writer."""
+    plan = plan_evolution(_value_or_refuse(table, column), writer, route=True, column=column)
+    if not plan.decodable:
+        raise BreakingChange(plan)
+    if plan.needs_update:
+        raise WouldEvolve(plan)
+    return plan
+
+
 def fit_without_evolution(table: Any, writer: StructType, column: str = "value"
                           ) -> EvolutionPlan:
     """What the job does on meeting a writer schema under ``schemaEvolution: none``: the table

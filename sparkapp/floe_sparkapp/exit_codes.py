@@ -5,3 +5,4 @@ INVALID_CONFIG = 2
 DATA_LOSS = 3  # Kafka no longer has records the table has not got
 MAINTENANCE_FAILED = 4
 TABLE_IN_USE = 5  # another resource writes the table
+OPERATION_REFUSED = 6  # a KafkaIcebergOperation cannot run as asked (the message says why)

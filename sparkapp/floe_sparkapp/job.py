@@ -35,7 +35,7 @@ from .upsert import with_deletion_vectors
 log = logging.getLogger("floe.job")
 
 
-def _registry(config: JobConfig) -> Registry | None:
+def registry_of(config: JobConfig) -> Registry | None:
     """The value subject's registry (for a raw value with a decoded key, the key's)."""
     if config.value.format != "raw" and config.value.schema_registry is not None:
         return Registry(config.value.schema_registry, config.registry_auth())
@@ -164,8 +164,8 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
         spark.conf.set(key, value)
     checkpoint_store(spark, config)
     metrics.register(spark)
-    registry = _registry(config)
-    tables = [ready_table(spark, destination, _registry(destination))
+    registry = registry_of(config)
+    tables = [ready_table(spark, destination, registry_of(destination))
               for destination in config.destinations()]
     identity = topic_identity(config)
     found = table_commits(config, tables)

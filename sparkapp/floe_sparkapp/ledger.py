@@ -160,7 +160,9 @@ def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
     return count
 
 
-OPERATION_PREFIX = "floe.operation."
+OPERATION_PREFIX = "floe.operation."  # a table property: what operation <uid> did
+OPERATION = "floe.operation"  # in a snapshot's summary: the uid of the operation that made it
+REPAIRED = "floe.operation.repaired"  # in a repair's snapshot's summary: the rows it decoded
 
 
 def ancestors(table: Any, limit: int = 100_000) -> list[Any]:
@@ -192,6 +194,31 @@ def roll_back(table: Any, snapshot_id: int, uid: str, record: dict[str, Any]) ->
         transaction.set_properties({OPERATION_PREFIX + uid: json.dumps(record,
                                                                       separators=(",", ":"))})
     return table
+
+
+def operation_commits(table: Any, uid: str) -> tuple[int, int]:
+    """How many commits operation ``uid`` made in ``main``'s history, and the rows they
+    repaired (:data:`REPAIRED`)."""
+    found = [s for s in ancestors(table) if (s.summary or {}).get(OPERATION) == uid]
+    return len(found), sum(int(s.summary.get(REPAIRED) or 0) for s in found)
+
+
+def record_operation(table: Any, uid: str, record: dict[str, Any], attempts: int = 10) -> None:
+    """Records what operation ``uid`` did, as the table property ``floe.operation.<uid>`` (a
+    metadata-only commit, tried again on the table as it is when a writer committed
+    meanwhile)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    value = json.dumps(record, separators=(",", ":"), default=str)
+    for attempt in range(attempts):
+        try:
+            with table.transaction() as transaction:
+                transaction.set_properties({OPERATION_PREFIX + uid: value})
+            return
+        except CommitFailedException:
+            if attempt == attempts - 1:
+                raise
+            table.refresh()
 
 
 def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict[int, int]:

@@ -165,7 +165,7 @@ def serve(writer: str, tables: Iterable[str], started: float) -> None:
     """Serves the metrics on ``FLOE_METRICS_PORT`` (the pod's ``metrics`` port), if set; every
     table's counters start at zero."""
     from . import version
-    from .decode import RAW_REASONS
+    from .contract import RAW_REASONS
 
     port = int(os.environ.get(PORT_VARIABLE) or 0)
     if not port:

@@ -32,12 +32,12 @@ from .commit import BranchCommitter, commit_with_retries
 from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
-from .contract import ROW_LEVEL
-from .decode import (RAW_REASONS, WriterPlan, decode_avro_key, decode_framed, decode_json,
+from .contract import RAW_REASONS, ROW_LEVEL
+from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, raw_reason, table_rows)
 from .layout import KEY_FIELDS
-from .evolution import (BreakingChange, evolve_for_writer, fit_without_evolution,
-                        plan_evolution, value_struct)
+from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
+                        look_for_writer, plan_evolution, value_struct)
 from .registry import Registry
 from .schemas import FORMATS
 from .upsert import Upsert
@@ -45,6 +45,9 @@ from .upsert import Upsert
 log = logging.getLogger("floe.job")
 
 
+# The error of a record a look that changes nothing (``evolve=False``) did not decode because
+# the table would first have to evolve for its writer schema.
+WOULD_EVOLVE = "the table would evolve for it: "
 RECENT_BATCHES = 100  # an append is decoded for the schema ids of this many batches before it
 REDECODES = 3  # times a batch is decoded again for schema ids it was not decoded for
 
@@ -163,6 +166,9 @@ class TableWriter:
     # the other tables are, which it goes on from instead of its own older offsets, until it
     # has committed once
     rejoins_at: dict[int, int] | None = None
+    # False: decode without evolving the table (a repair's dry run); a writer schema that
+    # would evolve it leaves its records undecoded, with WOULD_EVOLVE and the changes
+    evolve: bool = True
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -196,12 +202,14 @@ class TableWriter:
                 found, self.config.table.mode, self.config.value.message))
         except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
-        fit = evolve_for_writer if self.config.schema_evolution.mode == "additive" else (
-            fit_without_evolution)
+        fit = (evolve_for_writer if self.evolve else look_for_writer) if (
+            self.config.schema_evolution.mode == "additive") else fit_without_evolution
         try:
             plan = fit(table, mapped.struct, column)
         except BreakingChange as change:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {change}")
+        except WouldEvolve as change:
+            return WriterPlan(schema_id, error=f"{WOULD_EVOLVE}schema id {schema_id}: {change}")
         if plan.needs_update:
             log.info("schema id %d evolved table %s: %s", schema_id, self.table_name,
                      "; ".join(str(c) for c in plan.changes))

@@ -146,5 +146,17 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     from .test_operator import orders_rows, topic_catalog
 
     assert_exactly_once(orders_rows(topic_catalog(shared)), producer.sent)
+    # repair --dry-run: a record no decoder reads lands raw; the dry run (a Spark job on the
+    # node) says it would stay raw, and why.
+    producer.send(key=b"junk", raw=b"junk", partition=0)
+    producer.flush()
+    assert wait_until(lambda: len(orders_rows(topic_catalog(shared))) == len(producer.sent),
+                      timeout=300, interval=2), job_logs(tmp_path, namespace)
+    looked = floe("repair", "orders", "-n", namespace, "--dry-run", "--reason", "not_framed",
+                  "-w", timeout=400)
+    lines = looked.stdout.splitlines()
+    assert lines[0].startswith(f"kafkaicebergoperation {namespace}/orders-repair-"), lines
+    assert lines[-1] == ("Succeeded: dry run: 0 of the 1 selected raw rows of analytics.orders "
+                         "would be decoded, 1 would stay raw (not_framed: 1)"), lines
     missing = floe("logs", "gone", "-n", namespace, check=False)
     assert missing.returncode == 1 and 'KafkaIcebergTopic "gone" not found' in missing.stderr

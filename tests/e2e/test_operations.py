@@ -173,3 +173,88 @@ def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_s
         f"{orders_status(stack, namespace)}\n{logs(tmp_path, namespace)}"
     assert "autoRollback" not in orders_status(stack, namespace)
     rows_as_produced(orders_rows(catalog), producer.sent)
+
+
+def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driver_killed(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """Records that needed a wider column were kept raw under ``schemaEvolution: none``; the
+    spec then allows additive changes and a Repair runs (two rows a commit) while the job
+    lands more records. Its driver is killed after its first commit: the operator starts a
+    second attempt, which goes on from the rows still raw. Every record ends as one row,
+    decoded."""
+    from floe_sparkapp.ledger import OPERATION, ancestors
+
+    from ..integration.jobkit import AvroProducer, create_topic
+    from ..integration.test_job_repair import WIDE as wide
+    from ..integration.test_job_roundtrip import order, produce_orders
+    from .test_operator import kubectl, logs, orders_rows, orders_status, topic_body, \
+        topic_catalog
+
+
+    kafka_topic = f"repair-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 10)
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["schemaEvolution"] = {"mode": "none"}
+    custom = client.CustomObjectsApi(admin_client(stack))
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics", body)
+    catalog = topic_catalog(shared)
+
+    def landed(count: int) -> bool:
+        offsets = orders_status(stack, namespace).get("offsets") or {}
+        return len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+
+    def raw() -> int:
+        return sum(1 for r in orders_rows(catalog) if r["value"] is None)
+
+    for i in range(10, 50):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=wide)
+    producer.flush()
+    assert wait_until(lambda: landed(50) and raw() == 40, timeout=300, interval=2), \
+        logs(tmp_path, namespace)
+    custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                          "kafkaicebergtopics", "orders",
+                                          {"spec": {"schemaEvolution": {"mode": "additive"}}})
+    produce_orders(producer, 50, 10)
+    assert wait_until(lambda: landed(60), timeout=300, interval=2), logs(tmp_path, namespace)
+
+    made = custom.create_namespaced_custom_object(
+        *OPERATIONS, namespace, "kafkaicebergoperations", {
+            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
+            "metadata": {"name": "fix"},
+            "spec": {"topic": "orders", "type": "Repair",
+                     "repair": {"reasons": ["schema_refused"], "rowsPerCommit": 2}}})
+    uid = made["metadata"]["uid"]
+
+    def repair_commits() -> int:
+        try:
+            return sum(1 for s in ancestors(catalog.load_table("analytics.orders"))
+                       if (s.summary or {}).get(OPERATION) == uid)
+        except Exception:  # the catalog busy with a commit
+            return 0
+
+    assert wait_until(lambda: repair_commits() >= 1, timeout=300, interval=0.5), \
+        f"{operation_status(stack, namespace, 'fix')}\n{logs(tmp_path, namespace)}"
+    kubectl("exec", "-n", namespace, "floe-op-fix-1-driver", "-c", "spark-kubernetes-driver",
+            "--", "sh", "-c", "kill -KILL -1")
+    midway = operation_status(stack, namespace, "fix")
+    assert midway["phase"] == "Running", midway
+    produce_orders(producer, 60, 10)  # the job keeps landing meanwhile
+    assert wait_until(lambda: operation_status(stack, namespace, "fix").get("phase")
+                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
+        f"{operation_status(stack, namespace, 'fix')}\n{logs(tmp_path, namespace)}"
+    done = operation_status(stack, namespace, "fix")
+    assert done["phase"] == "Succeeded", done
+    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
+    assert done["application"] == "floe-op-fix-2"
+    assert done["repair"]["repaired"] == 40 and done["repair"]["stayRaw"] == 0, done
+    assert done["repair"]["commits"] == repair_commits() >= 20
+    assert done["message"] == ("decoded 40 raw rows of analytics.orders again, in "
+                               f"{repair_commits()} commits; 0 stay raw")
+    assert wait_until(lambda: landed(70), timeout=300, interval=2), logs(tmp_path, namespace)
+    rows_as_produced(orders_rows(catalog), producer.sent)
+    reasons = [e.reason for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=fix").items]
+    assert {"JobCreated", "Succeeded"} <= set(reasons), reasons

@@ -16,7 +16,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from prometheus_client import REGISTRY
 
-from floe_sparkapp.decode import RAW_REASONS
+from floe_sparkapp.contract import RAW_REASONS
 from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
 

@@ -124,3 +124,11 @@ def test_the_operator_and_the_job_refuse_what_the_api_server_refuses(case):
 def test_a_zero_interval_is_refused_where_the_user_applies_it():
     zero = [case for case in CASES if case.body["spec"].get("commit") == {"interval": "0s"}]
     assert zero and zero[0].api.endswith("commit.interval must be between 1s and 1d")
+
+
+def test_the_kubectl_plugin_knows_the_reasons_a_row_is_kept_raw():
+    """The plugin installs without the job's package, so it keeps its own copy of them."""
+    from floe_operator import cli
+    from floe_sparkapp.contract import RAW_REASONS
+
+    assert cli.RAW_REASONS == RAW_REASONS

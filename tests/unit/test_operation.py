@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from floe_operator.operation import (OperationSpec, OperationStatus, OperationWorld, RestartJob,
-                                     RollBack, Snapshot, plan, restart_value)
+from floe_operator.operation import (DeleteRun, OperationSpec, OperationStatus, OperationWorld,
+                                     RestartJob, RollBack, Run, Snapshot, StartRun, plan,
+                                     restart_value)
 
 pytestmark = pytest.mark.unit
 
@@ -135,3 +136,134 @@ def test_a_roll_back_and_its_record_are_one_commit_that_holds_only_where_main_wa
     assert operation_record(table, "op-1") == {"toSnapshotId": str(history[1])}
     assert operation_record(table, "op-2") is None
     assert len(table.scan().to_arrow()) == 2
+
+
+# --- Repair ------------------------------------------------------------------------------------
+
+def repair_world(repair=None, **changes) -> OperationWorld:
+    spec = OperationSpec.model_validate({"topic": "orders", "type": "Repair",
+                                         "repair": {} if repair is None else repair})
+    seen = OperationWorld(now_ms=NOW_MS, name="fix", uid="0123456789abcdef", generation=1,
+                          spec=spec, topic_found=True, tables=("analytics.orders",))
+    return replace(seen, **changes)
+
+
+def test_a_repair_starts_its_spark_job_and_shows_what_it_has_decoded_so_far():
+    first = plan(repair_world())
+    assert first.actions == (StartRun(1),)
+    assert first.status["phase"] == "Running" and first.status["attempts"] == 1
+    running = plan(repair_world(run=Run("floe-op-fix-1", 1, "RUNNING"), progress=(2, 20),
+                                status=first.status))
+    assert running.actions == ()
+    assert running.status["message"] == ("attempt 1 of the repair of analytics.orders is "
+                                         "running: 20 rows decoded so far, in 2 commits")
+    assert running.status["repair"] == {"table": "analytics.orders", "dryRun": False,
+                                        "repaired": 20, "commits": 2}
+    assert running.status["application"] == "floe-op-fix-1"
+    record = {"type": "Repair", "dryRun": False, "selected": 40, "repaired": 40, "commits": 4,
+              "stayRaw": 2, "stayRawByReason": {"not_framed": {"count": 2, "errors": ["x"]}}}
+    done = plan(repair_world(run=Run("floe-op-fix-1", 1, "COMPLETED"), record=record,
+                             status=running.status))
+    assert done.actions == ()
+    assert done.status["phase"] == "Succeeded"
+    assert done.status["message"] == ("decoded 40 raw rows of analytics.orders again, in 4 "
+                                      "commits; 2 stay raw (not_framed: 2)")
+    assert done.status["repair"] == {"table": "analytics.orders", **{
+        k: v for k, v in record.items() if k != "type"}}
+    OperationStatus.model_validate(done.status)  # what the CRD's status schema keeps
+
+
+def test_a_failed_attempt_is_started_again_up_to_three_times():
+    failed = Run("floe-op-fix-1", 1, "FAILED", "driver container failed with ExitCode: 137")
+    again = plan(repair_world(run=failed, status={"attempts": 1}))
+    assert again.actions == (DeleteRun("floe-op-fix-1"), StartRun(2))
+    assert again.status["attempts"] == 2
+    assert again.status["lastError"] == "driver container failed with ExitCode: 137"
+    assert again.status["message"].startswith("attempt 1 failed (driver container failed")
+    # The operator crashed after deleting the application: its status still says 2.
+    assert plan(repair_world(status=again.status)).actions == (StartRun(3),)
+    last = plan(repair_world(run=replace(failed, name="floe-op-fix-3", attempt=3),
+                             status={"attempts": 3}))
+    assert last.actions == ()
+    assert last.status["phase"] == "Failed"
+    assert last.status["message"] == ("the repair's Spark job failed 3 times, the last with: "
+                                      "driver container failed with ExitCode: 137")
+
+
+def test_a_dry_run_says_what_would_change_and_why_the_rest_would_not():
+    record = {"type": "Repair", "dryRun": True, "selected": 12, "wouldRepair": 10,
+              "stayRaw": 2, "stayRawByReason": {"malformed": {"count": 2, "errors": []}}}
+    done = plan(repair_world({"dryRun": True}, run=Run("floe-op-fix-1", 1, "COMPLETED"),
+                             record=record))
+    assert done.status["phase"] == "Succeeded"
+    assert done.status["message"] == ("dry run: 10 of the 12 selected raw rows of "
+                                      "analytics.orders would be decoded, 2 would stay raw "
+                                      "(malformed: 2)")
+    assert done.status["repair"]["wouldRepair"] == 10
+
+
+def test_a_repair_that_cannot_run_fails_at_once_with_what_to_change():
+    refused = plan(repair_world(refused="table analytics.orders is an upsert table: ..."))
+    assert refused.actions == () and refused.status["phase"] == "Failed"
+    assert refused.status["message"].startswith("cannot repair: table analytics.orders is an "
+                                                "upsert table")
+    elsewhere = plan(repair_world({"table": "analytics.other"}))
+    assert elsewhere.status["phase"] == "Failed"
+    assert "analytics.other is not one of KafkaIcebergTopic orders's tables" in \
+        elsewhere.status["message"]
+
+
+def test_the_repair_spec_checks_its_ranges():
+    with pytest.raises(ValueError, match="fromOffset must be below repair.toOffset"):
+        OperationSpec.model_validate({"topic": "t", "type": "Repair",
+                                      "repair": {"fromOffset": 5, "toOffset": 5}})
+    with pytest.raises(ValueError, match="fromTime must be before repair.toTime"):
+        OperationSpec.model_validate({"topic": "t", "type": "Repair", "repair": {
+            "fromTime": "2026-11-27T10:00:00Z", "toTime": "2026-11-27T09:00:00Z"}})
+    with pytest.raises(ValueError, match="type Repair needs the repair section"):
+        OperationSpec.model_validate({"topic": "t", "type": "Repair"})
+    with pytest.raises(ValueError):
+        OperationSpec.model_validate({"topic": "t", "type": "Repair",
+                                      "repair": {"reasons": ["no_such_reason"]}})
+
+
+def test_repair_refuses_what_it_cannot_repair():
+    from floe_operator.resource import KafkaIcebergTopicSpec
+
+    base = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"},
+            "value": {"format": "avro", "schemaRegistry": {"url": "http://r", "subject": "s"}},
+            "table": {"catalog": {"name": "c", "uri": "jdbc:sqlite:/x.db", "warehouse": "file:///w"},
+                      "identifier": "a.t"}}
+    spec = OperationSpec.model_validate({"topic": "t", "type": "Repair", "repair": {}}).repair
+    topic = KafkaIcebergTopicSpec.model_validate(base)
+    assert spec.refused(topic, topic.table) is None
+    upsert = KafkaIcebergTopicSpec.model_validate(
+        {**base, "table": {**base["table"], "mode": "upsert"}})
+    assert "is an upsert table" in spec.refused(upsert, upsert.table)
+    raw = KafkaIcebergTopicSpec.model_validate({**base, "value": {"format": "raw"}})
+    assert "value.format is raw" in spec.refused(raw, raw.table)
+
+
+def test_an_attempt_runs_the_topics_job_config_under_the_operations_name_and_labels():
+    from floe_operator.render import Topic, operation_application
+    from floe_operator.settings import OperatorSettings
+
+    topic = Topic.from_body({"metadata": {"namespace": "data", "name": "orders", "uid": "u1"},
+                             "spec": {"kafka": {"bootstrapServers": "k:9092", "topic": "t"},
+                                      "value": {"format": "raw"},
+                                      "table": {"catalog": {"name": "c", "uri": "jdbc:sqlite:/x",
+                                                            "warehouse": "file:///w"},
+                                                "identifier": "a.t"}}})
+    app = operation_application(topic, OperatorSettings(), "fix", "uid-1", 2, '{"x":1}')
+    meta = app["metadata"]
+    assert meta["name"] == "floe-op-fix-2"
+    assert meta["labels"]["floe.dev/operation-uid"] == "uid-1"
+    assert meta["labels"]["floe.dev/attempt"] == "2"
+    assert "floe.dev/topic" not in meta["labels"]  # the topic's visits never see it
+    assert meta["ownerReferences"][0]["kind"] == "KafkaIcebergOperation"
+    assert app["spec"]["arguments"] == ["operate", "--config", "/etc/floe/job/job.json",
+                                        "--operation", '{"x":1}']
+    for role in ("driver", "executor"):
+        labels = app["spec"][role]["labels"]
+        assert "floe.dev/topic" not in labels and labels["floe.dev/operation-uid"] == "uid-1"
+    assert app["spec"]["restartPolicy"] == {"type": "Never"}  # the operator starts attempts

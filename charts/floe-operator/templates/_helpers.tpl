@@ -53,7 +53,7 @@ release's own. One name per line. */}}
 - apiGroups: [floe.dev]
   resources: [kafkaicebergtopics/status]
   verbs: [get, patch, update]
-# Operations on the topics' tables (a roll back), each run once.
+# Operations on the topics' tables (a roll back, a repair), each run once.
 - apiGroups: [floe.dev]
   resources: [kafkaicebergoperations]
   verbs: [get, list, watch, patch, update]

@@ -1,0 +1,52 @@
+"""The operations the job runs as a Spark batch, for a KafkaIcebergOperation
+(``python -m floe_sparkapp operate --config FILE --operation JSON``): the operator renders
+one SparkApplication per attempt, on the topic's job config, and learns the outcome from the
+table (:func:`~.ledger.operation_record`), where each operation records it under its uid.
+
+- ``Repair`` (:mod:`.repair`): the table's raw rows decoded again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .config import JobConfig
+from .contract import OperationRequest
+
+log = logging.getLogger("floe.operation")
+
+
+class OperationRefused(ValueError):
+    """The operation cannot run on this table as asked: the message says what to change."""
+
+
+def destination(config: JobConfig, table: str | None) -> JobConfig:
+    """The config of the topic's table ``table`` (default: its own)."""
+    found = [d for d in config.destinations() if table in (None, d.table.identifier)]
+    if not found:
+        raise OperationRefused(f"table {table} is not one of the topic's tables "
+                               f"({', '.join(d.table.identifier for d in config.destinations())})")
+    return found[0]
+
+
+def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> dict[str, Any]:
+    """Runs ``request`` on the topic of ``config``; returns the outcome it recorded."""
+    from . import repair
+    from .job import registry_of
+    from .session import build_session, spark_catalog_conf
+    from .table_writer import TableWriter
+
+    assert request.repair is not None
+    target = destination(config, request.repair.table)
+    why = request.repair.refused(config, target.table)
+    if why is not None:
+        raise OperationRefused(why)
+    spark = spark or build_session(target)
+    for key, value in {**spark_catalog_conf(target), "spark.sql.session.timeZone": "UTC"}.items():
+        spark.conf.set(key, value)
+    writer = TableWriter(target, spark, registry_of(target), evolve=not request.repair.dry_run)
+    outcome = repair.run(spark, target, request, writer)
+    log.info("operation %s (%s) on %s: %s", request.name, request.type,
+             target.table.identifier, outcome)
+    return outcome

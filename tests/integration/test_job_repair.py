@@ -1,0 +1,118 @@
+"""Repair in the job (``python -m floe_sparkapp operate``): the rows a table kept raw decoded
+again once their cause is fixed, each record still one row."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from floe_sparkapp.config import parse_config
+from floe_sparkapp.contract import OperationRequest
+from floe_sparkapp.ledger import OPERATION, ancestors, operation_record
+from floe_sparkapp.operations import OperationRefused, operate
+
+from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
+                     run_once, table_rows)
+from .test_job_roundtrip import V1, normalize, order
+
+pytestmark = pytest.mark.integration
+
+WIDE = {**V1, "fields": [f if f["name"] != "quantity" else {"name": "quantity", "type": "long"}
+                         for f in V1["fields"]]}
+
+
+def request(uid: str, **repair) -> OperationRequest:
+    return OperationRequest.model_validate({"uid": uid, "name": uid, "type": "Repair",
+                                            "repair": repair})
+
+
+def raw_rows(config) -> list[dict]:
+    return [r for r in table_rows(config) if r["value"] is None and r["value_raw"] is not None]
+
+
+def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_on_after_a_kill(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    """Records that needed a wider column were kept raw under ``schemaEvolution: none``; once
+    the spec allows additive changes, a dry run counts them (and says why two garbage records
+    would stay raw), then a repair killed after its first commit is run again: every record is
+    one row, the wide ones decoded, the garbage still raw, and a third run changes nothing."""
+    from floe_sparkapp import repair
+
+    topic = f"repair-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
+                           "schemaEvolution": {"mode": "none"}})
+    run_once(frozen, spark)
+    for i in range(10, 30):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
+    producer.send(key=b"garbage-1", raw=b"not avro at all", partition=0)
+    producer.send(key=b"garbage-2", raw=b"\x00\x00", partition=1)
+    producer.flush()
+    run_once(frozen, spark)
+    assert len(raw_rows(frozen)) == 22
+    wide_id = next(r["kafka"]["schema_id"] for r in raw_rows(frozen) if r["key"] == b"wide-10")
+    config = parse_config({**json.loads(frozen.to_json()),
+                           "schemaEvolution": {"mode": "additive"}})
+
+    dry = operate(config, request("dry", dryRun=True), spark)
+    assert dry["wouldRepair"] == 20 and dry["selected"] == 22 and dry["stayRaw"] == 2
+    assert dry["stayRawByReason"]["not_framed"]["count"] == 2
+    assert any("Confluent" in e for e in dry["stayRawByReason"]["not_framed"]["errors"])
+    assert dry["wouldEvolve"] == [f"schema id {wide_id}: value.quantity: int widened to long"]
+    assert len(raw_rows(config)) == 22  # a dry run changes no row, and no schema
+    assert str(load_table(config).schema().find_field("value.quantity").field_type) == "int"
+    assert operation_record(load_table(config), "dry") == dry
+
+    merges = []
+    real_merge = repair.Repair._merge
+
+    def killed_after_one(self, *args):
+        if merges:
+            raise RuntimeError("driver killed")
+        merges.append(args)
+        real_merge(self, *args)
+
+    monkeypatch.setattr(repair.Repair, "_merge", killed_after_one)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        operate(config, request("fix", rowsPerCommit=4), spark)
+    assert len(raw_rows(config)) == 22 - 4
+    monkeypatch.setattr(repair.Repair, "_merge", real_merge)
+    outcome = operate(config, request("fix", rowsPerCommit=4), spark)
+    assert outcome["repaired"] == 20 and outcome["stayRaw"] == 2
+    assert outcome["selected"] == 18  # the second run selected what the first left raw
+    commits = [s for s in ancestors(load_table(config))
+               if (s.summary or {}).get(OPERATION) == "fix"]
+    assert outcome["commits"] == len(commits) >= 6  # 4 rows of one partition a commit
+    assert str(load_table(config).schema().find_field("value.quantity").field_type) == "long"
+
+    rows = table_rows(config)
+    assert_exactly_once(rows, producer.sent)
+    for row in rows:
+        sent = producer.sent[(row["kafka"]["partition"], row["kafka"]["offset"])]
+        assert row["key"] == sent["key"]
+        if sent["value"] is None:  # the garbage: still raw, as it came
+            assert row["value"] is None and row["value_raw"] == sent["payload"]
+            continue
+        assert normalize(row["value"]) == normalize(sent["value"])
+        assert row["value_raw"] is None and row["value_error"] is None
+
+    again = operate(config, request("fix", rowsPerCommit=4), spark)
+    assert again["selected"] == 2 and again["repaired"] == 20
+    def lineage(row: dict) -> tuple:
+        return row["kafka"]["partition"], row["kafka"]["offset"]
+
+    assert sorted(table_rows(config), key=lineage) == sorted(rows, key=lineage)
+
+
+def test_a_repair_refuses_a_table_it_cannot_repair(stack, spark, tmp_path, unique_name):
+    config = job_config(stack, tmp_path, f"norepair-{unique_name}".replace("_", "-"),
+                        fmt="raw")
+    with pytest.raises(OperationRefused, match="value.format is raw"):
+        operate(config, request("raw"), spark)
+    with pytest.raises(OperationRefused, match="analytics.other is not one of the topic's"):
+        operate(config, request("other", table="analytics.other"), spark)
