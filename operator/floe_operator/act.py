@@ -204,7 +204,8 @@ def run_operation(actions: tuple[Any, ...], world: Any, table: Any, topic: Topic
         if isinstance(action, StartRun):
             assert topic is not None and world.spec is not None
             request = OperationRequest(uid=world.uid, name=world.name, type=world.spec.type,
-                                       repair=world.spec.repair)
+                                       repair=world.spec.repair,
+                                       backfill=world.spec.backfill)
             app = operation_application(topic, settings, world.name, world.uid, action.attempt,
                                         request.model_dump_json(by_alias=True,
                                                                 exclude_none=True))

@@ -218,8 +218,9 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
     destination = next((d for d in job.destinations() if d.table.identifier == identifier), None)
     if destination is None:
         return world, None, topic
-    if spec.repair is not None:
-        world = replace(world, refused=spec.repair.refused(topic.spec, destination.table),
+    batch = spec.type in operation.BATCHES
+    if batch:
+        world = replace(world, refused=spec.section.refused(topic.spec, destination.table),
                         run=_newest_run(meta["namespace"], world.uid))
     config = catalog_config(destination, Secrets.of(topic))
     try:
@@ -229,7 +230,7 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
         return replace(world, table_error=error_text(error)), None, topic
     writer, kafka_topic = topic.writer, topic.spec.kafka.topic
     world = replace(world, record=operation_record(table, world.uid))
-    if spec.repair is not None:
+    if batch:
         return replace(world, progress=operation_commits(table, world.uid)), table, topic
     ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms)
                      for s in ancestors(table))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from floe_sparkapp.contract import RepairSpec, Rule, _Model
+from floe_sparkapp.contract import BackfillSpec, RepairSpec, Rule, _Model
 from pydantic import Field
 
 from .clock import epoch, iso
@@ -60,12 +60,14 @@ class OperationSpec(_Model):
     topic: str = Field(min_length=1, max_length=253,
                        description="The KafkaIcebergTopic, in this namespace, whose table the "
                                    "operation works on.")
-    type: Literal["Rollback", "Repair"] = Field(
+    type: Literal["Rollback", "Repair", "Backfill"] = Field(
         description="What to do: Rollback (move the table's main back to a snapshot; the "
                     "records after it land again), Repair (decode the table's raw rows again, "
-                    "once their cause is fixed).")
+                    "once their cause is fixed), Backfill (land a range of the topic in the "
+                    "table, each record once).")
     rollback: RollbackSpec | None = None
     repair: RepairSpec | None = None
+    backfill: BackfillSpec | None = None
 
     RULES = (
         Rule("self.type != 'Rollback' || has(self.rollback)",
@@ -74,13 +76,22 @@ class OperationSpec(_Model):
         Rule("self.type != 'Repair' || has(self.repair)",
              "type Repair needs the repair section (repair: {} selects every raw row)", "", None,
              lambda s: s.type != "Repair" or s.repair is not None),
+        Rule("self.type != 'Backfill' || has(self.backfill)",
+             "type Backfill needs the backfill section (backfill: {} lands everything Kafka "
+             "has below the table's offsets)", "", None,
+             lambda s: s.type != "Backfill" or s.backfill is not None),
     )
+
+    @property
+    def section(self) -> RollbackSpec | RepairSpec | BackfillSpec | None:
+        """The spec of its type."""
+        return {"Rollback": self.rollback, "Repair": self.repair,
+                "Backfill": self.backfill}[self.type]
 
     @property
     def table(self) -> str | None:
         """The table the spec names, if it names one."""
-        section = self.rollback if self.type == "Rollback" else self.repair
-        return section.table if section is not None else None
+        return self.section.table if self.section is not None else None
 
 
 # --- the status --------------------------------------------------------------------------------
@@ -119,6 +130,22 @@ class RepairStatus(_Model):
         default_factory=dict, description="Those, by the reason they do not.")
 
 
+class OffsetRange(_Model):
+    from_: int = Field(alias="from")
+    to: int
+
+
+class BackfillStatus(_Model):
+    table: str = Field(description="The table backfilled.")
+    ranges: dict[str, OffsetRange] = Field(
+        default_factory=dict, description="Per Kafka partition, the offsets landed (from, to "
+                                          "below): those the table had not got.")
+    left_out: dict[str, str] = Field(default_factory=dict,
+                                     description="Partitions left out, and why.")
+    landed: int | None = Field(None, description="Records landed, in all attempts.")
+    commits: int | None = Field(None, description="The commits that landed them.")
+
+
 class OperationStatus(_Model):
     """The operation's status, as the operator writes it."""
 
@@ -131,6 +158,7 @@ class OperationStatus(_Model):
     finished_at: str | None = Field(None, json_schema_extra=_TIME)
     rollback: RollbackStatus | None = None
     repair: RepairStatus | None = None
+    backfill: BackfillStatus | None = None
     attempts: int | None = Field(None, description="Spark jobs started for it (a failed one is "
                                                    "started again, up to 3).")
     application: str | None = Field(None, description="Its SparkApplication (the newest).")
@@ -277,8 +305,8 @@ def plan(world: OperationWorld) -> OperationPlan:
     if spec.table is not None and spec.table not in world.tables:
         return ends("Failed", f"table {spec.table} is not one of KafkaIcebergTopic "
                               f"{spec.topic}'s tables ({', '.join(world.tables)})")
-    if spec.type == "Repair":
-        return _repair(world, spec, status, ends, waits)
+    if spec.type in BATCHES:
+        return _batch(world, spec, ends, waits)
     rollback = spec.rollback
     assert rollback is not None
     table = rollback.table or (world.tables[0] if world.tables else "")
@@ -324,15 +352,15 @@ def plan(world: OperationWorld) -> OperationPlan:
 
 
 
-def _repair(world: OperationWorld, spec: OperationSpec, status: dict[str, Any], ends: Any,
-            waits: Any) -> OperationPlan:
-    """A Repair: its Spark job started (again, after a failed attempt, up to
-    :data:`MAX_ATTEMPTS`), until its outcome is recorded on the table."""
-    repair = spec.repair
-    assert repair is not None
-    table = repair.table or (world.tables[0] if world.tables else "")
+def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) -> OperationPlan:
+    """An operation run as a Spark job (Repair, Backfill): the job started (again, after a
+    failed attempt, up to :data:`MAX_ATTEMPTS`), until its outcome is recorded on the table."""
+    section = spec.section
+    assert section is not None
+    kind = spec.type.lower()
+    table = section.table or (world.tables[0] if world.tables else "")
     if world.refused is not None:
-        return ends("Failed", f"cannot repair: {world.refused}")
+        return ends("Failed", f"cannot {kind}: {world.refused}")
     if world.table_error is not None:
         return waits(f"table {table} could not be read: {world.table_error}")
     previous = world.status
@@ -342,47 +370,74 @@ def _repair(world: OperationWorld, spec: OperationSpec, status: dict[str, Any], 
             "application": run.name if run else previous.get("application"),
             "lastError": previous.get("lastError")}
     more = {k: v for k, v in more.items() if v is not None}
+    fields, done, so_far = BATCHES[spec.type]
     record = world.record
     if record is not None:
-        shown = {"table": table, **{k: v for k, v in record.items()
-                                   if k in _REPAIR_FIELDS}}
-        if record.get("dryRun"):
-            message = (f"dry run: {record.get('wouldRepair', 0)} of the {record.get('selected', 0)}"
-                       f" selected raw rows of {table} would be decoded, "
-                       f"{record.get('stayRaw', 0)} would stay raw{_why(record)}")
-        else:
-            message = (f"decoded {record.get('repaired', 0)} raw rows of {table} again, in "
-                       f"{record.get('commits', 0)} commits; {record.get('stayRaw', 0)} stay "
-                       f"raw{_why(record)}")
-        return ends("Succeeded", message, repair=shown, **more)
-    dry = " (dry run)" if repair.dry_run else ""
-    commits, repaired = world.progress
-    progress = {"table": table, "dryRun": repair.dry_run, "repaired": repaired,
-                "commits": commits} if not repair.dry_run else {"table": table, "dryRun": True}
+        shown = {"table": table, **{k: v for k, v in record.items() if k in fields}}
+        return ends("Succeeded", done(record, table), **{kind: shown}, **more)
+    dry = " (dry run)" if getattr(section, "dry_run", False) else ""
+    commits, rows = world.progress
+    progress = {"table": table, **so_far(section, commits, rows)}
     if run is None or run.state in FAILED_STATES or run.state == "COMPLETED":
         error = (run.error or f"its SparkApplication ended {run.state} without recording an "
                  "outcome on the table") if run is not None else None
         if error:
             more["lastError"] = error[:1000]
         if attempts >= MAX_ATTEMPTS:
-            return ends("Failed", f"the repair's Spark job failed {attempts} times, the last "
+            return ends("Failed", f"the {kind}'s Spark job failed {attempts} times, the last "
                                   f"with: {more.get('lastError', 'no error given')}",
-                        repair=progress, **more)
+                        **{kind: progress}, **more)
         actions = ((DeleteRun(run.name),) if run is not None else ()) + (
             StartRun(attempts + 1),)
         said = (f"attempt {attempts} failed ({more['lastError'][:300]}); "
                 if run is not None else "")
-        return waits(f"{said}starting attempt {attempts + 1} of the repair of {table}{dry}",
-                     *actions, phase="Running", repair=progress,
+        return waits(f"{said}starting attempt {attempts + 1} of the {kind} of {table}{dry}",
+                     *actions, phase="Running", **{kind: progress},
                      **{**more, "attempts": attempts + 1})
-    so_far = (f": {repaired} rows decoded so far, in {commits} commits"
-              if not repair.dry_run else "")
-    return waits(f"attempt {attempts} of the repair of {table}{dry} is "
-                 f"{(run.state or 'submitted').lower()}{so_far}", phase="Running",
-                 repair=progress, **more)
+    counted = (f": {rows} rows {'decoded' if kind == 'repair' else 'landed'} so far, in "
+               f"{commits} commits" if not dry else "")
+    return waits(f"attempt {attempts} of the {kind} of {table}{dry} is "
+                 f"{(run.state or 'submitted').lower()}{counted}", phase="Running",
+                 **{kind: progress}, **more)
 
 
-_REPAIR_FIELDS = {f.alias or n for n, f in RepairStatus.model_fields.items()}
+def _repaired(record: dict[str, Any], table: str) -> str:
+    if record.get("dryRun"):
+        return (f"dry run: {record.get('wouldRepair', 0)} of the {record.get('selected', 0)} "
+                f"selected raw rows of {table} would be decoded, {record.get('stayRaw', 0)} "
+                f"would stay raw{_why(record)}")
+    return (f"decoded {record.get('repaired', 0)} raw rows of {table} again, in "
+            f"{record.get('commits', 0)} commits; {record.get('stayRaw', 0)} stay "
+            f"raw{_why(record)}")
+
+
+def _backfilled(record: dict[str, Any], table: str) -> str:
+    ranges = record.get("ranges") or {}
+    where = ", ".join(f"partition {p} offsets {r['from']} to {r['to']}"
+                      for p, r in sorted(ranges.items(), key=lambda i: int(i[0])))
+    left = record.get("leftOut") or {}
+    return (f"landed {record.get('landed', 0)} records in {table}, in "
+            f"{record.get('commits', 0)} commits ({where or 'no range'}; the rest were there "
+            "already)" + (f"; left out: {len(left)} partition(s)" if left else ""))
+
+
+def _repair_progress(section: Any, commits: int, rows: int) -> dict[str, Any]:
+    if section.dry_run:
+        return {"dryRun": True}
+    return {"dryRun": False, "repaired": rows, "commits": commits}
+
+
+def _aliases(model: type[_Model]) -> set[str]:
+    return {f.alias or n for n, f in model.model_fields.items()}
+
+
+# Per type of a Spark-job operation: its status fields, its outcome's message, and its
+# progress while it runs.
+BATCHES = {
+    "Repair": (_aliases(RepairStatus), _repaired, _repair_progress),
+    "Backfill": (_aliases(BackfillStatus), _backfilled,
+                 lambda section, commits, rows: {"landed": rows, "commits": commits}),
+}
 
 
 def _why(record: dict[str, Any]) -> str:

@@ -311,16 +311,17 @@ class BranchCommitter:
                             str(error).splitlines()[0][:300])
 
     def publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
-                attempts: int = 5) -> None:
+                attempts: int = 5, tag: bool = True) -> None:
         """Step 4 of an append: one metadata commit that adds a snapshot appending the staged
         files on top of ``base_snapshot_id`` with ``properties`` in its summary, makes it
         ``main``'s head and moves the writer's tag there; a compare-and-set, as
         :meth:`_merge`.  Raises CommitConflict only when ``main`` moved on without any of the
         snapshots tried, CommitUnknown when the catalog kept failing to answer or anything
-        failed once a commit had been sent; any other error only before that."""
+        failed once a commit had been sent; any other error only before that.  Without
+        ``tag`` (a commit that is not the writer's: an operation's), the tag stays."""
         tried: set[int] = set()
         try:
-            self._publish(staged, base_snapshot_id, properties, attempts, tried)
+            self._publish(staged, base_snapshot_id, properties, attempts, tried, tag)
         except (CommitConflict, CommitUnknown):
             raise
         except Exception as error:  # noqa: BLE001 - after a commit was sent, it may land
@@ -330,7 +331,7 @@ class BranchCommitter:
             raise
 
     def _publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
-                 attempts: int, tried: set[int]) -> None:
+                 attempts: int, tried: set[int], tag: bool = True) -> None:
         iceberg = self.spark._jvm.org.apache.iceberg
         table = staged.table
         operations = table.operations()
@@ -349,8 +350,9 @@ class BranchCommitter:
             tried.add(int(snapshot.snapshotId()))
             builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, "main")
             try:
-                self._commit_metadata(operations, base, self._tag(
-                    iceberg, base, builder, snapshot.snapshotId()).build())
+                if tag:
+                    builder = self._tag(iceberg, base, builder, snapshot.snapshotId())
+                self._commit_metadata(operations, base, builder.build())
                 return
             except Exception as error:  # noqa: BLE001 - whatever it says, look (module doc)
                 last_error = error

@@ -544,11 +544,68 @@ class RepairSpec(_Model):
         return None
 
 
+class BackfillSpec(_Model):
+    """Which records of the topic to land (again) in the table."""
+
+    RULES = (
+        Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
+             "backfill.fromOffset must be below backfill.toOffset", ".toOffset", None,
+             lambda r: r.from_offset is None or r.to_offset is None
+             or r.from_offset < r.to_offset),
+        Rule("!has(self.fromTime) || !has(self.toTime) || "
+             "timestamp(self.fromTime) < timestamp(self.toTime)",
+             "backfill.fromTime must be before backfill.toTime", ".toTime", None,
+             lambda r: r.from_time is None or r.to_time is None
+             or _epoch(r.from_time) < _epoch(r.to_time)),
+    )
+
+    table: str | None = Field(
+        None, pattern=IDENTIFIER, description="Which of the topic's tables (a routed topic has "
+                                              "several: each takes its routed records); "
+                                              "default: its table.identifier.")
+    partitions: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        default_factory=tuple, max_length=10_000,
+        description="Only these Kafka partitions; default: all.")
+    from_offset: int | None = Field(None, ge=0, description="From this offset of each "
+                                                             "partition; default: Kafka's "
+                                                             "earliest.")
+    to_offset: int | None = Field(None, ge=1, description="Below this offset of each partition; "
+                                                           "default and at most: where the "
+                                                           "table's offsets are (the job lands "
+                                                           "the rest).")
+    from_time: str | None = Field(None, description="From the first record with a Kafka "
+                                                    "timestamp at or after this (RFC 3339).",
+                                  json_schema_extra=_TIME)
+    to_time: str | None = Field(None, description="Below the first record with a Kafka "
+                                                  "timestamp at or after this (RFC 3339).",
+                                json_schema_extra=_TIME)
+    records_per_commit: int = Field(
+        1_000_000, ge=1, le=100_000_000,
+        description="At most this many offsets of one partition are landed per commit (a run "
+                    "stopped midway goes on from what is not in the table).")
+
+    def refused(self, topic: TopicSpec, table: TableLayout) -> str | None:
+        """Why ``table``, one of ``topic``'s, cannot be backfilled (what to change), or None."""
+        if table.mode in ROW_LEVEL:
+            return (f"table {table.identifier} is an {table.mode} table: older records landed "
+                    "after newer ones would undo their changes; only append tables are "
+                    "backfilled")
+        return None
+
+
 class OperationRequest(_Model):
     """What the operator asks the job to do (``python -m floe_sparkapp operate``): one
     operation of a KafkaIcebergOperation, recorded on the table under its ``uid``."""
 
     uid: str = Field(min_length=1)
     name: str = Field(min_length=1)
-    type: Literal["Repair"]
+    type: Literal["Repair", "Backfill"]
     repair: RepairSpec | None = None
+    backfill: BackfillSpec | None = None
+
+    @property
+    def section(self) -> RepairSpec | BackfillSpec:
+        """The spec of its type."""
+        found = self.repair if self.type == "Repair" else self.backfill
+        assert found is not None, f"type {self.type} needs its section"
+        return found

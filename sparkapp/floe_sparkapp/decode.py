@@ -72,6 +72,14 @@ def frame(df: DataFrame, column: str = "value") -> DataFrame:
     return df.withColumn(error_name, error).withColumn(id_name, schema_id)
 
 
+
+def framed_ids(df: DataFrame, column: str = "value") -> list[int]:
+    """The writer schema ids ``column``'s framed values carry (one pass over ``df``)."""
+    name = "_schema_id" if column == "value" else "_key_schema_id"
+    return sorted(int(r[0]) for r in frame(df, column).select(name).distinct().collect()
+                  if r[0] is not None)
+
+
 def project(col: Column, source: T.DataType, target: T.DataType,
             routes: Mapping[str, str] | None = None, path: str = "value") -> Column:
     """Reshapes ``col`` of type ``source`` into ``target`` by field name, recursively.

@@ -103,6 +103,22 @@ def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int,
         consumer.close()
 
 
+def offsets_for_time(config: JobConfig, partitions: list[int], at_ms: int) -> dict[int, int]:
+    """Per partition, the offset of the first record with a timestamp at or after ``at_ms``
+    (Kafka's next offset when there is none)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = group_consumer(config)
+    try:
+        found = consumer.offsets_for_times(
+            [TopicPartition(config.kafka.topic, p, at_ms) for p in partitions], timeout=30)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(config.kafka.topic, p),
+                                                  timeout=30)[1] for p in partitions}
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in found}
+
+
 def check_offsets_available(config: JobConfig, committed: Committed) -> None:
     """Fails when Kafka no longer holds what follows the table's committed offsets: retention
     deleted records the table has not got, or the topic was deleted and created again (its

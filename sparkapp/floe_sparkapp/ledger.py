@@ -162,7 +162,7 @@ def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
 
 OPERATION_PREFIX = "floe.operation."  # a table property: what operation <uid> did
 OPERATION = "floe.operation"  # in a snapshot's summary: the uid of the operation that made it
-REPAIRED = "floe.operation.repaired"  # in a repair's snapshot's summary: the rows it decoded
+OPERATION_ROWS = "floe.operation.rows"  # in its snapshot's summary: the rows it changed or added
 
 
 def ancestors(table: Any, limit: int = 100_000) -> list[Any]:
@@ -198,9 +198,9 @@ def roll_back(table: Any, snapshot_id: int, uid: str, record: dict[str, Any]) ->
 
 def operation_commits(table: Any, uid: str) -> tuple[int, int]:
     """How many commits operation ``uid`` made in ``main``'s history, and the rows they
-    repaired (:data:`REPAIRED`)."""
+    changed or added (:data:`OPERATION_ROWS`)."""
     found = [s for s in ancestors(table) if (s.summary or {}).get(OPERATION) == uid]
-    return len(found), sum(int(s.summary.get(REPAIRED) or 0) for s in found)
+    return len(found), sum(int(s.summary.get(OPERATION_ROWS) or 0) for s in found)
 
 
 def record_operation(table: Any, uid: str, record: dict[str, Any], attempts: int = 10) -> None:

@@ -3,7 +3,8 @@
 one SparkApplication per attempt, on the topic's job config, and learns the outcome from the
 table (:func:`~.ledger.operation_record`), where each operation records it under its uid.
 
-- ``Repair`` (:mod:`.repair`): the table's raw rows decoded again.
+- ``Repair`` (:mod:`.repair`): the table's raw rows decoded again;
+- ``Backfill`` (:mod:`.backfill`): a range of the topic landed in the table.
 """
 
 from __future__ import annotations
@@ -32,21 +33,25 @@ def destination(config: JobConfig, table: str | None) -> JobConfig:
 
 def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> dict[str, Any]:
     """Runs ``request`` on the topic of ``config``; returns the outcome it recorded."""
-    from . import repair
+    from . import backfill, repair
     from .job import registry_of
     from .session import build_session, spark_catalog_conf
     from .table_writer import TableWriter
 
-    assert request.repair is not None
-    target = destination(config, request.repair.table)
-    why = request.repair.refused(config, target.table)
+    section = request.section
+    target = destination(config, section.table)
+    why = section.refused(config, target.table)
     if why is not None:
         raise OperationRefused(why)
     spark = spark or build_session(target)
     for key, value in {**spark_catalog_conf(target), "spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(key, value)
-    writer = TableWriter(target, spark, registry_of(target), evolve=not request.repair.dry_run)
-    outcome = repair.run(spark, target, request, writer)
+    dry_run = request.repair is not None and request.repair.dry_run
+    writer = TableWriter(target, spark, registry_of(target), evolve=not dry_run)
+    if request.type == "Backfill":
+        outcome = backfill.run(spark, config, target, request, writer)
+    else:
+        outcome = repair.run(spark, target, request, writer)
     log.info("operation %s (%s) on %s: %s", request.name, request.type,
              target.table.identifier, outcome)
     return outcome

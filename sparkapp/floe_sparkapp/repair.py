@@ -8,7 +8,7 @@ now (:class:`~.table_writer.TableWriter`: a writer schema the table lacks evolve
 the job).  The rows that now decode replace their raw rows in place, one MERGE per chunk of at
 most ``rowsPerCommit`` rows of one Kafka partition: each ``(partition, offset)`` stays one row.
 Each chunk's commit carries ``floe.operation`` (the operation's uid) and
-``floe.operation.repaired`` in its snapshot summary; the MERGE matches only rows still raw, in
+``floe.operation.rows`` in its snapshot summary; the MERGE matches only rows still raw, in
 the chunk's offset range, so a run killed midway and started again goes on with the rows
 still raw, and the streaming job's appends (offsets above every raw row's) never conflict
 with it.  Rows that still do not decode stay as they are, counted by their reason now.
@@ -31,9 +31,9 @@ from pyspark.sql import functions as F
 
 from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
-from .decode import frame, raw_reason
+from .decode import framed_ids, raw_reason
 from .layout import KEY_FIELDS
-from .ledger import OPERATION, REPAIRED, operation_commits, record_operation
+from .ledger import OPERATION, OPERATION_ROWS, operation_commits, record_operation
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
@@ -90,13 +90,6 @@ def as_records(rows: DataFrame) -> DataFrame:
         F.col("kafka.headers").alias("headers"))
 
 
-def _ids(records: DataFrame, column: str) -> list[int]:
-    framed = frame(records, column)
-    name = "_schema_id" if column == "value" else "_key_schema_id"
-    return sorted(int(r[0]) for r in framed.select(name).distinct().collect()
-                  if r[0] is not None)
-
-
 def _stayed(still: DataFrame) -> dict[str, dict[str, Any]]:
     """The rows that still do not decode, by reason: how many, and a few of their errors."""
     reasons = (still
@@ -132,8 +125,8 @@ class Repair:
         records = as_records(rows)
         table = self.writer.catalog.load_table(self.config.table.identifier)
         framed = self.config.value.format in ("avro", "protobuf")
-        value_ids = _ids(records, "value") if framed else []
-        key_ids = _ids(records, "key") if self.config.key.format == "avro" else []
+        value_ids = framed_ids(records, "value") if framed else []
+        key_ids = framed_ids(records, "key") if self.config.key.format == "avro" else []
         return self.writer._decode(records, table, value_ids, key_ids)
 
     def _merge(self, fixed: DataFrame, partition: int, lo: int, hi: int, count: int) -> None:
@@ -155,7 +148,8 @@ class Repair:
             f"AND t.kafka.offset <= {hi} AND {still_raw} "
             "WHEN MATCHED THEN UPDATE SET "
             + ", ".join(f"t.{c} = s.{c}" for c in columns))
-        with_commit_properties(self.spark, {OPERATION: self.request.uid, REPAIRED: str(count)},
+        with_commit_properties(self.spark, {OPERATION: self.request.uid,
+                                             OPERATION_ROWS: str(count)},
                                lambda: self.spark.sql(statement))
         self.spark.catalog.dropTempView(view)
 

@@ -258,3 +258,86 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     reasons = [e.reason for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
         namespace, field_selector="involvedObject.name=fix").items]
     assert {"JobCreated", "Succeeded"} <= set(reasons), reasons
+
+
+def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_driver_killed(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """A topic with 40 records is declared with ``startingOffsets: latest``: its job lands only
+    what comes after. A Backfill (three offsets a commit) brings the history in while the job
+    keeps landing; its driver is killed after its first commit, and the second attempt lands
+    only what is not there. Every record ends as one row, and the table's offsets stay the
+    job's."""
+    from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
+
+    from ..integration.jobkit import AvroProducer, create_topic
+    from ..integration.test_job_roundtrip import produce_orders
+    from .test_operator import kubectl, logs, orders_rows, orders_status, topic_body, \
+        topic_catalog
+
+    kafka_topic = f"backfill-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    produce_orders(producer, 0, 40)
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["kafka"]["startingOffsets"] = "latest"
+    custom = client.CustomObjectsApi(admin_client(stack))
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics", body)
+    catalog = topic_catalog(shared)
+
+    def committed() -> dict:
+        return (orders_status(stack, namespace).get("offsets") or {}).get("committed") or {}
+
+    produced = 40
+
+    def both_partitions() -> bool:  # the job has started: what comes now lands
+        nonlocal produced
+        if len(committed()) == 2:
+            return True
+        produce_orders(producer, produced, 4)
+        produced += 4
+        return False
+
+    assert wait_until(both_partitions, timeout=300, interval=5), logs(tmp_path, namespace)
+    assert len(orders_rows(catalog)) < produced  # the history is not there
+
+    made = custom.create_namespaced_custom_object(
+        *OPERATIONS, namespace, "kafkaicebergoperations", {
+            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
+            "metadata": {"name": "history"},
+            "spec": {"topic": "orders", "type": "Backfill",
+                     "backfill": {"recordsPerCommit": 3}}})
+    uid = made["metadata"]["uid"]
+
+    def backfill_commits() -> int:
+        try:
+            return sum(1 for s in ancestors(catalog.load_table("analytics.orders"))
+                       if (s.summary or {}).get(OPERATION) == uid)
+        except Exception:  # the catalog busy with a commit
+            return 0
+
+    assert wait_until(lambda: backfill_commits() >= 1, timeout=300, interval=0.5), \
+        f"{operation_status(stack, namespace, 'history')}\n{logs(tmp_path, namespace)}"
+    kubectl("exec", "-n", namespace, "floe-op-history-1-driver", "-c",
+            "spark-kubernetes-driver", "--", "sh", "-c", "kill -KILL -1")
+    produce_orders(producer, produced, 10)  # the job keeps landing meanwhile
+    produced += 10
+    assert wait_until(lambda: operation_status(stack, namespace, "history").get("phase")
+                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
+        f"{operation_status(stack, namespace, 'history')}\n{logs(tmp_path, namespace)}"
+    done = operation_status(stack, namespace, "history")
+    assert done["phase"] == "Succeeded", done
+    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
+    shown = done["backfill"]
+    assert shown["commits"] == backfill_commits() >= 10, done
+    assert shown["leftOut"] == {}, done
+    assert wait_until(lambda: len(orders_rows(catalog)) == produced
+                      and committed() == {str(p): o for p, o in
+                                          producer.next_offsets().items()},
+                      timeout=300, interval=2), logs(tmp_path, namespace)
+    rows_as_produced(orders_rows(catalog), producer.sent)
+    # The history the job had skipped is what the backfill landed, in both attempts.
+    history = sum(r["to"] - r["from"] for r in shown["ranges"].values())
+    assert shown["landed"] >= 40 and shown["landed"] <= history, done
+    assert last_commit(catalog.load_table("analytics.orders"), f"{namespace}/orders",
+                       kafka_topic).offsets == producer.next_offsets()

@@ -267,3 +267,47 @@ def test_an_attempt_runs_the_topics_job_config_under_the_operations_name_and_lab
         labels = app["spec"][role]["labels"]
         assert "floe.dev/topic" not in labels and labels["floe.dev/operation-uid"] == "uid-1"
     assert app["spec"]["restartPolicy"] == {"type": "Never"}  # the operator starts attempts
+
+
+# --- Backfill ----------------------------------------------------------------------------------
+
+def test_a_backfill_runs_as_a_spark_job_and_says_what_it_landed_where():
+    spec = OperationSpec.model_validate({"topic": "orders", "type": "Backfill",
+                                         "backfill": {"recordsPerCommit": 10}})
+    seen = OperationWorld(now_ms=NOW_MS, name="fill", uid="0123456789abcdef", generation=1,
+                          spec=spec, topic_found=True, tables=("analytics.orders",))
+    first = plan(seen)
+    assert first.actions == (StartRun(1),)
+    running = plan(replace(seen, run=Run("floe-op-fill-1", 1, "RUNNING"), progress=(3, 30),
+                           status=first.status))
+    assert running.status["message"] == ("attempt 1 of the backfill of analytics.orders is "
+                                         "running: 30 rows landed so far, in 3 commits")
+    assert running.status["backfill"] == {"table": "analytics.orders", "landed": 30,
+                                          "commits": 3}
+    record = {"type": "Backfill", "ranges": {"1": {"from": 0, "to": 20},
+                                             "0": {"from": 5, "to": 25}},
+              "leftOut": {"2": "the table has no offsets for it yet: ..."}, "landed": 40,
+              "commits": 4}
+    done = plan(replace(seen, run=Run("floe-op-fill-1", 1, "COMPLETED"), record=record,
+                        status=running.status))
+    assert done.status["phase"] == "Succeeded"
+    assert done.status["message"] == (
+        "landed 40 records in analytics.orders, in 4 commits (partition 0 offsets 5 to 25, "
+        "partition 1 offsets 0 to 20; the rest were there already); left out: 1 partition(s)")
+    assert done.status["backfill"]["ranges"]["0"] == {"from": 5, "to": 25}
+    OperationStatus.model_validate(done.status)
+    with pytest.raises(ValueError, match="type Backfill needs the backfill section"):
+        OperationSpec.model_validate({"topic": "t", "type": "Backfill"})
+
+
+def test_an_upsert_table_is_not_backfilled():
+    from floe_operator.resource import KafkaIcebergTopicSpec
+
+    topic = KafkaIcebergTopicSpec.model_validate({
+        "kafka": {"bootstrapServers": "k:9092", "topic": "t"},
+        "value": {"format": "avro", "schemaRegistry": {"url": "http://r", "subject": "s"}},
+        "table": {"catalog": {"name": "c", "uri": "jdbc:sqlite:/x.db", "warehouse": "file:///w"},
+                  "identifier": "a.t", "mode": "upsert"}})
+    spec = OperationSpec.model_validate({"topic": "t", "type": "Backfill", "backfill": {}})
+    assert "older records landed after newer ones would undo their changes" in \
+        spec.backfill.refused(topic, topic.table)

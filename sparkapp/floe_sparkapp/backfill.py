@@ -1,0 +1,189 @@
+"""Backfill: a range of the topic landed in the table beside the streaming job, each record
+once (a table made for a topic that already had history, rows lost to a roll back or a
+rebuild, a job that started at ``latest``).
+
+The range is per partition: from ``fromOffset`` (or the first record at ``fromTime``, or
+Kafka's earliest) to below ``toOffset`` (or the first record at ``toTime``), and never at or
+above the table's offsets: the job lands from there, the ledger stays the one truth of where
+it is, and the backfill never touches it.  A partition the table has no offsets for yet is
+left to the job.
+
+Each chunk of at most ``recordsPerCommit`` offsets of one partition is read from Kafka (a Spark
+batch), its records whose offsets the table already holds left out (read at the snapshot the
+commit goes on top of), decoded as the job decodes them (a routed topic's table takes only its
+routed records), and appended in one commit on ``main`` that holds only if ``main`` is still at
+that snapshot (:meth:`~.commit.BranchCommitter.publish`, leaving the writer's tag where it is):
+the job's commits in between send the chunk back to be read again, so a record is never
+appended twice, whoever commits meanwhile, and a run killed midway and started again lands
+only what is not there.  Each commit's summary carries ``floe.operation`` (the operation's uid),
+``floe.operation.rows`` and ``floe.operation.range`` (``partition:from-to``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import routing
+from .commit import CommitConflict, CommitUnknown
+from .config import JobConfig, kafka_client_settings
+from .contract import BackfillSpec, OperationRequest
+from .decode import framed_ids
+from .kafka_offsets import offsets_for_time, topic_partitions, watermarks
+from .ledger import (OPERATION, OPERATION_ROWS, last_commit, operation_commits,
+                     record_operation)
+from .table_writer import TableWriter
+
+log = logging.getLogger("floe.operation")
+
+RANGE = "floe.operation.range"
+ATTEMPTS = 20  # a chunk whose commit finds main moved (the job committed) is read this often
+
+
+def _ms(text: str) -> int:
+    return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int]
+           ) -> tuple[dict[int, tuple[int, int]], dict[int, str]]:
+    """Per partition, the offsets ``[from, to)`` to land, and why the others are left out."""
+    partitions = sorted(spec.partitions or topic_partitions(config))
+    marks = watermarks(config, partitions)
+    starts = offsets_for_time(config, partitions, _ms(spec.from_time)) if spec.from_time else {}
+    ends = offsets_for_time(config, partitions, _ms(spec.to_time)) if spec.to_time else {}
+    found, skipped = {}, {}
+    for p in partitions:
+        low, high = marks[p]
+        if p not in committed:
+            skipped[p] = ("the table has no offsets for it yet: the job lands it from where it "
+                          "starts")
+            continue
+        lo = max(low, spec.from_offset or 0, starts.get(p, 0))
+        hi = min(high, committed[p], *(x for x in (spec.to_offset, ends.get(p))
+                                        if x is not None))
+        if lo >= hi:
+            skipped[p] = (f"nothing to land: offsets {lo} to {hi} (Kafka has {low} to {high}, "
+                          f"the table's offsets are at {committed[p]})")
+            continue
+        found[p] = (lo, hi)
+    return found, skipped
+
+
+class Backfill:
+    """One backfill run (:func:`run`)."""
+
+    def __init__(self, spark: SparkSession, top: JobConfig, config: JobConfig,
+                 request: OperationRequest, writer: TableWriter) -> None:
+        assert request.backfill is not None
+        self.spark, self.top, self.config, self.request = spark, top, config, request
+        self.spec = request.backfill
+        self.writer = writer
+        self.table_ref = writer.table_name
+        self.route = next(i for i, d in enumerate(top.destinations())
+                          if d.table.identifier == config.table.identifier)
+
+    def _records(self, partition: int, lo: int, hi: int) -> DataFrame:
+        """Kafka's records ``[lo, hi)`` of one partition."""
+        topic = self.config.kafka.topic
+        reader = (self.spark.read.format("kafka")
+                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
+                  .option("assign", json.dumps({topic: [partition]}))
+                  .option("startingOffsets", json.dumps({topic: {str(partition): lo}}))
+                  .option("endingOffsets", json.dumps({topic: {str(partition): hi}}))
+                  .option("kafka.isolation.level", self.config.kafka.isolation_level)
+                  .option("includeHeaders", "true")
+                  .option("failOnDataLoss", "true"))
+        for key, value in kafka_client_settings(self.config).items():
+            reader = reader.option(f"kafka.{key}", value)
+        return reader.load()
+
+    def _rows(self, records: DataFrame, table: Any) -> DataFrame:
+        """The table's rows of ``records`` (for a routed topic, of those routed to it)."""
+        framed = self.config.value.format in ("avro", "protobuf")
+        ids = framed_ids(records, "value") if framed else []
+        keys = framed_ids(records, "key") if self.config.key.format == "avro" else []
+        if self.top.routes:
+            registry = self.writer.registry
+            routed = routing.routed(records, self.top, registry, ids)
+            records, ids, keys = routing.split(routed, self.top,
+                                               len(self.top.destinations()))[self.route]
+        return self.writer._decode(records, table, ids, keys)
+
+    def _chunk(self, partition: int, lo: int, hi: int) -> int:
+        """Lands the chunk's records the table has not got, in one commit; returns how many."""
+        committer = self.writer.committer
+        catalog = self.writer.catalog
+        for attempt in range(1, ATTEMPTS + 1):
+            table = catalog.load_table(self.config.table.identifier)
+            base = table.current_snapshot().snapshot_id
+            limit = last_commit(table, self.config.writer, self.config.kafka.topic).offsets
+            upto = min(hi, limit.get(partition, lo))  # main rolled back meanwhile: the job's
+            if upto <= lo:
+                return 0
+            held = (self.spark.read.option("snapshot-id", str(base)).table(self.table_ref)
+                    .filter((F.col("kafka.partition") == partition)
+                            & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < upto))
+                    .select(F.col("kafka.offset").alias("_held")))
+            records = self._records(partition, lo, upto)
+            fresh = records.join(held, records["offset"] == held["_held"], "left_anti")
+            rows = self._rows(fresh, table).persist()
+            try:
+                count = rows.count()
+                if count == 0:
+                    return 0
+                staged = committer.stage(rows)
+                try:
+                    committer.publish(staged, base, {
+                        OPERATION: self.request.uid, OPERATION_ROWS: str(count),
+                        RANGE: f"{partition}:{lo}-{upto}"}, tag=False)
+                    return count
+                except CommitConflict as moved:
+                    committer.discard(staged)
+                    log.info("backfill %s: partition %d offsets %d..%d: main moved (%s); "
+                             "reading the chunk again (attempt %d)", self.request.name,
+                             partition, lo, upto, moved, attempt)
+                except CommitUnknown as unknown:  # the files stay: a snapshot may have them
+                    log.warning("backfill %s: %s; reading the chunk again", self.request.name,
+                                unknown)
+            finally:
+                rows.unpersist()
+            time.sleep(min(0.5 * attempt, 5.0))
+        raise CommitConflict(f"backfill {self.request.name}: partition {partition} offsets "
+                             f"{lo}..{hi} could not be committed in {ATTEMPTS} attempts: the "
+                             "table kept changing")
+
+    def run(self) -> dict[str, Any]:
+        table = self.writer.catalog.load_table(self.config.table.identifier)
+        committed = last_commit(table, self.config.writer, self.config.kafka.topic).offsets
+        found, skipped = ranges(self.config, self.spec, committed)
+        log.info("backfill %s of %s: %s; left out: %s", self.request.name, self.table_ref,
+                 found, skipped)
+        size = self.spec.records_per_commit
+        landed = 0
+        for partition, (lo, hi) in sorted(found.items()):
+            for start in range(lo, hi, size):
+                end = min(start + size, hi)
+                count = self._chunk(partition, start, end)
+                landed += count
+                log.info("backfill %s: partition %d offsets %d..%d: %d record(s) landed",
+                         self.request.name, partition, start, end, count)
+        table = self.writer.catalog.load_table(self.config.table.identifier)
+        commits, rows = operation_commits(table, self.request.uid)
+        return {"ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
+                "leftOut": {str(p): why for p, why in skipped.items()},
+                "landed": rows, "commits": commits}
+
+
+def run(spark: SparkSession, top: JobConfig, config: JobConfig, request: OperationRequest,
+        writer: TableWriter) -> dict[str, Any]:
+    """Runs the backfill on ``config``'s table (one of ``top``'s destinations) and records its
+    outcome on the table; returns the outcome."""
+    outcome = {"type": "Backfill", **Backfill(spark, top, config, request, writer).run()}
+    record_operation(writer.catalog.load_table(config.table.identifier), request.uid, outcome)
+    return outcome

@@ -1,0 +1,80 @@
+"""Backfill in the job (``python -m floe_sparkapp operate``): a range of the topic landed in
+the table beside the streaming job, each record once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from floe_sparkapp.config import parse_config
+from floe_sparkapp.contract import OperationRequest
+from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
+from floe_sparkapp.operations import operate
+
+from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
+                     streaming, table_rows, wait_for_rows)
+from .test_job_roundtrip import normalize, produce_orders
+
+pytestmark = pytest.mark.integration
+
+
+def request(uid: str, **backfill) -> OperationRequest:
+    return OperationRequest.model_validate({"uid": uid, "name": uid, "type": "Backfill",
+                                            "backfill": backfill})
+
+
+def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    """A job that started at ``latest`` on a topic with 40 records lands only what came after;
+    a backfill (7 offsets a commit), killed after its first commit and run again while the job
+    keeps landing, brings the 40 in: every record is one row, and the table's offsets stay
+    the job's."""
+    from floe_sparkapp import backfill
+
+    topic = f"backfill-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 40)
+    config = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
+                           "kafka": {"bootstrapServers": stack.bootstrap, "topic": topic,
+                                     "startingOffsets": "latest"}})
+    with streaming(config, spark) as (failures, _):
+        produce_orders(producer, 40, 10)
+        assert len(wait_for_rows(config, 10)) == 10, failures
+
+        chunks = []
+        real_chunk = backfill.Backfill._chunk
+
+        def killed_after_one(self, *args):
+            if chunks:
+                raise RuntimeError("driver killed")
+            chunks.append(args)
+            return real_chunk(self, *args)
+
+        monkeypatch.setattr(backfill.Backfill, "_chunk", killed_after_one)
+        with pytest.raises(RuntimeError, match="driver killed"):
+            operate(config, request("fill", recordsPerCommit=7), spark)
+        monkeypatch.setattr(backfill.Backfill, "_chunk", real_chunk)
+        produce_orders(producer, 50, 10)  # the job lands these meanwhile
+        outcome = operate(config, request("fill", recordsPerCommit=7), spark)
+        assert outcome["landed"] == 40, outcome
+        assert sum(r["to"] - r["from"] for r in outcome["ranges"].values()) == 40
+        assert outcome["leftOut"] == {}
+        commits = [s for s in ancestors(load_table(config))
+                   if (s.summary or {}).get(OPERATION) == "fill"]
+        assert outcome["commits"] == len(commits) >= 6
+        rows = wait_for_rows(config, 60)
+        assert not failures, failures
+    assert_exactly_once(rows, producer.sent)
+    for row in rows:
+        sent = producer.sent[(row["kafka"]["partition"], row["kafka"]["offset"])]
+        assert row["key"] == sent["key"]
+        assert normalize(row["value"]) == normalize(sent["value"])
+    # The ledger is the job's: the backfill's commits carry no offsets, and the job's newest
+    # commit says where Kafka's records end.
+    assert last_commit(load_table(config), config.writer, topic).offsets == \
+        producer.next_offsets()
+    again = operate(config, request("again"), spark)  # everything is there: nothing lands
+    assert again["landed"] == 0 and again["commits"] == 0
+    assert len(table_rows(config)) == 60
