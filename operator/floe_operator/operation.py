@@ -114,6 +114,15 @@ class StayRaw(_Model):
     errors: list[str] = Field(default_factory=list, description="A few of their errors.")
 
 
+class RedriveStatus(_Model):
+    read: int | None = Field(None, description="The dead-letter topic's records of the table.")
+    missing: int | None = Field(None, description="Of them, those the table has no row for.")
+    landed: int | None = Field(None, description="Of those, landed (they now decode).")
+    would_land: int | None = Field(None, description="A dry run: those that would land.")
+    stay_undecodable: int | None = Field(None, description="Those that still do not decode "
+                                                           "(left in the dead-letter topic).")
+
+
 class RepairStatus(_Model):
     table: str = Field(description="The table repaired.")
     dry_run: bool = False
@@ -128,6 +137,8 @@ class RepairStatus(_Model):
     stay_raw: int | None = Field(None, description="Selected rows that still do not decode.")
     stay_raw_by_reason: dict[str, StayRaw] = Field(
         default_factory=dict, description="Those, by the reason they do not.")
+    dead_letters: RedriveStatus | None = Field(
+        None, description="The dead-letter topic's records re-driven into the table.")
 
 
 class OffsetRange(_Model):
@@ -402,13 +413,18 @@ def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) ->
 
 
 def _repaired(record: dict[str, Any], table: str) -> str:
+    letters = record.get("deadLetters")
     if record.get("dryRun"):
+        redriven = (f"; {letters.get('wouldLand', 0)} records of the dead-letter topic the "
+                    "table has no row for would land" if letters else "")
         return (f"dry run: {record.get('wouldRepair', 0)} of the {record.get('selected', 0)} "
                 f"selected raw rows of {table} would be decoded, {record.get('stayRaw', 0)} "
-                f"would stay raw{_why(record)}")
+                f"would stay raw{_why(record)}{redriven}")
+    redriven = (f"; {letters.get('landed', 0)} records of the dead-letter topic the table had "
+                "no row for landed" if letters else "")
     return (f"decoded {record.get('repaired', 0)} raw rows of {table} again, in "
             f"{record.get('commits', 0)} commits; {record.get('stayRaw', 0)} stay "
-            f"raw{_why(record)}")
+            f"raw{_why(record)}{redriven}")
 
 
 def _backfilled(record: dict[str, Any], table: str) -> str:

@@ -527,6 +527,10 @@ class RepairSpec(_Model):
                                 json_schema_extra=_TIME)
     dry_run: bool = Field(False, description="Change nothing: count the rows that would be "
                                              "decoded, and why the others would stay raw.")
+    dead_letters: bool = Field(
+        True, description="With a deadLetter topic: also land its records of this table that "
+                          "the table has no row for (their raw rows deleted, or lost while "
+                          "Kafka no longer has them) and that now decode.")
     rows_per_commit: int = Field(
         100_000, ge=1, le=100_000_000,
         description="At most this many rows of one Kafka partition are replaced per commit "

@@ -30,6 +30,9 @@ ATTEMPTS = 3
 CLOCK_MARGIN_MS = 10 * 60 * 1000
 READ_SECONDS = 120  # at most this long reading back what was sent
 HEADERS = ("floe.writer", "floe.topic", "floe.partition", "floe.offset")
+# Also on each dead letter: ``floe.error`` (why), and the record's own ``floe.timestamp`` (ms)
+# and ``floe.timestamp-type``, so that a repair re-drives it as it came.
+HEADER_PREFIX = "floe."
 
 Coordinates = tuple[str, int, int]  # a source record's topic, partition, offset
 
@@ -141,6 +144,38 @@ def _coordinates(headers: list[tuple[str, bytes]], writer: str) -> Coordinates |
             int(found["floe.offset"]))
 
 
+def records(spark: Any, config: JobConfig) -> DataFrame:
+    """The dead-letter topic's records of this writer and topic, as the Kafka records they
+    were (key, value, partition, offset, timestamp, their own headers), each once."""
+    assert config.dead_letter is not None
+
+    def header(name: str) -> Any:
+        return F.expr(f"element_at(transform(filter(headers, h -> h.key = '{name}'), "
+                      "h -> cast(h.value as string)), 1)")
+
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+              .option("subscribe", config.dead_letter.topic)
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+              .option("includeHeaders", "true").option("failOnDataLoss", "false"))
+    for key, value in kafka_client_settings(config).items():
+        reader = reader.option(f"kafka.{key}", value)
+    found = reader.load()
+    own = F.expr(f"filter(headers, h -> NOT startswith(h.key, '{HEADER_PREFIX}'))")
+    stamp = header("floe.timestamp").cast("long")
+    return (found.filter((header("floe.writer") == F.lit(config.writer))
+                         & (header("floe.topic") == F.lit(config.kafka.topic)))
+            .select(F.col("key"), F.col("value"), header("floe.topic").alias("topic"),
+                    header("floe.partition").cast("int").alias("partition"),
+                    header("floe.offset").cast("long").alias("offset"),
+                    F.coalesce(F.timestamp_millis(stamp), F.col("timestamp")).alias("timestamp"),
+                    F.coalesce(header("floe.timestamp-type").cast("int"),
+                               F.col("timestampType")).alias("timestampType"),
+                    F.when(F.size(own) > 0, own).alias("headers"),
+                    header("floe.error").alias("_dead_letter_error"))
+            .dropDuplicates(["partition", "offset"]))
+
+
 def _produce(bad: DataFrame, config: JobConfig) -> None:
     """Sends undecodable rows to the dead-letter topic, with why and where from."""
     assert config.dead_letter is not None
@@ -155,7 +190,9 @@ def _produce(bad: DataFrame, config: JobConfig) -> None:
                 header("floe.writer", F.lit(config.writer)),
                 header("floe.topic", F.col("kafka.topic")),
                 header("floe.partition", F.col("kafka.partition").cast("string")),
-                header("floe.offset", F.col("kafka.offset").cast("string"))))
+                header("floe.offset", F.col("kafka.offset").cast("string")),
+                header("floe.timestamp", F.unix_millis(F.col("kafka.timestamp")).cast("string")),
+                header("floe.timestamp-type", F.col("kafka.timestamp_type").cast("string"))))
     writer: Any = (bad.select(F.col("key"), F.col("value_raw").alias("value"),
                               headers.alias("headers"))
                    .write.format("kafka")

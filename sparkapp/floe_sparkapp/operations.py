@@ -51,7 +51,7 @@ def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> 
     if request.type == "Backfill":
         outcome = backfill.run(spark, config, target, request, writer)
     else:
-        outcome = repair.run(spark, target, request, writer)
+        outcome = repair.run(spark, target, request, writer, config.table.identifier)
     log.info("operation %s (%s) on %s: %s", request.name, request.type,
              target.table.identifier, outcome)
     return outcome

@@ -31,15 +31,16 @@ from pyspark.sql import functions as F
 
 from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
-from .decode import framed_ids, raw_reason
+from .decode import frame, framed_ids, raw_reason
 from .layout import KEY_FIELDS
-from .ledger import OPERATION, OPERATION_ROWS, operation_commits, record_operation
+from .ledger import OPERATION, OPERATION_ROWS, ancestors, operation_commits, record_operation
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
 
 ATTEMPTS = 8  # a chunk whose commit conflicts (compaction rewrote its files) is tried this often
 EXAMPLES = 5  # still-raw rows' errors kept in the outcome, per reason
+DEAD_LETTERS = "floe.operation.dead-letters"  # a commit's rows re-driven from dead letters
 
 
 def _timestamp(text: str) -> Any:
@@ -50,21 +51,34 @@ def selection(rows: DataFrame, spec: RepairSpec) -> DataFrame:
     """The rows the request selects: kept raw (their value undecoded), and within its
     filters."""
     chosen = rows.filter(undecodable(rows) & F.col("value_raw").isNotNull())
+    return _within(chosen, spec, F.col("value_error"), F.col("kafka.schema_id"), "kafka.")
+
+
+def _within(rows: DataFrame, spec: RepairSpec, error: Any = None, schema_id: Any = None,
+            lineage: str = "") -> DataFrame:
+    """``rows`` within the request's filters: table rows (``lineage`` ``kafka.``) or Kafka
+    records (dead letters: their error and schema id found here when not given)."""
+    error = F.col("_dead_letter_error") if error is None else error
     if spec.reasons:
-        chosen = chosen.filter(raw_reason(F.col("value_error")).isin(*spec.reasons))
+        rows = rows.filter(raw_reason(error).isin(*spec.reasons))
     if spec.schema_ids:
-        chosen = chosen.filter(F.col("kafka.schema_id").isin(*spec.schema_ids))
+        if schema_id is None:
+            rows = frame(rows)
+            schema_id = F.col("_schema_id")
+        rows = rows.filter(schema_id.isin(*spec.schema_ids))
+        if "_schema_id" in rows.columns and not lineage:
+            rows = rows.drop("_schema_id", "_frame_error")
     if spec.partitions:
-        chosen = chosen.filter(F.col("kafka.partition").isin(*spec.partitions))
+        rows = rows.filter(F.col(f"{lineage}partition").isin(*spec.partitions))
     if spec.from_offset is not None:
-        chosen = chosen.filter(F.col("kafka.offset") >= spec.from_offset)
+        rows = rows.filter(F.col(f"{lineage}offset") >= spec.from_offset)
     if spec.to_offset is not None:
-        chosen = chosen.filter(F.col("kafka.offset") < spec.to_offset)
+        rows = rows.filter(F.col(f"{lineage}offset") < spec.to_offset)
     if spec.from_time is not None:
-        chosen = chosen.filter(F.col("kafka.timestamp") >= _timestamp(spec.from_time))
+        rows = rows.filter(F.col(f"{lineage}timestamp") >= _timestamp(spec.from_time))
     if spec.to_time is not None:
-        chosen = chosen.filter(F.col("kafka.timestamp") < _timestamp(spec.to_time))
-    return chosen
+        rows = rows.filter(F.col(f"{lineage}timestamp") < _timestamp(spec.to_time))
+    return rows
 
 
 def chunks(selected: DataFrame, size: int) -> list[tuple[int, int, int, int]]:
@@ -113,16 +127,22 @@ class Repair:
     """One repair run (:func:`run`)."""
 
     def __init__(self, spark: SparkSession, config: JobConfig, request: OperationRequest,
-                 writer: TableWriter) -> None:
+                 writer: TableWriter, top_table: str | None = None) -> None:
         assert request.repair is not None
         self.spark, self.config, self.request, self.spec = spark, config, request, request.repair
         self.writer = writer
         self.table_ref = writer.table_name
         self.keyed = config.key.decoded
         self.has_value = config.value.format != "raw"
+        # Dead letters are of the topic's own table (undecodable records are never routed)
+        self.own_table = top_table is None or top_table == config.table.identifier
 
     def _decode(self, rows: DataFrame) -> DataFrame:
-        records = as_records(rows)
+        """Table rows decoded again."""
+        return self._decode_records(as_records(rows))
+
+    def _decode_records(self, records: DataFrame) -> DataFrame:
+        """Kafka records decoded into the table's rows (the table as it is now)."""
         table = self.writer.catalog.load_table(self.config.table.identifier)
         framed = self.config.value.format in ("avro", "protobuf")
         value_ids = framed_ids(records, "value") if framed else []
@@ -176,6 +196,52 @@ class Repair:
         finally:
             decoded.unpersist()
 
+    def _redrive(self) -> dict[str, int]:
+        """The dead-letter topic's records of this table that the table has no row for (its
+        raw rows deleted, or lost to a roll back while Kafka no longer has them) and that now
+        decode, appended in one commit that holds only if ``main`` is still where they were
+        checked against it (else read and checked again)."""
+        from .commit import CommitConflict, CommitUnknown
+        from .dead_letters import records
+
+        committer, catalog = self.writer.committer, self.writer.catalog
+        letters = records(self.spark, self.config)
+        letters = _within(letters, self.spec)
+        for attempt in range(1, ATTEMPTS + 1):
+            table = catalog.load_table(self.config.table.identifier)
+            base = table.current_snapshot().snapshot_id
+            held = (self.spark.read.option("snapshot-id", str(base)).table(self.table_ref)
+                    .select(F.col("kafka.partition").alias("_p"),
+                            F.col("kafka.offset").alias("_o")))
+            missing = letters.join(held, (letters["partition"] == held["_p"])
+                                   & (letters["offset"] == held["_o"]), "left_anti")
+            decoded = self._decode_records(missing.drop("_dead_letter_error")).persist()
+            try:
+                outcome = {"read": letters.count(), "missing": decoded.count()}
+                fixed = decoded.filter(~undecodable(decoded))
+                outcome["landed"] = 0 if self.spec.dry_run else fixed.count()
+                outcome["stayUndecodable"] = decoded.filter(undecodable(decoded)).count()
+                if self.spec.dry_run:
+                    outcome["wouldLand"] = fixed.count()
+                if not outcome.get("landed"):
+                    return outcome
+                staged = committer.stage(fixed)
+                try:
+                    committer.publish(staged, base, {
+                        OPERATION: self.request.uid, OPERATION_ROWS: str(outcome["landed"]),
+                        DEAD_LETTERS: str(outcome["landed"])}, tag=False)
+                    return outcome
+                except CommitConflict:
+                    committer.discard(staged)
+                except CommitUnknown as unknown:
+                    log.warning("repair %s: %s; reading the dead letters again",
+                                self.request.name, unknown)
+            finally:
+                decoded.unpersist()
+            time.sleep(min(0.5 * attempt, 5.0))
+        raise RuntimeError(f"repair {self.request.name}: the dead letters could not be "
+                           f"committed in {ATTEMPTS} attempts: the table kept changing")
+
     def run(self) -> dict[str, Any]:
         spec = self.spec
         selected = selection(self.spark.table(self.table_ref), spec)
@@ -206,24 +272,30 @@ class Repair:
                      self.request.name, partition, lo, hi, count, n,
                      " (dry run)" if spec.dry_run else "")
         stayed_count = sum(s["count"] for s in stayed.values())
+        redriven = ({"deadLetters": self._redrive()} if self.config.dead_letter is not None
+                    and spec.dead_letters and self.own_table else {})
         if spec.dry_run:
             return {"selected": total, "wouldRepair": decoded, "stayRaw": stayed_count,
-                    "stayRawByReason": stayed,
+                    "stayRawByReason": stayed, **redriven,
                     **({"wouldEvolve": sorted(evolving)[:EXAMPLES]} if evolving else {})}
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        commits, repaired = operation_commits(table, self.request.uid)
-        return {"selected": total, "repaired": repaired, "commits": commits,
-                "stayRaw": stayed_count, "stayRawByReason": stayed}
+        commits, rows = operation_commits(table, self.request.uid)
+        landed = sum(int(s.summary.get(DEAD_LETTERS) or 0) for s in ancestors(table)
+                     if (s.summary or {}).get(OPERATION) == self.request.uid)
+        if redriven:
+            redriven["deadLetters"]["landed"] = landed  # in every attempt
+        return {"selected": total, "repaired": rows - landed, "commits": commits,
+                "stayRaw": stayed_count, "stayRawByReason": stayed, **redriven}
 
 
 def run(spark: SparkSession, config: JobConfig, request: OperationRequest,
-        writer: TableWriter) -> dict[str, Any]:
+        writer: TableWriter, top_table: str | None = None) -> dict[str, Any]:
     """Runs the repair on ``config``'s table (the destination the request names, which
     :meth:`~.contract.RepairSpec.refused` lets through) and records its outcome on the table;
     returns the outcome."""
     assert request.repair is not None
     outcome = {"type": "Repair", "dryRun": request.repair.dry_run,
-               **Repair(spark, config, request, writer).run()}
+               **Repair(spark, config, request, writer, top_table).run()}
     table = writer.catalog.load_table(config.table.identifier)
     record_operation(table, request.uid, outcome)
     return outcome

@@ -116,3 +116,52 @@ def test_a_repair_refuses_a_table_it_cannot_repair(stack, spark, tmp_path, uniqu
         operate(config, request("raw"), spark)
     with pytest.raises(OperationRefused, match="analytics.other is not one of the topic's"):
         operate(config, request("other", table="analytics.other"), spark)
+
+
+def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
+        stack, spark, tmp_path, unique_name):
+    """A user read the undecodable records from the dead-letter topic and deleted their raw
+    rows from the table; once the cause is fixed, a repair lands them from the dead letters,
+    decoded, with their own lineage (timestamp and headers as they came), once however often
+    it runs."""
+    topic = f"redrive-{unique_name}".replace("_", "-")
+    dead = f"{topic}-dlq"
+    create_topic(stack.bootstrap, topic, partitions=2)
+    create_topic(stack.bootstrap, dead, partitions=1)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    for i in range(10, 18):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE,
+                      headers=[("trace", f"t{i}".encode())], timestamp_ms=1_790_000_000_000 + i)
+    producer.flush()
+    frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic,
+                                                   dead_letter=dead).to_json()),
+                           "schemaEvolution": {"mode": "none"}})
+    run_once(frozen, spark)
+    assert len(raw_rows(frozen)) == 8
+    spark.sql(f"DELETE FROM {frozen.table.catalog.name}.{frozen.table.identifier} "
+              "WHERE value_raw IS NOT NULL")
+    assert len(table_rows(frozen)) == 10
+    config = parse_config({**json.loads(frozen.to_json()),
+                           "schemaEvolution": {"mode": "additive"}})
+
+    dry = operate(config, request("look", dryRun=True), spark)
+    assert dry["deadLetters"] == {"read": 8, "missing": 8, "landed": 0, "wouldLand": 8,
+                                  "stayUndecodable": 0}
+    assert len(table_rows(config)) == 10
+    outcome = operate(config, request("redrive"), spark)
+    assert outcome["selected"] == 0 and outcome["repaired"] == 0
+    assert outcome["deadLetters"]["landed"] == 8 and outcome["deadLetters"]["missing"] == 8
+    rows = table_rows(config)
+    assert_exactly_once(rows, producer.sent)
+    for row in rows:
+        sent = producer.sent[(row["kafka"]["partition"], row["kafka"]["offset"])]
+        assert normalize(row["value"]) == normalize(sent["value"])
+        if sent["key"].startswith(b"wide-"):
+            i = int(sent["key"].decode().split("-")[1])
+            assert row["kafka"]["timestamp"].timestamp() * 1000 == 1_790_000_000_000 + i
+            assert row["kafka"]["headers"] == [{"key": "trace", "value": f"t{i}".encode()}]
+    again = operate(config, request("redrive"), spark)
+    assert again["deadLetters"]["missing"] == 0 and again["deadLetters"]["landed"] == 8
+    assert len(table_rows(config)) == 18
