@@ -7,6 +7,7 @@
     kubectl floe logs NAME [-f] [--tail N]   the job's driver
     kubectl floe rollback NAME (--to SNAPSHOT | --before TIME) [-w]   the table, to a snapshot
     kubectl floe repair NAME [--reason R]... [--dry-run] [-w]   decode the raw rows again
+    kubectl floe backfill NAME [--from-time T] [--to-time T] [--partition P]... [-w]
 
 It needs the Kubernetes client alone (``pip install floe``); kubectl finds it as
 ``kubectl-floe`` on PATH.
@@ -85,6 +86,18 @@ def _parser() -> argparse.ArgumentParser:
     repair.add_argument("--table", help="a routed topic's other table")
     repair.add_argument("-w", "--wait", action="store_true",
                         help="wait until it ends, saying how it goes")
+    backfill = command("backfill", "land a range of the topic in its table beside the job "
+                                   "(default: everything Kafka has below the table's offsets); "
+                                   "each record once (a KafkaIcebergOperation)")
+    backfill.add_argument("--from-time", metavar="TIME",
+                          help="from the first record at or after this time (RFC 3339)")
+    backfill.add_argument("--to-time", metavar="TIME",
+                          help="below the first record at or after this time (RFC 3339)")
+    backfill.add_argument("--partition", dest="partitions", action="append", type=int,
+                          help="only this Kafka partition (repeatable; default: all)")
+    backfill.add_argument("--table", help="a routed topic's other table")
+    backfill.add_argument("-w", "--wait", action="store_true",
+                          help="wait until it ends, saying how it goes")
     logs = command("logs", "the log of the topic's job (its Spark driver)")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--tail", type=int, help="the last lines only")
@@ -306,6 +319,17 @@ def repair(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     return _operation(cluster, namespace, args, "Repair", section)
 
 
+def backfill(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    section: dict[str, Any] = {}
+    if args.from_time:
+        section["fromTime"] = args.from_time
+    if args.to_time:
+        section["toTime"] = args.to_time
+    if args.partitions:
+        section["partitions"] = sorted(set(args.partitions))
+    return _operation(cluster, namespace, args, "Backfill", section)
+
+
 def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str,
                section: dict[str, Any]) -> int:
     """Makes a KafkaIcebergOperation of type ``kind`` on the topic, named after it, the type
@@ -339,7 +363,7 @@ def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str
 
 COMMANDS = {"status": status, "describe": describe, "approve": approve, "suspend": suspend,
             "resume": resume, "restart": restart, "logs": logs, "rollback": rollback,
-            "repair": repair}
+            "repair": repair, "backfill": backfill}
 
 
 if __name__ == "__main__":
