@@ -103,36 +103,40 @@ class Backfill:
             reader = reader.option(f"kafka.{key}", value)
         return reader.load()
 
-    def _rows(self, records: DataFrame, table: Any) -> DataFrame:
-        """The table's rows of ``records`` (for a routed topic, of those routed to it)."""
+    def _mine(self, records: DataFrame) -> tuple[DataFrame, list[int], list[int]]:
+        """The table's records among ``records`` (for a routed topic, those routed to it) and
+        their writer schema ids of values and keys."""
         framed = self.config.value.format in ("avro", "protobuf")
         ids = framed_ids(records, "value") if framed else []
         keys = framed_ids(records, "key") if self.config.key.format == "avro" else []
-        if self.top.routes:
-            registry = self.writer.registry
-            routed = routing.routed(records, self.top, registry, ids)
-            records, ids, keys = routing.split(routed, self.top,
-                                               len(self.top.destinations()))[self.route]
-        return self.writer._decode(records, table, ids, keys)
+        if not self.top.routes:
+            return records, ids, keys
+        routed = routing.routed(records, self.top, self.writer.registry, ids)
+        return routing.split(routed, self.top, len(self.top.destinations()))[self.route]
 
     def _chunk(self, partition: int, lo: int, hi: int) -> int:
         """Lands the chunk's records the table has not got, in one commit; returns how many."""
         committer = self.writer.committer
         catalog = self.writer.catalog
         for attempt in range(1, ATTEMPTS + 1):
+            mine, ids, keys = self._mine(self._records(partition, lo, hi))
+            # Their writer schemas planned first (the table may evolve for them): the table is
+            # read after
+            self.writer.plan_ids(catalog.load_table(self.config.table.identifier), ids, keys)
             table = catalog.load_table(self.config.table.identifier)
             base = table.current_snapshot().snapshot_id
             limit = last_commit(table, self.config.writer, self.config.kafka.topic).offsets
             upto = min(hi, limit.get(partition, lo))  # main rolled back meanwhile: the job's
             if upto <= lo:
                 return 0
-            held = (self.spark.read.option("snapshot-id", str(base)).table(self.table_ref)
+            held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
                     .filter((F.col("kafka.partition") == partition)
                             & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < upto))
                     .select(F.col("kafka.offset").alias("_held")))
-            records = self._records(partition, lo, upto)
-            fresh = records.join(held, records["offset"] == held["_held"], "left_anti")
-            rows = self._rows(fresh, table).persist()
+            if upto < hi:
+                mine = mine.filter(F.col("offset") < upto)
+            fresh = mine.join(held, mine["offset"] == held["_held"], "left_anti")
+            rows = self.writer._decode(fresh, table, ids, keys).persist()
             try:
                 count = rows.count()
                 if count == 0:

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
-from .decode import frame, framed_ids, raw_reason
+from .decode import frame, raw_reason
 from .layout import KEY_FIELDS
 from .ledger import OPERATION, OPERATION_ROWS, ancestors, operation_commits, record_operation
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
@@ -137,17 +137,17 @@ class Repair:
         # Dead letters are of the topic's own table (undecodable records are never routed)
         self.own_table = top_table is None or top_table == config.table.identifier
 
-    def _decode(self, rows: DataFrame) -> DataFrame:
-        """Table rows decoded again."""
-        return self._decode_records(as_records(rows))
-
-    def _decode_records(self, records: DataFrame) -> DataFrame:
-        """Kafka records decoded into the table's rows (the table as it is now)."""
+    def _plan(self, records: DataFrame) -> tuple[list[int], list[int]]:
+        """Plans the records' writer schemas, evolving the table for them (unless a dry run):
+        what reads the table is made after this."""
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        framed = self.config.value.format in ("avro", "protobuf")
-        value_ids = framed_ids(records, "value") if framed else []
-        key_ids = framed_ids(records, "key") if self.config.key.format == "avro" else []
-        return self.writer._decode(records, table, value_ids, key_ids)
+        return self.writer.plan_for(records, table)
+
+    def _decode_records(self, records: DataFrame, ids: tuple[list[int], list[int]]
+                        ) -> DataFrame:
+        """Kafka records decoded into the table's rows (as it is after :meth:`_plan`)."""
+        table = self.writer.catalog.load_table(self.config.table.identifier)
+        return self.writer._decode(records, table, *ids)
 
     def _merge(self, fixed: DataFrame, partition: int, lo: int, hi: int, count: int) -> None:
         """Replaces the chunk's raw rows by ``fixed`` in one commit."""
@@ -178,10 +178,13 @@ class Repair:
         """Decodes one chunk again and (unless a dry run) replaces the rows that now decode;
         returns how many did, why the others did not, and (a dry run, which does not evolve
         the table) the table's changes that would let more decode, with their rows."""
-        rows = selection(self.spark.table(self.table_ref), self.spec).filter(
-            (F.col("kafka.partition") == partition) & (F.col("kafka.offset") >= lo)
-            & (F.col("kafka.offset") <= hi))
-        decoded = self._decode(rows).persist()
+        def rows() -> DataFrame:
+            return selection(self.spark.table(self.table_ref), self.spec).filter(
+                (F.col("kafka.partition") == partition) & (F.col("kafka.offset") >= lo)
+                & (F.col("kafka.offset") <= hi))
+
+        ids = self._plan(as_records(rows()))  # the table may evolve: read it again after
+        decoded = self._decode_records(as_records(rows()), ids).persist()
         try:
             failed = undecodable(decoded)
             waits = F.col("value_error").startswith(WOULD_EVOLVE)
@@ -205,24 +208,27 @@ class Repair:
         from .dead_letters import records
 
         committer, catalog = self.writer.committer, self.writer.catalog
-        letters = records(self.spark, self.config)
-        letters = _within(letters, self.spec)
+        letters = _within(records(self.spark, self.config), self.spec)
+        ids = self._plan(letters.drop("_dead_letter_error"))
         for attempt in range(1, ATTEMPTS + 1):
             table = catalog.load_table(self.config.table.identifier)
             base = table.current_snapshot().snapshot_id
-            held = (self.spark.read.option("snapshot-id", str(base)).table(self.table_ref)
+            held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
                     .select(F.col("kafka.partition").alias("_p"),
                             F.col("kafka.offset").alias("_o")))
             missing = letters.join(held, (letters["partition"] == held["_p"])
                                    & (letters["offset"] == held["_o"]), "left_anti")
-            decoded = self._decode_records(missing.drop("_dead_letter_error")).persist()
+            decoded = self._decode_records(missing.drop("_dead_letter_error"), ids).persist()
             try:
                 outcome = {"read": letters.count(), "missing": decoded.count()}
-                fixed = decoded.filter(~undecodable(decoded))
+                failed = undecodable(decoded)
+                fixed = decoded.filter(~failed)
+                # (a dry run does not evolve the table: those that wait for it would land)
+                waits = F.col("value_error").startswith(WOULD_EVOLVE)
                 outcome["landed"] = 0 if self.spec.dry_run else fixed.count()
-                outcome["stayUndecodable"] = decoded.filter(undecodable(decoded)).count()
+                outcome["stayUndecodable"] = decoded.filter(failed & ~waits).count()
                 if self.spec.dry_run:
-                    outcome["wouldLand"] = fixed.count()
+                    outcome["wouldLand"] = fixed.count() + decoded.filter(failed & waits).count()
                 if not outcome.get("landed"):
                     return outcome
                 staged = committer.stage(fixed)

@@ -34,7 +34,7 @@ from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json,
-                     decode_json_key, decode_raw, frame, raw_reason, table_rows)
+                     decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
 from .layout import KEY_FIELDS
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
@@ -231,6 +231,24 @@ class TableWriter:
                 table.refresh()
             plans[schema_id] = plan
         return plans
+
+    def plan_for(self, records: DataFrame, table: Any) -> tuple[list[int], list[int]]:
+        """The writer schema ids of Kafka ``records``' values and keys (a pass over them), each
+        planned, the table evolved for them where additive: a batch read of the table made
+        after this sees the table as the decoding projects onto it.  (An operation's records;
+        the job's batches find them as they are written.)"""
+        framed = self.config.value.format in ("avro", "protobuf")
+        ids = framed_ids(records, "value") if framed else []
+        keys = framed_ids(records, "key") if self.config.key.format == "avro" else []
+        self.plan_ids(table, ids, keys)
+        return ids, keys
+
+    def plan_ids(self, table: Any, ids: list[int], keys: list[int]) -> None:
+        """Plans writer schema ids of values and keys (:meth:`plan_for`)."""
+        if ids:
+            self._plans(table, ids, "value")
+        if keys:
+            self._plans(table, keys, KEY_FIELDS)
 
     def _decode(self, fresh: DataFrame, table: Any, schema_ids: list[int],
                 key_ids: list[int] = ()) -> DataFrame:

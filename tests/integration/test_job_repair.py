@@ -131,13 +131,15 @@ def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
     producer = AvroProducer(stack, topic)
     for i in range(10):
         producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
-    for i in range(10, 18):
-        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE,
-                      headers=[("trace", f"t{i}".encode())], timestamp_ms=1_790_000_000_000 + i)
     producer.flush()
     frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic,
                                                    dead_letter=dead).to_json()),
                            "schemaEvolution": {"mode": "none"}})
+    run_once(frozen, spark)
+    for i in range(10, 18):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE,
+                      headers=[("trace", f"t{i}".encode())], timestamp_ms=1_790_000_000_000 + i)
+    producer.flush()
     run_once(frozen, spark)
     assert len(raw_rows(frozen)) == 8
     spark.sql(f"DELETE FROM {frozen.table.catalog.name}.{frozen.table.identifier} "
