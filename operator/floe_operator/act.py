@@ -205,7 +205,8 @@ def run_operation(actions: tuple[Any, ...], world: Any, table: Any, topic: Topic
             assert topic is not None and world.spec is not None
             request = OperationRequest(uid=world.uid, name=world.name, type=world.spec.type,
                                        repair=world.spec.repair,
-                                       backfill=world.spec.backfill)
+                                       backfill=world.spec.backfill,
+                                       replay=world.spec.replay)
             app = operation_application(topic, settings, world.name, world.uid, action.attempt,
                                         request.model_dump_json(by_alias=True,
                                                                 exclude_none=True))

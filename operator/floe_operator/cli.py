@@ -8,6 +8,7 @@
     kubectl floe rollback NAME (--to SNAPSHOT | --before TIME) [-w]   the table, to a snapshot
     kubectl floe repair NAME [--reason R]... [--dry-run] [-w]   decode the raw rows again
     kubectl floe backfill NAME [--from-time T] [--to-time T] [--partition P]... [-w]
+    kubectl floe replay NAME --topic TOPIC [--snapshot ID] [-w]   the table, back to Kafka
 
 It needs the Kubernetes client alone (``pip install floe``); kubectl finds it as
 ``kubectl-floe`` on PATH.
@@ -98,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     backfill.add_argument("--table", help="a routed topic's other table")
     backfill.add_argument("-w", "--wait", action="store_true",
                           help="wait until it ends, saying how it goes")
+    replay = command("replay", "produce the topic's table to another topic, each row once, "
+                               "each partition's in offset order (a KafkaIcebergOperation)")
+    replay.add_argument("--topic", required=True, help="the topic to produce to (it must "
+                                                       "exist, with enough partitions)")
+    replay.add_argument("--snapshot", help="the table as of this snapshot (default: now)")
+    replay.add_argument("--table", help="a routed topic's other table")
+    replay.add_argument("-w", "--wait", action="store_true",
+                        help="wait until it ends, saying how it goes")
     logs = command("logs", "the log of the topic's job (its Spark driver)")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--tail", type=int, help="the last lines only")
@@ -330,6 +339,13 @@ def backfill(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     return _operation(cluster, namespace, args, "Backfill", section)
 
 
+def replay(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    section: dict[str, Any] = {"topic": args.topic}
+    if args.snapshot:
+        section["snapshotId"] = args.snapshot
+    return _operation(cluster, namespace, args, "Replay", section)
+
+
 def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str,
                section: dict[str, Any]) -> int:
     """Makes a KafkaIcebergOperation of type ``kind`` on the topic, named after it, the type
@@ -363,7 +379,7 @@ def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str
 
 COMMANDS = {"status": status, "describe": describe, "approve": approve, "suspend": suspend,
             "resume": resume, "restart": restart, "logs": logs, "rollback": rollback,
-            "repair": repair, "backfill": backfill}
+            "repair": repair, "backfill": backfill, "replay": replay}
 
 
 if __name__ == "__main__":

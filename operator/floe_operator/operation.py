@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from floe_sparkapp.contract import BackfillSpec, RepairSpec, Rule, _Model
+from floe_sparkapp.contract import BackfillSpec, RepairSpec, ReplaySpec, Rule, _Model
 from pydantic import Field
 
 from .clock import epoch, iso
@@ -60,14 +60,16 @@ class OperationSpec(_Model):
     topic: str = Field(min_length=1, max_length=253,
                        description="The KafkaIcebergTopic, in this namespace, whose table the "
                                    "operation works on.")
-    type: Literal["Rollback", "Repair", "Backfill"] = Field(
+    type: Literal["Rollback", "Repair", "Backfill", "Replay"] = Field(
         description="What to do: Rollback (move the table's main back to a snapshot; the "
                     "records after it land again), Repair (decode the table's raw rows again, "
                     "once their cause is fixed), Backfill (land a range of the topic in the "
-                    "table, each record once).")
+                    "table, each record once), Replay (produce the table's rows to a topic, "
+                    "each once).")
     rollback: RollbackSpec | None = None
     repair: RepairSpec | None = None
     backfill: BackfillSpec | None = None
+    replay: ReplaySpec | None = None
 
     RULES = (
         Rule("self.type != 'Rollback' || has(self.rollback)",
@@ -80,13 +82,16 @@ class OperationSpec(_Model):
              "type Backfill needs the backfill section (backfill: {} lands everything Kafka "
              "has below the table's offsets)", "", None,
              lambda s: s.type != "Backfill" or s.backfill is not None),
+        Rule("self.type != 'Replay' || has(self.replay)",
+             "type Replay needs the replay section (its topic at least)", "", None,
+             lambda s: s.type != "Replay" or s.replay is not None),
     )
 
     @property
-    def section(self) -> RollbackSpec | RepairSpec | BackfillSpec | None:
+    def section(self) -> RollbackSpec | RepairSpec | BackfillSpec | ReplaySpec | None:
         """The spec of its type."""
-        return {"Rollback": self.rollback, "Repair": self.repair,
-                "Backfill": self.backfill}[self.type]
+        return {"Rollback": self.rollback, "Repair": self.repair, "Backfill": self.backfill,
+                "Replay": self.replay}[self.type]
 
     @property
     def table(self) -> str | None:
@@ -157,6 +162,18 @@ class BackfillStatus(_Model):
     commits: int | None = Field(None, description="The commits that landed them.")
 
 
+class ReplayStatus(_Model):
+    table: str = Field(description="The table replayed.")
+    topic: str | None = Field(None, description="The topic it was produced to.")
+    snapshot_id: str | None = Field(None, description="The snapshot whose rows were produced.")
+    records: int | None = Field(None, description="The rows produced, in all attempts.")
+    partitions: dict[str, OffsetRange] = Field(
+        default_factory=dict, description="Per Kafka partition, the source offsets produced "
+                                          "(from, to below), each to the same partition.")
+    produced_this_attempt: int | None = None
+    transactions_this_attempt: int | None = None
+
+
 class OperationStatus(_Model):
     """The operation's status, as the operator writes it."""
 
@@ -170,6 +187,7 @@ class OperationStatus(_Model):
     rollback: RollbackStatus | None = None
     repair: RepairStatus | None = None
     backfill: BackfillStatus | None = None
+    replay: ReplayStatus | None = None
     attempts: int | None = Field(None, description="Spark jobs started for it (a failed one is "
                                                    "started again, up to 3).")
     application: str | None = Field(None, description="Its SparkApplication (the newest).")
@@ -381,7 +399,7 @@ def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) ->
             "application": run.name if run else previous.get("application"),
             "lastError": previous.get("lastError")}
     more = {k: v for k, v in more.items() if v is not None}
-    fields, done, so_far = BATCHES[spec.type]
+    fields, done, so_far, verb = BATCHES[spec.type]
     record = world.record
     if record is not None:
         shown = {"table": table, **{k: v for k, v in record.items() if k in fields}}
@@ -405,8 +423,8 @@ def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) ->
         return waits(f"{said}starting attempt {attempts + 1} of the {kind} of {table}{dry}",
                      *actions, phase="Running", **{kind: progress},
                      **{**more, "attempts": attempts + 1})
-    counted = (f": {rows} rows {'decoded' if kind == 'repair' else 'landed'} so far, in "
-               f"{commits} commits" if not dry else "")
+    counted = (f": {rows} rows {verb} so far, in {commits} commits"
+               if verb and not dry else "")
     return waits(f"attempt {attempts} of the {kind} of {table}{dry} is "
                  f"{(run.state or 'submitted').lower()}{counted}", phase="Running",
                  **{kind: progress}, **more)
@@ -437,6 +455,12 @@ def _backfilled(record: dict[str, Any], table: str) -> str:
             "already)" + (f"; left out: {len(left)} partition(s)" if left else ""))
 
 
+def _replayed(record: dict[str, Any], table: str) -> str:
+    return (f"produced the {record.get('records', 0)} rows of {table} at snapshot "
+            f"{record.get('snapshotId')} to topic {record.get('topic')}, each partition's in "
+            "offset order, each once")
+
+
 def _repair_progress(section: Any, commits: int, rows: int) -> dict[str, Any]:
     if section.dry_run:
         return {"dryRun": True}
@@ -450,9 +474,11 @@ def _aliases(model: type[_Model]) -> set[str]:
 # Per type of a Spark-job operation: its status fields, its outcome's message, and its
 # progress while it runs.
 BATCHES = {
-    "Repair": (_aliases(RepairStatus), _repaired, _repair_progress),
+    "Repair": (_aliases(RepairStatus), _repaired, _repair_progress, "decoded"),
     "Backfill": (_aliases(BackfillStatus), _backfilled,
-                 lambda section, commits, rows: {"landed": rows, "commits": commits}),
+                 lambda section, commits, rows: {"landed": rows, "commits": commits}, "landed"),
+    "Replay": (_aliases(ReplayStatus), _replayed,
+               lambda section, commits, rows: {"topic": section.topic}, None),
 }
 
 

@@ -597,19 +597,65 @@ class BackfillSpec(_Model):
         return None
 
 
+class ReplaySpec(_Model):
+    """Which of the table's rows to produce to which topic."""
+
+    RULES = (
+        Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
+             "replay.fromOffset must be below replay.toOffset", ".toOffset", None,
+             lambda r: r.from_offset is None or r.to_offset is None
+             or r.from_offset < r.to_offset),
+    )
+
+    topic: str = Field(pattern=KAFKA_TOPIC, description=(
+        "The topic to produce to, on the KafkaIcebergTopic's Kafka cluster (with its client "
+        "settings); it must exist, with at least as many partitions as the rows came from "
+        "(each row goes to the partition it came from), and must not be the topic itself."))
+    table: str | None = Field(
+        None, pattern=IDENTIFIER, description="Which of the topic's tables; default: its "
+                                              "table.identifier.")
+    snapshot_id: str | None = Field(
+        None, pattern=r"^[0-9]{1,19}$", description="Produce the table as of this snapshot; "
+                                                    "default: as it is when the replay starts.")
+    partitions: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        default_factory=tuple, max_length=10_000, description="Only rows of these Kafka "
+                                                              "partitions.")
+    from_offset: int | None = Field(None, ge=0, description="Only rows at or above this offset.")
+    to_offset: int | None = Field(None, ge=1, description="Only rows below this offset.")
+    records_per_transaction: int = Field(
+        10_000, ge=1, le=10_000_000,
+        description="Records per Kafka transaction: each commits the partition's progress with "
+                    "it, so a run stopped midway goes on after the last committed one.")
+
+    def refused(self, topic: TopicSpec, table: TableLayout) -> str | None:
+        """Why ``table``, one of ``topic``'s, cannot be replayed (what to change), or None."""
+        if self.topic == topic.kafka.topic:
+            return "replay.topic is the topic the table lands: produce to another topic"
+        if table.mode == "cdc":
+            return (f"table {table.identifier} is a cdc table: its rows are the changes "
+                    "applied, not the change events; only append and upsert tables are "
+                    "replayed")
+        if topic.value.format == "protobuf":
+            return ("the topic's values are protobuf: replay re-encodes Avro and JSON values "
+                    "(and raw ones as their bytes) only")
+        return None
+
+
 class OperationRequest(_Model):
     """What the operator asks the job to do (``python -m floe_sparkapp operate``): one
     operation of a KafkaIcebergOperation, recorded on the table under its ``uid``."""
 
     uid: str = Field(min_length=1)
     name: str = Field(min_length=1)
-    type: Literal["Repair", "Backfill"]
+    type: Literal["Repair", "Backfill", "Replay"]
     repair: RepairSpec | None = None
     backfill: BackfillSpec | None = None
+    replay: ReplaySpec | None = None
 
     @property
-    def section(self) -> RepairSpec | BackfillSpec:
+    def section(self) -> RepairSpec | BackfillSpec | ReplaySpec:
         """The spec of its type."""
-        found = self.repair if self.type == "Repair" else self.backfill
+        found = {"Repair": self.repair, "Backfill": self.backfill,
+                 "Replay": self.replay}[self.type]
         assert found is not None, f"type {self.type} needs its section"
         return found

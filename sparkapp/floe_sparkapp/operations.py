@@ -4,7 +4,8 @@ one SparkApplication per attempt, on the topic's job config, and learns the outc
 table (:func:`~.ledger.operation_record`), where each operation records it under its uid.
 
 - ``Repair`` (:mod:`.repair`): the table's raw rows decoded again;
-- ``Backfill`` (:mod:`.backfill`): a range of the topic landed in the table.
+- ``Backfill`` (:mod:`.backfill`): a range of the topic landed in the table;
+- ``Replay`` (:mod:`.replay`): the table's rows produced to a topic.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from . import catalog as catalogs
 from .config import JobConfig
 from .contract import OperationRequest
 
@@ -33,7 +35,7 @@ def destination(config: JobConfig, table: str | None) -> JobConfig:
 
 def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> dict[str, Any]:
     """Runs ``request`` on the topic of ``config``; returns the outcome it recorded."""
-    from . import backfill, repair
+    from . import backfill, repair, replay
     from .job import registry_of
     from .session import build_session, spark_catalog_conf
     from .table_writer import TableWriter
@@ -46,6 +48,14 @@ def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> 
     spark = spark or build_session(target)
     for key, value in {**spark_catalog_conf(target), "spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(key, value)
+    if request.type == "Replay":
+        table = catalogs.load_catalog(target.catalog()).load_table(target.table.identifier)
+        try:
+            return replay.run(spark, target, request, table,
+                              f"{target.table.catalog.name}.{target.table.identifier}",
+                              registry_of(target))
+        except replay.ReplayRefused as refused:
+            raise OperationRefused(str(refused)) from None
     dry_run = request.repair is not None and request.repair.dry_run
     writer = TableWriter(target, spark, registry_of(target), evolve=not dry_run)
     if request.type == "Backfill":

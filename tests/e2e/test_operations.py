@@ -341,3 +341,84 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     assert shown["landed"] >= 40 and shown["landed"] <= history, done
     assert last_commit(catalog.load_table("analytics.orders"), f"{namespace}/orders",
                        kafka_topic).offsets == producer.next_offsets()
+
+
+def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_it_again(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """The table of a topic of 1500 records is replayed to another topic, one record a
+    transaction; the replay's driver is killed once some transactions have committed, and the
+    second attempt goes on after the last. The topic holds each row once (read committed),
+    and a second KafkaIcebergTopic landing it makes a table equal to the first."""
+    from ..integration.jobkit import AvroProducer, create_topic
+    from ..integration.test_job_replay import as_landed, committed_records
+    from ..integration.test_job_roundtrip import V1, order
+    from .test_operator import kubectl, logs, orders_status, topic_body, topic_catalog
+
+    kafka_topic = f"replay-{unique_name}".replace("_", "-")
+    target = f"{kafka_topic}-copy"
+    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    create_topic(stack.bootstrap, target, partitions=2)
+    producer = AvroProducer(stack, kafka_topic)
+    for i in range(1500):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
+                      headers=[("trace", f"t{i}".encode())] if i % 3 else None)
+    producer.flush()
+    custom = client.CustomObjectsApi(admin_client(stack))
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics",
+                                           topic_body(stack, shared, kafka_topic))
+    catalog = topic_catalog(shared)
+
+    def rows(identifier: str) -> list[dict]:
+        try:
+            return catalog.load_table(identifier).scan().to_arrow().to_pylist()
+        except Exception:  # not made yet, or the catalog busy with a commit
+            return []
+
+    assert wait_until(lambda: len(rows("analytics.orders")) == 1500, timeout=300, interval=2), \
+        logs(tmp_path, namespace)
+    custom.create_namespaced_custom_object(
+        *OPERATIONS, namespace, "kafkaicebergoperations", {
+            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
+            "metadata": {"name": "copy"},
+            "spec": {"topic": "orders", "type": "Replay",
+                     "replay": {"topic": target, "recordsPerTransaction": 1}}})
+
+    def some_committed() -> bool:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "peek",
+                             "isolation.level": "read_committed"})
+        try:
+            ends = [consumer.get_watermark_offsets(TopicPartition(target, p), timeout=10)[1]
+                    for p in (0, 1)]
+        finally:
+            consumer.close()
+        return sum(ends) >= 20  # (a committed transaction is a record and its marker)
+
+    assert wait_until(some_committed, timeout=300, interval=0.2), \
+        f"{operation_status(stack, namespace, 'copy')}\n{logs(tmp_path, namespace)}"
+    kubectl("exec", "-n", namespace, "floe-op-copy-1-driver", "-c", "spark-kubernetes-driver",
+            "--", "sh", "-c", "kill -KILL -1")
+    assert wait_until(lambda: operation_status(stack, namespace, "copy").get("phase")
+                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
+        f"{operation_status(stack, namespace, 'copy')}\n{logs(tmp_path, namespace)}"
+    done = operation_status(stack, namespace, "copy")
+    assert done["phase"] == "Succeeded", done
+    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
+    shown = done["replay"]
+    assert shown["records"] == 1500 and shown["topic"] == target
+    assert 0 < shown["producedThisAttempt"] < 1500, done  # the second went on after the first
+    assert len(committed_records(stack, target)) == 1500  # each row once
+
+    copy = topic_body(stack, shared, target)
+    copy["metadata"]["name"] = "copy"
+    copy["spec"]["table"]["identifier"] = "analytics.copy"
+    copy["spec"]["value"]["schemaRegistry"]["subject"] = f"{kafka_topic}-value"
+    copy["spec"]["spark"]["checkpointLocation"] = str(shared / "copy-checkpoint")
+    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
+                                           "kafkaicebergtopics", copy)
+    assert wait_until(lambda: len(rows("analytics.copy")) == 1500, timeout=300, interval=2), \
+        logs(tmp_path, namespace)
+    assert as_landed(rows("analytics.copy")) == as_landed(rows("analytics.orders"))
+    assert orders_status(stack, namespace).get("phase") == "Running"

@@ -40,6 +40,8 @@ class Cluster:
     (["repair", "orders", "--reason", "schema_refused", "--dry-run"], "Repair",
      {"dryRun": True, "reasons": ["schema_refused"]}),
     (["rollback", "orders", "--to", "42"], "Rollback", {"snapshotId": "42"}),
+    (["replay", "orders", "--topic", "orders-copy", "--snapshot", "42"], "Replay",
+     {"topic": "orders-copy", "snapshotId": "42"}),
 ])
 def test_each_operation_command_makes_its_operation(argv, kind, section, monkeypatch, capsys):
     cluster = Cluster()

@@ -311,3 +311,88 @@ def test_an_upsert_table_is_not_backfilled():
     spec = OperationSpec.model_validate({"topic": "t", "type": "Backfill", "backfill": {}})
     assert "older records landed after newer ones would undo their changes" in \
         spec.backfill.refused(topic, topic.table)
+
+
+# --- Replay ------------------------------------------------------------------------------------
+
+def test_a_replay_says_what_it_produced_where():
+    spec = OperationSpec.model_validate({"topic": "orders", "type": "Replay",
+                                         "replay": {"topic": "orders-copy"}})
+    seen = OperationWorld(now_ms=NOW_MS, name="copy", uid="0123456789abcdef", generation=1,
+                          spec=spec, topic_found=True, tables=("analytics.orders",))
+    running = plan(replace(seen, run=Run("floe-op-copy-1", 1, "RUNNING"),
+                           status={"attempts": 1}))
+    assert running.status["message"] == ("attempt 1 of the replay of analytics.orders is "
+                                         "running")
+    record = {"type": "Replay", "topic": "orders-copy", "snapshotId": "42", "records": 22,
+              "partitions": {"0": {"from": 0, "to": 11}}, "producedThisAttempt": 18,
+              "transactionsThisAttempt": 5}
+    done = plan(replace(seen, run=Run("floe-op-copy-1", 1, "COMPLETED"), record=record))
+    assert done.status["message"] == ("produced the 22 rows of analytics.orders at snapshot 42 "
+                                      "to topic orders-copy, each partition's in offset order, "
+                                      "each once")
+    assert done.status["replay"]["records"] == 22
+    OperationStatus.model_validate(done.status)
+
+
+def test_replay_refuses_its_own_topic_a_cdc_table_and_protobuf():
+    from floe_operator.resource import KafkaIcebergTopicSpec
+
+    base = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"},
+            "value": {"format": "avro", "schemaRegistry": {"url": "http://r", "subject": "s"}},
+            "table": {"catalog": {"name": "c", "uri": "jdbc:sqlite:/x.db", "warehouse": "file:///w"},
+                      "identifier": "a.t"}}
+
+    def refused(replay: dict, **changes) -> str | None:
+        topic = KafkaIcebergTopicSpec.model_validate({**base, **changes})
+        spec = OperationSpec.model_validate({"topic": "t", "type": "Replay", "replay": replay})
+        return spec.replay.refused(topic, topic.table)
+
+    assert refused({"topic": "copy"}) is None
+    assert "is the topic the table lands" in refused({"topic": "t"})
+    assert "is a cdc table" in refused({"topic": "copy"},
+                                       table={**base["table"], "mode": "cdc"})
+    assert "protobuf" in refused({"topic": "copy"}, value={
+        "format": "protobuf", "schemaRegistry": {"url": "http://r", "subject": "s"}})
+
+
+def test_a_row_is_encoded_again_with_its_writer_schema():
+    """What Spark reads from the table (rows, naive timestamps, maps as dicts, decimals) is
+    written back with the writer schema: fastavro reads the record that was produced."""
+    import datetime as dt
+    import io
+    import json
+    from decimal import Decimal
+
+    import fastavro
+
+    from floe_sparkapp.replay import _datum, _named
+
+    schema = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                                   "scale": 2}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "lines", "type": {"type": "array", "items": {
+            "type": "record", "name": "Line", "fields": [{"name": "sku", "type": "string"}]}}},
+        {"name": "again", "type": ["null", "Line"], "default": None},
+        {"name": "either", "type": ["null", "int", "string"], "default": None},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW"]}},
+        {"name": "blob", "type": "bytes"},
+    ]}
+    at = dt.datetime(2026, 11, 27, 10, 0, tzinfo=dt.timezone.utc)
+    row = {"id": 7, "price": Decimal("1.25"), "at": at.astimezone().replace(tzinfo=None),
+           "tags": {"n": "7"}, "lines": [{"sku": "s7"}], "again": {"sku": "s8"},
+           "either": {"member0": None, "member1": "x"}, "status": "NEW",
+           "blob": bytearray(b"\x01"), "added_later": 3}
+    named: dict = {}
+    _named(schema, named)
+    buffer = io.BytesIO()
+    parsed = fastavro.parse_schema(json.loads(json.dumps(schema)))
+    fastavro.schemaless_writer(buffer, parsed, _datum(row, schema, named))
+    buffer.seek(0)
+    assert fastavro.schemaless_reader(buffer, parsed) == {
+        "id": 7, "price": Decimal("1.25"), "at": at, "tags": {"n": "7"},
+        "lines": [{"sku": "s7"}], "again": {"sku": "s8"}, "either": "x", "status": "NEW",
+        "blob": b"\x01"}

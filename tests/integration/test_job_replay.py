@@ -1,0 +1,111 @@
+"""Replay in the job (``python -m floe_sparkapp operate``): a table's rows produced to another
+topic through a transactional producer, each once; floe landing that topic makes the same
+rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Consumer
+
+from floe_sparkapp.config import parse_config
+from floe_sparkapp.contract import OperationRequest
+from floe_sparkapp.operations import OperationRefused, operate
+
+from .jobkit import AvroProducer, create_topic, job_config, run_once, table_rows
+from .test_job_roundtrip import V1, normalize, order
+
+pytestmark = pytest.mark.integration
+
+
+def request(uid: str, **replay) -> OperationRequest:
+    return OperationRequest.model_validate({"uid": uid, "name": uid, "type": "Replay",
+                                            "replay": replay})
+
+
+def committed_records(stack, topic: str) -> list:
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"read-{topic}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    found, idle = [], 0
+    while idle < 10:
+        message = consumer.poll(1.0)
+        if message is None:
+            idle += 1
+            continue
+        if message.error() is None:
+            found.append(message)
+            idle = 0
+    consumer.close()
+    return found
+
+
+def as_landed(rows: list[dict]) -> dict[int, list[tuple]]:
+    """Per partition, in offset order, what each row holds but its offset."""
+    found: dict[int, list[tuple]] = {}
+    for row in sorted(rows, key=lambda r: (r["kafka"]["partition"], r["kafka"]["offset"])):
+        kafka = row["kafka"]
+        found.setdefault(kafka["partition"], []).append((
+            row["key"], normalize(row["value"]), row["value_raw"], row["value_error"],
+            kafka["timestamp"], kafka["timestamp_type"], kafka["headers"], kafka["schema_id"]))
+    return found
+
+
+def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_rows(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    """A table with decoded rows, a raw one, a tombstone and headers is replayed (four records a
+    transaction); the first attempt dies after its first transaction and the second goes on
+    after it. The topic holds each row once (read committed), and floe landing it makes the
+    same rows, partition by partition, in order."""
+    from floe_sparkapp import replay
+
+    source = f"replay-{unique_name}".replace("_", "-")
+    target = f"{source}-copy"
+    create_topic(stack.bootstrap, source, partitions=2)
+    create_topic(stack.bootstrap, target, partitions=2)
+    producer = AvroProducer(stack, source)
+    for i in range(20):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
+                      headers=[("trace", f"t{i}".encode())] if i % 3 else None,
+                      timestamp_ms=1_795_000_000_000 + i)
+    producer.send(key=b"junk", raw=b"not avro", partition=0)
+    producer.send(key=b"gone", partition=1)  # a tombstone
+    producer.flush()
+    config = job_config(stack, tmp_path, source)
+    run_once(config, spark)
+    assert len(table_rows(config)) == 22
+
+    transactions = []
+    real_commit = replay.Replay._commit
+
+    def killed_after_one(self, *args):
+        if transactions:
+            raise RuntimeError("driver killed")
+        transactions.append(args)
+        real_commit(self, *args)
+
+    monkeypatch.setattr(replay.Replay, "_commit", killed_after_one)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        operate(config, request("copy", topic=target, recordsPerTransaction=4), spark)
+    monkeypatch.setattr(replay.Replay, "_commit", real_commit)
+    outcome = operate(config, request("copy", topic=target, recordsPerTransaction=4), spark)
+    assert outcome["records"] == 22
+    assert outcome["producedThisAttempt"] == 22 - 4  # the first transaction's stayed
+    assert sum(r["to"] - r["from"] for r in outcome["partitions"].values()) == 22
+
+    produced = committed_records(stack, target)
+    (tmp_path / "copy").mkdir()
+    assert len(produced) == 22  # each row once, however often the replay ran
+    copy = parse_config({**json.loads(job_config(stack, tmp_path / "copy", target,
+                                                 writer="data/copy").to_json()),
+                         "value": {"format": "avro", "schemaRegistry": {
+                             "url": stack.registry_url, "subject": f"{source}-value"}}})
+    run_once(copy, spark)
+    assert as_landed(table_rows(copy)) == as_landed(table_rows(config))
+
+    with pytest.raises(OperationRefused, match="does not exist: create it"):
+        operate(config, request("nowhere", topic=f"{source}-none"), spark)
+    with pytest.raises(OperationRefused, match="is the topic the table lands"):
+        operate(config, request("self", topic=source), spark)
