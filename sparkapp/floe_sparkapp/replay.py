@@ -178,6 +178,21 @@ def _json_default(value: Any) -> Any:
 
 # --- the run -----------------------------------------------------------------------------------
 
+def _retried(table: Any, commit: Any, attempts: int = 10) -> None:
+    """A metadata commit (a tag), tried again on the table as it is when a writer committed
+    meanwhile."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(attempts):
+        try:
+            commit()
+            return
+        except CommitFailedException:
+            if attempt == attempts - 1:
+                raise
+            table.refresh()
+
+
 class Replay:
     """One replay run (:func:`run`)."""
 
@@ -202,8 +217,8 @@ class Replay:
                                     f"{self.config.table.identifier} (expired, or mistyped)")
         else:
             snapshot_id = self.table.current_snapshot().snapshot_id
-        self.table.manage_snapshots().create_tag(snapshot_id, tag,
-                                                 max_ref_age_ms=HOLD_MAX_AGE_MS).commit()
+        _retried(self.table, lambda: self.table.manage_snapshots().create_tag(
+            snapshot_id, tag, max_ref_age_ms=HOLD_MAX_AGE_MS).commit())
         return snapshot_id
 
     def _release(self) -> None:
@@ -211,7 +226,8 @@ class Replay:
         try:
             self.table.refresh()
             if tag in self.table.refs():
-                self.table.manage_snapshots().remove_tag(tag).commit()
+                _retried(self.table,
+                         lambda: self.table.manage_snapshots().remove_tag(tag).commit())
         except Exception as error:  # noqa: BLE001 - the tag lapses by itself
             log.warning("could not remove the tag %s: %s", tag, error)
 
@@ -271,10 +287,16 @@ class Replay:
             headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
                        for h in (kafka["headers"] or [])]
             key = row["key"]
-            producer.produce(self.spec.topic, key=None if key is None else bytes(key),
-                             value=self.encoder.value(row), partition=partition,
-                             headers=headers or None,
-                             timestamp=int(kafka["timestamp"].timestamp() * 1000))
+            record = {"key": None if key is None else bytes(key),
+                      "value": self.encoder.value(row), "partition": partition,
+                      "headers": headers or None,
+                      "timestamp": int(kafka["timestamp"].timestamp() * 1000)}
+            while True:
+                try:
+                    producer.produce(self.spec.topic, **record)
+                    break
+                except BufferError:  # the producer's queue is full: let it send
+                    producer.poll(1.0)
             first = kafka["offset"] if first is None else first
             after = kafka["offset"] + 1
             count += 1
