@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--context", help="kubeconfig context (default: the current one)")
         return sub
 
+    def operation(name: str, help: str) -> argparse.ArgumentParser:
+        """A command that makes a KafkaIcebergOperation: ``--table``, ``-w``."""
+        sub = command(name, f"{help} (a KafkaIcebergOperation)")
+        sub.add_argument("--table", help="a routed topic's other table")
+        sub.add_argument("-w", "--wait", action="store_true",
+                         help="wait until it ends, saying how it goes")
+        return sub
+
     status = command("status", "the KafkaIcebergTopics and how their tables are doing: one "
                                "line each, or one topic's details", named=False)
     status.add_argument("name", nargs="?", help="one topic's details")
@@ -65,48 +73,35 @@ def _parser() -> argparse.ArgumentParser:
                        "lost: the job goes on from the table's offsets")
     command("resume", "start a suspended topic's job again")
     command("restart", "restart the topic's job (it goes on from the table's offsets)")
-    rollback = command("rollback", "roll the topic's table back to a snapshot: the records "
-                                   "after it land again, once (a KafkaIcebergOperation)")
+    rollback = operation("rollback", "roll the topic's table back to a snapshot: the records "
+                                     "after it land again, once")
     target = rollback.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", dest="snapshot", metavar="SNAPSHOT",
                         help="a snapshot id of main's history")
     target.add_argument("--before", metavar="TIME", help="the newest snapshot committed at or "
                                                           "before this time (RFC 3339)")
-    rollback.add_argument("--table", help="a routed topic's other table")
-    rollback.add_argument("-w", "--wait", action="store_true",
-                          help="wait until it ends, saying how it goes")
-    repair = command("repair", "decode the rows the topic's table kept raw again, once their "
-                               "cause is fixed; each record stays one row (a "
-                               "KafkaIcebergOperation)")
+    repair = operation("repair", "decode the rows the topic's table kept raw again, once "
+                                 "their cause is fixed; each record stays one row")
     repair.add_argument("--reason", dest="reasons", action="append",
                         choices=RAW_REASONS, help="only rows kept raw for this reason "
                                                   "(repeatable; default: any)")
     repair.add_argument("--dry-run", action="store_true",
                         help="count what would be decoded, and why the rest would not; change "
                              "nothing")
-    repair.add_argument("--table", help="a routed topic's other table")
-    repair.add_argument("-w", "--wait", action="store_true",
-                        help="wait until it ends, saying how it goes")
-    backfill = command("backfill", "land a range of the topic in its table beside the job "
-                                   "(default: everything Kafka has below the table's offsets); "
-                                   "each record once (a KafkaIcebergOperation)")
+    backfill = operation("backfill", "land a range of the topic in its table beside the job "
+                                     "(default: everything Kafka has below the table's "
+                                     "offsets); each record once")
     backfill.add_argument("--from-time", metavar="TIME",
                           help="from the first record at or after this time (RFC 3339)")
     backfill.add_argument("--to-time", metavar="TIME",
                           help="below the first record at or after this time (RFC 3339)")
     backfill.add_argument("--partition", dest="partitions", action="append", type=int,
                           help="only this Kafka partition (repeatable; default: all)")
-    backfill.add_argument("--table", help="a routed topic's other table")
-    backfill.add_argument("-w", "--wait", action="store_true",
-                          help="wait until it ends, saying how it goes")
-    replay = command("replay", "produce the topic's table to another topic, each row once, "
-                               "each partition's in offset order (a KafkaIcebergOperation)")
+    replay = operation("replay", "produce the topic's table to another topic, each row once, "
+                                 "each partition's in offset order")
     replay.add_argument("--topic", required=True, help="the topic to produce to (it must "
                                                        "exist, with enough partitions)")
     replay.add_argument("--snapshot", help="the table as of this snapshot (default: now)")
-    replay.add_argument("--table", help="a routed topic's other table")
-    replay.add_argument("-w", "--wait", action="store_true",
-                        help="wait until it ends, saying how it goes")
     logs = command("logs", "the log of the topic's job (its Spark driver)")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--tail", type=int, help="the last lines only")

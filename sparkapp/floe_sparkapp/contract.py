@@ -489,20 +489,27 @@ def _epoch(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _offset_rule(section: str) -> Rule:
+    """An operation's ``fromOffset`` is below its ``toOffset``."""
+    return Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
+                f"{section}.fromOffset must be below {section}.toOffset", ".toOffset", None,
+                lambda r: r.from_offset is None or r.to_offset is None
+                or r.from_offset < r.to_offset)
+
+
+def _time_rule(section: str) -> Rule:
+    """An operation's ``fromTime`` is before its ``toTime``."""
+    return Rule("!has(self.fromTime) || !has(self.toTime) || "
+                "timestamp(self.fromTime) < timestamp(self.toTime)",
+                f"{section}.fromTime must be before {section}.toTime", ".toTime", None,
+                lambda r: r.from_time is None or r.to_time is None
+                or _epoch(r.from_time) < _epoch(r.to_time))
+
+
 class RepairSpec(_Model):
     """Which of the table's raw rows to decode again, and how."""
 
-    RULES = (
-        Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
-             "repair.fromOffset must be below repair.toOffset", ".toOffset", None,
-             lambda r: r.from_offset is None or r.to_offset is None
-             or r.from_offset < r.to_offset),
-        Rule("!has(self.fromTime) || !has(self.toTime) || "
-             "timestamp(self.fromTime) < timestamp(self.toTime)",
-             "repair.fromTime must be before repair.toTime", ".toTime", None,
-             lambda r: r.from_time is None or r.to_time is None
-             or _epoch(r.from_time) < _epoch(r.to_time)),
-    )
+    RULES = (_offset_rule("repair"), _time_rule("repair"))
 
     table: str | None = Field(
         None, pattern=IDENTIFIER, description="Which of the topic's tables (a routed topic has "
@@ -551,17 +558,7 @@ class RepairSpec(_Model):
 class BackfillSpec(_Model):
     """Which records of the topic to land (again) in the table."""
 
-    RULES = (
-        Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
-             "backfill.fromOffset must be below backfill.toOffset", ".toOffset", None,
-             lambda r: r.from_offset is None or r.to_offset is None
-             or r.from_offset < r.to_offset),
-        Rule("!has(self.fromTime) || !has(self.toTime) || "
-             "timestamp(self.fromTime) < timestamp(self.toTime)",
-             "backfill.fromTime must be before backfill.toTime", ".toTime", None,
-             lambda r: r.from_time is None or r.to_time is None
-             or _epoch(r.from_time) < _epoch(r.to_time)),
-    )
+    RULES = (_offset_rule("backfill"), _time_rule("backfill"))
 
     table: str | None = Field(
         None, pattern=IDENTIFIER, description="Which of the topic's tables (a routed topic has "
@@ -600,12 +597,7 @@ class BackfillSpec(_Model):
 class ReplaySpec(_Model):
     """Which of the table's rows to produce to which topic."""
 
-    RULES = (
-        Rule("!has(self.fromOffset) || !has(self.toOffset) || self.fromOffset < self.toOffset",
-             "replay.fromOffset must be below replay.toOffset", ".toOffset", None,
-             lambda r: r.from_offset is None or r.to_offset is None
-             or r.from_offset < r.to_offset),
-    )
+    RULES = (_offset_rule("replay"),)
 
     topic: str = Field(pattern=KAFKA_TOPIC, description=(
         "The topic to produce to, on the KafkaIcebergTopic's Kafka cluster (with its client "

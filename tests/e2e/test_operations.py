@@ -19,6 +19,58 @@ def operation_status(stack, namespace: str, name: str) -> dict:
         *OPERATIONS, namespace, "kafkaicebergoperations", name).get("status") or {}
 
 
+def orders_landed(stack, namespace: str, catalog, count: int) -> bool:
+    """analytics.orders has ``count`` rows, and the topic ``orders`` has no lag."""
+    from .test_operator import orders_rows, orders_status
+
+    offsets = orders_status(stack, namespace).get("offsets") or {}
+    return len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+
+
+def apply_operation(stack, namespace: str, name: str, kind: str, section: dict) -> str:
+    """Applies the KafkaIcebergOperation ``name`` of type ``kind`` on the topic ``orders``;
+    returns its uid."""
+    made = client.CustomObjectsApi(admin_client(stack)).create_namespaced_custom_object(
+        *OPERATIONS, namespace, "kafkaicebergoperations", {
+            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
+            "metadata": {"name": name},
+            "spec": {"topic": "orders", "type": kind, kind.lower(): section}})
+    return made["metadata"]["uid"]
+
+
+def commits_of(catalog, uid: str) -> int:
+    """The commits operation ``uid`` made in main of analytics.orders."""
+    from floe_sparkapp.ledger import operation_commits
+
+    try:
+        return operation_commits(catalog.load_table("analytics.orders"), uid)[0]
+    except Exception:  # the catalog busy with a commit
+        return 0
+
+
+def kill_operation_driver(namespace: str, name: str) -> None:
+    """SIGKILLs the processes of the driver of operation ``name``'s first attempt."""
+    from .test_operator import kubectl
+
+    kubectl("exec", "-n", namespace, f"floe-op-{name}-1-driver", "-c",
+            "spark-kubernetes-driver", "--", "sh", "-c", "kill -KILL -1")
+
+
+def ended(stack, namespace: str, name: str, tmp_path) -> dict:
+    """The status of operation ``name`` once it succeeded (it fails the test otherwise): a
+    second attempt after the first's driver was killed."""
+    from .test_operator import logs
+
+    assert wait_until(lambda: operation_status(stack, namespace, name).get("phase")
+                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
+        f"{operation_status(stack, namespace, name)}\n{logs(tmp_path, namespace)}"
+    done = operation_status(stack, namespace, name)
+    assert done["phase"] == "Succeeded", done
+    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
+    assert done["application"] == f"floe-op-{name}-2"
+    return done
+
+
 def rows_as_produced(rows: list[dict], sent: dict) -> None:
     """Every produced record is one row, holding what was produced."""
     from ..integration.jobkit import assert_exactly_once
@@ -56,8 +108,7 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     catalog = topic_catalog(shared)
 
     def landed(count: int) -> bool:
-        offsets = orders_status(stack, namespace).get("offsets") or {}
-        return len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+        return orders_landed(stack, namespace, catalog, count)
 
     assert wait_until(lambda: landed(20), timeout=300, interval=2), logs(tmp_path, namespace)
     target = orders_status(stack, namespace)["table"]["snapshotId"]
@@ -139,8 +190,7 @@ def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_s
         return (found["Ready"]["status"], found["Ready"]["reason"]) if "Ready" in found else None
 
     def landed(count: int) -> bool:
-        offsets = orders_status(stack, namespace).get("offsets") or {}
-        return len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+        return orders_landed(stack, namespace, catalog, count)
 
     assert wait_until(lambda: landed(10) and orders_status(stack, namespace).get("stable"),
                       timeout=300, interval=2), logs(tmp_path, namespace)
@@ -182,14 +232,10 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     lands more records. Its driver is killed after its first commit: the operator starts a
     second attempt, which goes on from the rows still raw. Every record ends as one row,
     decoded."""
-    from floe_sparkapp.ledger import OPERATION, ancestors
-
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_repair import WIDE as wide
     from ..integration.test_job_roundtrip import order, produce_orders
-    from .test_operator import kubectl, logs, orders_rows, orders_status, topic_body, \
-        topic_catalog
-
+    from .test_operator import logs, orders_rows, topic_body, topic_catalog
 
     kafka_topic = f"repair-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
@@ -203,8 +249,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     catalog = topic_catalog(shared)
 
     def landed(count: int) -> bool:
-        offsets = orders_status(stack, namespace).get("offsets") or {}
-        return len(orders_rows(catalog)) == count and offsets.get("lag") == 0
+        return orders_landed(stack, namespace, catalog, count)
 
     def raw() -> int:
         return sum(1 for r in orders_rows(catalog) if r["value"] is None)
@@ -220,39 +265,19 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     produce_orders(producer, 50, 10)
     assert wait_until(lambda: landed(60), timeout=300, interval=2), logs(tmp_path, namespace)
 
-    made = custom.create_namespaced_custom_object(
-        *OPERATIONS, namespace, "kafkaicebergoperations", {
-            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
-            "metadata": {"name": "fix"},
-            "spec": {"topic": "orders", "type": "Repair",
-                     "repair": {"reasons": ["schema_refused"], "rowsPerCommit": 2}}})
-    uid = made["metadata"]["uid"]
-
-    def repair_commits() -> int:
-        try:
-            return sum(1 for s in ancestors(catalog.load_table("analytics.orders"))
-                       if (s.summary or {}).get(OPERATION) == uid)
-        except Exception:  # the catalog busy with a commit
-            return 0
-
-    assert wait_until(lambda: repair_commits() >= 1, timeout=300, interval=0.5), \
+    uid = apply_operation(stack, namespace, "fix", "Repair",
+                          {"reasons": ["schema_refused"], "rowsPerCommit": 2})
+    assert wait_until(lambda: commits_of(catalog, uid) >= 1, timeout=300, interval=0.5), \
         f"{operation_status(stack, namespace, 'fix')}\n{logs(tmp_path, namespace)}"
-    kubectl("exec", "-n", namespace, "floe-op-fix-1-driver", "-c", "spark-kubernetes-driver",
-            "--", "sh", "-c", "kill -KILL -1")
+    kill_operation_driver(namespace, "fix")
     midway = operation_status(stack, namespace, "fix")
     assert midway["phase"] == "Running", midway
     produce_orders(producer, 60, 10)  # the job keeps landing meanwhile
-    assert wait_until(lambda: operation_status(stack, namespace, "fix").get("phase")
-                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
-        f"{operation_status(stack, namespace, 'fix')}\n{logs(tmp_path, namespace)}"
-    done = operation_status(stack, namespace, "fix")
-    assert done["phase"] == "Succeeded", done
-    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
-    assert done["application"] == "floe-op-fix-2"
+    done = ended(stack, namespace, "fix", tmp_path)
     assert done["repair"]["repaired"] == 40 and done["repair"]["stayRaw"] == 0, done
-    assert done["repair"]["commits"] == repair_commits() >= 20
+    assert done["repair"]["commits"] == commits_of(catalog, uid) >= 20
     assert done["message"] == ("decoded 40 raw rows of analytics.orders again, in "
-                               f"{repair_commits()} commits; 0 stay raw")
+                               f"{commits_of(catalog, uid)} commits; 0 stay raw")
     assert wait_until(lambda: landed(70), timeout=300, interval=2), logs(tmp_path, namespace)
     rows_as_produced(orders_rows(catalog), producer.sent)
     reasons = [e.reason for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
@@ -267,11 +292,11 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     keeps landing; its driver is killed after its first commit, and the second attempt lands
     only what is not there. Every record ends as one row, and the table's offsets stay the
     job's."""
-    from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
+    from floe_sparkapp.ledger import last_commit
 
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import kubectl, logs, orders_rows, orders_status, topic_body, \
+    from .test_operator import logs, orders_rows, orders_status, topic_body, \
         topic_catalog
 
     kafka_topic = f"backfill-{unique_name}".replace("_", "-")
@@ -301,35 +326,15 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     assert wait_until(both_partitions, timeout=300, interval=5), logs(tmp_path, namespace)
     assert len(orders_rows(catalog)) < produced  # the history is not there
 
-    made = custom.create_namespaced_custom_object(
-        *OPERATIONS, namespace, "kafkaicebergoperations", {
-            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
-            "metadata": {"name": "history"},
-            "spec": {"topic": "orders", "type": "Backfill",
-                     "backfill": {"recordsPerCommit": 3}}})
-    uid = made["metadata"]["uid"]
-
-    def backfill_commits() -> int:
-        try:
-            return sum(1 for s in ancestors(catalog.load_table("analytics.orders"))
-                       if (s.summary or {}).get(OPERATION) == uid)
-        except Exception:  # the catalog busy with a commit
-            return 0
-
-    assert wait_until(lambda: backfill_commits() >= 1, timeout=300, interval=0.5), \
+    uid = apply_operation(stack, namespace, "history", "Backfill", {"recordsPerCommit": 3})
+    assert wait_until(lambda: commits_of(catalog, uid) >= 1, timeout=300, interval=0.5), \
         f"{operation_status(stack, namespace, 'history')}\n{logs(tmp_path, namespace)}"
-    kubectl("exec", "-n", namespace, "floe-op-history-1-driver", "-c",
-            "spark-kubernetes-driver", "--", "sh", "-c", "kill -KILL -1")
+    kill_operation_driver(namespace, "history")
     produce_orders(producer, produced, 10)  # the job keeps landing meanwhile
     produced += 10
-    assert wait_until(lambda: operation_status(stack, namespace, "history").get("phase")
-                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
-        f"{operation_status(stack, namespace, 'history')}\n{logs(tmp_path, namespace)}"
-    done = operation_status(stack, namespace, "history")
-    assert done["phase"] == "Succeeded", done
-    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
+    done = ended(stack, namespace, "history", tmp_path)
     shown = done["backfill"]
-    assert shown["commits"] == backfill_commits() >= 10, done
+    assert shown["commits"] == commits_of(catalog, uid) >= 10, done
     assert shown["leftOut"] == {}, done
     assert wait_until(lambda: len(orders_rows(catalog)) == produced
                       and committed() == {str(p): o for p, o in
@@ -352,7 +357,7 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
     from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_replay import as_landed, committed_records
     from ..integration.test_job_roundtrip import V1, order
-    from .test_operator import kubectl, logs, orders_status, topic_body, topic_catalog
+    from .test_operator import logs, orders_status, topic_body, topic_catalog
 
     kafka_topic = f"replay-{unique_name}".replace("_", "-")
     target = f"{kafka_topic}-copy"
@@ -377,12 +382,8 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
 
     assert wait_until(lambda: len(rows("analytics.orders")) == 1500, timeout=300, interval=2), \
         logs(tmp_path, namespace)
-    custom.create_namespaced_custom_object(
-        *OPERATIONS, namespace, "kafkaicebergoperations", {
-            "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
-            "metadata": {"name": "copy"},
-            "spec": {"topic": "orders", "type": "Replay",
-                     "replay": {"topic": target, "recordsPerTransaction": 1}}})
+    apply_operation(stack, namespace, "copy", "Replay",
+                    {"topic": target, "recordsPerTransaction": 1})
 
     def some_committed() -> bool:
         from confluent_kafka import Consumer, TopicPartition
@@ -398,14 +399,8 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
 
     assert wait_until(some_committed, timeout=300, interval=0.2), \
         f"{operation_status(stack, namespace, 'copy')}\n{logs(tmp_path, namespace)}"
-    kubectl("exec", "-n", namespace, "floe-op-copy-1-driver", "-c", "spark-kubernetes-driver",
-            "--", "sh", "-c", "kill -KILL -1")
-    assert wait_until(lambda: operation_status(stack, namespace, "copy").get("phase")
-                      in ("Succeeded", "Failed"), timeout=600, interval=2), \
-        f"{operation_status(stack, namespace, 'copy')}\n{logs(tmp_path, namespace)}"
-    done = operation_status(stack, namespace, "copy")
-    assert done["phase"] == "Succeeded", done
-    assert done["attempts"] == 2 and "ExitCode: 137" in done["lastError"], done
+    kill_operation_driver(namespace, "copy")
+    done = ended(stack, namespace, "copy", tmp_path)
     shown = done["replay"]
     assert shown["records"] == 1500 and shown["topic"] == target
     assert 0 < shown["producedThisAttempt"] < 1500, done  # the second went on after the first
