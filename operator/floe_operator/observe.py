@@ -223,9 +223,12 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
         world = replace(world, refused=spec.section.refused(topic.spec, destination.table),
                         run=_newest_run(meta["namespace"], world.uid))
     config = catalog_config(destination, Secrets.of(topic))
+    into = spec.backfill.into if spec.backfill is not None else None
     try:
-        table = catalogs.get(config).load_table(identifier)
+        table = catalogs.get(config).load_table(into or identifier)
     except Exception as error:  # noqa: BLE001 - reported on the status, tried again
+        if into is not None and type(error).__name__ == "NoSuchTableError":
+            return world, None, topic  # the backfill makes it
         catalogs.drop(config)
         return replace(world, table_error=error_text(error)), None, topic
     writer, kafka_topic = topic.writer, topic.spec.kafka.topic

@@ -152,7 +152,8 @@ class OffsetRange(_Model):
 
 
 class BackfillStatus(_Model):
-    table: str = Field(description="The table backfilled.")
+    table: str = Field(description="The topic's table whose records were landed.")
+    into: str | None = Field(None, description="The new table they were landed in.")
     ranges: dict[str, OffsetRange] = Field(
         default_factory=dict, description="Per Kafka partition, the offsets landed (from, to "
                                           "below): those the table had not got.")
@@ -450,6 +451,8 @@ def _backfilled(record: dict[str, Any], table: str) -> str:
     where = ", ".join(f"partition {p} offsets {r['from']} to {r['to']}"
                       for p, r in sorted(ranges.items(), key=lambda i: int(i[0])))
     left = record.get("leftOut") or {}
+    if record.get("into"):
+        table = f"{record['into']} (a new table, from {table}'s records)"
     return (f"landed {record.get('landed', 0)} records in {table}, in "
             f"{record.get('commits', 0)} commits ({where or 'no range'}; the rest were there "
             "already)" + (f"; left out: {len(left)} partition(s)" if left else ""))

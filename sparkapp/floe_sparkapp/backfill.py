@@ -17,6 +17,11 @@ the job's commits in between send the chunk back to be read again, so a record i
 appended twice, whoever commits meanwhile, and a run killed midway and started again lands
 only what is not there.  Each commit's summary carries ``floe.operation`` (the operation's uid),
 ``floe.operation.rows`` and ``floe.operation.range`` (``partition:from-to``).
+
+Into a new table (``into``), made with the layout of the topic's table, the backfill is that
+table's writer: its commits carry the offsets as the job's do (the topic's writer, its tag),
+from where they are to Kafka's end when it starts, an empty commit for a chunk that had no
+record, so a KafkaIcebergTopic made for that table afterwards goes on from there.
 """
 
 from __future__ import annotations
@@ -31,13 +36,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import routing
-from .commit import CommitConflict, CommitUnknown
+from .commit import CommitConflict, CommitUnknown, Staged
 from .config import JobConfig, kafka_client_settings
 from .contract import BackfillSpec, OperationRequest
 from .decode import framed_ids
 from .kafka_offsets import offsets_for_time, topic_partitions, watermarks
-from .ledger import (OPERATION, OPERATION_ROWS, last_commit, operation_commits,
-                     record_operation)
+from .ledger import (OPERATION, OPERATION_ROWS, last_commit, merge_offsets,
+                     operation_commits, record_operation, summary_properties)
 from .table_writer import TableWriter
 
 log = logging.getLogger("floe.operation")
@@ -50,9 +55,11 @@ def _ms(text: str) -> int:
     return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int]
-           ) -> tuple[dict[int, tuple[int, int]], dict[int, str]]:
-    """Per partition, the offsets ``[from, to)`` to land, and why the others are left out."""
+def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int],
+           into: bool = False) -> tuple[dict[int, tuple[int, int]], dict[int, str]]:
+    """Per partition, the offsets ``[from, to)`` to land, and why the others are left out;
+    ``into`` a new table, whose offsets are the backfill's: from where they are, to Kafka's
+    end."""
     partitions = sorted(spec.partitions or topic_partitions(config))
     marks = watermarks(config, partitions)
     starts = offsets_for_time(config, partitions, _ms(spec.from_time)) if spec.from_time else {}
@@ -60,6 +67,14 @@ def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int]
     found, skipped = {}, {}
     for p in partitions:
         low, high = marks[p]
+        if into:
+            lo = max(low, spec.from_offset or 0, starts.get(p, 0), committed.get(p, 0))
+            hi = min(high, *(x for x in (spec.to_offset, ends.get(p)) if x is not None))
+            if lo < hi:
+                found[p] = (lo, hi)
+            else:
+                skipped[p] = f"nothing to land: offsets {lo} to {hi} (Kafka has {low} to {high})"
+            continue
         if p not in committed:
             skipped[p] = ("the table has no offsets for it yet: the job lands it from where it "
                           "starts")
@@ -79,14 +94,17 @@ class Backfill:
     """One backfill run (:func:`run`)."""
 
     def __init__(self, spark: SparkSession, top: JobConfig, config: JobConfig,
-                 request: OperationRequest, writer: TableWriter) -> None:
+                 request: OperationRequest, writer: TableWriter, source: str) -> None:
+        """``source``: the topic's table whose records (a route's) land, in ``config``'s
+        table: that one, or a new one (``into``)."""
         assert request.backfill is not None
         self.spark, self.top, self.config, self.request = spark, top, config, request
         self.spec = request.backfill
         self.writer = writer
         self.table_ref = writer.table_name
+        self.into = self.spec.into is not None
         self.route = next(i for i, d in enumerate(top.destinations())
-                          if d.table.identifier == config.table.identifier)
+                          if d.table.identifier == source)
 
     def _records(self, partition: int, lo: int, hi: int) -> DataFrame:
         """Kafka's records ``[lo, hi)`` of one partition."""
@@ -125,8 +143,12 @@ class Backfill:
             self.writer.plan_ids(catalog.load_table(self.config.table.identifier), ids, keys)
             table = catalog.load_table(self.config.table.identifier)
             base = table.current_snapshot().snapshot_id
-            limit = last_commit(table, self.config.writer, self.config.kafka.topic).offsets
-            upto = min(hi, limit.get(partition, lo))  # main rolled back meanwhile: the job's
+            ledger = last_commit(table, self.config.writer, self.config.kafka.topic)
+            if self.into:  # the new table's offsets are the backfill's own
+                upto = hi
+                lo = max(lo, ledger.offsets.get(partition, 0))
+            else:  # main rolled back meanwhile: the job lands from its offsets
+                upto = min(hi, ledger.offsets.get(partition, lo))
             if upto <= lo:
                 return 0
             held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
@@ -139,13 +161,19 @@ class Backfill:
             rows = self.writer._decode(fresh, table, ids, keys).persist()
             try:
                 count = rows.count()
-                if count == 0:
+                if count == 0 and not self.into:
                     return 0
-                staged = committer.stage(rows)
+                properties = {OPERATION: self.request.uid, OPERATION_ROWS: str(count),
+                              RANGE: f"{partition}:{lo}-{upto}"}
+                if self.into:  # the offsets, as the job commits them (empty: they move on)
+                    properties.update(summary_properties(
+                        self.config.writer, self.config.kafka.topic,
+                        merge_offsets(ledger.offsets, {partition: upto}), ledger.vtts,
+                        self.config.generation, 0))
+                staged = (committer.stage(rows) if count
+                          else Staged(committer._iceberg_table(), []))
                 try:
-                    committer.publish(staged, base, {
-                        OPERATION: self.request.uid, OPERATION_ROWS: str(count),
-                        RANGE: f"{partition}:{lo}-{upto}"}, tag=False)
+                    committer.publish(staged, base, properties, tag=self.into)
                     return count
                 except CommitConflict as moved:
                     committer.discard(staged)
@@ -165,7 +193,7 @@ class Backfill:
     def run(self) -> dict[str, Any]:
         table = self.writer.catalog.load_table(self.config.table.identifier)
         committed = last_commit(table, self.config.writer, self.config.kafka.topic).offsets
-        found, skipped = ranges(self.config, self.spec, committed)
+        found, skipped = ranges(self.config, self.spec, committed, self.into)
         log.info("backfill %s of %s: %s; left out: %s", self.request.name, self.table_ref,
                  found, skipped)
         size = self.spec.records_per_commit
@@ -179,15 +207,17 @@ class Backfill:
                          self.request.name, partition, start, end, count)
         table = self.writer.catalog.load_table(self.config.table.identifier)
         commits, rows = operation_commits(table, self.request.uid)
-        return {"ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
+        return {**({"into": self.config.table.identifier} if self.into else {}),
+                "ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
                 "leftOut": {str(p): why for p, why in skipped.items()},
                 "landed": rows, "commits": commits}
 
 
 def run(spark: SparkSession, top: JobConfig, config: JobConfig, request: OperationRequest,
-        writer: TableWriter) -> dict[str, Any]:
-    """Runs the backfill on ``config``'s table (one of ``top``'s destinations) and records its
-    outcome on the table; returns the outcome."""
-    outcome = {"type": "Backfill", **Backfill(spark, top, config, request, writer).run()}
+        writer: TableWriter, source: str) -> dict[str, Any]:
+    """Runs the backfill of ``source`` (one of ``top``'s tables) on ``config``'s table (that
+    one, or a new one) and records its outcome on the table; returns the outcome."""
+    outcome = {"type": "Backfill",
+               **Backfill(spark, top, config, request, writer, source).run()}
     record_operation(writer.catalog.load_table(config.table.identifier), request.uid, outcome)
     return outcome

@@ -564,6 +564,12 @@ class BackfillSpec(_Model):
         None, pattern=IDENTIFIER, description="Which of the topic's tables (a routed topic has "
                                               "several: each takes its routed records); "
                                               "default: its table.identifier.")
+    into: str | None = Field(
+        None, pattern=IDENTIFIER, max_length=253,
+        description="Land in this new table instead (namespace.table, in the topic's catalog), "
+                    "made with the layout of the table above: its offsets are the "
+                    "backfill's, so a KafkaIcebergTopic made for it afterwards goes on from "
+                    "where the backfill ended. Default: the table above, beside its job.")
     partitions: tuple[Annotated[int, Field(ge=0)], ...] = Field(
         default_factory=tuple, max_length=10_000,
         description="Only these Kafka partitions; default: all.")
@@ -573,7 +579,8 @@ class BackfillSpec(_Model):
     to_offset: int | None = Field(None, ge=1, description="Below this offset of each partition; "
                                                            "default and at most: where the "
                                                            "table's offsets are (the job lands "
-                                                           "the rest).")
+                                                           "the rest; into a new table: "
+                                                           "Kafka's end when it starts).")
     from_time: str | None = Field(None, description="From the first record with a Kafka "
                                                     "timestamp at or after this (RFC 3339).",
                                   json_schema_extra=_TIME)
@@ -587,6 +594,9 @@ class BackfillSpec(_Model):
 
     def refused(self, topic: TopicSpec, table: TableLayout) -> str | None:
         """Why ``table``, one of ``topic``'s, cannot be backfilled (what to change), or None."""
+        if self.into is not None and self.into in {t.identifier for t in topic.tables()}:
+            return (f"backfill.into names {self.into}, one of the topic's tables: leave into "
+                    "out (and name it in backfill.table) to backfill it beside its job")
         if table.mode in ROW_LEVEL:
             return (f"table {table.identifier} is an {table.mode} table: older records landed "
                     "after newer ones would undo their changes; only append tables are "

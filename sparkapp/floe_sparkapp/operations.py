@@ -33,6 +33,23 @@ def destination(config: JobConfig, table: str | None) -> JobConfig:
     return found[0]
 
 
+def _new_table(config: JobConfig, identifier: str) -> JobConfig:
+    """``config`` on a new table ``identifier`` with its table's layout, made (or evolved)
+    from the registry as the job makes its own; refused when a resource writes it."""
+    from .job import prepare_table, registry_of
+    from .ledger import OWNER
+
+    landing = config.model_copy(update={"table": config.table.model_copy(
+        update={"identifier": identifier})})
+    table = prepare_table(landing, registry_of(landing))
+    owner = table.properties.get(OWNER)
+    if owner is not None:
+        raise OperationRefused(f"table {identifier} is written by {owner} (its table property "
+                               f"{OWNER}): backfill.into names a new table, or one no resource "
+                               "writes yet")
+    return landing
+
+
 def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> dict[str, Any]:
     """Runs ``request`` on the topic of ``config``; returns the outcome it recorded."""
     from . import backfill, repair, replay
@@ -59,7 +76,11 @@ def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> 
     dry_run = request.repair is not None and request.repair.dry_run
     writer = TableWriter(target, spark, registry_of(target), evolve=not dry_run)
     if request.type == "Backfill":
-        outcome = backfill.run(spark, config, target, request, writer)
+        landing = target
+        if request.backfill is not None and request.backfill.into is not None:
+            landing = _new_table(target, request.backfill.into)
+            writer = TableWriter(landing, spark, registry_of(target))
+        outcome = backfill.run(spark, config, landing, request, writer, target.table.identifier)
     else:
         outcome = repair.run(spark, target, request, writer, config.table.identifier)
     log.info("operation %s (%s) on %s: %s", request.name, request.type,

@@ -14,7 +14,7 @@ from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
 from floe_sparkapp.operations import operate
 
 from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     streaming, table_rows, wait_for_rows)
+                     run_once, streaming, table_rows, wait_for_rows)
 from .test_job_roundtrip import normalize, produce_orders
 
 pytestmark = pytest.mark.integration
@@ -92,3 +92,30 @@ def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
     again = operate(config, request("again"), spark)  # everything is there: nothing lands
     assert again["landed"] == 0 and again["commits"] == 0
     assert len(table_rows(config)) == produced
+
+
+def test_a_backfill_into_a_new_table_leaves_offsets_a_resource_goes_on_from(
+        stack, spark, tmp_path, unique_name):
+    """A table rebuilt from the topic: a backfill into a new table lands every record Kafka has
+    (eight offsets a commit), and a job made for that table afterwards goes on from its
+    offsets: each record once."""
+    topic = f"rebuild-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)
+    config = job_config(stack, tmp_path, topic)
+    rebuilt = f"{config.table.identifier}_rebuilt"
+    outcome = operate(config, request("rebuild", into=rebuilt, recordsPerCommit=8), spark)
+    assert outcome["into"] == rebuilt and outcome["landed"] == 30, outcome
+    data = json.loads(config.to_json())
+    landing = parse_config({**data, "writer": "data/rebuilt",
+                            "table": {**data["table"], "identifier": rebuilt},
+                            "checkpointLocation": str(tmp_path / "rebuilt-checkpoint")})
+    assert last_commit(load_table(landing), landing.writer, topic).offsets == \
+        producer.next_offsets()
+    produce_orders(producer, 30, 10)
+    run_once(landing, spark)
+    rows = table_rows(landing)
+    assert_exactly_once(rows, producer.sent)
+    with pytest.raises(Exception, match="one of the topic's tables"):
+        operate(config, request("self", into=config.table.identifier), spark)
