@@ -163,3 +163,18 @@ def end_offsets(job: JobConfig, secrets: Secrets, timeout: float = 10) -> dict[i
     except Exception:
         _consumers.drop(settings)  # a broken client is not reused
         raise
+
+
+def group_offsets(job: JobConfig, secrets: Secrets, group: str, topic: str,
+                  timeout: float = 10) -> dict[int, int]:
+    """The offsets consumer group ``group`` has committed on ``topic``, per partition (a
+    replay's progress: the next source offset of each partition)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka_settings(job, secrets))
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                              request_timeout=timeout)
+    listed = found[group].result(timeout=timeout)
+    return {tp.partition: tp.offset for tp in listed.topic_partitions
+            if tp.topic == topic and tp.offset >= 0}

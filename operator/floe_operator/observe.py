@@ -233,6 +233,9 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
         return replace(world, table_error=error_text(error)), None, topic
     writer, kafka_topic = topic.writer, topic.spec.kafka.topic
     world = replace(world, record=operation_record(table, world.uid))
+    if spec.replay is not None and world.record is None and world.run is not None:
+        world = replace(world, replayed=_replayed(destination, topic, world.uid,
+                                                  spec.replay.topic))
     if batch:
         return replace(world, progress=operation_commits(table, world.uid)), table, topic
     ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms)
@@ -245,6 +248,17 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
             at = last_commit(table, writer, kafka_topic, at=found_target.snapshot_id).offsets
             world = replace(world, offsets_at={found_target.snapshot_id: at})
     return world, table, topic
+
+
+def _replayed(job: JobConfig, topic: Topic, uid: str, target: str) -> dict[int, int]:
+    """How far a replay has got (its consumer group's offsets on the target topic), or nothing
+    when Kafka does not say."""
+    from .clients import group_offsets
+
+    try:
+        return group_offsets(job, Secrets.of(topic), f"floe-replay-{uid}", target)
+    except Exception:  # noqa: BLE001 - progress only: the next visit asks again
+        return {}
 
 
 def _newest_run(namespace: str, uid: str) -> operation.Run | None:

@@ -173,6 +173,10 @@ class ReplayStatus(_Model):
                                           "(from, to below), each to the same partition.")
     produced_this_attempt: int | None = None
     transactions_this_attempt: int | None = None
+    replayed_through: dict[str, int] = Field(
+        default_factory=dict, description="While it runs: per Kafka partition, the next "
+                                          "source offset to produce (committed with the "
+                                          "replay's transactions).")
 
 
 class OperationStatus(_Model):
@@ -236,6 +240,7 @@ class OperationWorld:
     refused: str | None = None  # why the table cannot take the operation (what to change)
     run: Run | None = None  # the newest attempt's SparkApplication
     progress: tuple[int, int] = (0, 0)  # the operation's commits in main, and rows they repaired
+    replayed: dict[int, int] = field(default_factory=dict)  # a replay: next source offsets
 
 
 # --- actions -----------------------------------------------------------------------------------
@@ -408,6 +413,8 @@ def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) ->
     dry = " (dry run)" if getattr(section, "dry_run", False) else ""
     commits, rows = world.progress
     progress = {"table": table, **so_far(section, commits, rows)}
+    if world.replayed:
+        progress["replayedThrough"] = by_partition(world.replayed)
     if run is None or run.state in FAILED_STATES or run.state == "COMPLETED":
         error = (run.error or f"its SparkApplication ended {run.state} without recording an "
                  "outcome on the table") if run is not None else None

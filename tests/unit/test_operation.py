@@ -324,6 +324,10 @@ def test_a_replay_says_what_it_produced_where():
                            status={"attempts": 1}))
     assert running.status["message"] == ("attempt 1 of the replay of analytics.orders is "
                                          "running")
+    midway = plan(replace(seen, run=Run("floe-op-copy-1", 1, "RUNNING"), replayed={0: 5, 1: 7},
+                          status={"attempts": 1}))
+    assert midway.status["replay"] == {"table": "analytics.orders", "topic": "orders-copy",
+                                       "replayedThrough": {"0": 5, "1": 7}}
     record = {"type": "Replay", "topic": "orders-copy", "snapshotId": "42", "records": 22,
               "partitions": {"0": {"from": 0, "to": 11}}, "producedThisAttempt": 18,
               "transactionsThisAttempt": 5}
