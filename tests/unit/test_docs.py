@@ -57,3 +57,20 @@ def test_every_relative_link_and_anchor_resolves(path, target):
         assert anchor in anchors(resolved), (
             f"{path.relative_to(ROOT)}: {target}: no heading #{anchor} in "
             f"{resolved.relative_to(ROOT)}")
+
+
+def test_each_operation_in_the_docs_is_one_the_api_server_takes():
+    """The YAML of each operation in docs/operations.md validates against the CRD's models."""
+    import re
+
+    import yaml
+
+    from floe_operator.operation import OperationSpec
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    found = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    operations = [doc for doc in found if doc.get("kind") == "KafkaIcebergOperation"]
+    assert {doc["spec"]["type"] for doc in operations} == {"Rollback", "Repair", "Backfill",
+                                                           "Replay"}
+    for doc in operations:
+        OperationSpec.model_validate(doc["spec"])
