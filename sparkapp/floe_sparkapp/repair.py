@@ -207,6 +207,13 @@ class Repair:
         from .commit import CommitConflict, CommitUnknown
         from .dead_letters import records
 
+        from .kafka_offsets import topic_partitions
+
+        assert self.config.dead_letter is not None
+        dead = self.config.model_copy(update={"kafka": self.config.kafka.model_copy(
+            update={"topic": self.config.dead_letter.topic})})
+        if not topic_partitions(dead):  # none was ever sent, or it was deleted
+            return {"read": 0, "missing": 0, "landed": 0, "stayUndecodable": 0}
         committer, catalog = self.writer.committer, self.writer.catalog
         letters = _within(records(self.spark, self.config), self.spec)
         ids = self._plan(letters.drop("_dead_letter_error"))
