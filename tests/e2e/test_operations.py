@@ -228,7 +228,7 @@ def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_s
 def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driver_killed(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     """Records that needed a wider column were kept raw under ``schemaEvolution: none``; the
-    spec then allows additive changes and a Repair runs (two rows a commit) while the job
+    spec then allows additive changes and a Repair runs (four rows a commit) while the job
     lands more records. Its driver is killed after its first commit: the operator starts a
     second attempt, which goes on from the rows still raw. Every record ends as one row,
     decoded."""
@@ -266,7 +266,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     assert wait_until(lambda: landed(60), timeout=300, interval=2), logs(tmp_path, namespace)
 
     uid = apply_operation(stack, namespace, "fix", "Repair",
-                          {"reasons": ["schema_refused"], "rowsPerCommit": 2})
+                          {"reasons": ["schema_refused"], "rowsPerCommit": 4})
     assert wait_until(lambda: commits_of(catalog, uid) >= 1, timeout=300, interval=0.5), \
         f"{operation_status(stack, namespace, 'fix')}\n{logs(tmp_path, namespace)}"
     kill_operation_driver(namespace, "fix")
@@ -275,7 +275,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     produce_orders(producer, 60, 10)  # the job keeps landing meanwhile
     done = ended(stack, namespace, "fix", tmp_path)
     assert done["repair"]["repaired"] == 40 and done["repair"]["stayRaw"] == 0, done
-    assert done["repair"]["commits"] == commits_of(catalog, uid) >= 20
+    assert done["repair"]["commits"] == commits_of(catalog, uid) >= 10
     assert done["message"] == ("decoded 40 raw rows of analytics.orders again, in "
                                f"{commits_of(catalog, uid)} commits; 0 stay raw")
     assert wait_until(lambda: landed(70), timeout=300, interval=2), logs(tmp_path, namespace)
@@ -288,7 +288,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
 def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_driver_killed(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     """A topic with 40 records is declared with ``startingOffsets: latest``: its job lands only
-    what comes after. A Backfill (three offsets a commit) brings the history in while the job
+    what comes after. A Backfill (five offsets a commit) brings the history in while the job
     keeps landing; its driver is killed after its first commit, and the second attempt lands
     only what is not there. Every record ends as one row, and the table's offsets stay the
     job's."""
@@ -326,7 +326,7 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     assert wait_until(both_partitions, timeout=300, interval=5), logs(tmp_path, namespace)
     assert len(orders_rows(catalog)) < produced  # the history is not there
 
-    uid = apply_operation(stack, namespace, "history", "Backfill", {"recordsPerCommit": 3})
+    uid = apply_operation(stack, namespace, "history", "Backfill", {"recordsPerCommit": 5})
     assert wait_until(lambda: commits_of(catalog, uid) >= 1, timeout=300, interval=0.5), \
         f"{operation_status(stack, namespace, 'history')}\n{logs(tmp_path, namespace)}"
     kill_operation_driver(namespace, "history")
@@ -334,7 +334,7 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     produced += 10
     done = ended(stack, namespace, "history", tmp_path)
     shown = done["backfill"]
-    assert shown["commits"] == commits_of(catalog, uid) >= 10, done
+    assert shown["commits"] == commits_of(catalog, uid) >= 8, done
     assert shown["leftOut"] == {}, done
     assert wait_until(lambda: len(orders_rows(catalog)) == produced
                       and committed() == {str(p): o for p, o in
@@ -350,7 +350,7 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
 
 def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_it_again(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
-    """The table of a topic of 1500 records is replayed to another topic, one record a
+    """The table of a topic of 600 records is replayed to another topic, one record a
     transaction; the replay's driver is killed once some transactions have committed, and the
     second attempt goes on after the last. The topic holds each row once (read committed),
     and a second KafkaIcebergTopic landing it makes a table equal to the first."""
@@ -364,7 +364,7 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     create_topic(stack.bootstrap, target, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
-    for i in range(1500):
+    for i in range(600):
         producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
                       headers=[("trace", f"t{i}".encode())] if i % 3 else None)
     producer.flush()
@@ -380,7 +380,7 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
         except Exception:  # not made yet, or the catalog busy with a commit
             return []
 
-    assert wait_until(lambda: len(rows("analytics.orders")) == 1500, timeout=300, interval=2), \
+    assert wait_until(lambda: len(rows("analytics.orders")) == 600, timeout=300, interval=2), \
         logs(tmp_path, namespace)
     apply_operation(stack, namespace, "copy", "Replay",
                     {"topic": target, "recordsPerTransaction": 1})
@@ -402,9 +402,9 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
     kill_operation_driver(namespace, "copy")
     done = ended(stack, namespace, "copy", tmp_path)
     shown = done["replay"]
-    assert shown["records"] == 1500 and shown["topic"] == target
-    assert 0 < shown["producedThisAttempt"] < 1500, done  # the second went on after the first
-    assert len(committed_records(stack, target)) == 1500  # each row once
+    assert shown["records"] == 600 and shown["topic"] == target
+    assert 0 < shown["producedThisAttempt"] < 600, done  # the second went on after the first
+    assert len(committed_records(stack, target)) == 600  # each row once
 
     copy = topic_body(stack, shared, target)
     copy["metadata"]["name"] = "copy"
@@ -413,7 +413,7 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
     copy["spec"]["spark"]["checkpointLocation"] = str(shared / "copy-checkpoint")
     custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                            "kafkaicebergtopics", copy)
-    assert wait_until(lambda: len(rows("analytics.copy")) == 1500, timeout=300, interval=2), \
+    assert wait_until(lambda: len(rows("analytics.copy")) == 600, timeout=300, interval=2), \
         logs(tmp_path, namespace)
     assert as_landed(rows("analytics.copy")) == as_landed(rows("analytics.orders"))
     assert orders_status(stack, namespace).get("phase") == "Running"
