@@ -254,6 +254,8 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     def raw() -> int:
         return sum(1 for r in orders_rows(catalog) if r["value"] is None)
 
+    # The table is made from the subject's latest version: the wider one comes after
+    assert wait_until(lambda: landed(10), timeout=300, interval=2), logs(tmp_path, namespace)
     for i in range(10, 50):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=wide)
     producer.flush()
