@@ -69,7 +69,7 @@ def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int],
         low, high = marks[p]
         if into:
             lo = max(low, spec.from_offset or 0, starts.get(p, 0), committed.get(p, 0))
-            hi = min(high, *(x for x in (spec.to_offset, ends.get(p)) if x is not None))
+            hi = min([high, *(x for x in (spec.to_offset, ends.get(p)) if x is not None)])
             if lo < hi:
                 found[p] = (lo, hi)
             else:

@@ -247,7 +247,8 @@ class Replay:
 
         admin = AdminClient({"bootstrap.servers": self.config.kafka.bootstrap_servers,
                              **librdkafka_settings(kafka_client_settings(self.config))})
-        found = admin.list_topics(self.spec.topic, timeout=30).topics.get(self.spec.topic)
+        # (all topics: asking for one by name may create it where the brokers auto-create)
+        found = admin.list_topics(timeout=30).topics.get(self.spec.topic)
         if found is None or found.error is not None or not found.partitions:
             raise ReplayRefused(f"topic {self.spec.topic} does not exist: create it (with at "
                                 f"least {max(partitions, default=0) + 1} partitions) first")

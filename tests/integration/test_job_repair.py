@@ -4,6 +4,7 @@ again once their cause is fixed, each record still one row."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -136,9 +137,10 @@ def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
                                                    dead_letter=dead).to_json()),
                            "schemaEvolution": {"mode": "none"}})
     run_once(frozen, spark)
+    minute_ago = int(time.time() * 1000) - 60_000  # (days ago, retention would delete them)
     for i in range(10, 18):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE,
-                      headers=[("trace", f"t{i}".encode())], timestamp_ms=1_790_000_000_000 + i)
+                      headers=[("trace", f"t{i}".encode())], timestamp_ms=minute_ago + i)
     producer.flush()
     run_once(frozen, spark)
     assert len(raw_rows(frozen)) == 8
@@ -162,7 +164,7 @@ def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
         assert normalize(row["value"]) == normalize(sent["value"])
         if sent["key"].startswith(b"wide-"):
             i = int(sent["key"].decode().split("-")[1])
-            assert row["kafka"]["timestamp"].timestamp() * 1000 == 1_790_000_000_000 + i
+            assert round(row["kafka"]["timestamp"].timestamp() * 1000) == minute_ago + i
             assert row["kafka"]["headers"] == [{"key": "trace", "value": f"t{i}".encode()}]
     again = operate(config, request("redrive"), spark)
     assert again["deadLetters"]["missing"] == 0 and again["deadLetters"]["landed"] == 8

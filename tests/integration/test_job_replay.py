@@ -5,6 +5,7 @@ rows."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Consumer
@@ -66,10 +67,13 @@ def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_ro
     create_topic(stack.bootstrap, source, partitions=2)
     create_topic(stack.bootstrap, target, partitions=2)
     producer = AvroProducer(stack, source)
+    # A minute ago (not now: the timestamps are carried over), never days ago: the broker's
+    # retention would delete the records it replays
+    minute_ago = int(time.time() * 1000) - 60_000
     for i in range(20):
         producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
                       headers=[("trace", f"t{i}".encode())] if i % 3 else None,
-                      timestamp_ms=1_795_000_000_000 + i)
+                      timestamp_ms=minute_ago + i)
     producer.send(key=b"junk", raw=b"not avro", partition=0)
     producer.send(key=b"gone", partition=1)  # a tombstone
     producer.flush()
@@ -107,5 +111,9 @@ def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_ro
 
     with pytest.raises(OperationRefused, match="does not exist: create it"):
         operate(config, request("nowhere", topic=f"{source}-none"), spark)
+    create_topic(stack.bootstrap, f"{source}-narrow", partitions=1)
+    with pytest.raises(OperationRefused, match="has 1 partitions and the rows come from "
+                                               "partitions up to 1"):
+        operate(config, request("narrow", topic=f"{source}-narrow"), spark)
     with pytest.raises(OperationRefused, match="is the topic the table lands"):
         operate(config, request("self", topic=source), spark)
