@@ -90,21 +90,15 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     coming; the job goes on from that snapshot's offsets (10 records a commit, so landing the
     110 after it again takes a while), its driver is killed while it does, and the table ends
     with every record once."""
-    from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.nemesis import end_offsets
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import (kill_driver, logs, orders_rows, orders_status, topic_body,
+    from .test_operator import (declared_orders, kill_driver, logs, orders_rows, orders_status,
                                 topic_catalog)
 
     kafka_topic = f"rollback-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 20)
-    body = topic_body(stack, shared, kafka_topic)
-    body["spec"]["commit"]["maxRecordsPerCommit"] = 10
+    producer = declared_orders(stack, shared, namespace, kafka_topic, 20,
+                               spec={"commit": {"maxRecordsPerCommit": 10}})
     custom = client.CustomObjectsApi(admin_client(stack))
-    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics", body)
     catalog = topic_catalog(shared)
 
     def landed(count: int) -> bool:
@@ -125,10 +119,7 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
             return {}
 
     first_app = app()["metadata"]["uid"]
-    custom.create_namespaced_custom_object(*OPERATIONS, namespace, "kafkaicebergoperations", {
-        "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
-        "metadata": {"name": "undo"},
-        "spec": {"topic": "orders", "type": "Rollback", "rollback": {"snapshotId": target}}})
+    apply_operation(stack, namespace, "undo", "Rollback", {"snapshotId": target})
     produce_orders(producer, 120, 10)  # the job keeps landing meanwhile
     # The restarted job's driver killed while the records after the snapshot land again.
     assert wait_until(lambda: app().get("metadata", {}).get("uid") not in (None, first_app)
@@ -232,20 +223,14 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     lands more records. Its driver is killed after its first commit: the operator starts a
     second attempt, which goes on from the rows still raw. Every record ends as one row,
     decoded."""
-    from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_repair import WIDE as wide
     from ..integration.test_job_roundtrip import order, produce_orders
-    from .test_operator import logs, orders_rows, topic_body, topic_catalog
+    from .test_operator import declared_orders, logs, orders_rows, topic_catalog
 
     kafka_topic = f"repair-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 10)
-    body = topic_body(stack, shared, kafka_topic)
-    body["spec"]["schemaEvolution"] = {"mode": "none"}
+    producer = declared_orders(stack, shared, namespace, kafka_topic, 10,
+                               spec={"schemaEvolution": {"mode": "none"}})
     custom = client.CustomObjectsApi(admin_client(stack))
-    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics", body)
     catalog = topic_catalog(shared)
 
     def landed(count: int) -> bool:
@@ -296,20 +281,12 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     job's."""
     from floe_sparkapp.ledger import last_commit
 
-    from ..integration.jobkit import AvroProducer, create_topic
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import logs, orders_rows, orders_status, topic_body, \
-        topic_catalog
+    from .test_operator import declared_orders, logs, orders_rows, orders_status, topic_catalog
 
     kafka_topic = f"backfill-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
-    producer = AvroProducer(stack, kafka_topic)
-    produce_orders(producer, 0, 40)
-    body = topic_body(stack, shared, kafka_topic)
-    body["spec"]["kafka"]["startingOffsets"] = "latest"
-    custom = client.CustomObjectsApi(admin_client(stack))
-    custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics", body)
+    producer = declared_orders(stack, shared, namespace, kafka_topic, 40,
+                               spec={"kafka": {"startingOffsets": "latest"}})
     catalog = topic_catalog(shared)
 
     def committed() -> dict:

@@ -60,15 +60,19 @@ def topic_body(stack, directory: Path, kafka_topic: str, catalog: dict | None = 
 
 
 def declared_orders(stack, directory: Path, namespace: str, kafka_topic: str, records: int,
-                    labels: dict[str, str] | None = None) -> AvroProducer:
+                    labels: dict[str, str] | None = None,
+                    spec: dict[str, dict] | None = None) -> AvroProducer:
     """``records`` orders on a new Kafka topic of two partitions, declared as the
-    KafkaIcebergTopic ``orders`` of ``namespace`` (:func:`topic_body`); its producer."""
+    KafkaIcebergTopic ``orders`` of ``namespace`` (:func:`topic_body`, each section of ``spec``
+    merged into its own); its producer."""
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, records)
     body = topic_body(stack, directory, kafka_topic)
     if labels:
         body["metadata"]["labels"] = labels
+    for section, fields in (spec or {}).items():
+        body["spec"][section] = {**body["spec"].get(section, {}), **fields}
     client.CustomObjectsApi(admin_client(stack)).create_namespaced_custom_object(
         "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", body)
     return producer
