@@ -26,19 +26,17 @@ record, so a KafkaIcebergTopic made for that table afterwards goes on from there
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import routing
-from .commit import CommitConflict, CommitUnknown, Staged
+from .commit import Staged, commit_with_retries
 from .config import JobConfig, kafka_client_settings
-from .contract import BackfillSpec, OperationRequest
+from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
 from .kafka_offsets import offsets_for_time, topic_partitions, watermarks
 from .ledger import (OPERATION, OPERATION_ROWS, last_commit, merge_offsets,
@@ -52,7 +50,7 @@ ATTEMPTS = 20  # a chunk whose commit finds main moved (the job committed) is re
 
 
 def _ms(text: str) -> int:
-    return int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    return int(rfc3339_seconds(text) * 1000)
 
 
 def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int],
@@ -133,62 +131,58 @@ class Backfill:
         return routing.split(routed, self.top, len(self.top.destinations()))[self.route]
 
     def _chunk(self, partition: int, lo: int, hi: int) -> int:
-        """Lands the chunk's records the table has not got, in one commit; returns how many."""
+        """Lands the chunk's records the table has not got, in one commit; returns how many.
+        A commit of anyone else in between sends it back to be read and checked again."""
+        count, _ = commit_with_retries(lambda: self._chunk_once(partition, lo, hi),
+                                       attempts=ATTEMPTS)
+        return count
+
+    def _chunk_once(self, partition: int, lo: int, hi: int) -> int:
+        """One try of :meth:`_chunk`, against ``main`` as it is now (CommitConflict when it
+        moves before the commit)."""
         committer = self.writer.committer
         catalog = self.writer.catalog
-        for attempt in range(1, ATTEMPTS + 1):
-            mine, ids, keys = self._mine(self._records(partition, lo, hi))
-            # Their writer schemas planned first (the table may evolve for them): the table is
-            # read after
-            self.writer.plan_ids(catalog.load_table(self.config.table.identifier), ids, keys)
-            table = catalog.load_table(self.config.table.identifier)
-            base = table.current_snapshot().snapshot_id
-            ledger = last_commit(table, self.config.writer, self.config.kafka.topic)
-            if self.into:  # the new table's offsets are the backfill's own
-                upto = hi
-                lo = max(lo, ledger.offsets.get(partition, 0))
-            else:  # main rolled back meanwhile: the job lands from its offsets
-                upto = min(hi, ledger.offsets.get(partition, lo))
-            if upto <= lo:
+        mine, ids, keys = self._mine(self._records(partition, lo, hi))
+        # Their writer schemas planned first (the table may evolve for them): the table is
+        # read after
+        self.writer.plan_ids(catalog.load_table(self.config.table.identifier), ids, keys)
+        table = catalog.load_table(self.config.table.identifier)
+        base = table.current_snapshot().snapshot_id
+        ledger = last_commit(table, self.config.writer, self.config.kafka.topic)
+        if self.into:  # the new table's offsets are the backfill's own
+            upto = hi
+            lo = max(lo, ledger.offsets.get(partition, 0))
+        else:  # main rolled back meanwhile: the job lands from its offsets
+            upto = min(hi, ledger.offsets.get(partition, lo))
+        if upto <= lo:
+            return 0
+        held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
+                .filter((F.col("kafka.partition") == partition)
+                        & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < upto))
+                .select(F.col("kafka.offset").alias("_held")))
+        if upto < hi:
+            mine = mine.filter(F.col("offset") < upto)
+        fresh = mine.join(held, mine["offset"] == held["_held"], "left_anti")
+        rows = self.writer._decode(fresh, table, ids, keys).persist()
+        try:
+            count = rows.count()
+            if count == 0 and not self.into:
                 return 0
-            held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
-                    .filter((F.col("kafka.partition") == partition)
-                            & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < upto))
-                    .select(F.col("kafka.offset").alias("_held")))
-            if upto < hi:
-                mine = mine.filter(F.col("offset") < upto)
-            fresh = mine.join(held, mine["offset"] == held["_held"], "left_anti")
-            rows = self.writer._decode(fresh, table, ids, keys).persist()
-            try:
-                count = rows.count()
-                if count == 0 and not self.into:
-                    return 0
-                properties = {OPERATION: self.request.uid, OPERATION_ROWS: str(count),
-                              RANGE: f"{partition}:{lo}-{upto}"}
-                if self.into:  # the offsets, as the job commits them (empty: they move on)
-                    properties.update(summary_properties(
-                        self.config.writer, self.config.kafka.topic,
-                        merge_offsets(ledger.offsets, {partition: upto}), ledger.vtts,
-                        self.config.generation, 0))
-                staged = (committer.stage(rows) if count
-                          else Staged(committer._iceberg_table(), []))
-                try:
-                    committer.publish(staged, base, properties, tag=self.into)
-                    return count
-                except CommitConflict as moved:
-                    committer.discard(staged)
-                    log.info("backfill %s: partition %d offsets %d..%d: main moved (%s); "
-                             "reading the chunk again (attempt %d)", self.request.name,
-                             partition, lo, upto, moved, attempt)
-                except CommitUnknown as unknown:  # the files stay: a snapshot may have them
-                    log.warning("backfill %s: %s; reading the chunk again", self.request.name,
-                                unknown)
-            finally:
-                rows.unpersist()
-            time.sleep(min(0.5 * attempt, 5.0))
-        raise CommitConflict(f"backfill {self.request.name}: partition {partition} offsets "
-                             f"{lo}..{hi} could not be committed in {ATTEMPTS} attempts: the "
-                             "table kept changing")
+            properties = {OPERATION: self.request.uid, OPERATION_ROWS: str(count),
+                          RANGE: f"{partition}:{lo}-{upto}"}
+            if self.into:  # the offsets, as the job commits them (empty: they move on)
+                properties.update(summary_properties(
+                    self.config.writer, self.config.kafka.topic,
+                    merge_offsets(ledger.offsets, {partition: upto}), ledger.vtts,
+                    self.config.generation, 0))
+            if count:
+                committer.append(rows, base, lambda: properties, tag=self.into)
+            else:  # no file: the commit moves the offsets alone
+                committer.publish(Staged(committer._iceberg_table(), []), base, properties,
+                                  tag=self.into)
+            return count
+        finally:
+            rows.unpersist()
 
     def run(self) -> dict[str, Any]:
         table = self.writer.catalog.load_table(self.config.table.identifier)

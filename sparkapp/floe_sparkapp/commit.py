@@ -94,7 +94,7 @@ def sweep_branches(table: Any, writer: str) -> list[str]:
     return stale
 
 
-def _is_conflict(error: Exception) -> bool:
+def is_conflict(error: Exception) -> bool:
     text = str(error)
     return "CommitFailedException" in text or "ValidationException" in text
 
@@ -226,7 +226,7 @@ class BranchCommitter:
         except (CommitConflict, CommitUnknown):
             raise
         except Exception as error:  # py4j or analysis errors carry Iceberg's message
-            if _is_conflict(error):
+            if is_conflict(error):
                 raise CommitConflict(str(error).splitlines()[0][:500]) from None
             raise
         finally:
@@ -239,12 +239,12 @@ class BranchCommitter:
         return outcome
 
     def append(self, rows: Any, base_snapshot_id: int,
-               summary: Callable[[], dict[str, str]]) -> dict[str, float]:
+               summary: Callable[[], dict[str, str]], tag: bool = True) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
         written (:meth:`stage`), then ``summary`` makes the snapshot's summary (it may raise to
-        send the batch back: the files are deleted) and :meth:`publish` commits them; raises
-        CommitConflict when ``main`` is no longer at ``base_snapshot_id``.  Returns the seconds
-        spent writing the files and committing them."""
+        send the batch back: the files are deleted) and :meth:`publish` commits them (``tag``:
+        as there); raises CommitConflict when ``main`` is no longer at ``base_snapshot_id``.
+        Returns the seconds spent writing the files and committing them."""
         started = time.monotonic()
         staged = self.stage(rows)
         write_seconds = time.monotonic() - started
@@ -255,7 +255,7 @@ class BranchCommitter:
             raise
         try:
             metrics.doing("committing")
-            self.publish(staged, base_snapshot_id, properties)
+            self.publish(staged, base_snapshot_id, properties, tag=tag)
         except CommitUnknown:  # a snapshot may refer to the files (or come to): they stay
             raise
         except Exception:  # main moved on without the batch, or nothing reached the catalog
@@ -360,7 +360,7 @@ class BranchCommitter:
                     return
         raise CommitUnknown(f"the batch's commit failed {attempts} times, the last with: "
                             f"{_first_line(last_error)}") if last_error is not None and \
-            not _is_conflict(last_error) else CommitConflict(
+            not is_conflict(last_error) else CommitConflict(
                 f"the table kept changing while committing the batch ({attempts} attempts)")
 
     def _commit_metadata(self, operations: Any, base: Any, metadata: Any) -> None:
@@ -374,7 +374,7 @@ class BranchCommitter:
         Looks a few times, as a commit in flight may land a moment later; raises
         CommitUnknown when the catalog cannot be read."""
         unreadable: Exception | None = None
-        waits = LOOK_WAITS[:1] if _is_conflict(error) else LOOK_WAITS[:4]
+        waits = LOOK_WAITS[:1] if is_conflict(error) else LOOK_WAITS[:4]
         for wait in waits:
             time.sleep(wait)
             try:
@@ -439,7 +439,7 @@ class BranchCommitter:
                     return
         raise CommitUnknown(f"moving main to the batch failed {attempts} times, the last "
                             f"with: {_first_line(last_error)}") if last_error is not None and \
-            not _is_conflict(last_error) else CommitConflict(
+            not is_conflict(last_error) else CommitConflict(
                 f"the table kept changing while moving main to the batch ({attempts} attempts)")
 
     def expire_snapshots(self, older_than_ms: int, retain_last: int) -> int:
@@ -471,7 +471,7 @@ class BranchCommitter:
                 self._sql(f"ALTER TABLE {self.table_ref} DROP BRANCH IF EXISTS `{branch}`")
                 return
             except Exception as error:
-                if not _is_conflict(error):
+                if not is_conflict(error):
                     break
         # Left behind, the branch only pins its snapshot until someone drops it.
         log.warning("could not drop branch %s of %s", branch, self.table_ref)

@@ -483,7 +483,8 @@ class TopicSpec(_Model):
 _TIME = {"format": "date-time"}
 
 
-def _epoch(text: str) -> float:
+def rfc3339_seconds(text: str) -> float:
+    """An RFC 3339 time (``Z`` or an offset) as seconds since the epoch."""
     import datetime as dt
 
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -503,7 +504,7 @@ def _time_rule(section: str) -> Rule:
                 "timestamp(self.fromTime) < timestamp(self.toTime)",
                 f"{section}.fromTime must be before {section}.toTime", ".toTime", None,
                 lambda r: r.from_time is None or r.to_time is None
-                or _epoch(r.from_time) < _epoch(r.to_time))
+                or rfc3339_seconds(r.from_time) < rfc3339_seconds(r.to_time))
 
 
 class RepairSpec(_Model):

@@ -196,29 +196,48 @@ def roll_back(table: Any, snapshot_id: int, uid: str, record: dict[str, Any]) ->
     return table
 
 
+def operation_snapshots(table: Any, uid: str) -> list[Any]:
+    """The snapshots operation ``uid`` committed in ``main``'s history."""
+    return [s for s in ancestors(table) if (s.summary or {}).get(OPERATION) == uid]
+
+
+def summed(snapshots: list[Any], key: str) -> int:
+    """A count the snapshots' summaries carry under ``key``, added up."""
+    return sum(int(s.summary.get(key) or 0) for s in snapshots)
+
+
 def operation_commits(table: Any, uid: str) -> tuple[int, int]:
     """How many commits operation ``uid`` made in ``main``'s history, and the rows they
     changed or added (:data:`OPERATION_ROWS`)."""
-    found = [s for s in ancestors(table) if (s.summary or {}).get(OPERATION) == uid]
-    return len(found), sum(int(s.summary.get(OPERATION_ROWS) or 0) for s in found)
+    found = operation_snapshots(table, uid)
+    return len(found), summed(found, OPERATION_ROWS)
 
 
-def record_operation(table: Any, uid: str, record: dict[str, Any], attempts: int = 10) -> None:
-    """Records what operation ``uid`` did, as the table property ``floe.operation.<uid>`` (a
-    metadata-only commit, tried again on the table as it is when a writer committed
-    meanwhile)."""
+def retried(table: Any, commit: Any, attempts: int = 10) -> None:
+    """Runs ``commit`` (a metadata-only change of ``table``: a property, a tag), again on the
+    table as it is when a writer committed meanwhile."""
     from pyiceberg.exceptions import CommitFailedException
 
-    value = json.dumps(record, separators=(",", ":"), default=str)
     for attempt in range(attempts):
         try:
-            with table.transaction() as transaction:
-                transaction.set_properties({OPERATION_PREFIX + uid: value})
+            commit()
             return
         except CommitFailedException:
             if attempt == attempts - 1:
                 raise
             table.refresh()
+
+
+def record_operation(table: Any, uid: str, record: dict[str, Any]) -> None:
+    """Records what operation ``uid`` did, as the table property ``floe.operation.<uid>``
+    (:func:`retried`)."""
+    value = json.dumps(record, separators=(",", ":"), default=str)
+
+    def commit() -> None:
+        with table.transaction() as transaction:
+            transaction.set_properties({OPERATION_PREFIX + uid: value})
+
+    retried(table, commit)
 
 
 def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict[int, int]:

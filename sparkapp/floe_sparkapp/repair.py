@@ -22,7 +22,6 @@ those changes (``wouldEvolve``).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -33,12 +32,13 @@ from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
 from .decode import frame, raw_reason
 from .layout import KEY_FIELDS
-from .ledger import OPERATION, OPERATION_ROWS, ancestors, operation_commits, record_operation
+from .commit import CommitConflict, commit_with_retries, is_conflict
+from .ledger import OPERATION, OPERATION_ROWS, operation_snapshots, record_operation, summed
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
 
-ATTEMPTS = 8  # a chunk whose commit conflicts (compaction rewrote its files) is tried this often
+ATTEMPTS = 8  # a chunk whose commit conflicts (the job committed, a compaction) is tried this often
 EXAMPLES = 5  # still-raw rows' errors kept in the outcome, per reason
 DEAD_LETTERS = "floe.operation.dead-letters"  # a commit's rows re-driven from dead letters
 
@@ -194,7 +194,12 @@ class Repair:
             evolving = {r[0][len(WOULD_EVOLVE):]: int(r[1]) for r in decoded.filter(
                 failed & waits).groupBy("value_error").count().collect()}
             if count and not self.spec.dry_run:
-                self._merge(fixed, partition, lo, hi, count)
+                try:
+                    self._merge(fixed, partition, lo, hi, count)
+                except Exception as error:  # Spark's error carries Iceberg's (a compaction)
+                    if is_conflict(error) or "conflict" in str(error):
+                        raise CommitConflict(str(error).splitlines()[0][:500]) from None
+                    raise
             return count, stayed, evolving
         finally:
             decoded.unpersist()
@@ -204,9 +209,7 @@ class Repair:
         raw rows deleted, or lost to a roll back while Kafka no longer has them) and that now
         decode, appended in one commit that holds only if ``main`` is still where they were
         checked against it (else read and checked again)."""
-        from .commit import CommitConflict, CommitUnknown
         from .dead_letters import records
-
         from .kafka_offsets import topic_partitions
 
         assert self.config.dead_letter is not None
@@ -214,46 +217,41 @@ class Repair:
             update={"topic": self.config.dead_letter.topic})})
         if not topic_partitions(dead):  # none was ever sent, or it was deleted
             return {"read": 0, "missing": 0, "landed": 0, "stayUndecodable": 0}
-        committer, catalog = self.writer.committer, self.writer.catalog
         letters = _within(records(self.spark, self.config), self.spec)
         ids = self._plan(letters.drop("_dead_letter_error"))
-        for attempt in range(1, ATTEMPTS + 1):
-            table = catalog.load_table(self.config.table.identifier)
-            base = table.current_snapshot().snapshot_id
-            held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
-                    .select(F.col("kafka.partition").alias("_p"),
-                            F.col("kafka.offset").alias("_o")))
-            missing = letters.join(held, (letters["partition"] == held["_p"])
-                                   & (letters["offset"] == held["_o"]), "left_anti")
-            decoded = self._decode_records(missing.drop("_dead_letter_error"), ids).persist()
-            try:
-                outcome = {"read": letters.count(), "missing": decoded.count()}
-                failed = undecodable(decoded)
-                fixed = decoded.filter(~failed)
-                # (a dry run does not evolve the table: those that wait for it would land)
-                waits = F.col("value_error").startswith(WOULD_EVOLVE)
-                outcome["landed"] = 0 if self.spec.dry_run else fixed.count()
-                outcome["stayUndecodable"] = decoded.filter(failed & ~waits).count()
-                if self.spec.dry_run:
-                    outcome["wouldLand"] = fixed.count() + decoded.filter(failed & waits).count()
-                if not outcome.get("landed"):
-                    return outcome
-                staged = committer.stage(fixed)
-                try:
-                    committer.publish(staged, base, {
-                        OPERATION: self.request.uid, OPERATION_ROWS: str(outcome["landed"]),
-                        DEAD_LETTERS: str(outcome["landed"])}, tag=False)
-                    return outcome
-                except CommitConflict:
-                    committer.discard(staged)
-                except CommitUnknown as unknown:
-                    log.warning("repair %s: %s; reading the dead letters again",
-                                self.request.name, unknown)
-            finally:
-                decoded.unpersist()
-            time.sleep(min(0.5 * attempt, 5.0))
-        raise RuntimeError(f"repair {self.request.name}: the dead letters could not be "
-                           f"committed in {ATTEMPTS} attempts: the table kept changing")
+        read = letters.count()
+        outcome, _ = commit_with_retries(lambda: self._redrive_once(letters, ids),
+                                         attempts=ATTEMPTS)
+        return {"read": read, **outcome}
+
+    def _redrive_once(self, letters: DataFrame, ids: tuple[list[int], list[int]]
+                      ) -> dict[str, int]:
+        """One try of :meth:`_redrive`, against ``main`` as it is now (CommitConflict when it
+        moves before the commit)."""
+        table = self.writer.catalog.load_table(self.config.table.identifier)
+        base = table.current_snapshot().snapshot_id
+        held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
+                .select(F.col("kafka.partition").alias("_p"), F.col("kafka.offset").alias("_o")))
+        missing = letters.join(held, (letters["partition"] == held["_p"])
+                               & (letters["offset"] == held["_o"]), "left_anti")
+        decoded = self._decode_records(missing.drop("_dead_letter_error"), ids).persist()
+        try:
+            failed = undecodable(decoded)
+            fixed = decoded.filter(~failed)
+            landing = fixed.count()
+            # (a dry run does not evolve the table: those that wait for it would land)
+            waits = F.col("value_error").startswith(WOULD_EVOLVE)
+            outcome = {"missing": decoded.count(), "landed": 0,
+                       "stayUndecodable": decoded.filter(failed & ~waits).count()}
+            if self.spec.dry_run:
+                return {**outcome, "wouldLand": landing + decoded.filter(failed & waits).count()}
+            if landing:
+                self.writer.committer.append(fixed, base, lambda: {
+                    OPERATION: self.request.uid, OPERATION_ROWS: str(landing),
+                    DEAD_LETTERS: str(landing)}, tag=False)
+            return {**outcome, "landed": landing}
+        finally:
+            decoded.unpersist()
 
     def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -264,19 +262,8 @@ class Repair:
                  self.table_ref, total, len(planned), " (dry run)" if spec.dry_run else "")
         decoded, stayed, evolving = 0, {}, {}
         for partition, lo, hi, n in planned:
-            for attempt in range(1, ATTEMPTS + 1):
-                try:
-                    count, still, evolves = self._chunk(partition, lo, hi)
-                    break
-                except Exception as error:  # noqa: BLE001 - a conflicting commit is retried
-                    text = str(error)
-                    if attempt == ATTEMPTS or not any(m in text for m in (
-                            "ValidationException", "CommitFailedException", "conflict")):
-                        raise
-                    log.warning("repair %s: chunk %d:%d-%d conflicted (attempt %d): %s",
-                                self.request.name, partition, lo, hi, attempt,
-                                text.splitlines()[0][:300])
-                    time.sleep(min(2.0 * attempt, 10.0))
+            (count, still, evolves), _ = commit_with_retries(
+                lambda: self._chunk(partition, lo, hi), attempts=ATTEMPTS)
             decoded += count + sum(evolves.values())
             _add(stayed, still)
             for change, rows in evolves.items():
@@ -291,10 +278,10 @@ class Repair:
             return {"selected": total, "wouldRepair": decoded, "stayRaw": stayed_count,
                     "stayRawByReason": stayed, **redriven,
                     **({"wouldEvolve": sorted(evolving)[:EXAMPLES]} if evolving else {})}
-        table = self.writer.catalog.load_table(self.config.table.identifier)
-        commits, rows = operation_commits(table, self.request.uid)
-        landed = sum(int(s.summary.get(DEAD_LETTERS) or 0) for s in ancestors(table)
-                     if (s.summary or {}).get(OPERATION) == self.request.uid)
+        made = operation_snapshots(self.writer.catalog.load_table(
+            self.config.table.identifier), self.request.uid)
+        commits, rows = len(made), summed(made, OPERATION_ROWS)
+        landed = summed(made, DEAD_LETTERS)
         if redriven:
             redriven["deadLetters"]["landed"] = landed  # in every attempt
         return {"selected": total, "repaired": rows - landed, "commits": commits,

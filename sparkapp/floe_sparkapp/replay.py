@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from .config import JobConfig, kafka_client_settings, kafka_consumer
 from .contract import OperationRequest
-from .ledger import record_operation
+from .ledger import record_operation, retried
 from .librdkafka import librdkafka_settings
 from .registry import Registry
 
@@ -178,21 +178,6 @@ def _json_default(value: Any) -> Any:
 
 # --- the run -----------------------------------------------------------------------------------
 
-def _retried(table: Any, commit: Any, attempts: int = 10) -> None:
-    """A metadata commit (a tag), tried again on the table as it is when a writer committed
-    meanwhile."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(attempts):
-        try:
-            commit()
-            return
-        except CommitFailedException:
-            if attempt == attempts - 1:
-                raise
-            table.refresh()
-
-
 class Replay:
     """One replay run (:func:`run`)."""
 
@@ -203,10 +188,15 @@ class Replay:
         self.table, self.table_ref = table, table_ref
         self.encoder = Encoder(registry, config.value.format)
 
+    @property
+    def _tag(self) -> str:
+        """The tag that holds the snapshot replayed, for every attempt."""
+        return f"{HOLD_PREFIX}{self.request.uid.replace('-', '')[:16]}"
+
     def _snapshot(self) -> int:
         """The snapshot replayed: the request's, or the one this replay's tag holds (made by
         its first attempt)."""
-        tag = f"{HOLD_PREFIX}{self.request.uid.replace('-', '')[:16]}"
+        tag = self._tag
         held = self.table.refs().get(tag)
         if held is not None:
             return held.snapshot_id
@@ -217,16 +207,16 @@ class Replay:
                                     f"{self.config.table.identifier} (expired, or mistyped)")
         else:
             snapshot_id = self.table.current_snapshot().snapshot_id
-        _retried(self.table, lambda: self.table.manage_snapshots().create_tag(
+        retried(self.table, lambda: self.table.manage_snapshots().create_tag(
             snapshot_id, tag, max_ref_age_ms=HOLD_MAX_AGE_MS).commit())
         return snapshot_id
 
     def _release(self) -> None:
-        tag = f"{HOLD_PREFIX}{self.request.uid.replace('-', '')[:16]}"
+        tag = self._tag
         try:
             self.table.refresh()
             if tag in self.table.refs():
-                _retried(self.table,
+                retried(self.table,
                          lambda: self.table.manage_snapshots().remove_tag(tag).commit())
         except Exception as error:  # noqa: BLE001 - the tag lapses by itself
             log.warning("could not remove the tag %s: %s", tag, error)
@@ -276,12 +266,11 @@ class Replay:
         return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
 
     def _send(self, producer: Any, consumer: Any, partition: int, rows: Iterator[Any]
-              ) -> tuple[int, int, int | None, int | None]:
+              ) -> tuple[int, int]:
         """Produces one partition's rows in transactions; returns the records and
-        transactions, and the first and the next source offset produced."""
+        transactions."""
         size = self.spec.records_per_transaction
-        count = transactions = pending = 0
-        first = after = None
+        count = transactions = pending = after = 0
         producer.begin_transaction()
         for row in rows:
             kafka = row["kafka"]
@@ -298,7 +287,6 @@ class Replay:
                     break
                 except BufferError:  # the producer's queue is full: let it send
                     producer.poll(1.0)
-            first = kafka["offset"] if first is None else first
             after = kafka["offset"] + 1
             count += 1
             pending += 1
@@ -313,7 +301,7 @@ class Replay:
             transactions += 1
         else:
             producer.abort_transaction(30)
-        return count, transactions, first, after
+        return count, transactions
 
     def _commit(self, producer: Any, consumer: Any, partition: int, after: int) -> None:
         from confluent_kafka import TopicPartition
@@ -326,37 +314,36 @@ class Replay:
     def run(self) -> dict[str, Any]:
         snapshot_id = self._snapshot()
         rows = self._rows(snapshot_id)
-        partitions = sorted(int(r[0]) for r in rows.select("kafka.partition").distinct()
-                            .collect())
+        # Per partition, the first and last source offset and the rows: what is replayed
+        total = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows.groupBy(
+            "kafka.partition").agg(F.min("kafka.offset"), F.max("kafka.offset"),
+                                   F.count(F.lit(1))).collect()}
+        partitions = sorted(total)
         self._check_target(partitions)
         consumer = kafka_consumer(self.config, _group(self.request))
         producer = self._producer()
-        produced, transactions, ranges = 0, 0, {}
+        produced = transactions = 0
         try:
             done = self._progress(consumer, partitions)
             for partition in partitions:
                 todo = rows.filter(F.col("kafka.partition") == partition)
                 if partition in done:
                     todo = todo.filter(F.col("kafka.offset") >= done[partition])
-                count, made, first, after = self._send(
-                    producer, consumer, partition,
-                    todo.orderBy("kafka.offset").toLocalIterator())
+                count, made = self._send(producer, consumer, partition,
+                                         todo.orderBy("kafka.offset").toLocalIterator())
                 produced += count
                 transactions += made
                 log.info("replay %s: partition %d: %d record(s) produced to %s in %d "
                          "transaction(s)", self.request.name, partition, count, self.spec.topic,
                          made)
-            total = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows.groupBy(
-                "kafka.partition").agg(F.min("kafka.offset"), F.max("kafka.offset"),
-                                       F.count(F.lit(1))).collect()}
-            ranges = {str(p): {"from": lo, "to": hi + 1} for p, (lo, hi, _) in total.items()}
-            records = sum(n for *_, n in total.values())
         finally:
             producer.flush(60)
             consumer.close()
-        return {"topic": self.spec.topic, "snapshotId": str(snapshot_id), "records": records,
-                "partitions": ranges, "producedThisAttempt": produced,
-                "transactionsThisAttempt": transactions}
+        return {"topic": self.spec.topic, "snapshotId": str(snapshot_id),
+                "records": sum(n for *_, n in total.values()),
+                "partitions": {str(p): {"from": lo, "to": hi + 1}
+                               for p, (lo, hi, _) in total.items()},
+                "producedThisAttempt": produced, "transactionsThisAttempt": transactions}
 
 
 def run(spark: SparkSession, config: JobConfig, request: OperationRequest, table: Any,
