@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
@@ -271,6 +272,27 @@ def assert_exactly_once(rows: list[dict[str, Any]], sent: dict[tuple[int, int], 
     assert not missing, f"{len(missing)} records missing, e.g. {sorted(missing)[:5]}"
     extra = set(positions) - set(sent)
     assert not extra, f"{len(extra)} rows that were never produced, e.g. {sorted(extra)[:5]}"
+
+
+@contextlib.contextmanager
+def killed_after_first(owner: type, method: str):
+    """For the block, ``owner.method`` runs once, then raises ``RuntimeError("driver
+    killed")``: a driver killed after its first commit (the block expects that error)."""
+    real = getattr(owner, method)
+    calls = []
+
+    def once(self, *args, **kwargs):
+        if calls:
+            raise RuntimeError("driver killed")
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    setattr(owner, method, once)
+    try:
+        with pytest.raises(RuntimeError, match="driver killed"):
+            yield
+    finally:
+        setattr(owner, method, real)
 
 
 def run_once(config: JobConfig, spark) -> None:

@@ -13,8 +13,9 @@ from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
 from floe_sparkapp.operations import operate
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     run_once, streaming, table_rows, wait_for_rows)
+from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config,
+                     killed_after_first, load_table, run_once, streaming, table_rows,
+                     wait_for_rows)
 from .test_job_roundtrip import normalize, produce_orders
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ def request(uid: str, **backfill) -> OperationRequest:
 
 
 def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
-        stack, spark, tmp_path, unique_name, monkeypatch):
+        stack, spark, tmp_path, unique_name):
     """A job that started at ``latest`` on a topic with 40 records lands only what came after;
     a backfill (7 offsets a commit), killed after its first commit and run again while the job
     keeps landing, brings the 40 in: every record is one row, and the table's offsets stay
@@ -57,19 +58,8 @@ def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
             produced += 4
             time.sleep(3)
 
-        chunks = []
-        real_chunk = backfill.Backfill._chunk
-
-        def killed_after_one(self, *args):
-            if chunks:
-                raise RuntimeError("driver killed")
-            chunks.append(args)
-            return real_chunk(self, *args)
-
-        monkeypatch.setattr(backfill.Backfill, "_chunk", killed_after_one)
-        with pytest.raises(RuntimeError, match="driver killed"):
+        with killed_after_first(backfill.Backfill, "_chunk"):
             operate(config, request("fill", recordsPerCommit=7), spark)
-        monkeypatch.setattr(backfill.Backfill, "_chunk", real_chunk)
         produce_orders(producer, produced, 10)  # the job lands these meanwhile
         produced += 10
         outcome = operate(config, request("fill", recordsPerCommit=7), spark)

@@ -13,8 +13,8 @@ from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.ledger import OPERATION, ancestors, operation_record
 from floe_sparkapp.operations import OperationRefused, operate
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     run_once, table_rows)
+from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config,
+                     killed_after_first, load_table, run_once, table_rows)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def raw_rows(config) -> list[dict]:
 
 
 def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_on_after_a_kill(
-        stack, spark, tmp_path, unique_name, monkeypatch):
+        stack, spark, tmp_path, unique_name):
     """Records that needed a wider column were kept raw under ``schemaEvolution: none``; once
     the spec allows additive changes, a dry run counts them (and says why two garbage records
     would stay raw), then a repair killed after its first commit is run again: every record is
@@ -69,20 +69,9 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
     assert str(load_table(config).schema().find_field("value.quantity").field_type) == "int"
     assert operation_record(load_table(config), "dry") == dry
 
-    merges = []
-    real_merge = repair.Repair._merge
-
-    def killed_after_one(self, *args):
-        if merges:
-            raise RuntimeError("driver killed")
-        merges.append(args)
-        real_merge(self, *args)
-
-    monkeypatch.setattr(repair.Repair, "_merge", killed_after_one)
-    with pytest.raises(RuntimeError, match="driver killed"):
+    with killed_after_first(repair.Repair, "_merge"):
         operate(config, request("fix", rowsPerCommit=4), spark)
     assert len(raw_rows(config)) == 22 - 4
-    monkeypatch.setattr(repair.Repair, "_merge", real_merge)
     outcome = operate(config, request("fix", rowsPerCommit=4), spark)
     assert outcome["repaired"] == 20 and outcome["stayRaw"] == 2
     assert outcome["selected"] == 18  # the second run selected what the first left raw

@@ -14,7 +14,8 @@ from floe_sparkapp.config import parse_config
 from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.operations import OperationRefused, operate
 
-from .jobkit import AvroProducer, create_topic, job_config, run_once, table_rows
+from .jobkit import (AvroProducer, create_topic, job_config, killed_after_first, run_once,
+                     table_rows)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration
@@ -55,7 +56,7 @@ def as_landed(rows: list[dict]) -> dict[int, list[tuple]]:
 
 
 def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_rows(
-        stack, spark, tmp_path, unique_name, monkeypatch):
+        stack, spark, tmp_path, unique_name):
     """A table with decoded rows, a raw one, a tombstone and headers is replayed (four records a
     transaction); the first attempt dies after its first transaction and the second goes on
     after it. The topic holds each row once (read committed), and floe landing it makes the
@@ -81,19 +82,8 @@ def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_ro
     run_once(config, spark)
     assert len(table_rows(config)) == 22
 
-    transactions = []
-    real_commit = replay.Replay._commit
-
-    def killed_after_one(self, *args):
-        if transactions:
-            raise RuntimeError("driver killed")
-        transactions.append(args)
-        real_commit(self, *args)
-
-    monkeypatch.setattr(replay.Replay, "_commit", killed_after_one)
-    with pytest.raises(RuntimeError, match="driver killed"):
+    with killed_after_first(replay.Replay, "_commit"):
         operate(config, request("copy", topic=target, recordsPerTransaction=4), spark)
-    monkeypatch.setattr(replay.Replay, "_commit", real_commit)
     outcome = operate(config, request("copy", topic=target, recordsPerTransaction=4), spark)
     assert outcome["records"] == 22
     assert outcome["producedThisAttempt"] == 22 - 4  # the first transaction's stayed
