@@ -4,8 +4,8 @@
 # helm, CoreDNS, spark-operator, the Prometheus Operator, Prometheus with promtool and the S3
 # server, from the Go module proxy), openssl, and the node's parts from Debian: containerd and
 # runc, the CNI plugins, dockerd (builds the images), debootstrap (their base), iptables and
-# conntrack (kube-proxy), gcc (the pause binary), and PostgreSQL's server (the JDBC catalog's
-# database).
+# conntrack (kube-proxy), gcc (the pause binary), PostgreSQL's server (the JDBC catalog's
+# database), and Node.js with npm (Azurite, the Azure Storage emulator, from the npm registry).
 set -euo pipefail
 
 missing=()
@@ -24,6 +24,8 @@ command -v conntrack >/dev/null || missing+=(conntrack)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 
 if ((${#missing[@]})); then
   echo "[prereqs] installing ${missing[*]}" >&2

@@ -1,7 +1,8 @@
 """The local stack's components: how each is configured, started and probed.
 
 Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
-(versitygw on a local directory), PostgreSQL (Debian's server, the JDBC catalog's database),
+(versitygw on a local directory), the Google Cloud Storage and Azure Blob Storage emulators
+(fake-gcs-server and Azurite, for warehouses on gs:// and abfs://), PostgreSQL (Debian's server, the JDBC catalog's database),
 Iceberg's REST catalog server (a JdbcCatalog on PostgreSQL behind it, S3FileIO on the S3 server),
 Toxiproxy (a fault proxy in front of Kafka, the registry, S3, PostgreSQL and the REST catalog),
 etcd, kube-apiserver (RBAC, token authentication, service-account token signing),
@@ -54,7 +55,7 @@ def new_state() -> State:
     })
 
 
-PORTS = ["kafka", "kafka_controller", "registry", "s3", "etcd", "etcd_peer", "apiserver",
+PORTS = ["kafka", "kafka_controller", "registry", "s3", "gcs", "adls", "etcd", "etcd_peer", "apiserver",
          "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
          "coredns_health", "postgres", "rest_catalog", "toxiproxy", "kafka_faulty",
          *(f"{name}_proxy" for name in ("kafka", "registry", "s3", "postgres", "rest_catalog"))]
@@ -70,6 +71,8 @@ def complete_state(state: State) -> State:
             if port not in ports.values():
                 ports[name] = port
     state.setdefault("postgres", {"password": secrets.token_hex(16)})
+    state.setdefault("adls", {"account": "floelake", "container": "warehouse",
+                              "key": base64.b64encode(secrets.token_bytes(32)).decode()})
     return state
 
 
@@ -204,6 +207,75 @@ def _s3_command(state: State) -> list[str]:
 def _s3_healthy(state: State) -> bool:
     # Unsigned requests are refused (403): the server answers, and authentication is on.
     return _http_ok(f"http://{NODE_IP}:{state['ports']['s3']}/", ok_codes=(403,))
+
+
+# --- Google Cloud Storage (fake-gcs-server) and Azure Blob Storage (Azurite) ---------------
+
+GCS_BUCKET = "warehouse"
+
+
+def _gcs_root() -> Path:
+    return paths.RUN / "gcs"
+
+
+def _gcs_prepare(state: State) -> None:
+    # The filesystem backend serves each top-level directory as a bucket.
+    (_gcs_root() / GCS_BUCKET).mkdir(parents=True, exist_ok=True)
+
+
+def gcs_endpoint(state: State) -> str:
+    return f"http://{NODE_IP}:{state['ports']['gcs']}"
+
+
+def _gcs_command(state: State) -> list[str]:
+    # Uploads are resumable: the Location the server answers with must be its own address.
+    return [str(paths.go_bin_dir("fake-gcs-server", paths.FAKE_GCS_SERVER_VERSION) /
+                "fake-gcs-server"),
+            "-scheme", "http", "-host", NODE_IP, "-port", str(state["ports"]["gcs"]),
+            "-external-url", gcs_endpoint(state), "-public-host",
+            f"{NODE_IP}:{state['ports']['gcs']}", "-backend", "filesystem",
+            "-filesystem-root", str(_gcs_root()), "-log-level", "warn"]
+
+
+def _gcs_healthy(state: State) -> bool:
+    return _http_ok(f"{gcs_endpoint(state)}/storage/v1/b/{GCS_BUCKET}")
+
+
+def _adls_root() -> Path:
+    return paths.RUN / "adls"
+
+
+def adls_endpoint(state: State) -> str:
+    """The account's Blob endpoint (path style: the emulator serves accounts by path)."""
+    return f"http://{NODE_IP}:{state['ports']['adls']}/{state['adls']['account']}"
+
+
+def _adls_prepare(state: State) -> None:
+    _adls_root().mkdir(parents=True, exist_ok=True)
+
+
+def _adls_command(state: State) -> list[str]:
+    adls = state["adls"]
+    azurite = paths.npm_dir("azurite", paths.AZURITE_VERSION) / "node_modules" / ".bin"
+    return ["env", f"AZURITE_ACCOUNTS={adls['account']}:{adls['key']}",
+            str(azurite / "azurite-blob"), "--blobHost", NODE_IP,
+            "--blobPort", str(state["ports"]["adls"]), "--location", str(_adls_root()),
+            "--skipApiVersionCheck", "--loose", "--disableTelemetry"]
+
+
+def _adls_healthy(state: State) -> bool:
+    """The emulator answers, and the warehouse's container is there (made on first answer)."""
+    import pyarrow.fs
+
+    adls = state["adls"]
+    authority = f"{NODE_IP}:{state['ports']['adls']}"
+    if not procs.port_open(state["ports"]["adls"], NODE_IP):
+        return False
+    store = pyarrow.fs.AzureFileSystem(
+        account_name=adls["account"], account_key=adls["key"], blob_storage_authority=authority,
+        dfs_storage_authority=authority, blob_storage_scheme="http", dfs_storage_scheme="http")
+    store.create_dir(adls["container"])
+    return True
 
 
 # --- PostgreSQL (the JDBC catalog's database) ----------------------------------------------
@@ -498,6 +570,8 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
     Component("kafka", _kafka_prepare, _kafka_command, _kafka_healthy),
     Component("registry", _registry_prepare, _registry_command, _registry_healthy),
     Component("s3", _s3_prepare, _s3_command, _s3_healthy, timeout=30),
+    Component("gcs", _gcs_prepare, _gcs_command, _gcs_healthy, timeout=30),
+    Component("adls", _adls_prepare, _adls_command, _adls_healthy, timeout=30),
     Component("postgres", _postgres_prepare, _postgres_command, _postgres_healthy, timeout=60),
     Component("rest-catalog", _rest_catalog_prepare, _rest_catalog_command,
               _rest_catalog_healthy, timeout=60),
@@ -520,7 +594,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in [
 # Components are started in waves; each wave's members start together and the next wave
 # waits for them to be healthy.
 WAVES: list[list[str]] = [
-    ["etcd", "kafka", "registry", "s3", "postgres", "containerd", "toxiproxy"],
+    ["etcd", "kafka", "registry", "s3", "gcs", "adls", "postgres", "containerd", "toxiproxy"],
     ["kube-apiserver", "dockerd", "rest-catalog"],
     ["kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns"],
 ]

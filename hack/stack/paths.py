@@ -34,6 +34,11 @@ PROMETHEUS_OPERATOR_VERSION = "v0.93.1"
 PROMETHEUS_VERSION = "v0.313.1"
 PROMETHEUS_RELEASE = "3.13.1"
 TOXIPROXY_VERSION = "v2.12.0"
+# Object store emulators for warehouses on Google Cloud Storage and Azure (Blob storage, which
+# Iceberg's ADLSFileIO reaches through its Data Lake client).  Azurite 3.35 is the newest that
+# runs on Node.js 20 (3.36 asks for 21, 3.37 for 22).
+FAKE_GCS_SERVER_VERSION = "v1.56.1"
+AZURITE_VERSION = "3.35.0"
 
 
 def kafka_version() -> str:
@@ -55,6 +60,10 @@ def pyspark_version() -> str:
 
 def go_bin_dir(name: str, version: str) -> Path:
     return CACHE / "go" / f"{name}-{version}"
+
+
+def npm_dir(name: str, version: str) -> Path:
+    return CACHE / "npm" / f"{name}-{version}"
 
 
 def bin_dirs() -> list[Path]:

@@ -4,7 +4,8 @@ Go binaries are built through the Go module proxy, from the small modules in ``h
 the upstream module has ``replace`` lines (Kubernetes, etcd, spark-operator,
 prometheus-operator, Prometheus);
 jars are resolved from Maven Central with the poms in ``hack/maven``; the schema registry is
-built from Maven Central by ``hack/registry``.  A ``.complete`` marker in each target
+built from Maven Central by ``hack/registry``; Node.js servers (Azurite) come from the npm
+registry.  A ``.complete`` marker in each target
 directory makes an interrupted download or build start over instead of being used half-done.
 """
 
@@ -152,6 +153,8 @@ def go_binaries() -> None:
          LINK_FLAGS),
         ("toxiproxy", paths.TOXIPROXY_VERSION, "github.com/Shopify/toxiproxy/v2/cmd/server",
          LINK_FLAGS),
+        ("fake-gcs-server", paths.FAKE_GCS_SERVER_VERSION, "github.com/fsouza/fake-gcs-server",
+         LINK_FLAGS),
     ):
         target = paths.go_bin_dir(name, version)
         if _built_with(target) == flags:
@@ -202,7 +205,8 @@ def _helm_flags() -> str:
     return " ".join([LINK_FLAGS, *stamped])
 
 
-def _maven_copy(pom: Path, target: Path, what: str, extra: list[str] | None = None) -> None:
+def _maven_copy(pom: Path, target: Path, what: str, extra: list[str] | None = None,
+                then: Callable[[Path], None] | None = None) -> None:
     if _complete(target):
         return
     _log(f"resolving {what} jars from Maven Central")
@@ -210,7 +214,29 @@ def _maven_copy(pom: Path, target: Path, what: str, extra: list[str] | None = No
     _run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
           "-DincludeScope=runtime", f"-DoutputDirectory={target}", *(extra or [])],
          what=what)
+    if then is not None:
+        then(target)
     _mark_complete(target)
+
+
+# The Iceberg GCP bundle carries Apache Arrow's classes unrelocated, of an older release than
+# Spark's own: on a class path before Spark's, they would mix with Spark's Arrow (its Python
+# UDFs, toPandas). GCSFileIO does not use them; they go (images/spark/Dockerfile does the same).
+UNRELOCATED = {"iceberg-gcp-bundle-": "org/apache/arrow/"}
+
+
+def without_unrelocated(directory: Path) -> None:
+    import zipfile
+
+    for prefix, classes in UNRELOCATED.items():
+        for jar in directory.glob(f"{prefix}*.jar"):
+            kept = jar.with_suffix(".tmp")
+            with zipfile.ZipFile(jar) as source, zipfile.ZipFile(kept, "w",
+                                                                 zipfile.ZIP_DEFLATED) as out:
+                for entry in source.infolist():
+                    if not entry.filename.startswith(classes):
+                        out.writestr(entry, source.read(entry.filename))
+            kept.replace(jar)
 
 
 def kafka_jars() -> None:
@@ -219,7 +245,7 @@ def kafka_jars() -> None:
 
 def spark_jars() -> None:
     _maven_copy(paths.HACK / "maven" / "spark" / "pom.xml", paths.spark_jars_dir(), "spark",
-                [f"-Dspark.version={paths.pyspark_version()}"])
+                [f"-Dspark.version={paths.pyspark_version()}"], then=without_unrelocated)
 
 
 def rest_catalog_jars() -> None:
@@ -256,6 +282,20 @@ def spark_jar_list() -> list[str]:
                   for p in directory.glob("*.jar"))
 
 
+def npm_packages() -> None:
+    """Node.js servers of the stack, from the npm registry: Azurite (the Azure Storage
+    emulator)."""
+    for name, version in (("azurite", paths.AZURITE_VERSION),):
+        target = paths.npm_dir(name, version)
+        if _complete(target):
+            continue
+        _log(f"installing {name} {version} from the npm registry")
+        _fresh(target)
+        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--prefix", str(target),
+              f"{name}@{version}"], what=name)
+        _mark_complete(target)
+
+
 def registry() -> None:
     target = paths.registry_dir()
     if _complete(target):
@@ -276,6 +316,7 @@ def _downloads(then: Callable[[], None] | None) -> None:
     spark_jars()
     floe_jvm()
     rest_catalog_jars()
+    npm_packages()
     base_rootfs()
     registry()
     if then is not None:

@@ -21,8 +21,9 @@ def main() -> int:
     from .settings import OperatorSettings
 
     logs.configure()  # FLOE_LOG_LEVEL, FLOE_LOG_FORMAT
-    # The registry client logs every request at INFO: one line per resource per refresh.
-    for quiet in ("httpx", "httpx2"):
+    # The registry client logs every request at INFO, PyIceberg every table's FileIO: lines per
+    # resource per refresh.
+    for quiet in ("httpx", "httpx2", "pyiceberg.io"):
         logging.getLogger(quiet).setLevel(logging.WARNING)
     redact.install()
     settings = OperatorSettings()

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
+from floe_sparkapp.catalog import hadoop_reaches
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
@@ -29,6 +30,10 @@ JOB_CONFIG_DIR = "/etc/floe/job"
 KAFKA_SECRET_DIR = "/etc/floe/secrets/kafka"
 CATALOG_SECRET_DIR = "/etc/floe/secrets/catalog"
 REGISTRY_SECRET_DIR = "/etc/floe/secrets/registry"
+# Checkpoints of tables on stores Spark has no Hadoop file system for in the image (GCS, ADLS):
+# an emptyDir of the driver's.  The table's offsets decide where a job is: a new driver starts
+# from them, as after any lost checkpoint.
+DRIVER_CHECKPOINTS = "/var/lib/floe/checkpoints"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
 APPLIED = f"{GROUP}/applied-hash"
@@ -138,6 +143,8 @@ def checkpoint_location(topic: Topic, settings: OperatorSettings) -> str:
     if root is None:
         raise ValueError("spec.spark.checkpointLocation is required when the catalog has no "
                          "warehouse and the operator has no checkpoint root")
+    if not hadoop_reaches(root):
+        root = f"file://{DRIVER_CHECKPOINTS}"
     if root.startswith("s3://"):
         root = "s3a://" + root[len("s3://"):]  # Spark's checkpoints go through Hadoop's S3A
     return f"{root}/{topic.namespace}/{topic.name}"
@@ -257,6 +264,16 @@ def _driver(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
                        "protocol": "TCP"}]}
 
 
+def _driver_volumes(topic: Topic, settings: OperatorSettings) -> tuple[list[dict[str, Any]],
+                                                                       list[dict[str, Any]]]:
+    """The pods' volumes, and the driver's checkpoint emptyDir when it keeps it itself."""
+    volumes, mounts = _volumes(topic)
+    if checkpoint_location(topic, settings).startswith(f"file://{DRIVER_CHECKPOINTS}/"):
+        volumes.append({"name": "checkpoints", "emptyDir": {}})
+        mounts.append({"name": "checkpoints", "mountPath": DRIVER_CHECKPOINTS})
+    return volumes, mounts
+
+
 def _pod_metadata(labels: dict[str, str], pod: PodSpec) -> dict[str, Any]:
     """The pods' labels (floe's own win) and annotations."""
     metadata: dict[str, Any] = {"labels": {**pod.pod_labels, **labels}}
@@ -299,8 +316,8 @@ def spark_application(topic: Topic, settings: OperatorSettings,
                 "cores": spec.spark.driver.cores,
                 "memory": spec.spark.driver.memory,
                 "serviceAccount": spec.spark.service_account or settings.spark_service_account,
-                "template": _pod_template(DRIVER_CONTAINER, volumes, mounts, pod,
-                                          **_driver(topic, settings)),
+                "template": _pod_template(DRIVER_CONTAINER, *_driver_volumes(topic, settings),
+                                          pod, **_driver(topic, settings)),
             },
             "executor": {
                 **_pod_metadata(labels, pod),

@@ -2,20 +2,52 @@
 
 The embedded default is a SQL catalog: Spark uses Iceberg's ``JdbcCatalog`` and PyIceberg
 its ``SqlCatalog`` on the same database, under the same catalog name (both key their
-``iceberg_tables`` rows by it).  Catalog properties are passed to both sides; the few that are
-spelled differently are translated here.  A warehouse on ``s3://`` uses Iceberg's S3FileIO.
+``iceberg_tables`` rows by it).  Catalog properties are passed to both sides, by Iceberg's (Java) names; the few that PyIceberg spells
+differently are translated here.  A warehouse on ``s3://`` uses Iceberg's S3FileIO, on ``gs://``
+its GCSFileIO, on ``abfs://`` or ``abfss://`` its ADLSFileIO; PyIceberg reads all three through
+:class:`floe_sparkapp.fileio.ArrowFileIO`.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlparse
 
 from . import format_v3
 from .contract import CatalogSpec
 from .config import ConfigError
 
 SPARK_TYPES = {"rest": "rest"}
+# Iceberg's FileIO for a warehouse's scheme (Spark's side).
+FILE_IOS = {"s3": "org.apache.iceberg.aws.s3.S3FileIO", "s3a": "org.apache.iceberg.aws.s3.S3FileIO",
+            "gs": "org.apache.iceberg.gcp.gcs.GCSFileIO",
+            "abfs": "org.apache.iceberg.azure.adlsv2.ADLSFileIO",
+            "abfss": "org.apache.iceberg.azure.adlsv2.ADLSFileIO"}
+# Iceberg's ADLS settings: an account's endpoint (keyed by the account's host, as in a
+# location's container@host), and a shared key.
+ADLS_ENDPOINT_PREFIX = "adls.connection-string."
+ADLS_SHARED_KEY_NAME = "adls.auth.shared-key.account.name"
+ADLS_SHARED_KEY = "adls.auth.shared-key.account.key"
+
+
+# The stores Spark reaches through a Hadoop file system in floe's image (S3 through S3A): its
+# checkpoints, and the listings of remove-orphans.
+HADOOP_SCHEMES = ("s3", "s3a", "file", "hdfs")
+
+
+def scheme_of(location: str) -> str:
+    """A location's scheme (``s3``, ``gs``, ``abfss``, ``file``; empty for a bare path)."""
+    return location.split("://", 1)[0].lower() if "://" in location else ""
+
+
+def hadoop_reaches(location: str) -> bool:
+    """Whether Spark's Hadoop file systems in floe's image reach ``location``."""
+    return scheme_of(location) in (*HADOOP_SCHEMES, "")
+
+
+def warehouse_scheme(catalog: CatalogSpec) -> str:
+    """The scheme of the catalog's warehouse (empty when it has none)."""
+    return scheme_of(catalog.warehouse or "")
 
 
 def sqlalchemy_uri(jdbc_uri: str, props: dict[str, str]) -> str:
@@ -47,8 +79,8 @@ def spark_conf(catalog: CatalogSpec) -> dict[str, str]:
         conf[f"{prefix}.uri"] = catalog.uri
     if catalog.warehouse:
         conf[f"{prefix}.warehouse"] = catalog.warehouse
-        if catalog.warehouse.startswith(("s3://", "s3a://")):
-            conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        if warehouse_scheme(catalog) in FILE_IOS:
+            conf[f"{prefix}.io-impl"] = FILE_IOS[warehouse_scheme(catalog)]
     for key, value in catalog.properties.items():
         conf[f"{prefix}.{key}"] = value
     return conf
@@ -98,7 +130,29 @@ def pyiceberg_properties(catalog: CatalogSpec) -> dict[str, str]:
         result["s3.force-virtual-addressing"] = "false"
     if "client.region" in props:
         result.setdefault("s3.region", props["client.region"])
+    result.update(_adls_arrow_properties(catalog))
+    result.setdefault("py-io-impl", "floe_sparkapp.fileio.ArrowFileIO")
     return result
+
+
+def _adls_arrow_properties(catalog: CatalogSpec) -> dict[str, str]:
+    """Iceberg's ADLS settings as PyIceberg's Arrow FileIO takes them, for the warehouse's
+    account (``abfs[s]://container@account-host/...``): the account's name (the shared key's, or
+    the host's first label) and key, and an endpoint of the account's own path (an emulator's,
+    ``http://host:port/account``) as its Blob and Data Lake authorities."""
+    if warehouse_scheme(catalog) not in ("abfs", "abfss"):
+        return {}
+    props = catalog.properties
+    host = urlparse(catalog.warehouse or "").netloc.rsplit("@", 1)[-1]
+    result = {"adls.account-name": props.get(ADLS_SHARED_KEY_NAME) or host.split(".", 1)[0]}
+    if ADLS_SHARED_KEY in props:
+        result["adls.account-key"] = props[ADLS_SHARED_KEY]
+    endpoint = urlparse(props.get(ADLS_ENDPOINT_PREFIX + host, ""))
+    if endpoint.netloc and endpoint.path.strip("/"):
+        for service in ("blob", "dfs"):
+            result[f"adls.{service}-storage-authority"] = endpoint.netloc
+            result[f"adls.{service}-storage-scheme"] = endpoint.scheme
+    return {key: value for key, value in result.items() if key not in props}
 
 
 def load_catalog(catalog: CatalogSpec) -> Any:

@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
-from .catalog import load_catalog
+from .catalog import hadoop_reaches, load_catalog
 from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
 from .config import JobConfig
 from .contract import ROW_LEVEL
@@ -109,21 +109,41 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
 
 def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
     """Iceberg's action, not its procedure: the procedure refuses a threshold under 24 hours,
-    and floe allows 1 hour (its own writer's files are committed within a batch)."""
+    and floe allows 1 hour (its own writer's files are committed within a batch). A warehouse
+    on a store Spark has no Hadoop file system for (GCS, ADLS) is listed through PyIceberg's
+    FileIO, which reaches it by its object API (ADLS's blob listing works on any account, the
+    Data Lake one only on hierarchical ones)."""
     older_than = now - dt.timedelta(seconds=config.maintenance.remove_orphans.older_than_seconds)
     jvm, session = spark._jvm, spark._jsparkSession
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         session, _qualified(config))
-    result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+    action = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
               .deleteOrphanFiles(iceberg_table)
-              .olderThan(int(older_than.timestamp() * 1000))
-              .execute())
+              .olderThan(int(older_than.timestamp() * 1000)))
+    if not hadoop_reaches(table.location()):
+        action = action.compareToFileList(_listing(spark, table, older_than)._jdf)
+    result = action.execute()
     removed = result.orphanFileLocations().iterator()
     count = 0
     while removed.hasNext():
         removed.next()
         count += 1
     return {"removedFiles": count, "olderThan": _sql_timestamp(older_than)}
+
+
+def _listing(spark: Any, table: Any, older_than: dt.datetime) -> Any:
+    """The files under the table's location older than ``older_than``, listed through the
+    table's FileIO, as Iceberg's orphan action compares them (``file_path``, ``last_modified``)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    location = table.location().rstrip("/")
+    scheme, netloc, root = table.io.parse_location(location)
+    store = table.io.fs_by_scheme(scheme, netloc)
+    before_ns = int(older_than.timestamp() * 1_000_000_000)
+    rows = [(location + info.path[len(root):], info.mtime)
+            for info in store.get_file_info(FileSelector(root, recursive=True))
+            if info.type == FileType.File and info.mtime_ns < before_ns]
+    return spark.createDataFrame(rows, "file_path string, last_modified timestamp")
 
 
 def rewrite_manifests(spark: Any, config: JobConfig, table: Any,

@@ -106,8 +106,9 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
                catalog_dir: Path | None = None, mode: str = "append",
                key_columns: tuple[str, ...] = (), catalog: str = "sqlite") -> JobConfig:
     """``catalog``: ``sqlite`` (a JDBC catalog in a file in ``catalog_dir``), ``postgresql`` (a
-    JDBC catalog on the stack's server, named for ``catalog_dir``) or ``rest`` (the stack's
-    Iceberg REST catalog server, its warehouse on the S3 server)."""
+    JDBC catalog on the stack's server, named for ``catalog_dir``), ``rest`` (the stack's
+    Iceberg REST catalog server, its warehouse on the S3 server), or ``gcs`` or ``adls`` (the
+    SQLite catalog, its warehouse on the stack's Google Cloud Storage or Azure emulator)."""
     catalog_dir = catalog_dir or tmp_path
     # Spark keeps a catalog instance per name for the session: one name per catalog database.
     catalog_name = "c" + hashlib.sha1(str(catalog_dir).encode()).hexdigest()[:10]
@@ -118,6 +119,9 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
                                    "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]}}
     catalog_config: dict[str, Any] = {"type": "sql", "name": catalog_name, **database,
                                       "warehouse": f"file://{catalog_dir / 'warehouse'}"}
+    if catalog in OBJECT_STORES:
+        catalog_config["warehouse"], catalog_config["properties"] = object_store(
+            stack, catalog, catalog_name)
     if catalog == "rest":
         catalog_config = {"type": "rest", "name": catalog_name,
                           "uri": stack.env["FLOE_REST_CATALOG_URI"],
@@ -163,6 +167,24 @@ def s3_properties(stack) -> dict[str, str]:
             "s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
             "s3.secret-access-key": stack.env["FLOE_S3_SECRET_KEY"],
             "client.region": stack.env["FLOE_S3_REGION"]}
+
+
+OBJECT_STORES = ("gcs", "adls")
+
+
+def object_store(stack, kind: str, prefix: str) -> tuple[str, dict[str, str]]:
+    """A warehouse under ``prefix`` on the stack's ``gcs`` or ``adls`` emulator, and the catalog
+    properties that reach it (Iceberg's own names, as a user writes them)."""
+    env = stack.env
+    if kind == "gcs":
+        return (f"gs://{env['FLOE_GCS_BUCKET']}/{prefix}",
+                {"gcs.service.host": env["FLOE_GCS_ENDPOINT"], "gcs.no-auth": "true",
+                 "gcs.project-id": "floe"})
+    host = f"{env['FLOE_ADLS_ACCOUNT']}.dfs.core.windows.net"
+    return (f"abfss://{env['FLOE_ADLS_CONTAINER']}@{host}/{prefix}",
+            {f"adls.connection-string.{host}": env["FLOE_ADLS_ENDPOINT"],
+             "adls.auth.shared-key.account.name": env["FLOE_ADLS_ACCOUNT"],
+             "adls.auth.shared-key.account.key": env["FLOE_ADLS_KEY"]})
 
 
 def table_rows(config: JobConfig) -> list[dict[str, Any]]:

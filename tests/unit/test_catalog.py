@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from floe_sparkapp.catalog import pyiceberg_properties, s3a_conf, spark_conf
 from floe_sparkapp.config import ConfigError, SecretSource
 from floe_sparkapp.contract import CatalogSpec
+from floe_sparkapp.fileio import ArrowFileIO
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +23,8 @@ def test_sql_catalog_names_the_same_database_and_warehouse_on_both_sides():
     assert spark["spark.sql.catalog.lake.uri"] == "jdbc:sqlite:/data/cat.db"
     assert spark["spark.sql.catalog.lake.jdbc.schema-version"] == "V1"
     assert pyiceberg_properties(catalog) == {"uri": "sqlite:////data/cat.db",
-                                             "warehouse": "file:///data/wh"}
+                                             "warehouse": "file:///data/wh",
+                                             "py-io-impl": "floe_sparkapp.fileio.ArrowFileIO"}
 
 
 def test_s3_warehouse_uses_s3fileio_and_secrets_come_from_the_environment(monkeypatch):
@@ -123,3 +125,44 @@ def test_a_new_sql_catalog_opened_by_two_processes_at_once_opens_in_both(tmp_pat
     opened = load_catalog(catalog)
     opened.create_namespace("analytics")
     assert raced and [n for n in opened.list_namespaces()] == [("analytics",)]
+
+
+def test_gcs_warehouse_uses_gcsfileio_and_pyiceberg_reads_it_without_credentials_when_told():
+    catalog = CatalogSpec(type="sql", name="lake", uri="jdbc:sqlite:/c.db",
+                          warehouse="gs://bucket/wh",
+                          properties={"gcs.service.host": "http://gcs:4443", "gcs.no-auth": "true"})
+
+    assert spark_conf(catalog)["spark.sql.catalog.lake.io-impl"] == (
+        "org.apache.iceberg.gcp.gcs.GCSFileIO")
+    py = pyiceberg_properties(catalog)
+    assert py["gcs.service.host"] == "http://gcs:4443" and py["gcs.no-auth"] == "true"
+    store = ArrowFileIO(py)._initialize_gcs_fs()
+    assert type(store).__name__ == "GcsFileSystem"
+
+
+def test_adls_warehouse_uses_adlsfileio_and_pyiceberg_reaches_the_same_account():
+    host = "acct.dfs.core.windows.net"
+    catalog = CatalogSpec(type="sql", name="lake", uri="jdbc:sqlite:/c.db",
+                          warehouse=f"abfss://lake@{host}/wh",
+                          properties={f"adls.connection-string.{host}": "http://az:10000/acct",
+                                      "adls.auth.shared-key.account.name": "acct",
+                                      "adls.auth.shared-key.account.key": "a2V5"})
+
+    assert spark_conf(catalog)["spark.sql.catalog.lake.io-impl"] == (
+        "org.apache.iceberg.azure.adlsv2.ADLSFileIO")
+    py = pyiceberg_properties(catalog)
+    assert (py["adls.account-name"], py["adls.account-key"]) == ("acct", "a2V5")
+    assert py["adls.blob-storage-authority"] == py["adls.dfs-storage-authority"] == "az:10000"
+    assert py["adls.blob-storage-scheme"] == py["adls.dfs-storage-scheme"] == "http"
+    # A location's path starts at its container (PyIceberg's own reads the netloc as one).
+    assert ArrowFileIO.parse_location(f"abfss://lake@{host}/wh/t/metadata/v1.json") == (
+        "abfss", f"lake@{host}", "lake/wh/t/metadata/v1.json")
+
+
+def test_adls_on_azure_itself_names_the_account_by_its_host():
+    catalog = CatalogSpec(type="rest", name="lake", uri="https://catalog",
+                          warehouse="abfss://lake@acct.dfs.core.windows.net/wh")
+
+    py = pyiceberg_properties(catalog)
+    assert py["adls.account-name"] == "acct"
+    assert "adls.blob-storage-authority" not in py  # Azure's own endpoints

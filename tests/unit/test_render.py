@@ -347,3 +347,20 @@ def test_the_schema_evolution_mode_reaches_the_job():
         topic = Topic.from_body(with_spec(schemaEvolution={"mode": mode}))
         job = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
         assert job.schema_evolution.mode == mode
+
+
+@pytest.mark.parametrize("warehouse", ["gs://lake/wh", "abfss://lake@acct.dfs.core.windows.net/wh"])
+def test_a_warehouse_spark_has_no_file_system_for_keeps_the_checkpoint_in_the_driver(warehouse):
+    body = json.loads(json.dumps(BODY))
+    body["spec"]["table"]["catalog"]["warehouse"] = warehouse
+    topic = Topic.from_body(body)
+    config = parse_config(config_map(topic, OperatorSettings())["data"]["job.json"])
+    assert config.checkpoint_location == "file:///var/lib/floe/checkpoints/data/orders"
+
+    spec = spark_application(topic, OperatorSettings(spark_image="img:1"))["spec"]
+    driver = spec["driver"]["template"]["spec"]
+    assert {"name": "checkpoints", "emptyDir": {}} in driver["volumes"]
+    assert {"name": "checkpoints", "mountPath": "/var/lib/floe/checkpoints"} in (
+        driver["containers"][0]["volumeMounts"])
+    executor = spec["executor"]["template"]["spec"]
+    assert "checkpoints" not in [v["name"] for v in executor["volumes"]]
