@@ -121,6 +121,11 @@ CASES = [
     Case(changed("spec.commit", {"interval": "500ms"}),
          'spec.commit.interval: Invalid value: "500ms": commit.interval must be between 1s '
          "and 1d", "commit.interval must be between 1s and 1d"),
+    Case(changed("spec.commit", {"minRecords": 1000, "maxRecordsPerCommit": 500}),
+         "spec.commit.minRecords: Invalid value: commit.minRecords must not be above "
+         "commit.maxRecordsPerCommit: a commit never takes more than maxRecordsPerCommit",
+         "commit.minRecords must not be above commit.maxRecordsPerCommit: a commit never "
+         "takes more than maxRecordsPerCommit"),
     Case(changed("spec.maintenance", {"removeOrphans": {"olderThan": "0.5h"}}),
          'spec.maintenance.removeOrphans.olderThan: Invalid value: "0.5h": '
          "removeOrphans.olderThan must be at least 1h: a younger unreferenced file may belong "

@@ -304,11 +304,21 @@ class RouteSpec(_Model):
 
 class CommitSpec(_Model):
     RULES = (duration_rule("interval", "commit.interval", at_least=1, at_most=86_400,
-                           words="must be between 1s and 1d"),)
+                           words="must be between 1s and 1d"),
+             Rule("!has(self.minRecords) || self.minRecords <= self.maxRecordsPerCommit",
+                  "commit.minRecords must not be above commit.maxRecordsPerCommit: a commit "
+                  "never takes more than maxRecordsPerCommit", ".minRecords", None,
+                  lambda c: c.min_records is None
+                  or c.min_records <= c.max_records_per_commit))
 
     interval: str = _duration("60s", "How often a snapshot is committed, e.g. 10s, 1m "
-                                     "(from 1s to 1d).")
+                                     "(from 1s to 1d); with minRecords, the longest a record "
+                                     "waits for its commit.")
     max_records_per_commit: int = Field(500_000, ge=1, le=100_000_000)
+    min_records: int | None = Field(None, ge=1, le=100_000_000, description=(
+        "Commit as soon as this many records have arrived (checked every second), or when "
+        "interval has passed since the last commit, whichever comes first: a burst lands "
+        "early, a trickle still lands every interval."))
 
     @property
     def interval_seconds(self) -> int:

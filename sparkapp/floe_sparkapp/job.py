@@ -33,6 +33,8 @@ from .session import build_session, checkpoint_store, spark_catalog_conf
 from .upsert import with_deletion_vectors
 
 log = logging.getLogger("floe.job")
+# How often a job committing by volume (commit.minRecords) asks whether enough has arrived.
+VOLUME_CHECK_SECONDS = 1
 
 
 def registry_of(config: JobConfig) -> Registry | None:
@@ -196,6 +198,10 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
               .option("includeHeaders", "true")
               .option("failOnDataLoss", "true")
               .option("maxOffsetsPerTrigger", str(config.commit.max_records_per_commit)))
+    commit = config.commit
+    if commit.min_records and not available_now:  # by volume, or by time at the latest
+        reader = (reader.option("minOffsetsPerTrigger", str(commit.min_records))
+                  .option("maxTriggerDelay", f"{commit.interval_seconds}s"))
     for key, value in kafka_client_settings(config).items():
         reader = reader.option(f"kafka.{key}", value)
     writer = (reader.load().writeStream
@@ -208,7 +214,10 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{config.commit.interval_seconds} seconds")
+        # With minRecords, the source is asked every second and plans a batch only once
+        # enough has arrived or the interval has passed (Spark's Kafka source's own limits).
+        every = VOLUME_CHECK_SECONDS if commit.min_records else commit.interval_seconds
+        writer = writer.trigger(processingTime=f"{every} seconds")
     query = writer.start()
     metrics.mark_start("query")
     return query
