@@ -126,6 +126,9 @@ CASES = [
          "commit.maxRecordsPerCommit: a commit never takes more than maxRecordsPerCommit",
          "commit.minRecords must not be above commit.maxRecordsPerCommit: a commit never "
          "takes more than maxRecordsPerCommit"),
+    Case(changed("spec.fanOut", True),
+         "spec.fanOut: Invalid value: fanOut sends a record to every route that matches: it "
+         "needs routes", "fanOut sends a record to every route that matches: it needs routes"),
     Case(changed("spec.maintenance", {"removeOrphans": {"olderThan": "0.5h"}}),
          'spec.maintenance.removeOrphans.olderThan: Invalid value: "0.5h": '
          "removeOrphans.olderThan must be at least 1h: a younger unreferenced file may belong "

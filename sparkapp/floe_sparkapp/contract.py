@@ -437,6 +437,9 @@ class TopicSpec(_Model):
              "key.format avro or json reads the key schema from value.schemaRegistry's "
              "registry: value.format must be avro, json or protobuf too", ".key.format", None,
              lambda s: s.key.format == "raw" or s.value.format != "raw"),
+        Rule("!has(self.fanOut) || !self.fanOut || (has(self.routes) && size(self.routes) > 0)",
+             "fanOut sends a record to every route that matches: it needs routes", ".fanOut",
+             None, lambda s: not s.fan_out or bool(s.routes)),
         Rule("self.value.format != 'raw' || !has(self.routes) || size(self.routes) == 0",
              "routes pick a table by a value field, and a raw topic's value has none: "
              "value.format must be avro, json or protobuf", ".routes", None,
@@ -455,8 +458,12 @@ class TopicSpec(_Model):
     routes: tuple[RouteSpec, ...] = Field(
         default_factory=tuple, max_length=MAX_ROUTES, description=(
             "Other tables, each taking the records whose field has one of its values (the "
-            "first route that matches wins); table takes the records no route matches. Each "
-            "table has its own mode, keys and committed offsets, in table's catalog."))
+            "first route that matches wins, or every one with fanOut); table takes the records "
+            "no route matches. Each table has its own mode, keys and committed offsets, in "
+            "table's catalog."))
+    fan_out: bool = Field(False, description=(
+        "routes: a record goes to every route whose field has one of its values, not only the "
+        "first; table still takes the records no route matches."))
     commit: CommitSpec = CommitSpec()
     schema_evolution: SchemaEvolutionSpec = SchemaEvolutionSpec()
     dead_letter: DeadLetterSpec | None = None

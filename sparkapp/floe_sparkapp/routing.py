@@ -2,9 +2,9 @@
 
 A route names a field (a dotted path in the value as its writer wrote it: Debezium's
 ``source.table``, or a field of the record such as ``region``), the values it takes and the
-table those records go to; the first route that matches wins, and the topic's own table takes
-every record no route matches, undecodable ones and tombstones included (they have no field to
-route by).
+table those records go to; the first route that matches wins (with ``fanOut``, every route that
+matches takes the record), and the topic's own table takes every record no route matches,
+undecodable ones and tombstones included (they have no field to route by).
 
 The route is decided from each record's own writer schema, before any table is planned or
 evolved: an Avro value is decoded once per writer schema id, the field read from that, and the
@@ -26,7 +26,7 @@ from .decode import decode_writers, decoded_field, frame
 from .registry import Registry
 from .schemas import FORMATS, Writer
 
-ROUTE = "_route"  # 0: the topic's own table; n: routes[n - 1]'s
+ROUTE = "_route"  # the record's tables: 0 the topic's own; n routes[n - 1]'s
 
 
 def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
@@ -51,13 +51,16 @@ def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
             found = decoded(path)
             return F.coalesce(*found) if found else F.lit(None).cast("string")
     fields: dict[str, Column] = {}
-    route: Any = F
+    matches = []
     for number, rule in enumerate(config.routes, start=1):
         value = fields.setdefault(rule.field, field_of(rule.field))
-        route = route.when(value.isin(*rule.values), F.lit(number))
+        matches.append(F.when(value.isin(*rule.values), F.lit(number)))
+    found = F.filter(F.array(*matches), lambda number: number.isNotNull())
+    if not config.fan_out:
+        found = F.slice(found, 1, 1)
     if config.key.format == "avro":
         df = frame(df, "key")
-    return df.withColumn(ROUTE, route.otherwise(F.lit(0)))
+    return df.withColumn(ROUTE, F.when(F.size(found) == 0, F.array(F.lit(0))).otherwise(found))
 
 
 def _writers(registry: Registry, schema_ids: list[int], config: JobConfig
@@ -85,12 +88,13 @@ def split(routed_batch: DataFrame, config: JobConfig,
         if fmt != "raw" and not (name == "keys" and fmt == "json")}
     found: dict[int, Any] = {}
     if columns:
-        found = {int(row[ROUTE]): row for row in routed_batch.groupBy(ROUTE).agg(
+        records = routed_batch.select(F.explode(ROUTE).alias(ROUTE), *columns.values())
+        found = {int(row[ROUTE]): row for row in records.groupBy(ROUTE).agg(
             *[F.collect_set(column).alias(name) for name, column in columns.items()]).collect()}
 
     def ids(number: int, name: str) -> list[int]:
         row = found.get(number)
         return sorted(row[name]) if row is not None and name in columns else []
 
-    return [(routed_batch.filter(F.col(ROUTE) == F.lit(number)), ids(number, "ids"),
+    return [(routed_batch.filter(F.array_contains(ROUTE, number)), ids(number, "ids"),
              ids(number, "keys")) for number in range(tables)]

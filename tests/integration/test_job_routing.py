@@ -365,3 +365,70 @@ def test_a_route_table_emptied_goes_on_from_where_the_other_tables_are(
     for destination in (default, europe, america):
         assert last_commit(load_table(destination), config.writer, topic).offsets == \
             end_offsets(sales)
+
+
+SALE = {"type": "record", "name": "Sale", "namespace": "shop",
+        "fields": [{"name": "id", "type": "int"}, {"name": "region", "type": "string"},
+                   {"name": "tier", "type": "string"}]}
+
+
+def test_fan_out_lands_a_record_in_every_table_whose_route_matches_through_a_crash(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    """fanOut: a sale of a gold customer in the EU lands in both the eu and the gold tables;
+    one matching no route in the topic's own table. A crash between two tables' commits of a
+    batch loses and doubles nothing in either."""
+    topic = f"fanout-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    base = job_config(stack, tmp_path, topic)
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    stem = base.table.identifier
+    data["routes"] = [{"field": "region", "values": ["eu"], "table": {"identifier": f"{stem}_eu"}},
+                      {"field": "tier", "values": ["gold", "platinum"],
+                       "table": {"identifier": f"{stem}_gold"}}]
+    data["fanOut"] = True
+    config = parse_config(data)
+    rest, eu, gold = config.destinations()
+    regions, tiers = ("eu", "us", "apac"), ("gold", "silver", "platinum", "basic")
+
+    def produce(start_at: int, count: int) -> None:
+        for i in range(start_at, start_at + count):
+            producer.send(key=f"s{i}".encode(), schema=SALE, value={
+                "id": i, "region": regions[i % 3], "tier": tiers[i % 4]})
+        producer.flush()
+
+    def expected(table) -> dict:
+        def takes(value: dict) -> bool:
+            if table is eu:
+                return value["region"] == "eu"
+            if table is gold:
+                return value["tier"] in ("gold", "platinum")
+            return value["region"] != "eu" and value["tier"] not in ("gold", "platinum")
+        return {position: None for position, sent in producer.sent.items()
+                if takes(sent["value"])}
+
+    produce(0, 120)
+    run_once(config, spark)
+    produce(120, 120)
+    commit_batch = TableWriter.commit_batch
+
+    def crash_before_gold(self, *args, **kwargs):
+        if self.config.table.identifier == gold.table.identifier:
+            raise RuntimeError("crashed between two tables' commits")
+        return commit_batch(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TableWriter, "commit_batch", crash_before_gold)
+        with pytest.raises(Exception, match="crashed between two tables' commits"):
+            run_once(config, spark)
+    assert sum(last_commit(load_table(eu), config.writer, topic).offsets.values()) > sum(
+        last_commit(load_table(gold), config.writer, topic).offsets.values())
+    run_once(config, spark)
+
+    for destination in (rest, eu, gold):
+        rows = table_rows(destination)
+        assert_exactly_once(rows, expected(destination))
+        assert last_commit(load_table(destination), config.writer, topic).offsets == \
+            producer.next_offsets(), destination.table.identifier
+    both = [r["value"]["id"] for r in table_rows(eu) if r["value"]["tier"] in ("gold", "platinum")]
+    assert both and set(both) <= {r["value"]["id"] for r in table_rows(gold)}
