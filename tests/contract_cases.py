@@ -129,6 +129,9 @@ CASES = [
     Case(changed("spec.fanOut", True),
          "spec.fanOut: Invalid value: fanOut sends a record to every route that matches: it "
          "needs routes", "fanOut sends a record to every route that matches: it needs routes"),
+    Case(changed("spec.table.partitionBy", ["value.region", "value.region"]),
+         "spec.table.partitionBy: Invalid value: partitionBy names a partition field twice",
+         "partitionBy names a partition field twice"),
     Case(changed("spec.maintenance", {"removeOrphans": {"olderThan": "0.5h"}}),
          'spec.maintenance.removeOrphans.olderThan: Invalid value: "0.5h": '
          "removeOrphans.olderThan must be at least 1h: a younger unreferenced file may belong "

@@ -34,6 +34,11 @@ KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_COLUMN = r"(value|key_fields|kafka)(\.[A-Za-z_][A-Za-z0-9_]*)+"
+# A partition field: an Iceberg transform of a column, as Iceberg's Spark DDL writes it.
+PARTITION_FIELD = (rf"^({_COLUMN}|(identity|year|month|day|hour)\({_COLUMN}\)|"
+                   rf"(bucket|truncate)\([1-9][0-9]{{0,5}}, ?{_COLUMN}\))$")
+MAX_PARTITION_FIELDS = 4
 MAX_KEY_COLUMNS = 8
 MAX_ROUTES = 16
 ROW_LEVEL = ("upsert", "cdc")  # the modes whose records change rows (MERGE INTO)
@@ -247,11 +252,22 @@ class TableLayout(_Model):
              "self.keyColumns.exists_one(d, d == c))",
              "keyColumns names a field twice", ".keyColumns", None,
              lambda t: len(set(t.key_columns)) == len(t.key_columns)),
+        Rule("!has(self.partitionBy) || self.partitionBy.all(c, "
+             "self.partitionBy.exists_one(d, d == c))",
+             "partitionBy names a partition field twice", ".partitionBy", None,
+             lambda t: len(set(t.partition_by)) == len(t.partition_by)),
     )
 
     identifier: str = Field(pattern=IDENTIFIER, max_length=253, description="namespace.table")
     partitioning: Literal["hour", "day", "month", "none"] = Field(
         "day", description="Time partitioning on kafka.timestamp.")
+    partition_by: tuple[Annotated[str, Field(pattern=PARTITION_FIELD, max_length=300)], ...] = (
+        Field(default_factory=tuple, max_length=MAX_PARTITION_FIELDS, description=(
+            "More partition fields after partitioning's (set partitioning none for these "
+            "alone), each an Iceberg transform of a column of the value, the decoded key or the "
+            "lineage: value.region (identity), year(f), month(f), day(f), hour(f), "
+            "bucket(16, value.customer_id), truncate(4, value.sku). A change evolves the "
+            "table's partition spec; files written before keep theirs.")))
     properties: dict[str, str] = Field(default_factory=dict,
                                        description="Iceberg table properties.")
     mode: Literal["append", "upsert", "cdc"] = Field(
@@ -274,6 +290,15 @@ class TableLayout(_Model):
     @property
     def name(self) -> str:
         return self.identifier.rsplit(".", 1)[1]
+
+
+def partition_field(text: str) -> tuple[str, str, int | None]:
+    """A ``partitionBy`` entry as (column path, transform name, its width or bucket count)."""
+    found = re.match(r"^(\w+)\((?:(\d+), ?)?([\w.]+)\)$", text)
+    if found is None:
+        return text, "identity", None
+    name, width, column = found.groups()
+    return column, name, int(width) if width else None
 
 
 class TableSpec(TableLayout):

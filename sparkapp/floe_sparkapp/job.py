@@ -26,7 +26,7 @@ from .contract import ROW_LEVEL
 from .evolution import BreakingChange, evolve_for_writer
 from .kafka_offsets import (DataLossError, check_offsets_available, check_topic_identity,
                             floor_offsets, starting_offsets, topic_identity, topic_partitions)
-from .layout import KEY_FIELDS, ensure_table
+from .layout import KEY_FIELDS, ensure_table, evolve_partitioning
 from .ledger import Committed, claim_table, last_commit
 from .registry import Registry
 from .session import build_session, checkpoint_store, spark_catalog_conf
@@ -97,12 +97,18 @@ def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committ
 
 def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | None) -> Any:
     """The table made ready for the job: created or evolved, upgraded for deletion vectors
-    (upsert, cdc), claimed for the writer, its branches of interrupted batches dropped."""
+    (upsert, cdc), claimed for the writer, partitioned as the spec says (whatever
+    schemaEvolution: a partition spec is the user's own change), its branches of interrupted
+    batches dropped."""
     table = prepare_table(config, registry)
     if config.table.mode in ROW_LEVEL:
         table = with_deletion_vectors(
             spark, f"{config.table.catalog.name}.{config.table.identifier}", table)
     claim_table(table, config.writer)
+    changes = evolve_partitioning(table, config.table)
+    if changes:
+        log.info("evolved the partitioning of table %s: %s", config.table.identifier,
+                 "; ".join(changes))
     try:
         swept = sweep_branches(table, config.writer)
         if swept:

@@ -26,7 +26,10 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortField, SortOrder
-from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform
+from pyiceberg.transforms import (
+    BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, Transform,
+    TruncateTransform, VoidTransform, YearTransform,
+)
 from pyiceberg.types import (
     BinaryType,
     IntegerType,
@@ -39,7 +42,7 @@ from pyiceberg.types import (
 )
 
 from . import cdc
-from .contract import ROW_LEVEL, TableLayout
+from .contract import ROW_LEVEL, TableLayout, partition_field
 
 DEFAULT_PROPERTIES = {
     "format-version": "2",
@@ -62,7 +65,9 @@ KEY_FIELDS = "key_fields"  # the decoded Kafka key (key.format avro or json)
 KEY_FIELDS_ID = 7
 MODE = "floe.mode"  # the table property recording the mode the table was made for
 
-_TRANSFORMS = {"hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}
+_TRANSFORMS: dict[str, Transform] = {
+    "hour": HourTransform(), "day": DayTransform(), "month": MonthTransform(),
+    "year": YearTransform(), "identity": IdentityTransform()}
 
 
 def table_properties(table: TableLayout) -> dict[str, str]:
@@ -123,13 +128,64 @@ def _offset_ids(struct: StructType, offset: int) -> StructType:
     return assign_fresh_schema_ids(_Schema(*struct.fields), lambda: next(counter)).as_struct()
 
 
-def partition_spec(schema: Schema, partitioning: str) -> PartitionSpec:
-    if partitioning == "none":
+def partition_fields(table: TableLayout) -> list[tuple[str, Transform, str]]:
+    """The table's partition fields, as (column path, transform, field name): ``partitioning``
+    on ``kafka.timestamp`` first, then ``partitionBy``'s."""
+    fields = []
+    if table.partitioning != "none":
+        fields.append(("kafka.timestamp", _TRANSFORMS[table.partitioning],
+                       f"kafka_timestamp_{table.partitioning}"))
+    for text in table.partition_by:
+        column, name, width = partition_field(text)
+        transform = (BucketTransform(width) if name == "bucket" else TruncateTransform(width)
+                     if name == "truncate" else _TRANSFORMS[name])
+        suffix = "" if name == "identity" else f"_{name}" + (f"_{width}" if width else "")
+        fields.append((column, transform, column.replace(".", "_") + suffix))
+    return fields
+
+
+def _source_id(schema: Schema, table: TableLayout, column: str) -> int:
+    try:
+        return schema.find_field(column).field_id
+    except ValueError:
+        raise LayoutMismatch(
+            f"table.partitionBy: table {table.identifier} has no column {column} to partition "
+            "by. Name a field of the value (value.<field>), of the decoded key "
+            "(key_fields.<field>) or of the lineage (kafka.<field>).") from None
+
+
+def partition_spec(schema: Schema, table: TableLayout) -> PartitionSpec:
+    fields = partition_fields(table)
+    if not fields:
         return UNPARTITIONED_PARTITION_SPEC
-    source = schema.find_field("kafka.timestamp")
-    return PartitionSpec(PartitionField(source_id=source.field_id, field_id=1000,
-                                        transform=_TRANSFORMS[partitioning],
-                                        name=f"kafka_timestamp_{partitioning}"))
+    return PartitionSpec(*[
+        PartitionField(source_id=_source_id(schema, table, column), field_id=1000 + index,
+                       transform=transform, name=name)
+        for index, (column, transform, name) in enumerate(fields)])
+
+
+def evolve_partitioning(existing: Any, table: TableLayout) -> list[str]:
+    """Evolves the table's partition spec to the one the spec asks for (a new spec: the files
+    written before keep theirs); what changed, in words (nothing: the same fields)."""
+    schema = existing.schema()
+    wanted = {(_source_id(schema, table, column), str(transform)): (column, transform, name)
+              for column, transform, name in partition_fields(table)}
+    current = {(field.source_id, str(field.transform)): field.name
+               for field in existing.spec().fields
+               if not isinstance(field.transform, VoidTransform)}
+    if wanted.keys() == current.keys():
+        return []
+    changes = []
+    with existing.update_spec() as update:
+        for key, name in current.items():
+            if key not in wanted:
+                update.remove_field(name)
+                changes.append(f"partition field {name} removed")
+        for key, (column, transform, name) in wanted.items():
+            if key not in current:
+                update.add_field(column, transform, name)
+                changes.append(f"partitioned by {transform}({column}) as {name}")
+    return changes
 
 
 def sort_order(schema: Schema) -> SortOrder:
@@ -222,7 +278,7 @@ def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,
     try:
         created = catalog.create_table(
             table.identifier, schema=schema,
-            partition_spec=partition_spec(schema, table.partitioning),
+            partition_spec=partition_spec(schema, table),
             sort_order=sort_order(schema),
             properties=table_properties(table))
         _check_keys(created, table)

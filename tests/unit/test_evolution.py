@@ -179,3 +179,33 @@ def test_an_older_writer_after_approved_changes_goes_to_the_column_that_kept_its
     evolve_for_writer(table, with_id("int"))
     table.refresh()
     assert table.schema().schema_id == schema_id
+
+
+def test_partition_fields_are_made_and_evolved_as_the_spec_says(tmp_path):
+    from floe_sparkapp.layout import LayoutMismatch, evolve_partitioning
+
+    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                          warehouse=f"file://{tmp_path / 'wh'}")
+    opened = load_catalog(catalog)
+    spec = TableSpec(catalog=catalog, identifier="db.parts",
+                     partition_by=("bucket(8, value.id)", "truncate(3, value.customer.name)"))
+    table, _ = ensure_table(opened, spec, avro_to_iceberg(V1).struct)
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
+        ("kafka_timestamp_day", "day"), ("value_id_bucket_8", "bucket[8]"),
+        ("value_customer_name_truncate_3", "truncate[3]")]
+    assert evolve_partitioning(table, spec) == []  # the same fields: no new spec
+
+    changed = spec.model_copy(update={"partitioning": "hour",
+                                      "partition_by": ("value.customer.name",)})
+    assert evolve_partitioning(table, changed) == [
+        "partition field kafka_timestamp_day removed", "partition field value_id_bucket_8 removed",
+        "partition field value_customer_name_truncate_3 removed",
+        "partitioned by hour(kafka.timestamp) as kafka_timestamp_hour",
+        "partitioned by identity(value.customer.name) as value_customer_name"]
+    table.refresh()
+    assert [f.name for f in table.spec().fields if str(f.transform) != "void"] == [
+        "kafka_timestamp_hour", "value_customer_name"]
+    assert len(table.specs()) == 2
+
+    with pytest.raises(LayoutMismatch, match="has no column value.region to partition by"):
+        evolve_partitioning(table, spec.model_copy(update={"partition_by": ("value.region",)}))
