@@ -2,13 +2,14 @@
 
 Kafka (KRaft, one node), the Apicurio schema registry (Confluent-compatible API), an S3 server
 (versitygw on a local directory), the Google Cloud Storage and Azure Blob Storage emulators
-(fake-gcs-server and Azurite, for warehouses on gs:// and abfs://), PostgreSQL (Debian's server, the JDBC catalog's database),
-Iceberg's REST catalog server (a JdbcCatalog on PostgreSQL behind it, S3FileIO on the S3 server),
-Toxiproxy (a fault proxy in front of Kafka, the registry, S3, PostgreSQL and the REST catalog),
-etcd, kube-apiserver (RBAC, token authentication, service-account token signing),
-kube-controller-manager (garbage collection, namespaces, CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler, kube-proxy,
-CoreDNS).  Ports are picked free at the first ``up``; what pods must reach listens on the node's
-address, the rest on loopback.
+(fake-gcs-server and Azurite, for warehouses on gs:// and abfs://), PostgreSQL (Debian's
+server, the JDBC catalog's database), Iceberg's REST catalog server (a JdbcCatalog on
+PostgreSQL behind it, S3FileIO on the S3 server), Toxiproxy (a fault proxy in front of Kafka,
+the registry, S3, PostgreSQL and the REST catalog), etcd, kube-apiserver (RBAC, token
+authentication, service-account token signing), kube-controller-manager (garbage collection,
+namespaces, CronJobs) and the node (``node.py``: containerd, dockerd, kubelet, kube-scheduler,
+kube-proxy, CoreDNS).  Ports are picked free at the first ``up``; what pods must reach listens
+on the node's address, the rest on loopback.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def new_state() -> State:
     })
 
 
-PORTS = ["kafka", "kafka_controller", "registry", "s3", "gcs", "adls", "etcd", "etcd_peer", "apiserver",
-         "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
+PORTS = ["kafka", "kafka_controller", "registry", "s3", "gcs", "adls", "etcd", "etcd_peer",
+         "apiserver", "controller_manager", "scheduler", "kube_proxy_health", "kube_proxy_metrics",
          "coredns_health", "postgres", "rest_catalog", "toxiproxy", "kafka_faulty",
          *(f"{name}_proxy" for name in ("kafka", "registry", "s3", "postgres", "rest_catalog"))]
 

@@ -2,10 +2,10 @@
 
 The embedded default is a SQL catalog: Spark uses Iceberg's ``JdbcCatalog`` and PyIceberg
 its ``SqlCatalog`` on the same database, under the same catalog name (both key their
-``iceberg_tables`` rows by it).  Catalog properties are passed to both sides, by Iceberg's (Java) names; the few that PyIceberg spells
-differently are translated here.  A warehouse on ``s3://`` uses Iceberg's S3FileIO, on ``gs://``
-its GCSFileIO, on ``abfs://`` or ``abfss://`` its ADLSFileIO; PyIceberg reads all three through
-:class:`floe_sparkapp.fileio.ArrowFileIO`.
+``iceberg_tables`` rows by it).  Catalog properties are passed to both sides, by Iceberg's
+(Java) names; the few that PyIceberg spells differently are translated here.  A warehouse on
+``s3://`` uses Iceberg's S3FileIO, on ``gs://`` its GCSFileIO, on ``abfs://`` or ``abfss://``
+its ADLSFileIO; PyIceberg reads all three through :class:`floe_sparkapp.fileio.ArrowFileIO`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from .config import ConfigError
 
 SPARK_TYPES = {"rest": "rest"}
 # Iceberg's FileIO for a warehouse's scheme (Spark's side).
-FILE_IOS = {"s3": "org.apache.iceberg.aws.s3.S3FileIO", "s3a": "org.apache.iceberg.aws.s3.S3FileIO",
+FILE_IOS = {"s3": "org.apache.iceberg.aws.s3.S3FileIO",
+            "s3a": "org.apache.iceberg.aws.s3.S3FileIO",
             "gs": "org.apache.iceberg.gcp.gcs.GCSFileIO",
             "abfs": "org.apache.iceberg.azure.adlsv2.ADLSFileIO",
             "abfss": "org.apache.iceberg.azure.adlsv2.ADLSFileIO"}

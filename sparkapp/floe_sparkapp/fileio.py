@@ -9,13 +9,14 @@ translates the catalog's properties)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlparse
 
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
-GCS_NO_AUTH = "gcs.no-auth"  # Iceberg's GCPProperties: no credentials (a public bucket, an emulator)
+# Iceberg's GCPProperties: no credentials (a public bucket, an emulator)
+GCS_NO_AUTH = "gcs.no-auth"
 
 
 class ArrowFileIO(PyArrowFileIO):
@@ -38,3 +39,16 @@ class ArrowFileIO(PyArrowFileIO):
             parts = urlparse(endpoint)
             options.update(scheme=parts.scheme, endpoint_override=parts.netloc)
         return GcsFileSystem(**options)
+
+
+def files_under(io: PyArrowFileIO, location: str) -> Iterator[tuple[str, Any]]:
+    """Each file under ``location``, as (its location, in ``location``'s form, and its Arrow
+    ``FileInfo``), listed through ``io``'s file system for that store."""
+    from pyarrow.fs import FileSelector, FileType
+
+    location = location.rstrip("/")
+    scheme, netloc, root = io.parse_location(location)
+    store = io.fs_by_scheme(scheme, netloc)
+    for info in store.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)):
+        if info.type == FileType.File:
+            yield location + info.path[len(root):], info

@@ -27,6 +27,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from .catalog import hadoop_reaches, load_catalog
+from .fileio import files_under
 from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
 from .config import JobConfig
 from .contract import ROW_LEVEL
@@ -134,15 +135,9 @@ def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) 
 def _listing(spark: Any, table: Any, older_than: dt.datetime) -> Any:
     """The files under the table's location older than ``older_than``, listed through the
     table's FileIO, as Iceberg's orphan action compares them (``file_path``, ``last_modified``)."""
-    from pyarrow.fs import FileSelector, FileType
-
-    location = table.location().rstrip("/")
-    scheme, netloc, root = table.io.parse_location(location)
-    store = table.io.fs_by_scheme(scheme, netloc)
     before_ns = int(older_than.timestamp() * 1_000_000_000)
-    rows = [(location + info.path[len(root):], info.mtime)
-            for info in store.get_file_info(FileSelector(root, recursive=True))
-            if info.type == FileType.File and info.mtime_ns < before_ns]
+    rows = [(path, info.mtime) for path, info in files_under(table.io, table.location())
+            if info.mtime_ns < before_ns]
     return spark.createDataFrame(rows, "file_path string, last_modified timestamp")
 
 

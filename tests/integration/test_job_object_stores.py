@@ -12,8 +12,7 @@ import sys
 import time
 
 import pytest
-from pyarrow.fs import FileSelector, FileType
-
+from floe_sparkapp.fileio import files_under
 from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.maintenance import maintain
 
@@ -28,11 +27,7 @@ pytestmark = pytest.mark.integration
 
 def listing(table, location: str) -> set[str]:
     """The objects under ``location``, listed through the table's own FileIO."""
-    scheme, netloc, path = table.io.parse_location(location)
-    store = table.io.fs_by_scheme(scheme, netloc)
-    return {info.path for info in store.get_file_info(FileSelector(path, recursive=True,
-                                                                   allow_not_found=True))
-            if info.type == FileType.File}
+    return {path for path, _ in files_under(table.io, location)}
 
 
 def killed_during_a_commit(stack, config, tmp_path) -> str:

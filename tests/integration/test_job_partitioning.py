@@ -13,7 +13,7 @@ from pyiceberg.types import LongType
 
 from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
                      run_once, table_rows)
-from .test_job_roundtrip import V1, order
+from .test_job_roundtrip import V1, order, produce_orders
 
 pytestmark = pytest.mark.integration
 
@@ -67,9 +67,7 @@ def test_value_fields_partition_the_table_and_a_spec_change_evolves_it(
     topic = f"part-value-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
-    for i in range(80):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    produce_orders(producer, 0, 80)
     config = job_config(stack, tmp_path, topic)
     config = config.model_copy(update={"table": config.table.model_copy(update={
         "partitioning": "none",
@@ -89,9 +87,7 @@ def test_value_fields_partition_the_table_and_a_spec_change_evolves_it(
     # evolves the table to a new partition spec; the files written before keep theirs.
     evolved = config.model_copy(update={"table": config.table.model_copy(update={
         "partitioning": "day", "partition_by": ("value.status",)})})
-    for i in range(80, 120):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    produce_orders(producer, 80, 40)
     run_once(evolved, spark)
 
     table = load_table(evolved)
