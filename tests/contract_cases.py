@@ -52,6 +52,12 @@ def upsert(key_columns: list[str], format_: str = "avro") -> dict[str, Any]:
     return body
 
 
+def with_op(op: dict[str, Any], mode: str = "upsert", format_: str = "avro") -> dict[str, Any]:
+    body = upsert([], format_) if mode == "upsert" else changed("spec.table.mode", mode)
+    body["spec"]["table"]["op"] = op
+    return body
+
+
 def cdc_of_raw_values(format_: str = "raw") -> dict[str, Any]:
     body = changed("spec.value.format", format_)
     body["spec"]["table"]["mode"] = "cdc"
@@ -176,6 +182,24 @@ CASES = [
          "a raw topic's value has none: leave keyColumns out to key rows by the Kafka key",
          "table.keyColumns name value fields, and a raw topic's value has none: leave "
          "keyColumns out to key rows by the Kafka key"),
+    Case(with_op({"field": "action", "header": "op"}),
+         "spec.table.op.field: Invalid value: op needs field (a value field) or header (a "
+         "Kafka header's name), not both",
+         "op needs field (a value field) or header (a Kafka header's name), not both"),
+    Case(with_op({"field": "action", "insert": ["c", "d"]}),
+         "spec.table.op.delete: Invalid value: op.insert, op.update and op.delete must not "
+         "share a value", "op.insert, op.update and op.delete must not share a value"),
+    Case(with_op({"field": "action", "delete": ["D"]}),
+         'spec.table.op.delete[0]: Invalid value: "D": spec.table.op.delete[0] in body should '
+         "match '^[^A-Z]+$'"),
+    Case(with_op({"field": "action"}, mode="append"),
+         "spec.table.op: Invalid value: op applies to mode upsert (mode cdc reads Debezium's "
+         "own op field)", "op applies to mode upsert (mode cdc reads Debezium's own op field)"),
+    Case(with_op({"field": "action"}, format_="raw"),
+         "spec.table.op: Invalid value: table.op.field names a value field, and a raw topic's "
+         "value has none: use op.header, or value.format avro, json or protobuf",
+         "table.op.field names a value field, and a raw topic's value has none: use op.header, "
+         "or value.format avro, json or protobuf"),
     Case(changed("spec.key", {"format": "avro"}),
          "spec.key.subject: Required value: key.subject is required when key.format is avro or "
          "json: the key_fields column comes from the registry (use format raw to keep the key's "

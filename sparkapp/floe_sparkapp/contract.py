@@ -238,6 +238,44 @@ class CatalogSpec(_Model):
 
 
 FieldPath = Annotated[str, Field(pattern=FIELD_PATH, max_length=253)]
+OpValue = Annotated[str, Field(pattern=r"^[^A-Z]+$", min_length=1, max_length=64)]
+
+
+class OpSpec(_Model):
+    """An upsert table's operation field: which of a record's values insert, update or delete
+    its key's row (for producers that are not Debezium, whose envelopes mode cdc reads)."""
+
+    RULES = (
+        Rule("has(self.field) != has(self.header)",
+             "op needs field (a value field) or header (a Kafka header's name), not both",
+             ".field", None, lambda o: (o.field is None) != (o.header is None)),
+        Rule("!self.insert.exists(v, v in self.update || v in self.delete) && "
+             "!self.update.exists(v, v in self.delete)",
+             "op.insert, op.update and op.delete must not share a value", ".delete", None,
+             lambda o: not (set(o.insert) & set(o.update) or set(o.insert) & set(o.delete)
+                            or set(o.update) & set(o.delete))),
+    )
+
+    field: FieldPath | None = Field(None, description=(
+        "The value field (dotted) that holds the operation, e.g. action or meta.op."))
+    header: str | None = Field(None, min_length=1, max_length=253, description=(
+        "The Kafka header that holds the operation (its last value, as text), instead of a "
+        "field."))
+    insert: tuple[OpValue, ...] = Field(
+        ("c", "r", "i", "create", "insert", "index"), min_length=1, max_length=32,
+        description="The values (lower case; a record's is compared lower-cased) that insert "
+                    "a row, replacing the key's row if it has one.")
+    update: tuple[OpValue, ...] = Field(
+        ("u", "update", "upsert"), min_length=1, max_length=32,
+        description="The values that update the key's row (inserting it if it has none).")
+    delete: tuple[OpValue, ...] = Field(
+        ("d", "delete"), min_length=1, max_length=32,
+        description="The values that delete the key's row. Any other value, or none, keeps "
+                    "the record raw with the reason (and sends it to the dead-letter topic).")
+
+    def action(self) -> str:
+        """Where the operation is, in words."""
+        return f"field {self.field}" if self.field else f"header {self.header}"
 
 
 class TableLayout(_Model):
@@ -252,6 +290,9 @@ class TableLayout(_Model):
              "self.keyColumns.exists_one(d, d == c))",
              "keyColumns names a field twice", ".keyColumns", None,
              lambda t: len(set(t.key_columns)) == len(t.key_columns)),
+        Rule("!has(self.op) || self.mode == 'upsert'",
+             "op applies to mode upsert (mode cdc reads Debezium's own op field)", ".op", None,
+             lambda t: t.op is None or t.mode == "upsert"),
         Rule("!has(self.partitionBy) || self.partitionBy.all(c, "
              "self.partitionBy.exists_one(d, d == c))",
              "partitionBy names a partition field twice", ".partitionBy", None,
@@ -282,6 +323,10 @@ class TableLayout(_Model):
         description="upsert, cdc: the value fields (dotted paths, e.g. id or customer.id; for "
                     "cdc, fields of the row) that identify a row; empty: the record's Kafka "
                     "key does.")
+    op: OpSpec | None = Field(None, description=(
+        "upsert: the value field or header whose value says whether a record inserts, updates "
+        "or deletes its key's row (without it, every record replaces its key's row and only a "
+        "tombstone deletes it)."))
 
     @property
     def namespace(self) -> str:
@@ -457,6 +502,11 @@ class TopicSpec(_Model):
              "table.keyColumns name value fields, and a raw topic's value has none: leave "
              "keyColumns out to key rows by the Kafka key", ".table.keyColumns", None,
              lambda s: s.value.format != "raw" or not s.table.key_columns),
+        Rule("self.value.format != 'raw' || !has(self.table.op) || has(self.table.op.header)",
+             "table.op.field names a value field, and a raw topic's value has none: use "
+             "op.header, or value.format avro, json or protobuf", ".table.op", None,
+             lambda s: s.value.format != "raw" or s.table.op is None
+             or s.table.op.header is not None),
         Rule("!has(self.key) || !has(self.key.format) || self.key.format == 'raw' "
              "|| self.value.format != 'raw'",
              "key.format avro or json reads the key schema from value.schemaRegistry's "

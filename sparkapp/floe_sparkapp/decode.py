@@ -474,17 +474,18 @@ def decode_raw(df: DataFrame) -> DataFrame:
 
 
 def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
-               key_fields: bool = False) -> DataFrame:
+               key_fields: bool = False, op: str | None = None) -> DataFrame:
     """Selects the table's columns from decoded Kafka source rows (for ``cdc``, from rows
     made by :func:`.cdc.change_rows`, with the before image a delete is keyed by; with
     ``key_fields``, from rows whose key was decoded too: a record whose key could not be is
-    kept raw, the key's reason in ``value_error``)."""
+    kept raw, the key's reason in ``value_error``; ``op``: the column of each record's operation,
+    kept for the upsert, :func:`.upsert.operation_rows`)."""
     if key_fields:
         bad_key = F.col(KEY_ERROR).isNotNull()
         df = (df.withColumn("value_error", F.coalesce(F.col("value_error"), F.col(KEY_ERROR)))
               .withColumn("value_raw", F.when(bad_key, F.col("value"))
                           .otherwise(F.col("value_raw"))))
-        for name in ("_value", "_cdc", "_floe_before"):
+        for name in ("_value", "_cdc", "_floe_before", op):
             if name in df.columns:
                 df = df.withColumn(name, F.when(~bad_key, F.col(name)))
     kafka = F.struct(
@@ -507,4 +508,6 @@ def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
     columns += [F.col("value_raw"), F.col("value_error")]
     if cdc:
         columns.append(F.col("_floe_before"))
+    if op:
+        columns.append(F.col(op))
     return df.select(*columns)

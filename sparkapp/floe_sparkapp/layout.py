@@ -234,26 +234,33 @@ def check_layout(existing: Any, table: TableLayout, value: StructType | None,
 
 
 def _check_keys(existing: Any, table: TableLayout) -> None:
-    """An upsert's key columns are primitive fields of the value."""
-    if table.mode not in ROW_LEVEL or not table.key_columns:
+    """An upsert's key columns, and its operation field, are primitive fields of the value."""
+    if table.mode not in ROW_LEVEL:
+        return
+    named = [("keyColumns", column) for column in table.key_columns]
+    if table.op is not None and table.op.field:
+        named.append(("op.field", table.op.field))
+    if not named:
         return
     schema = existing.schema()
     problems = []
-    for column in table.key_columns:
+    for setting, column in named:
         try:
             found = schema.find_field(f"value.{column}")
         except ValueError:
-            problems.append(f"the value has no field {column}")
+            problems.append((setting, f"the value has no field {column}"))
             continue
         if not found.field_type.is_primitive:
-            problems.append(f"{column} is a {found.field_type}, not a single value")
+            problems.append((setting, f"{column} is a {found.field_type}, not a single value"))
     if problems:
         value = schema.find_field("value").field_type if "value" in {
             f.name for f in schema.fields} else None
         fields = ", ".join(f.name for f in getattr(value, "fields", []))
-        raise LayoutMismatch(f"table.keyColumns: {'; '.join(problems)} (the value's fields: "
-                             f"{fields or 'none'}). Name fields of the value that identify "
-                             "a row.")
+        settings = sorted({setting for setting, _ in problems})
+        raise LayoutMismatch(f"table.{' and table.'.join(settings)}: "
+                             f"{'; '.join(problem for _, problem in problems)} (the value's "
+                             f"fields: {fields or 'none'}). Name single-valued fields of "
+                             "the value.")
 
 
 def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,

@@ -33,6 +33,7 @@ from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
+from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
 from .layout import KEY_FIELDS
@@ -40,7 +41,7 @@ from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_with
                         look_for_writer, plan_evolution, value_struct)
 from .registry import Registry
 from .schemas import FORMATS
-from .upsert import Upsert
+from .upsert import OP_COLUMN, Upsert, operation_rows
 
 log = logging.getLogger("floe.job")
 
@@ -177,7 +178,8 @@ class TableWriter:
         mode = self.config.table.mode
         self.upsert = (Upsert(self.config.table.key_columns,
                               has_value=self.config.value.format != "raw", cdc=mode == "cdc",
-                              key_fields=self.config.key.decoded)
+                              key_fields=self.config.key.decoded,
+                              ops=self.config.table.op is not None)
                        if mode in ROW_LEVEL else None)
 
     @property
@@ -257,7 +259,7 @@ class TableWriter:
         fmt = self.config.value.format
         keyed = self.config.key.decoded
         if fmt == "raw" and not keyed:
-            return table_rows(decode_raw(fresh), has_value=False)
+            return self._rows(decode_raw(fresh), None, has_value=False)
         # Plans first: a writer's new fields evolve the table, and the projection is onto the
         # table as it is then (plans made against an older schema still decode).
         key_plans = (self._plans(table, list(key_ids), KEY_FIELDS)
@@ -270,23 +272,32 @@ class TableWriter:
         elif keyed:
             fresh = decode_json_key(fresh, columns[KEY_FIELDS].dataType)
         if fmt == "raw":
-            return table_rows(decode_raw(fresh), has_value=False, key_fields=True)
+            return self._rows(decode_raw(fresh), None, has_value=False, key_fields=True)
         value_type = columns["value"].dataType
         changes = self.config.table.mode == "cdc"
         if fmt == "json" and changes:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return table_rows(decode_json(fresh, value_type, plans), has_value=True,
-                              key_fields=keyed)
+            return self._rows(decode_json(fresh, value_type, plans), value_type)
         if "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if changes:  # the envelope decoded, its images projected onto the table's rows
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
             return self._changes(decode_framed(fresh, plans, cdc.envelope_type(value_type)))
-        return table_rows(decode_framed(fresh, plans, value_type), has_value=True,
-                          key_fields=keyed)
+        return self._rows(decode_framed(fresh, plans, value_type), value_type)
+
+    def _rows(self, decoded: DataFrame, value_type: Any, *, has_value: bool = True,
+              key_fields: bool | None = None) -> DataFrame:
+        """The table's rows of decoded records; with ``table.op``, each with its operation."""
+        keyed = self.config.key.decoded if key_fields is None else key_fields
+        op = self.config.table.op
+        if op is None:
+            return table_rows(decoded, has_value=has_value, key_fields=keyed)
+        decoded = operation_rows(decoded, op, self.config.table.key_columns,
+                                 DECODED_KEY if keyed else "key", value_type)
+        return table_rows(decoded, has_value=has_value, key_fields=keyed, op=OP_COLUMN)
 
     def _changes(self, envelopes: DataFrame) -> DataFrame:
         return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),

@@ -12,6 +12,11 @@ partition by key do).  A record whose key is null, or whose value could not be d
 identity: it is added as a row of its own, replacing nothing, and nothing replaces or deletes
 it later.
 
+With ``table.op`` (:func:`operation_rows`), a value field or header says what a record does:
+an insert or an update replaces its key's row, a delete deletes it (keyed by the record's
+``keyColumns`` fields, or its Kafka key); a record with any other operation, or none, is kept
+raw with the reason, as one that could not be decoded.
+
 The table is format version 3 and merge-on-read: replaced and deleted rows are marked by
 deletion vectors (a bitmap of deleted positions per data file, in Puffin files), never equality
 deletes, which several engines cannot read.  The batch's snapshot properties (its offsets) go on
@@ -30,6 +35,81 @@ from pyspark.sql import functions as F
 
 # A row kept raw (its value could not be decoded) is a row of its own: no statement matches it.
 KEPT_RAW_UNTOUCHED = " AND t.value_error IS NULL"
+# With table.op: what a decoded record does to its key's row (UPSERT or DELETE)
+OP_COLUMN, UPSERT, DELETE = "_floe_op", "upsert", "delete"
+
+
+def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: str,
+                   value_type: Any) -> DataFrame:
+    """Decoded records (``_value``, before :func:`.decode.table_rows`) with OP_COLUMN: what
+    ``op`` (the table's :class:`~.contract.OpSpec`) says each does; a decoded record whose
+    operation is none of op's values, or a delete without its key, is kept raw with the reason
+    (worded ``op ...``: reason ``not_a_change``).  ``key`` is the column of the Kafka key rows
+    are identified by when there are no ``key_columns``."""
+    where = op.action()
+    if op.field:
+        text = _field_text(value_type, op.field) if "_value" in df.columns else None
+        missing = (f"op {where} is null: the record's operation is unknown" if text is not None
+                   else f"op {where} is not a field of the table's value: the record's "
+                        "operation is unknown")
+    else:
+        named = F.filter("headers", lambda h: h.getField("key") == F.lit(op.header))
+        text = F.try_element_at(named, F.lit(-1)).getField("value").cast("string")
+        missing = f"op {where} is missing: the record has no such header"
+    if text is None:
+        text = F.lit(None).cast("string")
+    values = {UPSERT: (*op.insert, *op.update), DELETE: op.delete}
+    action = F.lower(F.trim(text))
+    kind_of = (F.when(action.isin(*values[UPSERT]), F.lit(UPSERT))
+               .when(action.isin(*values[DELETE]), F.lit(DELETE)))
+    if key_columns:
+        keyless = F.lit(False)
+        for name in key_columns:
+            keyless = keyless | _nested(name).isNull()
+        why = f"op delete without its keyColumns ({', '.join(key_columns)}): no row to find"
+    else:
+        keyless = F.col(key).isNull()
+        why = "op delete without a Kafka key: no row to find"
+    body = "_value" if "_value" in df.columns else "value"  # a raw table: its bytes
+    decoded = F.col(body).isNotNull() & F.col("value_error").isNull()
+    problem = (F.when(~decoded, F.lit(None))
+               .when(text.isNull(), F.lit(missing))
+               .when(kind_of.isNull(), F.format_string(
+                   f"op %s ({where}) is not an insert ({', '.join(op.insert)}), update "
+                   f"({', '.join(op.update)}) or delete ({', '.join(op.delete)})", text))
+               .when((kind_of == DELETE) & keyless, F.lit(why)))
+    checked = df.withColumn("_op_problem", problem)
+    bad = F.col("_op_problem").isNotNull()
+    checked = (checked
+               .withColumn("value_error", F.coalesce(F.col("value_error"),
+                                                     F.col("_op_problem")))
+               .withColumn("value_raw", F.when(bad, F.col("value"))
+                           .otherwise(F.col("value_raw")))
+               .withColumn(OP_COLUMN, F.when(decoded & ~bad, kind_of)))
+    if body == "_value":  # kept raw: no value
+        checked = checked.withColumn(body, F.when(~bad, F.col(body)))
+    return checked.drop("_op_problem")
+
+
+def _field_text(value_type: Any, path: str) -> Any:
+    """The value's field at ``path`` as text; None when the value has no such scalar field."""
+    from pyspark.sql import types as T
+
+    kind = value_type
+    for part in path.split("."):
+        if not isinstance(kind, T.StructType) or part not in kind.fieldNames():
+            return None
+        kind = kind[part].dataType
+    if isinstance(kind, (T.StructType, T.ArrayType, T.MapType)):
+        return None
+    return _nested(path).cast("string")
+
+
+def _nested(path: str) -> Any:
+    column = F.col("_value")
+    for part in path.split("."):
+        column = column.getField(part)
+    return column
 
 
 @dataclass(frozen=True)
@@ -38,6 +118,7 @@ class Upsert:
     has_value: bool = True  # false for a raw table (no value column)
     cdc: bool = False  # mode cdc: rows of change events (cdc.change_rows), op d deletes
     key_fields: bool = False  # the Kafka key is decoded: its fields, not its bytes, identify
+    ops: bool = False  # table.op: rows carry OP_COLUMN (operation_rows), "delete" deletes
 
     @property
     def _key(self) -> str:
@@ -62,7 +143,9 @@ class Upsert:
         return condition & F.col("value").isNull() if self.has_value else condition
 
     def _deletes(self) -> Any:
-        """The record is a change event deleting its row."""
+        """The record is a change event (or, with ``op``, an operation) deleting its row."""
+        if self.ops:
+            return F.coalesce(F.col(OP_COLUMN) == DELETE, F.lit(False))
         return F.coalesce(F.col("cdc.op") == "d", F.lit(False)) if self.cdc else F.lit(False)
 
     def _identified(self) -> Any:
@@ -97,9 +180,9 @@ class Upsert:
                 .filter(F.col("_floe_rank") == 1))
         upserts = last.filter(~self._deletes()).drop(
             "_floe_rank", "_floe_position", "_floe_tombstone", "_floe_deleted_at",
-            "_floe_before")
+            "_floe_before", OP_COLUMN)
         deletes = None
-        if self.cdc:
+        if self.cdc or self.ops:
             removed = last.filter(self._deletes())
             if self.key_columns:
                 deletes = removed.select(*[column.alias(f"_floe_k{i}")

@@ -209,3 +209,24 @@ def test_partition_fields_are_made_and_evolved_as_the_spec_says(tmp_path):
 
     with pytest.raises(LayoutMismatch, match="has no column value.region to partition by"):
         evolve_partitioning(table, spec.model_copy(update={"partition_by": ("value.region",)}))
+
+
+def test_an_upsert_tables_key_columns_and_operation_field_must_be_fields_of_the_value(tmp_path):
+    from floe_sparkapp.contract import OpSpec
+    from floe_sparkapp.layout import LayoutMismatch
+
+    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                          warehouse=f"file://{tmp_path / 'wh'}")
+    opened = load_catalog(catalog)
+    value = avro_to_iceberg(V1).struct
+    fields = ", ".join(f.name for f in value.fields)
+    spec = TableSpec(catalog=catalog, identifier="db.customers", mode="upsert",
+                     key_columns=("id",), op=OpSpec(field="action"))
+    with pytest.raises(LayoutMismatch) as refused:
+        ensure_table(opened, spec, value)
+    assert str(refused.value) == (
+        f"table.op.field: the value has no field action (the value's fields: {fields}). Name "
+        "single-valued fields of the value.")
+    header = spec.model_copy(update={"op": OpSpec(header="op")})
+    table, created = ensure_table(opened, header, value)
+    assert table.properties["floe.mode"] == "upsert"
