@@ -58,6 +58,13 @@ def with_op(op: dict[str, Any], mode: str = "upsert", format_: str = "avro") -> 
     return body
 
 
+def with_coercion(format_: str = "avro", mode: str = "append") -> dict[str, Any]:
+    body = changed("spec.value.coerce", [{"field": "price", "to": "decimal(10, 2)"}])
+    body["spec"]["value"]["format"] = format_
+    body["spec"]["table"]["mode"] = mode
+    return body
+
+
 def cdc_of_raw_values(format_: str = "raw") -> dict[str, Any]:
     body = changed("spec.value.format", format_)
     body["spec"]["table"]["mode"] = "cdc"
@@ -200,6 +207,24 @@ CASES = [
          "value has none: use op.header, or value.format avro, json or protobuf",
          "table.op.field names a value field, and a raw topic's value has none: use op.header, "
          "or value.format avro, json or protobuf"),
+    Case(changed("spec.value.coerce", [{"field": "price", "to": "double"},
+                                       {"field": "price", "to": "long"}]),
+         "spec.value.coerce: Invalid value: coerce names a field twice",
+         "coerce names a field twice"),
+    Case(changed("spec.value.coerce", [{"field": "price", "to": "number"}]),
+         'spec.value.coerce[0].to: Invalid value: "number": spec.value.coerce[0].to in body '
+         "should match '^(int|long|float|double|timestamp|binary|string|"
+         "decimal\\(([1-9]|[12][0-9]|3[0-8]), ?([0-9]|[12][0-9]|3[0-8])\\))$'"),
+    Case(with_coercion(format_="raw"),
+         "spec.value.coerce: Invalid value: coerce converts fields of the value, and a raw "
+         "topic's value has none: value.format must be avro, json or protobuf",
+         "coerce converts fields of the value, and a raw topic's value has none: value.format "
+         "must be avro, json or protobuf"),
+    Case(with_coercion(mode="cdc"),
+         "spec.value.coerce: Invalid value: value.coerce converts fields of a record's value, "
+         "and a cdc table's rows are Debezium's before and after images: leave coerce out",
+         "value.coerce converts fields of a record's value, and a cdc table's rows are "
+         "Debezium's before and after images: leave coerce out"),
     Case(changed("spec.key", {"format": "avro"}),
          "spec.key.subject: Required value: key.subject is required when key.format is avro or "
          "json: the key_fields column comes from the registry (use format raw to keep the key's "

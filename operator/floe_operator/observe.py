@@ -18,6 +18,7 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
+from floe_sparkapp.coercion import paths
 from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
 from pydantic import ValidationError
@@ -109,7 +110,8 @@ def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
         return RegistryView(error=error_text(error))
     try:
         return RegistryView(latest.version,
-                            table_struct(latest, job.table.mode, job.value.message).struct)
+                            table_struct(latest, job.table.mode, job.value.message,
+                                         paths(job.value.coerce)).struct)
     except SchemaMappingError as error:
         return RegistryView(latest.version, error=str(error))
 

@@ -34,6 +34,9 @@ KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# value.coerce's types (floe_sparkapp.coercion)
+COERCE_TO = (r"^(int|long|float|double|timestamp|binary|string|"
+             r"decimal\(([1-9]|[12][0-9]|3[0-8]), ?([0-9]|[12][0-9]|3[0-8])\))$")
 _COLUMN = r"(value|key_fields|kafka)(\.[A-Za-z_][A-Za-z0-9_]*)+"
 # A partition field: an Iceberg transform of a column, as Iceberg's Spark DDL writes it.
 PARTITION_FIELD = (rf"^({_COLUMN}|(identity|year|month|day|hour)\({_COLUMN}\)|"
@@ -161,8 +164,27 @@ class SchemaRegistrySpec(_Model):
         None, description="Secret with key basic.auth.user.info (user:password).")
 
 
+FieldPath = Annotated[str, Field(pattern=FIELD_PATH, max_length=253)]
+
+
+class Coercion(_Model):
+    field: FieldPath = Field(description="A field of the value (dotted), e.g. price or "
+                                         "order.created_at.")
+    to: str = Field(pattern=COERCE_TO, max_length=16, description=(
+        "The column's type: int, long, float, double, decimal(P, S), timestamp (from epoch "
+        "milliseconds or ISO 8601 text), binary (from base64 text) or string."))
+
+
 class ValueSpec(_Model):
     RULES = (
+        Rule("self.format != 'raw' || !has(self.coerce) || size(self.coerce) == 0",
+             "coerce converts fields of the value, and a raw topic's value has none: "
+             "value.format must be avro, json or protobuf", ".coerce", None,
+             lambda v: v.format != "raw" or not v.coerce),
+        Rule("!has(self.coerce) || self.coerce.all(c, self.coerce.exists_one(d, "
+             "d.field == c.field))",
+             "coerce names a field twice", ".coerce", None,
+             lambda v: len({c.field for c in v.coerce}) == len(v.coerce)),
         Rule("self.format == 'raw' || has(self.schemaRegistry)",
              "schemaRegistry is required when format is avro, json or protobuf: the table schema "
              "comes from the registry (use format raw to keep the bytes only)",
@@ -181,6 +203,11 @@ class ValueSpec(_Model):
     message: str | None = Field(None, min_length=1, max_length=512, description=(
         "protobuf: the full name (package included) of the message the values are; by default "
         "the first message of the subject's schema."))
+    coerce: tuple[Coercion, ...] = Field(default_factory=tuple, max_length=64, description=(
+        "Fields whose column has another type than their writer schema's: each record's field "
+        "is converted as it lands (text to a number, epoch milliseconds or ISO 8601 text to a "
+        "timestamp, base64 text to binary); one that cannot be is null, and the row notes "
+        "which field and why in value_error, its bytes in value_raw."))
 
 
 class KeySpec(_Model):
@@ -237,7 +264,6 @@ class CatalogSpec(_Model):
         return self.model_copy(update={"properties": {**self.properties, **values}})
 
 
-FieldPath = Annotated[str, Field(pattern=FIELD_PATH, max_length=253)]
 OpValue = Annotated[str, Field(pattern=r"^[^A-Z]+$", min_length=1, max_length=64)]
 
 
@@ -502,6 +528,10 @@ class TopicSpec(_Model):
              "table.keyColumns name value fields, and a raw topic's value has none: leave "
              "keyColumns out to key rows by the Kafka key", ".table.keyColumns", None,
              lambda s: s.value.format != "raw" or not s.table.key_columns),
+        Rule("self.table.mode != 'cdc' || !has(self.value.coerce) || size(self.value.coerce) == 0",
+             "value.coerce converts fields of a record's value, and a cdc table's rows are "
+             "Debezium's before and after images: leave coerce out", ".value.coerce", None,
+             lambda s: s.table.mode != "cdc" or not s.value.coerce),
         Rule("self.value.format != 'raw' || !has(self.table.op) || has(self.table.op.header)",
              "table.op.field names a value field, and a raw topic's value has none: use "
              "op.header, or value.format avro, json or protobuf", ".table.op", None,

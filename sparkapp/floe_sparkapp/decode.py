@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro
 
+from .coercion import as_text, convert, noted
 from .protobuf_decode import read as read_protobuf
 from .schemas import NOTE_FIELD, OK_FIELD, Writer
 
@@ -81,13 +82,16 @@ def framed_ids(df: DataFrame, column: str = "value") -> list[int]:
 
 
 def project(col: Column, source: T.DataType, target: T.DataType,
-            routes: Mapping[str, str] | None = None, path: str = "value") -> Column:
+            routes: Mapping[str, str] | None = None, path: str = "value",
+            coerce: Mapping[str, str] | None = None) -> Column:
     """Reshapes ``col`` of type ``source`` into ``target`` by field name, recursively.
 
     ``routes`` maps a field's path (``value.a.b``) to the sibling column its values go to
     instead (``b_before_v3``, where an approved change kept the field's old type); the field's
-    own column is then null."""
+    own column is then null.  ``coerce`` (:func:`.coercion.paths`) names the fields converted
+    to their column's type (null where they cannot be) rather than cast."""
     routes = routes or {}
+    coerce = coerce or {}
     if source == target and not any(r.startswith(path + ".") for r in routes):
         return col
     if isinstance(source, T.StructType) and isinstance(target, T.StructType):
@@ -97,9 +101,11 @@ def project(col: Column, source: T.DataType, target: T.DataType,
         parts = []
         for f in target.fields:
             name = moved.get(f.name, f.name)
-            if name in present and (f.name in moved or f"{path}.{name}" not in routes):
+            if name in present and f"{path}.{name}" in coerce and f.name not in moved:
+                part = convert(col.getField(name), present[name], f.dataType)
+            elif name in present and (f.name in moved or f"{path}.{name}" not in routes):
                 part = project(col.getField(name), present[name], f.dataType, routes,
-                               f"{path}.{name}")
+                               f"{path}.{name}", coerce)
             else:
                 part = F.lit(None).cast(f.dataType)
             parts.append(part.alias(f.name))
@@ -122,7 +128,8 @@ def project(col: Column, source: T.DataType, target: T.DataType,
 
 
 def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
-                  value_type: T.StructType) -> DataFrame:
+                  value_type: T.StructType, coerce: Mapping[str, str] | None = None
+                  ) -> DataFrame:
     """Adds ``value``, ``value_raw`` and ``value_error`` to rows framed in the Confluent wire
     format (see :func:`frame`): Avro or Protobuf values.
 
@@ -131,8 +138,10 @@ def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
     its own.  Spark does not collapse the two, since the decoded column is used many times and
     decoding is not cheap; written as one expression, every field read and every check would
     decode the value again (conditional branches escape common-subexpression elimination).
+    ``coerce``: the fields converted to their column's type (:mod:`.coercion`).
     """
-    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans, value_type)
+    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans, value_type,
+                                                                     coerce=coerce)
     error = F.coalesce(F.col("_frame_error"),
                        F.when(F.col("value").isNotNull(), failure_col.cast("string")))
     note = F.when(error.isNull() & F.col("value").isNotNull(), partial_col.cast("string"))
@@ -146,7 +155,8 @@ def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
 
 
 def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target: T.StructType,
-                         column: str = "value") -> tuple[DataFrame, Column, Column, Column]:
+                         column: str = "value", coerce: Mapping[str, str] | None = None
+                         ) -> tuple[DataFrame, Column, Column, Column]:
     """Decodes ``column`` once per writer schema id (:func:`decode_writers`); returns the rows
     with those columns, the value projected onto ``target``, why it could not be decoded, and
     the note on recursive fields left out (each null where it does not apply)."""
@@ -164,9 +174,12 @@ def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target:
             continue
         name = _decoded_name(plan.schema_id, column)
         raw, ok = F.col(name), _decoded_ok(plan.writer)(F.col(name))
-        value = project(raw, df.schema[name].dataType, target, dict(plan.routes), path)
+        value = project(raw, df.schema[name].dataType, target, dict(plan.routes), path, coerce)
         decoded = (decoded if decoded is not None else F).when(matches, value)
         notes = [raw.getField(NOTE_FIELD)] if plan.writer.format == "PROTOBUF" else []
+        coerced = noted(raw, df.schema[name].dataType, target, coerce or {})
+        if coerced is not None:
+            notes.append(coerced)
         malformed = None
         if _checked_name(plan.schema_id, column) in df.columns:
             malformed, trailing = _checked(df, plan, column)
@@ -411,18 +424,21 @@ def _plain_checked_name(column: str) -> str:
     return f"_{column.strip('_')}_checked"
 
 
-def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str
+def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str,
+                coerce: Mapping[str, str] | None = None
                 ) -> tuple[DataFrame, Column, Column, Column]:
     """``column`` parsed as JSON against ``struct``: the rows with its check (the caller drops
     :func:`_plain_checked_name`), the parsed value, ``problem`` where it is not a JSON object that
-    fits (or why it is malformed), and the note on what follows the document."""
+    fits (or why it is malformed), and the note on what follows the document (or on the
+    ``coerce``d fields that could not be converted, read as text first)."""
     from .jvm_udf import json_check
 
     df = df.select("*", json_check(F.col(column), 0).alias(_plain_checked_name(column)))
     checked = F.col(_plain_checked_name(column))
-    with_corrupt = T.StructType([*struct.fields, T.StructField(CORRUPT, T.StringType())])
+    read = as_text(struct, coerce) if coerce else struct
+    with_corrupt = T.StructType([*read.fields, T.StructField(CORRUPT, T.StringType())])
     parsed = F.from_json(F.col(column).cast("string"), with_corrupt, JSON_OPTIONS)
-    beyond = _beyond_range(parsed, struct)
+    beyond = _beyond_range(parsed, read)
     reasons = [checked.getField("error")]
     if beyond is not None:
         reasons.append(_past_range(beyond))
@@ -433,20 +449,26 @@ def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str
                                            "malformed: "), F.coalesce(*reasons))))
     note = F.when(checked.getField("trailing") > 0, F.lit(
         "more follows the JSON value and was not read; the full value is in value_raw"))
-    return df, F.when(error.isNull(), project(parsed, with_corrupt, struct)), error, note
+    coerced = noted(parsed, with_corrupt, struct, coerce or {})
+    if coerced is not None:
+        note = F.coalesce(note, coerced)
+    return (df, F.when(error.isNull(), project(parsed, with_corrupt, struct, coerce=coerce)),
+            error, note)
 
 
 def decode_json(df: DataFrame, value_type: T.StructType,
-                plans: Mapping[int, WriterPlan] | None = None) -> DataFrame:
+                plans: Mapping[int, WriterPlan] | None = None,
+                coerce: Mapping[str, str] | None = None) -> DataFrame:
     """JSON values: those in the Confluent wire format (JSON Schema, see :func:`frame`) decoded
     with their writer schema's plan, plain ones parsed against the table's value struct; what
-    cannot be is kept raw."""
+    cannot be is kept raw.  ``coerce``: the fields converted to their column's type."""
     df = frame(df)
     framed = F.col("_schema_id").isNotNull()
     df = df.withColumn("_plain", F.when(~framed, F.col("value")))
     df, plain, plain_error, plain_note = _parse_json(
-        df, "_plain", value_type, "value is not a JSON object matching the table schema")
-    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans or {}, value_type)
+        df, "_plain", value_type, "value is not a JSON object matching the table schema", coerce)
+    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans or {}, value_type,
+                                                                     coerce=coerce)
     unplanned = F.format_string(
         "value is framed with writer schema id %d, which this table does not decode (a cdc "
         "table reads Debezium's plain JSON)", F.col("_schema_id"))

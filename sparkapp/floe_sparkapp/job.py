@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from . import catalog as catalogs
-from . import checkpoint, metrics, schemas
+from . import checkpoint, coercion, metrics, schemas
 from .batch_writer import BatchWriter
 from .commit import sweep_branches
 from .config import JobConfig, kafka_client_settings
@@ -51,7 +51,8 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     value = key = None
     if registry is not None and config.value.format != "raw":
         latest = registry.latest()
-        value = schemas.table_struct(latest, config.table.mode, config.value.message).struct
+        value = schemas.table_struct(latest, config.table.mode, config.value.message,
+                                     coercion.paths(config.value.coerce)).struct
     if config.key.decoded:
         key = schemas.table_struct(Registry(config.key_registry(), config.registry_auth())
                                    .latest()).struct

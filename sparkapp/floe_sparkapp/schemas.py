@@ -8,11 +8,13 @@ raw on a breaking change until it is approved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Mapping
 
 from . import cdc
 from .avro_types import MappedValue, SchemaMappingError
+from .coercion import as_text, coerced_struct
 from .json_schema_types import json_schema_to_iceberg
 from .protobuf_types import Message, compile_schema, message_of, protobuf_to_iceberg
 from .registry import RegisteredSchema
@@ -62,23 +64,30 @@ def _mapped(found: RegisteredSchema, mode: str, message: str | None
     raise SchemaMappingError(f"schema type {kind} is not one floe reads")
 
 
-def table_struct(found: RegisteredSchema, mode: str = "append", message: str | None = None
-                 ) -> MappedValue:
+def table_struct(found: RegisteredSchema, mode: str = "append", message: str | None = None,
+                 coerce: Mapping[str, str] | None = None) -> MappedValue:
     """The table struct of a writer schema (for ``cdc``, of the rows in its envelopes);
-    ``message`` picks a Protobuf schema's message (else its first)."""
-    return _mapped(found, mode, message)[0]
+    ``message`` picks a Protobuf schema's message (else its first); ``coerce`` (by
+    :func:`.coercion.paths`) gives fields the types ``value.coerce`` declares."""
+    value = _mapped(found, mode, message)[0]
+    if coerce:
+        value = replace(value, struct=coerced_struct(value.struct, coerce))
+    return value
 
 
-def mapped(found: RegisteredSchema, mode: str = "append",
-           message: str | None = None) -> tuple[MappedValue, Writer]:
-    """:func:`table_struct`, and how the records written with the schema are read."""
+def mapped(found: RegisteredSchema, mode: str = "append", message: str | None = None,
+           coerce: Mapping[str, str] | None = None) -> tuple[MappedValue, Writer]:
+    """:func:`table_struct`, and how the records written with the schema are read (a coerced
+    field as the writer wrote it: JSON's as text)."""
     value, chosen, descriptor = _mapped(found, mode, message)
     recursive = bool(value.recursive_fields)
     kind = found.schema_type.upper()
+    table = replace(value, struct=coerced_struct(value.struct, coerce)) if coerce else value
     if kind == "JSON":
         from .json_schema_types import spark_type
 
-        return value, Writer(kind, spark_type(value.struct).json(), recursive=recursive)
+        read = as_text(spark_type(value.struct), coerce) if coerce else spark_type(value.struct)
+        return table, Writer(kind, read.json(), recursive=recursive)
     if chosen is not None:
-        return value, Writer(kind, chosen.name, descriptor, chosen.indexes, recursive)
-    return value, Writer(kind, found.schema, recursive=recursive)
+        return table, Writer(kind, chosen.name, descriptor, chosen.indexes, recursive)
+    return table, Writer(kind, found.schema, recursive=recursive)

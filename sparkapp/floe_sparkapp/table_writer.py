@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, dead_letters, metrics, schemas
+from . import cdc, checkpoint, coercion, dead_letters, metrics, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, commit_with_retries
@@ -183,6 +183,11 @@ class TableWriter:
                        if mode in ROW_LEVEL else None)
 
     @property
+    def coerce(self) -> dict[str, str]:
+        """``value.coerce``, by column path (:func:`.coercion.paths`)."""
+        return coercion.paths(self.config.value.coerce)
+
+    @property
     def table_name(self) -> str:
         return f"{self.config.table.catalog.name}.{self.config.table.identifier}"
 
@@ -201,7 +206,7 @@ class TableWriter:
                                                f"{found.schema_type}, not {expected}")
         try:
             mapped, writer = (schemas.mapped(found) if column == KEY_FIELDS else schemas.mapped(
-                found, self.config.table.mode, self.config.value.message))
+                found, self.config.table.mode, self.config.value.message, self.coerce))
         except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
         fit = (evolve_for_writer if self.evolve else look_for_writer) if (
@@ -279,14 +284,14 @@ class TableWriter:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return self._rows(decode_json(fresh, value_type, plans), value_type)
+            return self._rows(decode_json(fresh, value_type, plans, self.coerce), value_type)
         if "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if changes:  # the envelope decoded, its images projected onto the table's rows
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
             return self._changes(decode_framed(fresh, plans, cdc.envelope_type(value_type)))
-        return self._rows(decode_framed(fresh, plans, value_type), value_type)
+        return self._rows(decode_framed(fresh, plans, value_type, self.coerce), value_type)
 
     def _rows(self, decoded: DataFrame, value_type: Any, *, has_value: bool = True,
               key_fields: bool | None = None) -> DataFrame:
@@ -386,7 +391,7 @@ class TableWriter:
                 continue
             try:
                 mapped, _ = schemas.mapped(found, self.config.table.mode,
-                                           self.config.value.message)
+                                           self.config.value.message, self.coerce)
             except SchemaMappingError:
                 continue
             plan = plan_evolution(current, mapped.struct, route=True)
