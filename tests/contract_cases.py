@@ -226,16 +226,21 @@ CASES = [
          "value.coerce converts fields of a record's value, and a cdc table's rows are "
          "Debezium's before and after images: leave coerce out"),
     Case(changed("spec.key", {"format": "avro"}),
-         "spec.key.subject: Required value: key.subject is required when key.format is avro or "
-         "json: the key_fields column comes from the registry (use format raw to keep the key's "
-         "bytes only)",
-         "key.subject is required when key.format is avro or json: the key_fields column comes "
-         "from the registry (use format raw to keep the key's bytes only)"),
+         "spec.key.subject: Required value: key.subject is required when key.format is avro, "
+         "json or protobuf: the key_fields column comes from the registry (use format raw to "
+         "keep the key's bytes only)",
+         "key.subject is required when key.format is avro, json or protobuf: the key_fields "
+         "column comes from the registry (use format raw to keep the key's bytes only)"),
+    Case(changed("spec.key", {"format": "avro", "subject": "orders-key", "message": "a.B"}),
+         "spec.key.message: Invalid value: key.message names a Protobuf message: it needs "
+         "key.format protobuf",
+         "key.message names a Protobuf message: it needs key.format protobuf"),
     Case(raw_value_decoded_key(),
-         "spec.key.format: Invalid value: key.format avro or json reads the key schema from "
-         "value.schemaRegistry's registry: value.format must be avro, json or protobuf too",
-         "key.format avro or json reads the key schema from value.schemaRegistry's registry: "
-         "value.format must be avro, json or protobuf too"),
+         "spec.key.format: Invalid value: key.format avro, json or protobuf reads the key "
+         "schema from value.schemaRegistry's registry: value.format must be avro, json or "
+         "protobuf too",
+         "key.format avro, json or protobuf reads the key schema from value.schemaRegistry's "
+         "registry: value.format must be avro, json or protobuf too"),
     Case(routed("inventory.customers", format_="raw"),
          "spec.routes: Invalid value: routes pick a table by a value field, and a raw topic's "
          "value has none: value.format must be avro, json or protobuf",

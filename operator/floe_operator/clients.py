@@ -104,7 +104,7 @@ def key_struct(job: JobConfig, secrets: Secrets) -> StructType | None:
     if config is None:
         return None
     latest = registries.get(config, secrets.registry.get("basic.auth.user.info")).latest()
-    return table_struct(latest).struct
+    return table_struct(latest, message=job.key.message).struct
 
 
 # --- Kafka -------------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ class Backfill:
         their writer schema ids of values and keys."""
         framed = self.config.value.format in ("avro", "protobuf")
         ids = framed_ids(records, "value") if framed else []
-        keys = framed_ids(records, "key") if self.config.key.format == "avro" else []
+        keys = framed_ids(records, "key") if self.config.key.framed else []
         if not self.top.routes:
             return records, ids, keys
         routed = routing.routed(records, self.top, self.writer.registry, ids)

@@ -80,7 +80,7 @@ class BatchWriter:
         if self.config.value.format != "raw":  # JSON: only values framed for JSON Schema
             batch = frame(batch)
             aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))
-        if self.config.key.format == "avro":
+        if self.config.key.framed:
             batch = frame(batch, "key")
             aggregates.append(F.collect_set("_key_schema_id").alias("key_ids"))
         return batch.groupBy("partition").agg(*aggregates).collect()

@@ -213,21 +213,32 @@ class ValueSpec(_Model):
 class KeySpec(_Model):
     RULES = (
         Rule("!has(self.format) || self.format == 'raw' || has(self.subject)",
-             "key.subject is required when key.format is avro or json: the key_fields column "
-             "comes from the registry (use format raw to keep the key's bytes only)",
+             "key.subject is required when key.format is avro, json or protobuf: the key_fields "
+             "column comes from the registry (use format raw to keep the key's bytes only)",
              ".subject", "FieldValueRequired", lambda k: k.format == "raw" or bool(k.subject)),
+        Rule("!has(self.message) || self.format == 'protobuf'",
+             "key.message names a Protobuf message: it needs key.format protobuf", ".message",
+             None, lambda k: k.message is None or k.format == "protobuf"),
     )
 
-    format: Literal["avro", "json", "raw"] = Field(
-        "raw", description="raw: the key's bytes only. avro, json: also decoded, by its own "
-                           "registry subject, into the key_fields column, which identifies an "
-                           "upsert or cdc table's rows when keyColumns are empty.")
+    format: Literal["avro", "json", "protobuf", "raw"] = Field(
+        "raw", description="raw: the key's bytes only. avro, json, protobuf: also decoded, by "
+                           "its own registry subject, into the key_fields column, which "
+                           "identifies an upsert or cdc table's rows when keyColumns are empty.")
     subject: str | None = Field(None, min_length=1, max_length=253, description=(
         "Subject of the key schema, in value.schemaRegistry's registry."))
+    message: str | None = Field(None, min_length=1, max_length=512, description=(
+        "protobuf: the full name (package included) of the message the keys are; by default "
+        "the first message of the subject's schema."))
 
     @property
     def decoded(self) -> bool:
         return self.format != "raw"
+
+    @property
+    def framed(self) -> bool:
+        """Keys in the Confluent wire format, each decoded by the schema id it carries."""
+        return self.format in ("avro", "protobuf")
 
 
 class CatalogSpec(_Model):
@@ -539,7 +550,7 @@ class TopicSpec(_Model):
              or s.table.op.header is not None),
         Rule("!has(self.key) || !has(self.key.format) || self.key.format == 'raw' "
              "|| self.value.format != 'raw'",
-             "key.format avro or json reads the key schema from value.schemaRegistry's "
+             "key.format avro, json or protobuf reads the key schema from value.schemaRegistry's "
              "registry: value.format must be avro, json or protobuf too", ".key.format", None,
              lambda s: s.key.format == "raw" or s.value.format != "raw"),
         Rule("!has(self.fanOut) || !self.fanOut || (has(self.routes) && size(self.routes) > 0)",

@@ -348,11 +348,11 @@ def raw_reason(error: Column) -> Column:
             .otherwise(F.lit("other")))
 
 
-def decode_avro_key(df: DataFrame, plans: Mapping[int, WriterPlan],
-                    key_type: T.StructType) -> DataFrame:
-    """Adds ``_key_fields`` (the key decoded with its writer schema, projected onto the
-    table's ``key_fields`` type) and ``_key_error`` (why it could not be) to rows whose key
-    is framed (``frame(df, "key")``); a null key is neither."""
+def decode_framed_key(df: DataFrame, plans: Mapping[int, WriterPlan],
+                      key_type: T.StructType) -> DataFrame:
+    """Adds ``_key_fields`` (the key, Avro or Protobuf, decoded with its writer schema,
+    projected onto the table's ``key_fields`` type) and ``_key_error`` (why it could not be) to
+    rows whose key is framed (``frame(df, "key")``); a null key is neither."""
     df, decoded_col, failure_col, _ = _decode_writers_onto(df, plans, key_type, "key")
     error = F.coalesce(F.col("_key_frame_error"),
                        F.when(F.col("key").isNotNull(), failure_col.cast("string")))

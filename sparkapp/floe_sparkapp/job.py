@@ -55,7 +55,7 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
                                      coercion.paths(config.value.coerce)).struct
     if config.key.decoded:
         key = schemas.table_struct(Registry(config.key_registry(), config.registry_auth())
-                                   .latest()).struct
+                                   .latest(), message=config.key.message).struct
     catalog = catalogs.load_catalog(config.catalog())
     table, created = ensure_table(catalog, config.table, value, key)
     if created:

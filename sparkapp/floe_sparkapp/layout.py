@@ -61,7 +61,7 @@ UPSERT_PROPERTIES = {
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
 }
-KEY_FIELDS = "key_fields"  # the decoded Kafka key (key.format avro or json)
+KEY_FIELDS = "key_fields"  # the decoded Kafka key (key.format avro, json or protobuf)
 KEY_FIELDS_ID = 7
 MODE = "floe.mode"  # the table property recording the mode the table was made for
 

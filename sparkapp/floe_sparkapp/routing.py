@@ -58,7 +58,7 @@ def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
     found = F.filter(F.array(*matches), lambda number: number.isNotNull())
     if not config.fan_out:
         found = F.slice(found, 1, 1)
-    if config.key.format == "avro":
+    if config.key.framed:
         df = frame(df, "key")
     return df.withColumn(ROUTE, F.when(F.size(found) == 0, F.array(F.lit(0))).otherwise(found))
 

@@ -34,7 +34,7 @@ from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
 from .decode import KEY_FIELDS as DECODED_KEY
-from .decode import (WriterPlan, decode_avro_key, decode_framed, decode_json,
+from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
 from .layout import KEY_FIELDS
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
@@ -205,7 +205,8 @@ class TableWriter:
             return WriterPlan(schema_id, error=f"schema id {schema_id} is "
                                                f"{found.schema_type}, not {expected}")
         try:
-            mapped, writer = (schemas.mapped(found) if column == KEY_FIELDS else schemas.mapped(
+            mapped, writer = (schemas.mapped(found, message=self.config.key.message)
+                              if column == KEY_FIELDS else schemas.mapped(
                 found, self.config.table.mode, self.config.value.message, self.coerce))
         except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
@@ -246,7 +247,7 @@ class TableWriter:
         the job's batches find them as they are written.)"""
         framed = self.config.value.format in ("avro", "protobuf")
         ids = framed_ids(records, "value") if framed else []
-        keys = framed_ids(records, "key") if self.config.key.format == "avro" else []
+        keys = framed_ids(records, "key") if self.config.key.framed else []
         self.plan_ids(table, ids, keys)
         return ids, keys
 
@@ -268,12 +269,12 @@ class TableWriter:
         # Plans first: a writer's new fields evolve the table, and the projection is onto the
         # table as it is then (plans made against an older schema still decode).
         key_plans = (self._plans(table, list(key_ids), KEY_FIELDS)
-                     if self.config.key.format == "avro" else None)
+                     if self.config.key.framed else None)
         plans = self._plans(table, schema_ids, "value") if fmt != "raw" else {}
         columns = self.spark.table(self.table_name).schema
         if key_plans is not None:
             framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
-            fresh = decode_avro_key(framed, key_plans, columns[KEY_FIELDS].dataType)
+            fresh = decode_framed_key(framed, key_plans, columns[KEY_FIELDS].dataType)
         elif keyed:
             fresh = decode_json_key(fresh, columns[KEY_FIELDS].dataType)
         if fmt == "raw":
@@ -445,7 +446,7 @@ class TableWriter:
         identifier, writer, topic = (self.config.table.identifier, self.config.writer,
                                      self.config.kafka.topic)
         value_framed = self.config.value.format != "raw"
-        key_framed = self.config.key.format == "avro"
+        key_framed = self.config.key.framed
         metrics.doing("loading_table")
         table = self.catalog.load_table(identifier)
         self._check_identity(table, batch_id)

@@ -234,3 +234,56 @@ def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_vers
     assert sorted(spark.table(f"{config.table.catalog.name}.{config.table.identifier}")
                   .filter("value_error IS NULL").select("key_fields.id").collect()) == \
         sorted((i,) for i in latest)
+
+
+KEY_PROTO = """syntax = "proto3";
+package shop;
+message OrderKey { int64 id = 1;%s }
+"""
+
+
+def test_upsert_keyed_by_a_protobuf_key_decoded_by_its_own_subject(stack, spark, tmp_path, topic):
+    """key.format protobuf: keys framed as Confluent's Protobuf serializer frames them (schema
+    id, message index, message) decode into key_fields, which identify the row across key
+    schema versions; a key that does not decode keeps its record raw with the reason."""
+    from confluent_kafka.schema_registry import Schema
+
+    from floe_sparkapp.config import parse_config
+
+    from .test_job_formats import framed, message_class
+
+    producer = AvroProducer(stack, topic)
+    versions = {}
+    # A field added to a key is optional (presence): unset, it reads null, as the older
+    # version's keys do, so both versions' keys of an id are one key.
+    for version, extra in ((1, ""), (2, " optional string shard = 2;")):
+        schema = KEY_PROTO % extra
+        versions[version] = (producer.registry.register_schema(
+            f"{topic}-key", Schema(schema, "PROTOBUF")), message_class(schema, (), "shop.OrderKey"))
+
+    def key(version: int, i: int) -> bytes:
+        schema_id, cls = versions[version]
+        return framed(schema_id, cls(id=i).SerializeToString(), index=b"\x00")
+
+    base = job_config(stack, tmp_path, topic, mode="upsert")
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["key"] = {"format": "protobuf", "subject": f"{topic}-key", "message": "shop.OrderKey"}
+    config = parse_config(data)
+    for i in range(10):
+        producer.send(key=key(1, i), value={**order(i, 1), "item": f"a{i}"}, schema=V1,
+                      partition=0)
+    producer.send(key=key(2, 3), value={**order(3, 1), "item": "b3"}, schema=V1, partition=0)
+    producer.send(key=key(2, 4), value=None, partition=0)  # deletes id 4's row
+    producer.send(key=key(1, 5)[:-1] + b"\xff", value=order(5, 1), schema=V1, partition=0)
+    producer.flush()
+    run_once(config, spark)
+
+    rows = table_rows(config)
+    [kept] = [r for r in rows if r["value_error"]]
+    assert kept["value_error"].startswith("Protobuf key could not be decoded as message "
+                                          "shop.OrderKey of its writer schema id")
+    assert kept["value_raw"] and kept["value"] is None
+    applied = {r["key_fields"]["id"]: r["value"]["item"] for r in rows if not r["value_error"]}
+    assert applied == {**{i: f"a{i}" for i in range(10) if i != 4}, 3: "b3"}
+    assert [f.name for f in load_table(config).schema().find_field("key_fields")
+            .field_type.fields] == ["id", "shard"]

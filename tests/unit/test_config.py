@@ -182,8 +182,9 @@ def test_a_decoded_key_names_its_subject_in_the_values_registry():
     assert not parse_config(GOOD).key.decoded and parse_config(GOOD).key_registry() is None
     with pytest.raises(ConfigError) as error:
         parse_config(with_("key", {"format": "json"}))
-    assert ("key: key.subject is required when key.format is avro or json: the key_fields "
-            "column comes from the registry (use format raw to keep the key's bytes only)"
+    assert ("key: key.subject is required when key.format is avro, json or protobuf: the "
+            "key_fields column comes from the registry (use format raw to keep the key's bytes "
+            "only)"
             ) in str(error.value)
     keyed["routes"] = [{**route("region", ["eu"], "analytics.eu"), "keySubject": "eu-key"}]
     default, europe = parse_config(keyed).destinations()
