@@ -327,6 +327,9 @@ def _read(framed: Column, writer: Writer) -> Column:
 
 
 KEY_FIELDS, KEY_ERROR = "_key_fields", "_key_error"
+# The batch's landing time (:meth:`.table_writer.TableWriter` sets it): the lineage's
+# ingest_timestamp; without it, the time of the query
+INGESTED = "_floe_ingested"
 
 # Why a record is kept raw, in a few words (:data:`.contract.RAW_REASONS`): each is read off
 # the start of ``value_error``, as the messages above, :mod:`.cdc` and the table writer's
@@ -518,6 +521,8 @@ def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
         F.col("timestampType").alias("timestamp_type"),
         F.col("headers").alias("headers"),
         F.col("_schema_id").alias("schema_id"),
+        (F.col(INGESTED) if INGESTED in df.columns else F.current_timestamp()
+         ).alias("ingest_timestamp"),
     )
     columns = [kafka.alias("kafka")]
     if cdc:

@@ -4,7 +4,9 @@
 column         contents
 =============  ==============================================================================
 kafka          struct: topic, partition, offset, timestamp (timestamptz), timestamp_type,
-               headers (list of key/value), schema_id (the value's registry id, if framed)
+               headers (list of key/value), schema_id (the value's registry id, if framed),
+               ingest_timestamp (when floe landed the record: its batch's time, later
+               than the partition's earlier commits)
 cdc            (mode cdc) struct: op, ts, source: the change event a row comes from
 key            the key bytes, untouched
 value          struct from the registry schema; null when the value is null or undecodable
@@ -89,7 +91,35 @@ def lineage_struct() -> StructType:
         ), element_required=True), required=False),
         NestedField(110, "schema_id", IntegerType(), required=False,
                     doc="registry id of the value's writer schema, when the value is framed"),
+        NestedField(111, INGEST_TIMESTAMP, TimestamptzType(), required=False,
+                    doc="when floe landed the record (its batch's time; never before an "
+                        "earlier commit's in the partition)"),
     )
+
+
+INGEST_TIMESTAMP = "ingest_timestamp"
+
+
+def with_lineage(table: Any) -> Any:
+    """``table`` with every optional field of :func:`lineage_struct` its ``kafka`` column
+    lacks (a table made by an older floe) added; returns it refreshed when it changed."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for _ in range(3):
+        lineage = table.schema().find_field("kafka").field_type
+        present = {f.name for f in getattr(lineage, "fields", [])}
+        missing = [f for f in lineage_struct().fields
+                   if f.name not in present and not f.required]
+        if not missing:
+            return table
+        try:
+            with table.update_schema() as update:
+                for f in missing:
+                    update.add_column(("kafka", f.name), f.field_type, doc=f.doc)
+            return table.refresh()
+        except CommitFailedException:  # another writer changed it: look again
+            table.refresh()
+    return table
 
 
 def table_schema(value: StructType | None, mode: str = "append",
@@ -274,7 +304,7 @@ def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,
     try:
         existing = catalog.load_table(table.identifier)
         check_layout(existing, table, value, key)
-        return _with_root_snapshot(existing), False
+        return with_lineage(_with_root_snapshot(existing)), False
     except NoSuchTableError:
         pass
     try:

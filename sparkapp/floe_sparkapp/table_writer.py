@@ -33,6 +33,7 @@ from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
+from .decode import INGESTED
 from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
@@ -72,6 +73,20 @@ def _raw_by_reason(bad: DataFrame) -> dict[str, int]:
     return {r["reason"]: int(r["count"])
             for r in bad.groupBy(raw_reason(F.col("value_error")).alias("reason")).count()
             .collect()}
+
+
+clock = time.time_ns  # the driver's clock (nanoseconds since the epoch)
+
+
+def ingest_micros(committed: Committed) -> int:
+    """The landing time of a batch going on top of ``committed`` (the lineage's
+    ingest_timestamp, in microseconds): now, but never at or before that commit's own time,
+    so each partition's landing times only grow, even when the job moves to a node whose
+    clock is behind."""
+    now = clock() // 1000
+    if committed.timestamp_ms is None:
+        return now
+    return max(now, (committed.timestamp_ms + 1) * 1000)
 
 
 def undecodable(rows: DataFrame) -> Any:
@@ -483,6 +498,7 @@ class TableWriter:
                                for x in (p, o)]) if committed.offsets else None
         fresh = rows if known is None else rows.filter(
             F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
+        fresh = fresh.withColumn(INGESTED, F.timestamp_micros(F.lit(ingest_micros(committed))))
         value_ids, keys = ((self._expected_ids(table, "value", batch_id)
                             if value_framed else [],
                             self._expected_ids(table, KEY_FIELDS, batch_id)

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 import uuid
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import fastavro
@@ -313,3 +313,52 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
         ids = column(data_file, "value", "id")
         assert ids == sorted(ids, reverse=True)
     assert sorted(r["value"]["id"] for r in table_rows(config)) == list(range(260))
+
+
+def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    """kafka.ingest_timestamp is when floe landed a record (its batch's time): beside the
+    producer's kafka.timestamp, never before an earlier commit's in the partition, even when
+    the job's next driver runs on a node whose clock is an hour behind."""
+    from floe_sparkapp import table_writer
+
+    topic = f"ingest-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    for i in range(120):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic, max_records=40)
+    before = datetime.now(timezone.utc)
+    run_once(config, spark)
+    after = datetime.now(timezone.utc)
+
+    def landed() -> dict[int, list[datetime]]:
+        found: dict[int, list] = {}
+        for row in sorted(table_rows(config), key=lambda r: (r["kafka"]["partition"],
+                                                             r["kafka"]["offset"])):
+            found.setdefault(row["kafka"]["partition"], []).append(
+                row["kafka"]["ingest_timestamp"])
+        return found
+
+    first = landed()
+    times = [t for partition in first.values() for t in partition]
+    assert len(times) == 120 and all(before <= t <= after for t in times)
+    assert all(p == sorted(p) for p in first.values())
+    assert len(set(times)) >= 3  # one time per batch: 120 records, 40 a commit
+    table = load_table(config)
+    last_commit_at = datetime.fromtimestamp(table.current_snapshot().timestamp_ms / 1000,
+                                            timezone.utc)
+    assert max(times) < last_commit_at
+
+    behind = time.time_ns() - 3600 * 10**9
+    monkeypatch.setattr(table_writer, "clock", lambda: behind)
+    for i in range(120, 140):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    run_once(config, spark)
+    second = landed()
+    for partition, stamps in second.items():
+        assert stamps == sorted(stamps) and stamps[:len(first[partition])] == first[partition]
+    new = {t for p, stamps in second.items() for t in stamps[len(first[p]):]}
+    assert new == {last_commit_at + timedelta(milliseconds=1)}

@@ -230,3 +230,29 @@ def test_an_upsert_tables_key_columns_and_operation_field_must_be_fields_of_the_
     header = spec.model_copy(update={"op": OpSpec(header="op")})
     table, created = ensure_table(opened, header, value)
     assert table.properties["floe.mode"] == "upsert"
+
+
+def test_a_table_made_before_the_ingest_timestamp_gets_it_when_opened(tmp_path):
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StructType, TimestamptzType
+
+    from floe_sparkapp.layout import lineage_struct, table_schema
+
+    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
+                          warehouse=f"file://{tmp_path / 'wh'}")
+    opened = load_catalog(catalog)
+    opened.create_namespace("db")
+    current = table_schema(avro_to_iceberg(V1).struct)
+    older = StructType(*[f for f in lineage_struct().fields if f.name != "ingest_timestamp"])
+    opened.create_table("db.orders", Schema(
+        NestedField(1, "kafka", older, required=True),
+        *[f for f in current.fields if f.name != "kafka"]))
+
+    table, created = ensure_table(opened, TableSpec(catalog=catalog, identifier="db.orders"),
+                                  avro_to_iceberg(V1).struct)
+    assert not created
+    lineage = table.schema().find_field("kafka").field_type
+    assert [f.name for f in lineage.fields] == [f.name for f in lineage_struct().fields]
+    added = lineage.field_by_name("ingest_timestamp")
+    assert added.field_type == TimestamptzType() and not added.required
+    assert opened.load_table("db.orders").schema() == table.schema()
