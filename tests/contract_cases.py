@@ -27,6 +27,9 @@ VALID: dict[str, Any] = {
     },
 }
 
+NO_REGISTRY = ("schemaRegistry is required when format is avro, json or protobuf: the table "
+               "schema comes from the registry (use format raw to keep the bytes only; for "
+               "plain JSON without a registry, declare columns or set inferSchema)")
 SKIPPED_RULES = (", <nil>: Invalid value: null: some validation rules were not checked because "
                  "the object was invalid; correct the existing errors to complete validation")
 
@@ -97,11 +100,27 @@ class Case:
 
 CASES = [
     Case(changed("spec.value.schemaRegistry", ...),
-         "spec.value.schemaRegistry: Required value: schemaRegistry is required when format is "
-         "avro, json or protobuf: the table schema comes from the registry (use format raw to "
-         "keep the bytes only)",
-         "schemaRegistry is required when format is avro, json or protobuf: the table schema "
-         "comes from the registry (use format raw to keep the bytes only)"),
+         "spec.value.schemaRegistry: Required value: " + NO_REGISTRY, NO_REGISTRY),
+    Case(changed("spec.value", {"format": "json", "inferSchema": False}),
+         "spec.value.schemaRegistry: Required value: " + NO_REGISTRY, NO_REGISTRY),
+    Case(changed("spec.value.columns", [{"name": "id", "type": "long"}]),
+         "spec.value.columns: Invalid value: columns declare a plain JSON value's fields: they "
+         "need format json without a schemaRegistry (whose subject gives the fields otherwise)",
+         "columns declare a plain JSON value's fields: they need format json without a "
+         "schemaRegistry (whose subject gives the fields otherwise)"),
+    Case(changed("spec.value.inferSchema", True),
+         "spec.value.inferSchema: Invalid value: inferSchema reads the fields of plain JSON "
+         "values: it needs format json without a schemaRegistry",
+         "inferSchema reads the fields of plain JSON values: it needs format json without a "
+         "schemaRegistry"),
+    Case(changed("spec.value", {"format": "json", "columns": [
+        {"name": "customer", "type": "string"}, {"name": "customer.id", "type": "long"}]}),
+         "spec.value.columns: Invalid value: columns names a field twice, or a field and a "
+         "field inside it", "columns names a field twice, or a field and a field inside it"),
+    Case(changed("spec.value", {"format": "json", "columns": [{"name": "id", "type": "int64"}]}),
+         'spec.value.columns[0].type: Invalid value: "int64": spec.value.columns[0].type in '
+         "body should match '^(boolean|int|long|float|double|date|timestamp|binary|string|"
+         "decimal\\(([1-9]|[12][0-9]|3[0-8]), ?([0-9]|[12][0-9]|3[0-8])\\))$'"),
     Case(changed("spec.value.message", "shop.Order"),
          "spec.value.message: Invalid value: message names a Protobuf message: it needs format "
          "protobuf", "message names a Protobuf message: it needs format protobuf"),
@@ -238,9 +257,9 @@ CASES = [
     Case(raw_value_decoded_key(),
          "spec.key.format: Invalid value: key.format avro, json or protobuf reads the key "
          "schema from value.schemaRegistry's registry: value.format must be avro, json or "
-         "protobuf too",
+         "protobuf too, with a schemaRegistry",
          "key.format avro, json or protobuf reads the key schema from value.schemaRegistry's "
-         "registry: value.format must be avro, json or protobuf too"),
+         "registry: value.format must be avro, json or protobuf too, with a schemaRegistry"),
     Case(routed("inventory.customers", format_="raw"),
          "spec.routes: Invalid value: routes pick a table by a value field, and a raw topic's "
          "value has none: value.format must be avro, json or protobuf",

@@ -19,6 +19,7 @@ from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
 from floe_sparkapp.coercion import paths
+from floe_sparkapp.schemaless import configured_value
 from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
 from pydantic import ValidationError
@@ -98,10 +99,12 @@ def maintenance_runs(properties: Mapping[str, str]) -> dict[str, dict[str, Any]]
 # --- the registry ------------------------------------------------------------------------------
 
 def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
-    """None for a raw table (no registry)."""
+    """None for a raw table (no registry), or plain JSON whose columns are only inferred;
+    plain JSON's declared columns without a version."""
     config = registry_config(job)
     if config is None:
-        return None
+        declared = (configured_value(job.value) if job.value.format == "json" else None)
+        return RegistryView(value=declared) if declared is not None else None
     user_info = secrets.registry.get("basic.auth.user.info")
     try:
         latest = registries.get(config, user_info).latest()

@@ -304,6 +304,8 @@ def _plan_schema(topic: Topic, world: World, decided: _Decisions, approved: str 
             or table.layout_error or topic.spec.schema_evolution.mode != "additive"):
         return
     version = registry.version
+    source = (f"registry version {version}" if version is not None
+              else "the declared value.columns")
     if world.schema_applied:
         decided.say(schema_in_sync=True, schema_message=world.schema_applied)
         return
@@ -311,7 +313,7 @@ def _plan_schema(topic: Topic, world: World, decided: _Decisions, approved: str 
                  else None)
     if evolution is not None and evolution.is_additive:
         decided.say(schema_in_sync=True,
-                    schema_message=f"table matches registry version {version}")
+                    schema_message=f"table matches {source}")
         if evolution.needs_update:
             decided.act(EvolveTable(version, tuple(str(c) for c in evolution.changes)))
         return
@@ -321,11 +323,12 @@ def _plan_schema(topic: Topic, world: World, decided: _Decisions, approved: str 
     changes = (tuple(str(c) for c in evolution.breaking) if evolution is not None
                else ("value: the table has no value column (raw)",))
     reason = "breaking schema change: " + "; ".join(changes)
+    until = (f' until the annotation {APPROVAL}: "{version}" approves the change'
+             if version is not None else ": declare the column's type as the table has it")
     decided.say(schema_in_sync=False,
                 schema_change=(version, changes) if version is not None else None,
-                schema_message=(
-        f"registry version {version}: {reason}; the table keeps its schema and those records "
-        f'land in value_raw until the annotation {APPROVAL}: "{version}" approves the change'))
+                schema_message=(f"{source}: {reason}; the table keeps its schema and those "
+                                f"records land in value_raw{until}"))
 
 
 def _plan_job(topic: Topic, world: World, previous: Mapping[str, Any],

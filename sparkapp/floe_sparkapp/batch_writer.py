@@ -109,9 +109,10 @@ class BatchWriter:
     def single_pass(self) -> bool:
         """Whether a batch is read once, by the write: an append to one table with no
         dead-letter topic.  Routes pick each record's table from a first pass, a merge reads
-        its rows twice, and dead letters are sent before the commit."""
+        its rows twice, dead letters are sent before the commit, and inferSchema reads the
+        values' fields first."""
         return (not self.config.routes and self.config.table.mode not in ROW_LEVEL
-                and self.config.dead_letter is None)
+                and self.config.dead_letter is None and not self.config.value.infer_schema)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()

@@ -21,14 +21,15 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
-from pyiceberg.types import (BinaryType, DecimalType, DoubleType, FloatType, IcebergType,
-                             IntegerType, LongType, NestedField, StringType, StructType,
-                             TimestamptzType)
+from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType,
+                             FloatType, IcebergType, IntegerType, LongType, NestedField,
+                             StringType, StructType, TimestamptzType)
 
 DECIMAL = re.compile(r"^decimal\((\d+), ?(\d+)\)$")
 SIMPLE: dict[str, IcebergType] = {
     "int": IntegerType(), "long": LongType(), "float": FloatType(), "double": DoubleType(),
-    "timestamp": TimestamptzType(), "binary": BinaryType(), "string": StringType()}
+    "timestamp": TimestamptzType(), "binary": BinaryType(), "string": StringType(),
+    "boolean": BooleanType(), "date": DateType()}
 
 
 def iceberg_type(to: str) -> IcebergType:
@@ -110,10 +111,13 @@ def convert(col: Any, source: Any, target: Any) -> Any:
             return F.try_to_binary(col, F.lit("base64"))
         return col.try_cast(target) if isinstance(source, T.BinaryType) else F.lit(None).cast(
             target)
-    if text and isinstance(target, (T.ByteType, T.ShortType, T.IntegerType, T.LongType,
-                                    T.FloatType, T.DoubleType, T.DecimalType)):
+    if text:
         return F.trim(col).try_cast(target)
-    return col.try_cast(target)
+    numeric = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
+               T.DecimalType, T.BooleanType)
+    if isinstance(source, numeric) and isinstance(target, (*numeric, T.StringType)):
+        return col.try_cast(target)
+    return F.trim(col.cast("string")).try_cast(target)  # e.g. a date: as its text
 
 
 def note(col: Any, converted: Any, field: str, to: str) -> Any:

@@ -34,9 +34,10 @@ KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# value.coerce's types (floe_sparkapp.coercion)
-COERCE_TO = (r"^(int|long|float|double|timestamp|binary|string|"
-             r"decimal\(([1-9]|[12][0-9]|3[0-8]), ?([0-9]|[12][0-9]|3[0-8])\))$")
+# value.coerce's types (floe_sparkapp.coercion), and value.columns' (those and boolean, date)
+_DECIMAL = r"decimal\(([1-9]|[12][0-9]|3[0-8]), ?([0-9]|[12][0-9]|3[0-8])\)"
+COERCE_TO = rf"^(int|long|float|double|timestamp|binary|string|{_DECIMAL})$"
+COLUMN_TYPE = rf"^(boolean|int|long|float|double|date|timestamp|binary|string|{_DECIMAL})$"
 _COLUMN = r"(value|key_fields|kafka)(\.[A-Za-z_][A-Za-z0-9_]*)+"
 # A partition field: an Iceberg transform of a column, as Iceberg's Spark DDL writes it.
 PARTITION_FIELD = (rf"^({_COLUMN}|(identity|year|month|day|hour)\({_COLUMN}\)|"
@@ -175,8 +176,32 @@ class Coercion(_Model):
         "milliseconds or ISO 8601 text), binary (from base64 text) or string."))
 
 
+class ColumnSpec(_Model):
+    name: FieldPath = Field(description="A field of the JSON value (dotted for a field of a "
+                                        "nested object, e.g. customer.id).")
+    type: str = Field(pattern=COLUMN_TYPE, max_length=16, description=(
+        "boolean, int, long, float, double, decimal(P, S), date, timestamp (from epoch "
+        "milliseconds or ISO 8601 text), binary (from base64 text) or string."))
+
+
 class ValueSpec(_Model):
     RULES = (
+        Rule("!has(self.columns) || size(self.columns) == 0 || (self.format == 'json' && "
+             "!has(self.schemaRegistry))",
+             "columns declare a plain JSON value's fields: they need format json without a "
+             "schemaRegistry (whose subject gives the fields otherwise)", ".columns", None,
+             lambda v: not v.columns or (v.format == "json" and v.schema_registry is None)),
+        Rule("!has(self.inferSchema) || !self.inferSchema || (self.format == 'json' && "
+             "!has(self.schemaRegistry))",
+             "inferSchema reads the fields of plain JSON values: it needs format json without a "
+             "schemaRegistry", ".inferSchema", None,
+             lambda v: not v.infer_schema or (v.format == "json"
+                                              and v.schema_registry is None)),
+        Rule("!has(self.columns) || self.columns.all(c, self.columns.exists_one(d, "
+             "d.name == c.name) && !self.columns.exists(d, d.name.startsWith(c.name + '.')))",
+             "columns names a field twice, or a field and a field inside it", ".columns", None,
+             lambda v: len({c.name for c in v.columns}) == len(v.columns) and not any(
+                 d.name.startswith(c.name + ".") for c in v.columns for d in v.columns)),
         Rule("self.format != 'raw' || !has(self.coerce) || size(self.coerce) == 0",
              "coerce converts fields of the value, and a raw topic's value has none: "
              "value.format must be avro, json or protobuf", ".coerce", None,
@@ -185,11 +210,15 @@ class ValueSpec(_Model):
              "d.field == c.field))",
              "coerce names a field twice", ".coerce", None,
              lambda v: len({c.field for c in v.coerce}) == len(v.coerce)),
-        Rule("self.format == 'raw' || has(self.schemaRegistry)",
+        Rule("self.format == 'raw' || has(self.schemaRegistry) || (self.format == 'json' && "
+             "((has(self.columns) && size(self.columns) > 0) || (has(self.inferSchema) && "
+             "self.inferSchema)))",
              "schemaRegistry is required when format is avro, json or protobuf: the table schema "
-             "comes from the registry (use format raw to keep the bytes only)",
+             "comes from the registry (use format raw to keep the bytes only; for plain JSON "
+             "without a registry, declare columns or set inferSchema)",
              ".schemaRegistry", "FieldValueRequired",
-             lambda v: v.format == "raw" or v.schema_registry is not None),
+             lambda v: v.format == "raw" or v.schema_registry is not None or (
+                 v.format == "json" and (bool(v.columns) or v.infer_schema))),
         Rule("!has(self.message) || self.format == 'protobuf'",
              "message names a Protobuf message: it needs format protobuf", ".message",
              "FieldValueInvalid", lambda v: v.message is None or v.format == "protobuf"),
@@ -203,6 +232,14 @@ class ValueSpec(_Model):
     message: str | None = Field(None, min_length=1, max_length=512, description=(
         "protobuf: the full name (package included) of the message the values are; by default "
         "the first message of the subject's schema."))
+    columns: tuple[ColumnSpec, ...] = Field(default_factory=tuple, max_length=64, description=(
+        "json without a schemaRegistry: the value's fields and their column types. Each "
+        "record's field is converted as value.coerce converts (one that cannot be is null, "
+        "the row noting why); other fields are left out unless inferSchema."))
+    infer_schema: bool = Field(False, description=(
+        "json without a schemaRegistry: the table's value columns are inferred from the "
+        "records (the first batch makes them, later batches add new fields; a record whose "
+        "field has another type than its column is kept raw with the reason)."))
     coerce: tuple[Coercion, ...] = Field(default_factory=tuple, max_length=64, description=(
         "Fields whose column has another type than their writer schema's: each record's field "
         "is converted as it lands (text to a number, epoch milliseconds or ISO 8601 text to a "
@@ -549,10 +586,12 @@ class TopicSpec(_Model):
              lambda s: s.value.format != "raw" or s.table.op is None
              or s.table.op.header is not None),
         Rule("!has(self.key) || !has(self.key.format) || self.key.format == 'raw' "
-             "|| self.value.format != 'raw'",
+             "|| (self.value.format != 'raw' && has(self.value.schemaRegistry))",
              "key.format avro, json or protobuf reads the key schema from value.schemaRegistry's "
-             "registry: value.format must be avro, json or protobuf too", ".key.format", None,
-             lambda s: s.key.format == "raw" or s.value.format != "raw"),
+             "registry: value.format must be avro, json or protobuf too, with a schemaRegistry",
+             ".key.format", None,
+             lambda s: s.key.format == "raw" or (s.value.format != "raw"
+                                                 and s.value.schema_registry is not None)),
         Rule("!has(self.fanOut) || !self.fanOut || (has(self.routes) && size(self.routes) > 0)",
              "fanOut sends a record to every route that matches: it needs routes", ".fanOut",
              None, lambda s: not s.fan_out or bool(s.routes)),

@@ -461,15 +461,19 @@ def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str,
 
 def decode_json(df: DataFrame, value_type: T.StructType,
                 plans: Mapping[int, WriterPlan] | None = None,
-                coerce: Mapping[str, str] | None = None) -> DataFrame:
+                coerce: Mapping[str, str] | None = None, unfit: str | None = None) -> DataFrame:
     """JSON values: those in the Confluent wire format (JSON Schema, see :func:`frame`) decoded
     with their writer schema's plan, plain ones parsed against the table's value struct; what
-    cannot be is kept raw.  ``coerce``: the fields converted to their column's type."""
+    cannot be is kept raw.  ``coerce``: the fields converted to their column's type; ``unfit``:
+    the fields whose inferred type the table's columns do not take (:mod:`.schemaless`), named
+    in the reason of the plain values that do not fit."""
     df = frame(df)
     framed = F.col("_schema_id").isNotNull()
     df = df.withColumn("_plain", F.when(~framed, F.col("value")))
-    df, plain, plain_error, plain_note = _parse_json(
-        df, "_plain", value_type, "value is not a JSON object matching the table schema", coerce)
+    problem = "value is not a JSON object matching the table schema" + (
+        f" (fields of this batch's values of another type than their column: {unfit})"
+        if unfit else "")
+    df, plain, plain_error, plain_note = _parse_json(df, "_plain", value_type, problem, coerce)
     df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans or {}, value_type,
                                                                      coerce=coerce)
     unplanned = F.format_string(
@@ -490,6 +494,16 @@ def decode_json(df: DataFrame, value_type: T.StructType,
             .withColumn("value_raw", F.when(kept_raw, F.col("value")))
             .drop("_error", "_note", "_plain", _plain_checked_name("_plain"), "_frame_error",
                   *_decoded_names(plans or {})))
+
+
+def decode_without_columns(df: DataFrame) -> DataFrame:
+    """Plain JSON values of a table whose value columns are inferred, none yet: each kept
+    raw (the value column comes with the first JSON object that has a field)."""
+    return (df.withColumn("value_raw", F.col("value"))
+            .withColumn("value_error", F.when(F.col("value").isNotNull(), F.lit(
+                "value is not a JSON object with a field: the table's value columns are "
+                "inferred from the first one that is")))
+            .withColumn("_schema_id", F.lit(None).cast("int")))
 
 
 def decode_raw(df: DataFrame) -> DataFrame:

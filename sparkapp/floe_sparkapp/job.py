@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from . import catalog as catalogs
-from . import checkpoint, coercion, metrics, schemas
+from . import checkpoint, coercion, metrics, schemaless, schemas
 from .batch_writer import BatchWriter
 from .commit import sweep_branches
 from .config import JobConfig, kafka_client_settings
@@ -53,6 +53,8 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
         latest = registry.latest()
         value = schemas.table_struct(latest, config.table.mode, config.value.message,
                                      coercion.paths(config.value.coerce)).struct
+    elif config.value.format == "json":  # without a registry: the declared columns, if any
+        value = schemaless.configured_value(config.value)
     if config.key.decoded:
         key = schemas.table_struct(Registry(config.key_registry(), config.registry_auth())
                                    .latest(), message=config.key.message).struct

@@ -32,8 +32,7 @@ ROUTE = "_route"  # the record's tables: 0 the topic's own; n routes[n - 1]'s
 def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
            schema_ids: list[int]) -> DataFrame:
     """The batch with ``_route`` (and, for Avro, its values decoded per writer schema id)."""
-    assert registry is not None
-    writers = _writers(registry, schema_ids, config)
+    writers = _writers(registry, schema_ids, config) if registry is not None else {}
     df = decode_writers(frame(batch), writers)
 
     def decoded(path: str) -> list[Column]:

@@ -21,11 +21,12 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from pyiceberg.types import StructType
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, coercion, dead_letters, metrics, schemas
+from . import cdc, checkpoint, coercion, dead_letters, metrics, schemaless, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, commit_with_retries
@@ -36,7 +37,8 @@ from .contract import RAW_REASONS, ROW_LEVEL
 from .decode import INGESTED
 from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
-                     decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
+                     decode_json_key, decode_raw, decode_without_columns, frame, framed_ids,
+                     raw_reason, table_rows)
 from .layout import KEY_FIELDS
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
@@ -199,8 +201,10 @@ class TableWriter:
 
     @property
     def coerce(self) -> dict[str, str]:
-        """``value.coerce``, by column path (:func:`.coercion.paths`)."""
-        return coercion.paths(self.config.value.coerce)
+        """``value.coerce`` and the declared ``value.columns``, by column path
+        (:func:`.coercion.paths`)."""
+        return {**schemaless.declared_paths(self.config.value.columns),
+                **coercion.paths(self.config.value.coerce)}
 
     @property
     def table_name(self) -> str:
@@ -209,7 +213,10 @@ class TableWriter:
     def _plan(self, schema_id: int, table: Any, column: str = "value") -> WriterPlan:
         """How to decode records of one writer schema id (evolving the table if additive);
         ``column`` is ``key_fields`` for a key's writer schema."""
-        assert self.registry is not None
+        if self.registry is None:  # plain JSON without a registry
+            return WriterPlan(schema_id, error=(
+                f"value is framed with writer schema id {schema_id}, and value.schemaRegistry "
+                "is not set: floe reads this topic's values as plain JSON"))
         found = self.registry.by_id(schema_id)
         if found is None:
             return WriterPlan(schema_id, error=f"unknown schema id {schema_id}: the schema "
@@ -286,6 +293,7 @@ class TableWriter:
         key_plans = (self._plans(table, list(key_ids), KEY_FIELDS)
                      if self.config.key.framed else None)
         plans = self._plans(table, schema_ids, "value") if fmt != "raw" else {}
+        unfit = self._infer(fresh, table) if self.config.value.infer_schema else None
         columns = self.spark.table(self.table_name).schema
         if key_plans is not None:
             framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
@@ -294,13 +302,16 @@ class TableWriter:
             fresh = decode_json_key(fresh, columns[KEY_FIELDS].dataType)
         if fmt == "raw":
             return self._rows(decode_raw(fresh), None, has_value=False, key_fields=True)
+        if "value" not in columns.fieldNames():  # inferSchema: no field seen yet
+            return self._rows(decode_without_columns(fresh), None, has_value=False)
         value_type = columns["value"].dataType
         changes = self.config.table.mode == "cdc"
         if fmt == "json" and changes:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return self._rows(decode_json(fresh, value_type, plans, self.coerce), value_type)
+            return self._rows(decode_json(fresh, value_type, plans, self.coerce, unfit),
+                              value_type)
         if "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if changes:  # the envelope decoded, its images projected onto the table's rows
@@ -319,6 +330,22 @@ class TableWriter:
         decoded = operation_rows(decoded, op, self.config.table.key_columns,
                                  DECODED_KEY if keyed else "key", value_type)
         return table_rows(decoded, has_value=has_value, key_fields=keyed, op=OP_COLUMN)
+
+    def _infer(self, fresh: DataFrame, table: Any) -> str | None:
+        """``inferSchema``: the table's value evolved for the fields of the batch's plain JSON
+        values (:mod:`.schemaless`; not in a look that changes nothing); returns the fields
+        whose type their column does not take."""
+        values = fresh.filter(F.col("value").isNotNull()
+                              & (F.substring("value", 1, 1) != F.lit(bytearray(b"\x00"))))
+        inferred = schemaless.infer(values.select(F.col("value").cast("string")))
+        if not self.evolve:
+            plan = plan_evolution(value_struct(table) or StructType(), inferred, route=True)
+        else:
+            plan = schemaless.evolve_inferred(table, inferred, self.coerce)
+            if plan.needs_update:
+                log.info("inferred fields evolved table %s: %s", self.table_name,
+                         "; ".join(str(c) for c in plan.changes if c.kind in ("add", "widen")))
+        return schemaless.conflicts(plan)
 
     def _changes(self, envelopes: DataFrame) -> DataFrame:
         return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),

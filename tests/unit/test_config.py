@@ -54,7 +54,8 @@ def test_config_round_trips_through_json_with_defaults():
     ("kafka.topic", "bad topic!", "kafka.topic: String should match pattern"),
     ("value.schemaRegistry", ..., "value: schemaRegistry is required when format is avro, json "
                                   "or protobuf: the table schema comes from the registry (use "
-                                  "format raw to keep the bytes only)"),
+                                  "format raw to keep the bytes only; for plain JSON without a "
+                                  "registry, declare columns or set inferSchema)"),
     ("value.format", "xml", "value.format: Input should be 'avro', 'json', 'protobuf' or 'raw'"),
     ("value.message", "shop.Order", "message names a Protobuf message: it needs format protobuf"),
     ("table.identifier", "orders", "table.identifier: String should match pattern"),
