@@ -380,3 +380,12 @@ def route_table(table: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """A route's table like ``table`` (a job config's ``table``, as JSON), in its catalog."""
     return {**{k: v for k, v in table.items() if k not in ("catalog", "deletionPolicy")},
             **changes}
+
+
+def with_sections(config: JobConfig, **sections: dict[str, Any]) -> JobConfig:
+    """``config`` with each named section (``value``, ``table``, ``key``, ... by their JSON
+    names) updated by the given fields."""
+    data = config.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for name, fields in sections.items():
+        data.setdefault(name, {}).update(fields)
+    return parse_config(data)

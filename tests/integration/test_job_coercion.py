@@ -13,10 +13,8 @@ import pytest
 from confluent_kafka.schema_registry import Schema
 from pyiceberg.types import BinaryType, DecimalType, LongType, TimestamptzType
 
-from floe_sparkapp.config import parse_config
-
 from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, load_table,
-                     run_once, table_rows)
+                     run_once, table_rows, with_sections)
 from .test_job_formats import framed
 
 pytestmark = [pytest.mark.integration]
@@ -45,18 +43,13 @@ def topic(stack, unique_name):
     return name
 
 
-def coerced(config, coerce: list[dict]):
-    data = config.model_dump(by_alias=True, mode="json", exclude_none=True)
-    data["value"]["coerce"] = coerce
-    return parse_config(data)
-
-
 def test_avro_fields_are_coerced_and_one_that_cannot_be_is_null_with_a_note(
         stack, spark, tmp_path, topic):
     dead = f"{topic}-dlq"
     create_topic(stack.bootstrap, dead, partitions=1)
     producer = AvroProducer(stack, topic)
-    config = coerced(job_config(stack, tmp_path, topic, dead_letter=dead), COERCE)
+    config = with_sections(job_config(stack, tmp_path, topic, dead_letter=dead),
+                           value={"coerce": COERCE})
     producer.send(key=b"0", schema=READING, value={
         "id": 0, "amount": "12.50", "paid_at": AT_MS, "created": "2026-11-27T11:00:00+01:00",
         "blob": base64.b64encode(b"hello").decode(), "count": " 42 ",
@@ -109,8 +102,8 @@ def test_plain_and_framed_json_fields_are_coerced_from_text_or_numbers(
     producer = AvroProducer(stack, topic)
     schema_id = producer.registry.register_schema(
         f"{topic}-value", Schema(json.dumps(PAYMENT_SCHEMA), "JSON"))
-    config = coerced(job_config(stack, tmp_path, topic, fmt="json"),
-                     [{"field": "amount", "to": "double"}, {"field": "at", "to": "timestamp"}])
+    config = with_sections(job_config(stack, tmp_path, topic, fmt="json"), value={"coerce": [
+        {"field": "amount", "to": "double"}, {"field": "at", "to": "timestamp"}]})
     sent = [{"id": 1, "amount": "12.5", "at": AT_MS},
             {"id": 2, "amount": 7, "at": "2026-11-27T11:00:00+01:00"},
             {"id": 3, "amount": "lots", "at": "soon"}]

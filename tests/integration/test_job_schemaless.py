@@ -12,9 +12,8 @@ import pytest
 from pyiceberg.types import (BooleanType, DecimalType, DoubleType, ListType, LongType,
                              StringType, StructType, TimestamptzType)
 
-from floe_sparkapp.config import parse_config
-
-from .jobkit import AvroProducer, create_topic, job_config, load_table, run_once, table_rows
+from .jobkit import (AvroProducer, create_topic, job_config, load_table, run_once, table_rows,
+                     with_sections)
 
 pytestmark = [pytest.mark.integration]
 
@@ -27,10 +26,8 @@ def topic(stack, unique_name):
 
 
 def plain_json(stack, tmp_path, topic, **value):
-    data = job_config(stack, tmp_path, topic, fmt="raw").model_dump(
-        by_alias=True, mode="json", exclude_none=True)
-    data["value"] = {"format": "json", **value}
-    return parse_config(data)
+    return with_sections(job_config(stack, tmp_path, topic, fmt="raw"),
+                         value={"format": "json", **value})
 
 
 def send(producer: AvroProducer, *values) -> None:

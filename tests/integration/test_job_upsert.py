@@ -9,7 +9,7 @@ import json
 import pytest
 
 from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
-                     run_killed_between_branch_and_main, run_once, table_rows)
+                     run_killed_between_branch_and_main, run_once, table_rows, with_sections)
 from .test_job_roundtrip import V1, order
 
 pytestmark = [pytest.mark.integration]
@@ -248,8 +248,6 @@ def test_upsert_keyed_by_a_protobuf_key_decoded_by_its_own_subject(stack, spark,
     schema versions; a key that does not decode keeps its record raw with the reason."""
     from confluent_kafka.schema_registry import Schema
 
-    from floe_sparkapp.config import parse_config
-
     from .test_job_formats import framed, message_class
 
     producer = AvroProducer(stack, topic)
@@ -258,17 +256,15 @@ def test_upsert_keyed_by_a_protobuf_key_decoded_by_its_own_subject(stack, spark,
     # version's keys do, so both versions' keys of an id are one key.
     for version, extra in ((1, ""), (2, " optional string shard = 2;")):
         schema = KEY_PROTO % extra
-        versions[version] = (producer.registry.register_schema(
-            f"{topic}-key", Schema(schema, "PROTOBUF")), message_class(schema, (), "shop.OrderKey"))
+        schema_id = producer.registry.register_schema(f"{topic}-key", Schema(schema, "PROTOBUF"))
+        versions[version] = (schema_id, message_class(schema, (), "shop.OrderKey"))
 
     def key(version: int, i: int) -> bytes:
         schema_id, cls = versions[version]
         return framed(schema_id, cls(id=i).SerializeToString(), index=b"\x00")
 
-    base = job_config(stack, tmp_path, topic, mode="upsert")
-    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
-    data["key"] = {"format": "protobuf", "subject": f"{topic}-key", "message": "shop.OrderKey"}
-    config = parse_config(data)
+    config = with_sections(job_config(stack, tmp_path, topic, mode="upsert"), key={
+        "format": "protobuf", "subject": f"{topic}-key", "message": "shop.OrderKey"})
     for i in range(10):
         producer.send(key=key(1, i), value={**order(i, 1), "item": f"a{i}"}, schema=V1,
                       partition=0)

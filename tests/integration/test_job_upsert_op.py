@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from floe_sparkapp.config import parse_config
-
-from .jobkit import AvroProducer, consume_to_end, create_topic, job_config, run_once, table_rows
+from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, run_once,
+                     table_rows, with_sections)
 
 pytestmark = [pytest.mark.integration]
 
@@ -27,21 +26,15 @@ def topic(stack, unique_name):
     return name
 
 
-def with_op(config, op: dict, **table):
-    data = config.model_dump(by_alias=True, mode="json", exclude_none=True)
-    data["table"].update(op=op, **table)
-    return parse_config(data)
-
-
 def test_an_operation_field_inserts_updates_and_deletes_rows_by_key_columns(
         stack, spark, tmp_path, topic):
     dead = f"{topic}-dlq"
     create_topic(stack.bootstrap, dead, partitions=1)
     producer = AvroProducer(stack, topic)
-    config = with_op(job_config(stack, tmp_path, topic, mode="upsert", key_columns=("id",),
-                                dead_letter=dead),
-                     {"field": "action", "insert": ["c", "r", "index"], "update": ["u"],
-                      "delete": ["d", "delete"]})
+    config = with_sections(
+        job_config(stack, tmp_path, topic, mode="upsert", key_columns=("id",), dead_letter=dead),
+        table={"op": {"field": "action", "insert": ["c", "r", "index"], "update": ["u"],
+                      "delete": ["d", "delete"]}})
 
     def send(i: int, name: str, action: str | None) -> None:
         # keyed by something else than id: the rows follow the value's id
@@ -85,7 +78,8 @@ def test_an_operation_field_inserts_updates_and_deletes_rows_by_key_columns(
 
 def test_an_operation_header_deletes_rows_by_the_kafka_key(stack, spark, tmp_path, topic):
     producer = AvroProducer(stack, topic)
-    config = with_op(job_config(stack, tmp_path, topic, mode="upsert"), {"header": "op"})
+    config = with_sections(job_config(stack, tmp_path, topic, mode="upsert"),
+                           table={"op": {"header": "op"}})
 
     def send(key: str, name: str, op: bytes | None) -> None:
         producer.send(key=key.encode(), partition=0, schema=PRODUCT,
