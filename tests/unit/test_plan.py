@@ -700,3 +700,36 @@ def test_a_restart_annotation_restarts_the_job_once_and_says_so():
     again = render.Topic.from_body(body)
     assert kinds(plan(again, steady(asked), {}, SETTINGS).actions)[:2] == ["Event", "DeleteApp"]
     assert fingerprint(TOPIC) == render.job_fingerprint(TOPIC, SETTINGS)  # none: as before
+
+
+def test_plain_json_declared_columns_evolve_the_table_and_a_conflict_says_what_to_change():
+    """Plain JSON without a registry: the declared value.columns stand for the registry's
+    version (none), as the operator observes them."""
+    from floe_operator.observe import observe_registry
+    from floe_sparkapp.config import parse_config
+
+    def schema(planned):
+        return next((c["status"], c["reason"], c["message"])
+                    for c in planned.status["conditions"] if c["type"] == "SchemaInSync")
+
+    job = parse_config({**render.job_config(TOPIC, SETTINGS).model_dump(
+        by_alias=True, mode="json", exclude_none=True), "value": {"format": "json", "columns": [
+            {"name": "id", "type": "long"}, {"name": "quantity", "type": "int"},
+            {"name": "note", "type": "string"}]}})
+    declared = observe_registry(job, None)
+    assert declared.version is None and [(f.name, f.field_type) for f in
+                                         declared.value.fields] == [
+        ("id", LongType()), ("quantity", IntegerType()), ("note", StringType())]
+    evolve = plan(TOPIC, steady(registry=declared), {}, SETTINGS)
+    assert evolve.actions == (EvolveTable(None, ("value.note: new field of type string",)),)
+    assert schema(evolve) == ("True", "InSync", "table matches the declared value.columns")
+
+    conflict = RegistryView(value=StructType(NestedField(1, "id", StringType())))
+    assert schema(plan(TOPIC, steady(registry=conflict), {}, SETTINGS)) == (
+        "False", "BreakingChange",
+        "the declared value.columns: breaking schema change: value.id: type changed from long "
+        "to string; the table keeps its schema and those records land in value_raw: declare "
+        "the column's type as the table has it")
+    inferred_only = job.model_copy(update={"value": job.value.model_copy(update={
+        "columns": (), "infer_schema": True})})
+    assert observe_registry(inferred_only, None) is None  # made by the job's first batch
