@@ -142,6 +142,13 @@ def test_one_topic_routed_to_three_tables_exactly_once_through_a_crash_between_c
 
     for name, destination in (("customers", customers), ("orders", orders)):
         rows = table_rows(destination)
+        # Spark and PyIceberg read the same rows through the deletion vectors (a row once
+        # went missing from PyIceberg's read of orders here: which reader, if it recurs)
+        by_spark = sorted(tuple(r) for r in spark.table(
+            f"{destination.table.catalog.name}.{destination.table.identifier}").select(
+            "kafka.partition", "kafka.offset", "value.id").collect())
+        assert sorted((r["kafka"]["partition"], r["kafka"]["offset"], r["value"]["id"])
+                      for r in rows) == by_spark, name
         assert {r["value"]["id"]: r["value"] for r in rows} == databases[name].rows, name
         assert len(rows) == len(databases[name].rows)
     assert [f.name for f in load_table(customers).schema().find_field("value").field_type.fields] \
