@@ -18,7 +18,6 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
-from floe_sparkapp.coercion import paths
 from floe_sparkapp.schemaless import configured_value
 from floe_sparkapp.schemas import table_struct
 from pyiceberg.types import StructType
@@ -114,7 +113,7 @@ def observe_registry(job: JobConfig, secrets: Secrets) -> RegistryView | None:
     try:
         return RegistryView(latest.version,
                             table_struct(latest, job.table.mode, job.value.message,
-                                         paths(job.value.coerce)).struct)
+                                         job.value.conversions).struct)
     except SchemaMappingError as error:
         return RegistryView(latest.version, error=str(error))
 

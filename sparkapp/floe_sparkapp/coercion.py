@@ -19,7 +19,7 @@ and why in ``value_error``, its bytes kept in ``value_raw``: the record is not k
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType,
                              FloatType, IcebergType, IntegerType, LongType, NestedField,
@@ -37,11 +37,6 @@ def iceberg_type(to: str) -> IcebergType:
     if found:
         return DecimalType(int(found.group(1)), int(found.group(2)))
     return SIMPLE[to]
-
-
-def paths(coerce: Iterable[Any]) -> dict[str, str]:
-    """``value.coerce`` as {column path (``value.a.b``): type}."""
-    return {f"value.{c.field}": c.to for c in coerce}
 
 
 def coerced_struct(struct: StructType, coerce: Mapping[str, str], path: str = "value"

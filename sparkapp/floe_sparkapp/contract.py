@@ -246,6 +246,13 @@ class ValueSpec(_Model):
         "timestamp, base64 text to binary); one that cannot be is null, and the row notes "
         "which field and why in value_error, its bytes in value_raw."))
 
+    @property
+    def conversions(self) -> dict[str, str]:
+        """The fields converted to their column's type (floe_sparkapp.coercion), by column path
+        (``value.a.b``): the declared columns, and coerce's (which wins)."""
+        return {**{f"value.{c.name}": c.type for c in self.columns},
+                **{f"value.{c.field}": c.to for c in self.coerce}}
+
 
 class KeySpec(_Model):
     RULES = (

@@ -88,7 +88,7 @@ def project(col: Column, source: T.DataType, target: T.DataType,
 
     ``routes`` maps a field's path (``value.a.b``) to the sibling column its values go to
     instead (``b_before_v3``, where an approved change kept the field's old type); the field's
-    own column is then null.  ``coerce`` (:func:`.coercion.paths`) names the fields converted
+    own column is then null.  ``coerce`` (:attr:`.contract.ValueSpec.conversions`) names the fields converted
     to their column's type (null where they cannot be) rather than cast."""
     routes = routes or {}
     coerce = coerce or {}
@@ -372,16 +372,24 @@ def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:
             .drop(_plain_checked_name("key")))
 
 
-def decoded_field(df: DataFrame, schema_id: int, writer: Writer, path: str) -> Column | None:
-    """The field at ``path`` (dotted) of values decoded with writer ``schema_id`` (see
-    :func:`decode_writers`), as text; None when the writer's schema has no such field."""
-    name = _decoded_name(schema_id)
-    column, kind = F.col(name), df.schema[name].dataType
+def scalar_at(column: Column, kind: T.DataType, path: str) -> Column | None:
+    """The single-valued field at ``path`` (dotted) of ``column``, whose type is ``kind``;
+    None when there is no such field, or it is a struct, list or map."""
     for part in path.split("."):
         if not isinstance(kind, T.StructType) or part not in kind.fieldNames():
             return None
         column, kind = column.getField(part), kind[part].dataType
     if isinstance(kind, (T.StructType, T.ArrayType, T.MapType)):
+        return None
+    return column
+
+
+def decoded_field(df: DataFrame, schema_id: int, writer: Writer, path: str) -> Column | None:
+    """The field at ``path`` (dotted) of values decoded with writer ``schema_id`` (see
+    :func:`decode_writers`), as text; None when the writer's schema has no such field."""
+    name = _decoded_name(schema_id)
+    column = scalar_at(F.col(name), df.schema[name].dataType, path)
+    if column is None:
         return None
     return F.when(_decoded_ok(writer)(F.col(name)), column.cast("string"))
 
@@ -496,19 +504,18 @@ def decode_json(df: DataFrame, value_type: T.StructType,
                   *_decoded_names(plans or {})))
 
 
-def decode_without_columns(df: DataFrame) -> DataFrame:
-    """Plain JSON values of a table whose value columns are inferred, none yet: each kept
-    raw (the value column comes with the first JSON object that has a field)."""
-    return (df.withColumn("value_raw", F.col("value"))
-            .withColumn("value_error", F.when(F.col("value").isNotNull(), F.lit(
-                "value is not a JSON object with a field: the table's value columns are "
-                "inferred from the first one that is")))
-            .withColumn("_schema_id", F.lit(None).cast("int")))
+# Plain JSON of a table whose value columns are inferred, none yet (decode_raw's reason)
+NO_COLUMNS_YET = ("value is not a JSON object with a field: the table's value columns are "
+                  "inferred from the first one that is")
 
 
-def decode_raw(df: DataFrame) -> DataFrame:
+def decode_raw(df: DataFrame, reason: str | None = None) -> DataFrame:
+    """The values' bytes in ``value_raw``; ``reason`` (why they are not decoded) on those that
+    are not null."""
+    error = (F.when(F.col("value").isNotNull(), F.lit(reason)) if reason
+             else F.lit(None).cast("string"))
     return (df.withColumn("value_raw", F.col("value"))
-            .withColumn("value_error", F.lit(None).cast("string"))
+            .withColumn("value_error", error)
             .withColumn("_schema_id", F.lit(None).cast("int")))
 
 

@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from . import catalog as catalogs
-from . import checkpoint, coercion, metrics, schemaless, schemas
+from . import checkpoint, metrics, schemaless, schemas
 from .batch_writer import BatchWriter
 from .commit import sweep_branches
 from .config import JobConfig, kafka_client_settings
@@ -52,7 +52,7 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     if registry is not None and config.value.format != "raw":
         latest = registry.latest()
         value = schemas.table_struct(latest, config.table.mode, config.value.message,
-                                     coercion.paths(config.value.coerce)).struct
+                                     config.value.conversions).struct
     elif config.value.format == "json":  # without a registry: the declared columns, if any
         value = schemaless.configured_value(config.value)
     if config.key.decoded:

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from . import coercion, schemas
+from . import schemas
 from .avro_types import SchemaMappingError
 from .config import JobConfig
 from .decode import decode_writers, decoded_field, frame
@@ -74,7 +74,7 @@ def _writers(registry: Registry, schema_ids: list[int], config: JobConfig
         try:
             writers[schema_id] = schemas.mapped(  # read as the table writer reads them
                 found, message=config.value.message,
-                coerce=coercion.paths(config.value.coerce))[1]
+                coerce=config.value.conversions)[1]
         except SchemaMappingError:
             continue
     return writers

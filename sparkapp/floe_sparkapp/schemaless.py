@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyiceberg.schema import Schema
 from pyiceberg.types import (BooleanType, DoubleType, IcebergType, ListType, LongType,
                              NestedField, StringType, StructType)
 
 from .coercion import coerced_struct, iceberg_type
-from .evolution import EvolutionPlan, _keep_wider, plan_evolution, value_struct
+from .evolution import EvolutionPlan, _keep_wider, _union_value, plan_evolution, value_struct
 
 def declared_struct(columns: Any) -> StructType | None:
     """``value.columns`` as the value struct (every field optional; a dotted name is a field of
@@ -46,15 +45,8 @@ def declared_struct(columns: Any) -> StructType | None:
 def configured_value(value: Any) -> StructType | None:
     """The value struct a registry-less JSON spec (``value``, its ValueSpec) makes the table
     with: its declared columns, as ``coerce`` types them; None without any."""
-    from .coercion import paths
-
     declared = declared_struct(value.columns)
-    return coerced_struct(declared, paths(value.coerce)) if declared is not None else None
-
-
-def declared_paths(columns: Any) -> dict[str, str]:
-    """The declared columns as coercions: {``value.<name>``: type}."""
-    return {f"value.{c.name}": c.type for c in columns}
+    return coerced_struct(declared, value.conversions) if declared is not None else None
 
 
 # --- inference ----------------------------------------------------------------------------------
@@ -96,23 +88,17 @@ def _iceberg(kind: Any, ids: Any) -> IcebergType | None:
     return StringType()  # strings, and fields only ever null
 
 
-def evolve_inferred(table: Any, inferred: StructType, coerce: dict[str, str]) -> EvolutionPlan:
+def evolve_inferred(table: Any, inferred: StructType, coerce: dict[str, str],
+                    apply: bool = True) -> EvolutionPlan:
     """Adds the fields of ``inferred`` the table's value lacks (the value column itself when
     the table has none); a field of another type keeps its column (the plan's ``incompatible``
-    changes say which).  Declared and coerced fields keep their declared type."""
+    changes say which).  Declared and coerced fields keep their declared type.  Without
+    ``apply`` (a look that changes nothing), only the plan."""
     inferred = coerced_struct(inferred, coerce)
     current = value_struct(table)
-    if current is None:
-        if not inferred.fields:
-            return EvolutionPlan(())
-        plan = plan_evolution(StructType(), inferred)
-        merged = inferred
-    else:
-        plan = plan_evolution(current, inferred, route=True)
-        merged = _keep_wider(current, inferred)
-    if plan.needs_update:
-        with table.update_schema() as update:
-            update.union_by_name(Schema(NestedField(1, "value", merged, required=False)))
+    plan = plan_evolution(current or StructType(), inferred, route=current is not None)
+    if apply and plan.needs_update:
+        _union_value(table, _keep_wider(current, inferred) if current is not None else inferred)
         table.refresh()
     return plan
 

@@ -68,7 +68,7 @@ def table_struct(found: RegisteredSchema, mode: str = "append", message: str | N
                  coerce: Mapping[str, str] | None = None) -> MappedValue:
     """The table struct of a writer schema (for ``cdc``, of the rows in its envelopes);
     ``message`` picks a Protobuf schema's message (else its first); ``coerce`` (by
-    :func:`.coercion.paths`) gives fields the types ``value.coerce`` declares."""
+    :attr:`.contract.ValueSpec.conversions`) gives fields the types ``value.coerce`` declares."""
     value = _mapped(found, mode, message)[0]
     if coerce:
         value = replace(value, struct=coerced_struct(value.struct, coerce))

@@ -21,12 +21,11 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from pyiceberg.types import StructType
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import catalog as catalogs
-from . import cdc, checkpoint, coercion, dead_letters, metrics, schemaless, schemas
+from . import cdc, checkpoint, dead_letters, metrics, schemaless, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, commit_with_retries
@@ -34,11 +33,10 @@ from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
-from .decode import INGESTED
+from .decode import INGESTED, NO_COLUMNS_YET
 from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
-                     decode_json_key, decode_raw, decode_without_columns, frame, framed_ids,
-                     raw_reason, table_rows)
+                     decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
 from .layout import KEY_FIELDS
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
@@ -200,13 +198,6 @@ class TableWriter:
                        if mode in ROW_LEVEL else None)
 
     @property
-    def coerce(self) -> dict[str, str]:
-        """``value.coerce`` and the declared ``value.columns``, by column path
-        (:func:`.coercion.paths`)."""
-        return {**schemaless.declared_paths(self.config.value.columns),
-                **coercion.paths(self.config.value.coerce)}
-
-    @property
     def table_name(self) -> str:
         return f"{self.config.table.catalog.name}.{self.config.table.identifier}"
 
@@ -229,7 +220,7 @@ class TableWriter:
         try:
             mapped, writer = (schemas.mapped(found, message=self.config.key.message)
                               if column == KEY_FIELDS else schemas.mapped(
-                found, self.config.table.mode, self.config.value.message, self.coerce))
+                found, self.config.table.mode, self.config.value.message, self.config.value.conversions))
         except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
         fit = (evolve_for_writer if self.evolve else look_for_writer) if (
@@ -303,14 +294,14 @@ class TableWriter:
         if fmt == "raw":
             return self._rows(decode_raw(fresh), None, has_value=False, key_fields=True)
         if "value" not in columns.fieldNames():  # inferSchema: no field seen yet
-            return self._rows(decode_without_columns(fresh), None, has_value=False)
+            return self._rows(decode_raw(fresh, NO_COLUMNS_YET), None, has_value=False)
         value_type = columns["value"].dataType
         changes = self.config.table.mode == "cdc"
         if fmt == "json" and changes:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return self._rows(decode_json(fresh, value_type, plans, self.coerce, unfit),
+            return self._rows(decode_json(fresh, value_type, plans, self.config.value.conversions, unfit),
                               value_type)
         if "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
@@ -318,7 +309,7 @@ class TableWriter:
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
             return self._changes(decode_framed(fresh, plans, cdc.envelope_type(value_type)))
-        return self._rows(decode_framed(fresh, plans, value_type, self.coerce), value_type)
+        return self._rows(decode_framed(fresh, plans, value_type, self.config.value.conversions), value_type)
 
     def _rows(self, decoded: DataFrame, value_type: Any, *, has_value: bool = True,
               key_fields: bool | None = None) -> DataFrame:
@@ -338,13 +329,11 @@ class TableWriter:
         values = fresh.filter(F.col("value").isNotNull()
                               & (F.substring("value", 1, 1) != F.lit(bytearray(b"\x00"))))
         inferred = schemaless.infer(values.select(F.col("value").cast("string")))
-        if not self.evolve:
-            plan = plan_evolution(value_struct(table) or StructType(), inferred, route=True)
-        else:
-            plan = schemaless.evolve_inferred(table, inferred, self.coerce)
-            if plan.needs_update:
-                log.info("inferred fields evolved table %s: %s", self.table_name,
-                         "; ".join(str(c) for c in plan.changes if c.kind in ("add", "widen")))
+        plan = schemaless.evolve_inferred(table, inferred, self.config.value.conversions,
+                                          apply=self.evolve)
+        if self.evolve and plan.needs_update:
+            log.info("inferred fields evolved table %s: %s", self.table_name,
+                     "; ".join(str(c) for c in plan.changes if c.kind in ("add", "widen")))
         return schemaless.conflicts(plan)
 
     def _changes(self, envelopes: DataFrame) -> DataFrame:
@@ -434,7 +423,7 @@ class TableWriter:
                 continue
             try:
                 mapped, _ = schemas.mapped(found, self.config.table.mode,
-                                           self.config.value.message, self.coerce)
+                                           self.config.value.message, self.config.value.conversions)
             except SchemaMappingError:
                 continue
             plan = plan_evolution(current, mapped.struct, route=True)

@@ -32,6 +32,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from .decode import scalar_at
 
 # A row kept raw (its value could not be decoded) is a row of its own: no statement matches it.
 KEPT_RAW_UNTOUCHED = " AND t.value_error IS NULL"
@@ -48,7 +49,9 @@ def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: st
     are identified by when there are no ``key_columns``."""
     where = op.action()
     if op.field:
-        text = _field_text(value_type, op.field) if "_value" in df.columns else None
+        found = (scalar_at(F.col("_value"), value_type, op.field) if "_value" in df.columns
+                 else None)
+        text = found.cast("string") if found is not None else None
         missing = (f"op {where} is null: the record's operation is unknown" if text is not None
                    else f"op {where} is not a field of the table's value: the record's "
                         "operation is unknown")
@@ -89,20 +92,6 @@ def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: st
     if body == "_value":  # kept raw: no value
         checked = checked.withColumn(body, F.when(~bad, F.col(body)))
     return checked.drop("_op_problem")
-
-
-def _field_text(value_type: Any, path: str) -> Any:
-    """The value's field at ``path`` as text; None when the value has no such scalar field."""
-    from pyspark.sql import types as T
-
-    kind = value_type
-    for part in path.split("."):
-        if not isinstance(kind, T.StructType) or part not in kind.fieldNames():
-            return None
-        kind = kind[part].dataType
-    if isinstance(kind, (T.StructType, T.ArrayType, T.MapType)):
-        return None
-    return _nested(path).cast("string")
 
 
 def _nested(path: str) -> Any:

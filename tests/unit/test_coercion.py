@@ -6,8 +6,8 @@ import pytest
 from pyiceberg.types import (DecimalType, LongType, NestedField, StringType, StructType,
                              TimestamptzType)
 
-from floe_sparkapp.coercion import coerced_struct, iceberg_type, paths
-from floe_sparkapp.contract import Coercion
+from floe_sparkapp.coercion import coerced_struct, iceberg_type
+from floe_sparkapp.contract import Coercion, ValueSpec
 
 pytestmark = [pytest.mark.unit]
 
@@ -18,10 +18,11 @@ def test_coerced_fields_get_the_declared_type_and_become_optional():
     struct = StructType(NestedField(1, "id", LongType(), required=True),
                         NestedField(2, "amount", StringType(), required=True, doc="money"),
                         NestedField(3, "meta", meta, required=True))
-    coerce = paths([Coercion(field="amount", to="decimal(10, 2)"),
-                    Coercion(field="meta.seen", to="timestamp"),
-                    Coercion(field="meta", to="long"),  # a record keeps its type
-                    Coercion(field="absent", to="long")])
+    coerce = ValueSpec(format="json", infer_schema=True, coerce=(
+        Coercion(field="amount", to="decimal(10, 2)"),
+        Coercion(field="meta.seen", to="timestamp"),
+        Coercion(field="meta", to="long"),  # a record keeps its type
+        Coercion(field="absent", to="long"))).conversions
     assert coerced_struct(struct, coerce) == StructType(
         NestedField(1, "id", LongType(), required=True),
         NestedField(2, "amount", DecimalType(10, 2), required=False, doc="money"),
