@@ -74,6 +74,12 @@ def cdc_of_raw_values(format_: str = "raw") -> dict[str, Any]:
     return body
 
 
+def cdc_of_plain_json() -> dict[str, Any]:
+    body = cdc_of_raw_values("json")
+    body["spec"]["value"] = {"format": "json", "inferSchema": True}
+    return body
+
+
 def raw_value_decoded_key() -> dict[str, Any]:
     body = changed("spec.key", {"format": "avro", "subject": "orders-key"})
     body["spec"]["value"]["format"] = "raw"
@@ -239,6 +245,13 @@ CASES = [
          "topic's value has none: value.format must be avro, json or protobuf",
          "coerce converts fields of the value, and a raw topic's value has none: value.format "
          "must be avro, json or protobuf"),
+    Case(cdc_of_plain_json(),
+         "spec.value: Invalid value: value.columns and value.inferSchema read a record's value "
+         "as the table's row, and a cdc table's rows are Debezium's after images: give the "
+         "envelope's schema in value.schemaRegistry",
+         "value.columns and value.inferSchema read a record's value as the table's row, and a "
+         "cdc table's rows are Debezium's after images: give the envelope's schema in "
+         "value.schemaRegistry"),
     Case(with_coercion(mode="cdc"),
          "spec.value.coerce: Invalid value: value.coerce converts fields of a record's value, "
          "and a cdc table's rows are Debezium's before and after images: leave coerce out",

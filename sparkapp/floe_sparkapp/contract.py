@@ -587,6 +587,13 @@ class TopicSpec(_Model):
              "value.coerce converts fields of a record's value, and a cdc table's rows are "
              "Debezium's before and after images: leave coerce out", ".value.coerce", None,
              lambda s: s.table.mode != "cdc" or not s.value.coerce),
+        Rule("self.table.mode != 'cdc' || ((!has(self.value.columns) || "
+             "size(self.value.columns) == 0) && (!has(self.value.inferSchema) || "
+             "!self.value.inferSchema))",
+             "value.columns and value.inferSchema read a record's value as the table's row, and "
+             "a cdc table's rows are Debezium's after images: give the envelope's schema in "
+             "value.schemaRegistry", ".value", None,
+             lambda s: s.table.mode != "cdc" or not (s.value.columns or s.value.infer_schema)),
         Rule("self.value.format != 'raw' || !has(self.table.op) || has(self.table.op.header)",
              "table.op.field names a value field, and a raw topic's value has none: use "
              "op.header, or value.format avro, json or protobuf", ".table.op", None,
