@@ -93,6 +93,12 @@ def routed(*identifiers: str, format_: str = "avro") -> dict[str, Any]:
     return body
 
 
+def branch_routed() -> dict[str, Any]:
+    body = routed("inventory.orders")
+    body["spec"]["table"]["branch"] = "audit"
+    return body
+
+
 def with_volume_mount() -> dict[str, Any]:
     return changed("spec.spark", {"volumeMounts": [{"name": "data", "mountPath": "/srv/lake"}]})
 
@@ -167,6 +173,18 @@ CASES = [
     Case(changed("spec.fanOut", True),
          "spec.fanOut: Invalid value: fanOut sends a record to every route that matches: it "
          "needs routes", "fanOut sends a record to every route that matches: it needs routes"),
+    Case(changed("spec.table.branch", "floe_audit"),
+         "spec.table.branch: Invalid value: table.branch names the branch floe lands in "
+         "instead of main: leave it out to land in main, and do not start it with floe_ "
+         "(floe's own refs)",
+         "table.branch names the branch floe lands in instead of main: leave it out to land in "
+         "main, and do not start it with floe_ (floe's own refs)"),
+    Case(branch_routed(),
+         "spec.table.branch: Invalid value: table.branch lands one table in a branch and routes "
+         "land several: a branch for routed tables is not supported yet, leave table.branch or "
+         "routes out",
+         "table.branch lands one table in a branch and routes land several: a branch for routed "
+         "tables is not supported yet, leave table.branch or routes out"),
     Case(changed("spec.table.partitionBy", ["value.region", "value.region"]),
          "spec.table.partitionBy: Invalid value: partitionBy names a partition field twice",
          "partitionBy names a partition field twice"),

@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table
+from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table, publish
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 
@@ -19,8 +19,10 @@ from . import clients, kube, observe
 from .clients import Secrets
 from .view import Account, App, World
 from .errors import retry_later
+from .names import PUBLISH
 from .plan import (Action, Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable, DeleteApp,
-                   DeleteCronJob, DropTable, EnsureAccount, EvolveTable, Event, Log, Wait)
+                   DeleteCronJob, DropTable, EnsureAccount, EvolveTable, Event, Log,
+                   PublishBranch, Wait)
 from .render import Topic, spark_account
 
 
@@ -64,8 +66,10 @@ def _run(action: Action, world: World, topic: Topic, job: JobConfig, secrets: Se
         (kopf.warn if action.warning else kopf.info)(body, reason=action.reason,
                                                      message=action.message)
         return world
-    if isinstance(action, (CreateTable, ClaimTable, EvolveTable, ApplyApproved)):
+    if isinstance(action, (CreateTable, ClaimTable, EvolveTable, ApplyApproved, PublishBranch)):
         try:
+            if isinstance(action, PublishBranch):
+                return _publish(action, world, topic, job, body, logger)
             return _run_on_table(action, world, topic, job, secrets, logger)
         except kopf.TemporaryError:
             raise
@@ -105,6 +109,40 @@ def _run_on_table(action: Action, world: World, topic: Topic, job: JobConfig,
         logger.info("schema: %s", applied)
         return replace(_table(world, table, topic, job), schema_applied=applied)
     raise TypeError(f"no way to run {action!r}")
+
+
+def _publish(action: PublishBranch, world: World, topic: Topic, job: JobConfig, body: Any,
+             logger: Any) -> World:
+    """Publishes the table's branch (:func:`~floe_sparkapp.ledger.publish`), tried again on
+    a fresh table while the job commits to the branch meanwhile (main does not move but by a
+    publish or the user)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    table = world.table.handle
+    branch = job.table.ref
+    for attempt in range(5):
+        try:
+            done = publish(table, branch, action.snapshot_id)
+            break
+        except CommitFailedException:
+            if attempt == 4:
+                raise
+            table.refresh()
+    identifier = topic.spec.table.identifier
+    if done.error:
+        message = f"{PUBLISH}: {action.request}: main of {identifier} not moved: {done.error}"
+    elif done.moved:
+        message = (f"main of {identifier} published: at snapshot {done.snapshot_id} of branch "
+                   f"{branch} ({PUBLISH}: {action.request})")
+    else:
+        message = (f"main of {identifier} has snapshot {action.snapshot_id or done.snapshot_id} "
+                   f"of branch {branch} already ({PUBLISH}: {action.request})")
+    (logger.warning if done.error else logger.info)(message)
+    (kopf.warn if done.error else kopf.info)(
+        body, reason="PublishRefused" if done.error else "Published", message=message)
+    table.refresh()
+    return replace(_table(world, table, topic, job),
+                   published=(action.request, done.snapshot_id, done.error))
 
 
 def _run_on_kubernetes(action: Action, world: World, topic: Topic, body: Any,

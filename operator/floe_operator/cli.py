@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+import time
 from importlib.metadata import version
 from typing import Any
 
@@ -73,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
                        "lost: the job goes on from the table's offsets")
     command("resume", "start a suspended topic's job again")
     command("restart", "restart the topic's job (it goes on from the table's offsets)")
+    publish = command("publish", "publish a topic's table.branch: main moves to the branch's "
+                                 "head as the status shows it (or to --snapshot), so main's "
+                                 "readers see what was audited there")
+    publish.add_argument("--snapshot", help="a snapshot id of the branch (default: its head)")
+    publish.add_argument("-w", "--wait", action="store_true",
+                         help="wait for the operator's answer")
     rollback = operation("rollback", "roll the topic's table back to a snapshot: the records "
                                      "after it land again, once")
     target = rollback.add_mutually_exclusive_group(required=True)
@@ -300,6 +307,48 @@ def restart(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def publish(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
+    from .names import PUBLISH
+
+    item = _topic(cluster, namespace, args.name)
+    branch = ((item.get("spec") or {}).get("table") or {}).get("branch")
+    if not branch:
+        raise Failure(f"{namespace}/{args.name} lands in main (no spec.table.branch): there is "
+                      "nothing to publish")
+    shown = (item.get("status") or {}).get("branch") or {}
+    snapshot = args.snapshot or shown.get("snapshotId")
+    if not snapshot:
+        raise Failure(f"branch {branch} of {namespace}/{args.name} has no commit yet (its "
+                      "status shows no snapshotId): nothing to publish")
+    if not str(snapshot).isdigit():
+        raise Failure(f"--snapshot takes a snapshot id (digits), not {snapshot}", 2)
+    before = (shown.get("lastPublish") or {}).get("request")
+    cluster.annotate(namespace, args.name, PUBLISH, str(snapshot))
+    print(f"kafkaicebergtopic {namespace}/{args.name}: publish of snapshot {snapshot} of branch "
+          f"{branch} asked for ({PUBLISH}={snapshot})")
+    if not args.wait:
+        return 0
+    if before == str(snapshot):
+        print("that snapshot was asked for before: "
+              + _published((shown.get("lastPublish") or {})))
+        return 0 if not (shown.get("lastPublish") or {}).get("error") else 1
+    for _ in range(120):
+        time.sleep(1)
+        last = (((_topic(cluster, namespace, args.name).get("status") or {}).get("branch")
+                 or {}).get("lastPublish") or {})
+        if last.get("request") == str(snapshot):
+            print(_published(last))
+            return 1 if last.get("error") else 0
+    raise Failure("the operator has not answered in 2 minutes: is it running? "
+                  f"(`{PROG} describe {args.name}`)")
+
+
+def _published(last: dict[str, Any]) -> str:
+    if last.get("error"):
+        return f"not published: {last['error']}"
+    return f"published: main is at snapshot {last.get('snapshotId')}"
+
+
 def logs(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
     item = _topic(cluster, namespace, args.name)
     pod = cluster.driver(item)
@@ -346,8 +395,6 @@ def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str
     """Makes a KafkaIcebergOperation of type ``kind`` on the topic, named after it, the type
     and the time; with ``--wait``, prints its phase and message at each change until it
     ends."""
-    import time
-
     from .names import GROUP, OPERATION_KIND, VERSION
 
     _topic(cluster, namespace, args.name)
@@ -374,7 +421,7 @@ def _operation(cluster: Any, namespace: str, args: argparse.Namespace, kind: str
 
 COMMANDS = {"status": status, "describe": describe, "approve": approve, "suspend": suspend,
             "resume": resume, "restart": restart, "logs": logs, "rollback": rollback,
-            "repair": repair, "backfill": backfill, "replay": replay}
+            "repair": repair, "backfill": backfill, "replay": replay, "publish": publish}
 
 
 if __name__ == "__main__":

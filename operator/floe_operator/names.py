@@ -10,6 +10,9 @@ PLURAL = "kafkaicebergtopics"
 APPROVAL = f"{GROUP}/approve-schema-version"
 # Each new value restarts the job once (``kubectl floe restart`` sets the time).
 RESTART = f"{GROUP}/restart"
+# Each new value publishes the table.branch once: main moves to the branch's snapshot the value
+# names, or to its head for any other value (``kubectl floe publish`` sets the head it saw).
+PUBLISH = f"{GROUP}/publish"
 
 # The driver serves the job's Prometheus metrics on this port, named "metrics" in its pod (the
 # chart's PodMonitor scrapes it).

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from floe_sparkapp.avro_types import SchemaMappingError
-from floe_sparkapp.ledger import (OWNER, ancestors, commits_since, last_commit,
+from floe_sparkapp.ledger import (MAIN, OWNER, ancestors, commits_since, last_commit,
                                   operation_commits, operation_record)
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
@@ -31,7 +31,7 @@ from .names import GROUP, JOB_METRICS_PORT
 from .render import Topic
 from .settings import OperatorSettings
 from .resource import KafkaIcebergTopicSpec
-from .view import App, Children, Deletion, RegistryView, TableView, World
+from .view import App, BranchView, Children, Deletion, RegistryView, TableView, World
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -45,7 +45,8 @@ def table_view(table: Any, topic: Topic, job: JobConfig, seen_snapshot_id: int |
         layout_error = None
     except LayoutMismatch as error:
         layout_error = str(error)
-    committed = last_commit(table, topic.writer, topic.spec.kafka.topic)
+    ref = job.table.ref
+    committed = last_commit(table, topic.writer, topic.spec.kafka.topic, ref=ref)
     snapshot = table.snapshot_by_id(committed.snapshot_id) if committed.snapshot_id else None
     return TableView(
         exists=True, layout_error=layout_error, owner=table.properties.get(OWNER),
@@ -56,9 +57,20 @@ def table_view(table: Any, topic: Topic, job: JobConfig, seen_snapshot_id: int |
         maintenance_runs=maintenance_runs(table.properties),
         dead_letter_error=committed.dead_letter_error,
         new_commits=(commits_since(table, topic.writer, seen_snapshot_id,
-                                   topic=topic.spec.kafka.topic)
+                                   topic=topic.spec.kafka.topic, ref=ref)
                      if committed.snapshot_id != seen_snapshot_id else 0),
+        branch=branch_view(table, topic, ref) if ref != MAIN else None,
         handle=table)
+
+
+def branch_view(table: Any, topic: Topic, ref: str) -> BranchView:
+    """The branch the job lands in and main, as publishing sees them."""
+    main = table.current_snapshot()
+    main_id = None if main is None else main.snapshot_id
+    if ref not in table.refs():
+        return BranchView(ref, main_snapshot_id=main_id)
+    return BranchView(ref, table.refs()[ref].snapshot_id, main_id, commits_since(
+        table, topic.writer, main_id, topic=topic.spec.kafka.topic, ref=ref))
 
 
 def error_text(error: Exception) -> str:
@@ -240,8 +252,14 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
     if spec.replay is not None and world.record is None and world.run is not None:
         world = replace(world, replayed=_replayed(destination, topic, world.uid,
                                                   spec.replay.topic))
+    ref = destination.table.ref
     if batch:
-        return replace(world, progress=operation_commits(table, world.uid)), table, topic
+        return replace(world, progress=operation_commits(table, world.uid, ref)), table, topic
+    if ref != MAIN:
+        return replace(world, refused=(
+            f"table {identifier} lands in branch {ref} (table.branch), and a roll back moves "
+            f"main: roll main back with Iceberg's rollback_to_snapshot procedure, or drop the "
+            f"branch to land again, into a new one made from main, what main lacks")), table, topic
     ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms)
                      for s in ancestors(table))
     world = replace(world, ancestry=ancestry,

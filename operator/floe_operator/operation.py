@@ -345,6 +345,8 @@ def plan(world: OperationWorld) -> OperationPlan:
     rollback = spec.rollback
     assert rollback is not None
     table = rollback.table or (world.tables[0] if world.tables else "")
+    if world.refused is not None:
+        return ends("Failed", f"cannot roll back: {world.refused}")
     if world.table_error is not None:
         return waits(f"table {table} could not be read: {world.table_error}")
     record = world.record

@@ -75,6 +75,15 @@ class ApplyApproved:
 
 
 @dataclass(frozen=True)
+class PublishBranch:
+    """Move main to the table.branch's snapshot ``snapshot_id`` (None: its head), for the
+    PUBLISH annotation's value ``request``."""
+
+    request: str
+    snapshot_id: int | None = None
+
+
+@dataclass(frozen=True)
 class Apply:
     """Create or replace a child kept as rendered (the job ConfigMap, a maintenance CronJob);
     ``digest`` is the hash it is stamped with."""
@@ -144,8 +153,9 @@ class Log:
     warning: bool = False
 
 
-Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | Apply | CreateApp | DeleteApp
-          | DeleteCronJob | EnsureAccount | Event | DropTable | Wait | Log)
+Action = (CreateTable | ClaimTable | EvolveTable | ApplyApproved | PublishBranch | Apply
+          | CreateApp | DeleteApp | DeleteCronJob | EnsureAccount | Event | DropTable | Wait
+          | Log)
 
 
 @dataclass(frozen=True)
@@ -251,6 +261,7 @@ def plan(topic: Topic, world: World, previous: Mapping[str, Any], settings: Oper
         _progress(topic, world, decided, previous)
         _plan_stall(topic, world, settings, decided)
         _plan_rollback(topic, world, previous, settings, decided)
+        _plan_publish(topic, world, previous, decided)
     observed = Observation(**decided.observed)
     return Plan(tuple(decided.actions), redact.redact_all(status(observed, previous)),
                 world.table.new_commits if world.table.exists else 0,
@@ -541,6 +552,34 @@ def healthy(topic: Topic, world: World, settings: OperatorSettings) -> bool:
         return False
     committed = table.committed_at_ms is not None and table.committed_at_ms >= app.started_ms
     return committed or _lag(world) == 0
+
+
+def _plan_publish(topic: Topic, world: World, previous: Mapping[str, Any],
+                  decided: _Decisions) -> None:
+    """With ``table.branch``: the branch and main on the status, and a new value of the
+    PUBLISH annotation published once (main fast-forwarded to the snapshot it names, or to the
+    branch's head: :class:`PublishBranch`, whose Event says how it went), its outcome kept on
+    the status until the next."""
+    branch = world.table.branch
+    if topic.spec.table.branch is None or branch is None:
+        return
+    shown: dict[str, Any] = {"name": branch.name, "unpublishedCommits": branch.unpublished}
+    for key, value in (("snapshotId", branch.head_snapshot_id),
+                       ("mainSnapshotId", branch.main_snapshot_id)):
+        if value is not None:
+            shown[key] = str(value)
+    last = (previous.get("branch") or {}).get("lastPublish")
+    request = topic.publish
+    if world.published is not None and world.published[0] == request:
+        _, main_id, error = world.published
+        last = {"request": request, "at": iso(world.now_ms / 1000),
+                **({"snapshotId": str(main_id)} if main_id is not None else {}),
+                **({"error": error} if error else {})}
+    elif request is not None and request != (last or {}).get("request"):
+        decided.act(PublishBranch(request, int(request) if request.isdigit() else None))
+    if last:
+        shown["lastPublish"] = last
+    decided.say(branch=shown)
 
 
 def _plan_rollback(topic: Topic, world: World, previous: Mapping[str, Any],

@@ -21,7 +21,7 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
-from .names import JOB_METRICS_PORT, OPERATION_KIND, RESTART
+from .names import JOB_METRICS_PORT, OPERATION_KIND, PUBLISH, RESTART
 from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 
@@ -70,6 +70,7 @@ class Topic:
     spec: KafkaIcebergTopicSpec
     restart: str | None = None  # the RESTART annotation: a new value restarts the job
     rolled_back_to: int | None = None  # the stable generation whose spec runs (autoRollback)
+    publish: str | None = None  # the PUBLISH annotation: a new value publishes table.branch
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Topic:
@@ -77,7 +78,8 @@ class Topic:
         return cls(meta["namespace"], meta["name"], meta.get("uid", ""),
                    int(meta.get("generation", 1)),
                    KafkaIcebergTopicSpec.model_validate(body.get("spec", {})),
-                   (meta.get("annotations") or {}).get(RESTART) or None)
+                   (meta.get("annotations") or {}).get(RESTART) or None,
+                   publish=(meta.get("annotations") or {}).get(PUBLISH) or None)
 
     def running(self, status: dict[str, Any]) -> Topic:
         """The topic as its job runs it: while its generation is rolled back

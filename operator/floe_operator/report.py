@@ -107,6 +107,16 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
                      f"{table_status.get('committedAt', NONE)}")
         lines.append(f"Schema:      table schema {table_status.get('schemaId', NONE)}, "
                      f"registry {row['SCHEMA']}")
+    branch = status.get("branch") or {}
+    if branch:
+        last = branch.get("lastPublish") or {}
+        lines.append(f"Branch:      {branch.get('name')} at {branch.get('snapshotId', 'not made yet')}"
+                     f", {branch.get('unpublishedCommits', 0)} commit(s) not published; main at "
+                     f"{branch.get('mainSnapshotId', NONE)}")
+        if last:
+            lines.append(f"Published:   {last.get('request')} at {last.get('at', NONE)}: "
+                         + (f"refused: {last['error'][:200]}" if last.get("error")
+                            else f"main at {last.get('snapshotId', NONE)}"))
     lines.append(f"Freshness:   {row['FRESHNESS']}")
     lines.append(f"Lag:         {row['LAG']}")
     offsets = status.get("offsets") or {}

@@ -285,6 +285,24 @@ class SchemaChangeStatus(_Model):
     changes: list[str] = Field(description="Its breaking changes to the table's columns.")
 
 
+class PublishStatus(_Model):
+    request: str = Field(description="The floe.dev/publish annotation's value it answered.")
+    snapshot_id: str | None = Field(None, description="main's snapshot after it.")
+    at: str | None = Field(None, json_schema_extra=_TIME)
+    error: str | None = Field(None, description="Why main was not moved, and what to do.")
+
+
+class BranchStatus(_Model):
+    name: str = Field(description="The branch the job lands in (table.branch).")
+    snapshot_id: str | None = Field(None, description="The branch's head (none until the job's "
+                                                      "first commit makes the branch).")
+    main_snapshot_id: str | None = Field(None, description="main's head: what its readers "
+                                                           "see.")
+    unpublished_commits: int = Field(0, description="The job's commits on the branch that "
+                                                    "main does not have yet.")
+    last_publish: PublishStatus | None = None
+
+
 class KafkaIcebergTopicStatus(_Model):
     """The resource's status, as the operator writes it."""
 
@@ -316,3 +334,6 @@ class KafkaIcebergTopicStatus(_Model):
     schema_change: SchemaChangeStatus | None = Field(
         None, description="A breaking registry version waiting for its approval annotation "
                           "(kubectl floe approve).")
+    branch: BranchStatus | None = Field(
+        None, description="With table.branch: the branch, main, and the last publish "
+                          "(kubectl floe publish).")

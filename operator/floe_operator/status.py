@@ -76,6 +76,7 @@ class Observation:
     failovers: int | None = None  # times floe recreated the job (the backoff's exponent)
     last_failover_time: str | None = None
     last_failure: str | None = None  # the error the last failover recreated the job after
+    branch: dict[str, Any] | None = None  # with table.branch: the branch, main, last publish
 
 
 def _refused(reason: str, message: str, table: str) -> list[Condition]:
@@ -293,6 +294,10 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         result["schemaChange"] = {"registryVersion": version, "changes": list(changes)}
     elif (previous or {}).get("schemaChange"):
         result["schemaChange"] = None
+    if observed.branch is not None:
+        result["branch"] = observed.branch
+    elif (previous or {}).get("branch"):
+        result["branch"] = None
     if observed.maintenance is not None:
         result["maintenance"] = {
             action: {**entry, **({"lastRun": observed.maintenance_runs[action]}

@@ -131,6 +131,16 @@ def children(topic: Topic, apps: Mapping[Any, Iterable[App]],
 # --- the data side ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class BranchView:
+    """A table.branch table's branch and main, as publishing sees them."""
+
+    name: str
+    head_snapshot_id: int | None = None  # None: not made yet (the job's first commit makes it)
+    main_snapshot_id: int | None = None
+    unpublished: int = 0  # the job's commits on the branch that main does not have
+
+
+@dataclass(frozen=True)
 class TableView:
     """The table as the resource's job left it."""
 
@@ -147,6 +157,7 @@ class TableView:
     maintenance_runs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     new_commits: int = 0  # floe commits since the snapshot the previous visit saw
     dead_letter_error: str | None = None  # the newest commit's records the DLQ refused
+    branch: BranchView | None = None  # with table.branch
     handle: Any = field(default=None, compare=False, repr=False)  # the PyIceberg table
 
 
@@ -175,6 +186,9 @@ class World:
     owner_claims_table: bool = True  # the table's other writer still points at it
     schema_applied: str | None = None  # what this visit applied to the schema (an approval)
     job_activity: str | None = None  # what a stalled job's driver says it is doing
+    # what this visit's publish did: (the PUBLISH annotation's value, main's snapshot after
+    # it, why main was not moved or None)
+    published: tuple[str, int | None, str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from .config import JobConfig, kafka_client_settings
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
 from .kafka_offsets import offsets_for_time, topic_partitions, watermarks
-from .ledger import (OPERATION, OPERATION_ROWS, last_commit, merge_offsets,
+from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, merge_offsets,
                      operation_commits, record_operation, summary_properties)
 from .table_writer import TableWriter
 
@@ -99,7 +99,7 @@ class Backfill:
         self.spark, self.top, self.config, self.request = spark, top, config, request
         self.spec = request.backfill
         self.writer = writer
-        self.table_ref = writer.table_name
+        self.table_ref = writer.branch_name  # main, or the branch the job lands in
         self.into = self.spec.into is not None
         self.route = next(i for i, d in enumerate(top.destinations())
                           if d.table.identifier == source)
@@ -147,8 +147,9 @@ class Backfill:
         # read after
         self.writer.plan_ids(catalog.load_table(self.config.table.identifier), ids, keys)
         table = catalog.load_table(self.config.table.identifier)
-        base = table.current_snapshot().snapshot_id
-        ledger = last_commit(table, self.config.writer, self.config.kafka.topic)
+        ref = self.config.table.ref
+        base = head(table, ref).snapshot_id
+        ledger = last_commit(table, self.config.writer, self.config.kafka.topic, ref=ref)
         if self.into:  # the new table's offsets are the backfill's own
             upto = hi
             lo = max(lo, ledger.offsets.get(partition, 0))
@@ -186,7 +187,8 @@ class Backfill:
 
     def run(self) -> dict[str, Any]:
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        committed = last_commit(table, self.config.writer, self.config.kafka.topic).offsets
+        committed = last_commit(table, self.config.writer, self.config.kafka.topic,
+                                ref=self.config.table.ref).offsets
         found, skipped = ranges(self.config, self.spec, committed, self.into)
         log.info("backfill %s of %s: %s; left out: %s", self.request.name, self.table_ref,
                  found, skipped)
@@ -200,7 +202,7 @@ class Backfill:
                 log.info("backfill %s: partition %d offsets %d..%d: %d record(s) landed",
                          self.request.name, partition, start, end, count)
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        commits, rows = operation_commits(table, self.request.uid)
+        commits, rows = operation_commits(table, self.request.uid, self.config.table.ref)
         return {**({"into": self.config.table.identifier} if self.into else {}),
                 "ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
                 "leftOut": {str(p): why for p, why in skipped.items()},

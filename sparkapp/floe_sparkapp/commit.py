@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from . import metrics
-from .ledger import OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
+from .ledger import MAIN, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
 
 log = logging.getLogger("floe.commit")
 T = TypeVar("T")
@@ -132,21 +132,34 @@ def _ref_times(metadata: Any) -> list[tuple[str, int | None]]:
     return found
 
 
-def _main_at(metadata: Any, snapshot_id: int) -> Any:
-    """``main``'s ref in the table's (Java) metadata, which must still be at ``snapshot_id``."""
-    main = metadata.ref("main")
-    if main is None or main.snapshotId() != snapshot_id:
-        raise CommitConflict(f"main moved from snapshot {snapshot_id} to "
-                             f"{None if main is None else main.snapshotId()} during the batch")
-    return main
+def _ref_at(metadata: Any, snapshot_id: int, ref: str = MAIN) -> Any:
+    """Branch ``ref``'s ref in the table's (Java) metadata, which must still be at
+    ``snapshot_id``; None for a branch not made yet, which is made where ``main`` is, so
+    ``main`` must be there."""
+    found = metadata.ref(ref)
+    if found is None and ref != MAIN:
+        _ref_at(metadata, snapshot_id)
+        return None
+    if found is None or found.snapshotId() != snapshot_id:
+        raise CommitConflict(f"{ref} moved from snapshot {snapshot_id} to "
+                             f"{None if found is None else found.snapshotId()} during the batch")
+    return found
+
+
+def _head_id(metadata: Any, ref: str = MAIN) -> int | None:
+    """The snapshot id branch ``ref`` is at in the (Java) metadata; ``main``'s for a branch
+    not made yet (:func:`~floe_sparkapp.ledger.head`)."""
+    found = metadata.ref(ref)
+    if found is None and ref != MAIN:
+        found = metadata.ref(MAIN)
+    return None if found is None else int(found.snapshotId())
 
 
 def _landed(metadata: Any, snapshot_ids: set[int], base_snapshot_id: int,
-            limit: int = 10_000) -> int | None:
-    """Which of ``snapshot_ids`` is in ``main``'s ancestry above ``base_snapshot_id``, in the
-    table's (Java) metadata; None when none is."""
-    main = metadata.ref("main")
-    current = None if main is None else int(main.snapshotId())
+            limit: int = 10_000, ref: str = MAIN) -> int | None:
+    """Which of ``snapshot_ids`` is in branch ``ref``'s ancestry above ``base_snapshot_id``,
+    in the table's (Java) metadata; None when none is."""
+    current = _head_id(metadata, ref)
     for _ in range(limit):
         if current is None or current == base_snapshot_id:
             return None
@@ -183,6 +196,7 @@ class BranchCommitter:
     catalog_name: str
     identifier: str
     writer: str
+    ref: str = MAIN  # the branch commits go to: main, or the resource's table.branch
 
     def _sql(self, statement: str) -> Any:
         return self.spark.sql(statement)
@@ -338,17 +352,19 @@ class BranchCommitter:
         last_error: Exception | None = None
         for _ in range(attempts):
             append = table.newAppend()  # merges small manifests as Spark's own appends do
+            if self.ref != MAIN:  # on the branch's head (main's when it is not made yet)
+                append = append.toBranch(self.ref)
             for data_file in staged.files:
                 append.appendFile(data_file)
             for key, value in properties.items():
                 append.set(key, value)
             snapshot = append.apply()  # the manifests, on a fresh read of the table
             base = operations.current()
-            if _landed(base, tried, base_snapshot_id) is not None:
+            if _landed(base, tried, base_snapshot_id, ref=self.ref) is not None:
                 return
-            _main_at(base, base_snapshot_id)
+            _ref_at(base, base_snapshot_id, self.ref)
             tried.add(int(snapshot.snapshotId()))
-            builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, "main")
+            builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, self.ref)
             try:
                 if tag:
                     builder = self._tag(iceberg, base, builder, snapshot.snapshotId())
@@ -378,15 +394,15 @@ class BranchCommitter:
         for wait in waits:
             time.sleep(wait)
             try:
-                landed = _landed(operations.refresh(), tried, base_snapshot_id)
+                landed = _landed(operations.refresh(), tried, base_snapshot_id, ref=self.ref)
             except Exception as look:  # noqa: BLE001 - the catalog is down: look again
                 unreadable = look
                 continue
             unreadable = None
             if landed is not None:
                 log.warning("%s: the catalog reported the commit failed (%s), but its snapshot "
-                            "%d is on main: it landed", self.table_ref, _first_line(error),
-                            landed)
+                            "%d is on %s: it landed", self.table_ref, _first_line(error),
+                            landed, self.ref)
                 return True
         if unreadable is not None:
             raise CommitUnknown(f"the commit of a batch to {self.table_ref} failed "
@@ -423,11 +439,12 @@ class BranchCommitter:
         last_error: Exception | None = None
         for _ in range(attempts):
             base = operations.refresh()
-            if _landed(base, {head}, base_snapshot_id) is not None:
+            if _landed(base, {head}, base_snapshot_id, ref=self.ref) is not None:
                 return
-            main = _main_at(base, base_snapshot_id)
-            builder = (iceberg.TableMetadata.buildFrom(base)
-                       .setRef("main", iceberg.SnapshotRef.builderFrom(main, head).build())
+            target = _ref_at(base, base_snapshot_id, self.ref)
+            moved = (iceberg.SnapshotRef.branchBuilder(head) if target is None
+                     else iceberg.SnapshotRef.builderFrom(target, head)).build()
+            builder = (iceberg.TableMetadata.buildFrom(base).setRef(self.ref, moved)
                        .removeRef(branch))
             try:
                 self._commit_metadata(operations, base,
@@ -437,10 +454,11 @@ class BranchCommitter:
                 last_error = error
                 if self._outcome(operations, {head}, base_snapshot_id, error):
                     return
-        raise CommitUnknown(f"moving main to the batch failed {attempts} times, the last "
+        raise CommitUnknown(f"moving {self.ref} to the batch failed {attempts} times, the last "
                             f"with: {_first_line(last_error)}") if last_error is not None and \
             not is_conflict(last_error) else CommitConflict(
-                f"the table kept changing while moving main to the batch ({attempts} attempts)")
+                f"the table kept changing while moving {self.ref} to the batch "
+                f"({attempts} attempts)")
 
     def expire_snapshots(self, older_than_ms: int, retain_last: int) -> int:
         """Expires the snapshots older than ``older_than_ms`` but the newest ``retain_last`` of
@@ -456,6 +474,10 @@ class BranchCommitter:
         held = held_since(_ref_times(metadata), int(time.time() * 1000))
         if held is not None:
             older_than_ms = min(older_than_ms, held)
+        if self.ref != MAIN and metadata.currentSnapshot() is not None:
+            # what the branch gained since main's head stays: publishing checks that main is
+            # an ancestor of the branch, through the snapshots between
+            older_than_ms = min(older_than_ms, metadata.currentSnapshot().timestampMillis())
         snapshots = metadata.snapshots()
         count = snapshots.size()
         # The oldest snapshot comes first: when it is not due, none is.

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Callable, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from .ledger import MAIN
 from .units import (DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_bytes, cel_seconds,
                     duration_seconds, seconds, size_bytes)
 
@@ -34,6 +35,7 @@ KAFKA_TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+BRANCH = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # value.coerce's types (floe_sparkapp.coercion), and value.columns' (those and boolean, date)
 _DECIMAL = r"decimal\(([1-9]|[12][0-9]|3[0-8]), ?([0-9]|[12][0-9]|3[0-8])\)"
 COERCE_TO = rf"^(int|long|float|double|timestamp|binary|string|{_DECIMAL})$"
@@ -428,10 +430,28 @@ def partition_field(text: str) -> tuple[str, str, int | None]:
 
 
 class TableSpec(TableLayout):
+    RULES = TableLayout.RULES + (
+        Rule("!has(self.branch) || (self.branch != 'main' && !self.branch.startsWith('floe_'))",
+             "table.branch names the branch floe lands in instead of main: leave it out to land "
+             "in main, and do not start it with floe_ (floe's own refs)", ".branch", None,
+             lambda t: t.branch is None or (t.branch != MAIN
+                                             and not t.branch.startswith("floe_"))),
+    )
+
     catalog: CatalogSpec
     deletion_policy: Literal["Retain", "Delete"] = Field(
         "Retain", description="What deleting the resource does to the table (and the routes' "
                               "tables).")
+    branch: str | None = Field(None, pattern=BRANCH, max_length=100, description=(
+        "Write, audit, publish: the job commits to this branch of the table (made from main "
+        "when absent) and main moves only when it is published, by the annotation "
+        "floe.dev/publish (a snapshot id of the branch, or any other value for its head) or "
+        "kubectl floe publish. Readers of main see only what was published."))
+
+    @property
+    def ref(self) -> str:
+        """The branch the job commits to and reads its offsets from."""
+        return self.branch or MAIN
 
 
 class RouteSpec(_Model):
@@ -618,6 +638,10 @@ class TopicSpec(_Model):
              "r.table.identifier))",
              "each route needs a table of its own: routes[].table.identifier must differ from "
              "table.identifier and from each other", ".routes", None, _route_tables_apart),
+        Rule("!has(self.table.branch) || !has(self.routes) || size(self.routes) == 0",
+             "table.branch lands one table in a branch and routes land several: a branch for "
+             "routed tables is not supported yet, leave table.branch or routes out",
+             ".table.branch", None, lambda s: s.table.branch is None or not s.routes),
     )
 
     kafka: KafkaSpec

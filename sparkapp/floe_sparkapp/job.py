@@ -124,7 +124,8 @@ def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | Non
 
 def table_commits(config: JobConfig, tables: list[Any]) -> list[Committed]:
     """What the topic's tables have committed (:func:`~.commit.last_commit` of each)."""
-    return [last_commit(table, config.writer, config.kafka.topic) for table in tables]
+    return [last_commit(table, config.writer, config.kafka.topic, ref=config.table.ref)
+            for table in tables]
 
 
 def rejoining(config: JobConfig, found: list[Committed]) -> list[bool]:

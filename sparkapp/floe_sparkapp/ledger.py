@@ -104,15 +104,27 @@ def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
                      snapshot.timestamp_ms)
 
 
+MAIN = "main"
+
+
+def head(table: Any, ref: str = MAIN) -> Any:
+    """The snapshot branch ``ref`` is at; a branch not made yet is where it will be made, at
+    ``main``'s (None for a table without snapshots)."""
+    if ref != MAIN and ref in table.refs():
+        return table.snapshot_by_id(table.refs()[ref].snapshot_id)
+    return table.current_snapshot()
+
+
 def last_commit(table: Any, writer: str, topic: str | None = None,
-                at: int | None = None) -> Committed:
-    """The newest floe snapshot in ``main``'s ancestry for ``topic`` (see :func:`_counts`), or
-    in the ancestry of snapshot ``at``.
+                at: int | None = None, ref: str = MAIN) -> Committed:
+    """The newest floe snapshot in branch ``ref``'s ancestry (``main``'s, or the branch the
+    resource lands in, :func:`head`) for ``topic`` (see :func:`_counts`), or in the ancestry of
+    snapshot ``at``.
 
     When the ancestry is cut (a parent expired) before it reaches one, the snapshot of the
     writer's offsets tag, which no expiry removes (module doc); when it ends at the table's
-    root, nothing: ``main`` holds no commit."""
-    snapshot = table.current_snapshot() if at is None else table.snapshot_by_id(at)
+    root, nothing: the branch holds no commit."""
+    snapshot = head(table, ref) if at is None else table.snapshot_by_id(at)
     while snapshot is not None:
         if _counts(snapshot.summary, writer, topic):
             return _committed(snapshot)
@@ -145,11 +157,12 @@ def tagged_commit(table: Any, writer: str, topic: str | None = None,
 
 
 def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
-                  limit: int = 10_000, topic: str | None = None) -> int:
-    """How many snapshots of ``writer`` ``main`` gained after ``since_snapshot_id`` (all of
-    them, up to ``limit``, when that snapshot is not in the ancestry, e.g. expired or None)."""
+                  limit: int = 10_000, topic: str | None = None, ref: str = MAIN) -> int:
+    """How many snapshots of ``writer`` branch ``ref`` gained after ``since_snapshot_id`` (all
+    of them, up to ``limit``, when that snapshot is not in the ancestry, e.g. expired or
+    None)."""
     count, walked = 0, 0
-    snapshot = table.current_snapshot()
+    snapshot = head(table, ref)
     while snapshot is not None and walked < limit and snapshot.snapshot_id != since_snapshot_id:
         if _counts(snapshot.summary, writer, topic):
             count += 1
@@ -165,9 +178,9 @@ OPERATION = "floe.operation"  # in a snapshot's summary: the uid of the operatio
 OPERATION_ROWS = "floe.operation.rows"  # in its snapshot's summary: the rows it changed or added
 
 
-def ancestors(table: Any, limit: int = 100_000) -> list[Any]:
-    """``main``'s snapshots, newest first, as far as its ancestry reaches."""
-    found, snapshot = [], table.current_snapshot()
+def ancestors(table: Any, limit: int = 100_000, ref: str = MAIN) -> list[Any]:
+    """Branch ``ref``'s snapshots, newest first, as far as its ancestry reaches."""
+    found, snapshot = [], head(table, ref)
     while snapshot is not None and len(found) < limit:
         found.append(snapshot)
         if snapshot.parent_snapshot_id is None:
@@ -196,9 +209,56 @@ def roll_back(table: Any, snapshot_id: int, uid: str, record: dict[str, Any]) ->
     return table
 
 
-def operation_snapshots(table: Any, uid: str) -> list[Any]:
-    """The snapshots operation ``uid`` committed in ``main``'s history."""
-    return [s for s in ancestors(table) if (s.summary or {}).get(OPERATION) == uid]
+@dataclass(frozen=True)
+class Publication:
+    """What publishing a branch did: ``main``'s head after it (``snapshot_id``), whether it
+    moved ``main`` there, and, when it could not, why."""
+
+    snapshot_id: int | None = None
+    moved: bool = False
+    error: str | None = None
+
+
+def publish(table: Any, branch: str, snapshot_id: int | None = None) -> Publication:
+    """Moves ``main`` to snapshot ``snapshot_id`` of ``branch`` (default: the branch's head)
+    when ``main`` is an ancestor of it (a fast-forward: ``main``'s readers gain the branch's
+    commits up to there, and nothing they had is lost), in one commit that holds only if
+    ``main`` is still where the table was loaded (a concurrent change of ``main`` fails it:
+    load and try again).  A snapshot ``main`` already has is published already; a ``main``
+    that is not an ancestor (it changed outside floe) is not forced: the error says what to
+    do."""
+    if branch not in table.refs():
+        return Publication(getattr(table.current_snapshot(), "snapshot_id", None), error=(
+            f"the table has no branch {branch} yet: the job makes it with its first commit"))
+    on_branch = ancestors(table, ref=branch)
+    target = snapshot_id if snapshot_id is not None else on_branch[0].snapshot_id
+    main = table.current_snapshot()
+    main_id = None if main is None else main.snapshot_id
+    if target == main_id or target in {s.snapshot_id for s in ancestors(table)}:
+        return Publication(main_id)  # published already
+    position = next((i for i, s in enumerate(on_branch) if s.snapshot_id == target), None)
+    if position is None:
+        return Publication(main_id, error=(
+            f"snapshot {target} is not on branch {branch}: give one of its snapshots (its head "
+            f"is {on_branch[0].snapshot_id})"))
+    below = {s.snapshot_id for s in on_branch[position:]}
+    if main_id is not None and main_id not in below:
+        return Publication(main_id, error=(
+            f"main (snapshot {main_id}) is not an ancestor of branch {branch}'s snapshot "
+            f"{target}: main changed outside floe (a write to main, or a roll back to a "
+            f"snapshot the branch does not have), and floe does not force it. Roll main back to "
+            f"a snapshot of the branch, or drop the branch: the job then lands again, into a "
+            f"new branch made from main, what main lacks"))
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    with table.transaction() as transaction:
+        ManageSnapshots(transaction).set_current_snapshot(snapshot_id=target)
+    return Publication(target, moved=True)
+
+
+def operation_snapshots(table: Any, uid: str, ref: str = MAIN) -> list[Any]:
+    """The snapshots operation ``uid`` committed in branch ``ref``'s history."""
+    return [s for s in ancestors(table, ref=ref) if (s.summary or {}).get(OPERATION) == uid]
 
 
 def summed(snapshots: list[Any], key: str) -> int:
@@ -206,10 +266,10 @@ def summed(snapshots: list[Any], key: str) -> int:
     return sum(int(s.summary.get(key) or 0) for s in snapshots)
 
 
-def operation_commits(table: Any, uid: str) -> tuple[int, int]:
-    """How many commits operation ``uid`` made in ``main``'s history, and the rows they
+def operation_commits(table: Any, uid: str, ref: str = MAIN) -> tuple[int, int]:
+    """How many commits operation ``uid`` made in branch ``ref``'s history, and the rows they
     changed or added (:data:`OPERATION_ROWS`)."""
-    found = operation_snapshots(table, uid)
+    found = operation_snapshots(table, uid, ref)
     return len(found), summed(found, OPERATION_ROWS)
 
 

@@ -11,6 +11,10 @@
 - ``remove-orphans``: ``remove_orphan_files`` older than the threshold;
 - ``rewrite-manifests``: ``rewrite_manifests``.
 
+A table whose resource lands in a branch (``table.branch``) is maintained on that branch: the
+compaction rewrites the branch's files, expiry keeps what the branch gained since ``main``'s
+head, and the manifests are not rewritten (Iceberg rewrites ``main``'s only).
+
 A commit that conflicts with the streaming job's is retried a bounded number of times; each
 run's outcome is recorded on the table as the property ``floe.maintenance.<action>`` (JSON),
 which the operator puts on the resource's status.
@@ -28,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 from .catalog import hadoop_reaches, load_catalog
 from .fileio import files_under
-from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, held_since, last_commit
+from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, MAIN, head, held_since, last_commit
 from .config import JobConfig
 from .contract import ROW_LEVEL
 
@@ -84,9 +88,11 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
         options.update({"delete-file-threshold": 1, "remove-dangling-deletes": "true"})
     option_map = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
     where = f"kafka.timestamp < {_sql_timestamp(cutoff)}".replace("'", "\\'")
+    ref = config.table.ref  # the branch the job lands in: main moves only when published
     rows = spark.sql(f"CALL {_name(config)}.system.rewrite_data_files(table => "
                      f"'{_qualified(config)}', options => map({option_map}), "
-                     f"where => '{where}')").collect()
+                     f"where => '{where}'"
+                     + (f", branch => '{ref}'" if ref != MAIN else "") + ")").collect()
     return {**_first_row(rows), "before": _sql_timestamp(cutoff)}
 
 
@@ -94,9 +100,13 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
                      now: dt.datetime) -> dict[str, Any]:
     settings = config.maintenance.expire_snapshots
     older_than = now - dt.timedelta(seconds=config.snapshot_max_age_seconds)
-    newest = last_commit(table, config.writer, config.kafka.topic).snapshot_id
+    ref = config.table.ref
+    newest = last_commit(table, config.writer, config.kafka.topic, ref=ref).snapshot_id
     if newest is not None:  # keep the newest floe snapshot and everything after it
         older_than = min(older_than, _utc(table.snapshot_by_id(newest).timestamp_ms))
+    if ref != MAIN and table.current_snapshot() is not None:
+        # and what the branch gained since main's head: publishing walks it back to main
+        older_than = min(older_than, _utc(table.current_snapshot().timestamp_ms))
     held = held_since(  # and what a running action holds (``holding``)
         [(name, getattr(table.snapshot_by_id(ref.snapshot_id), "timestamp_ms", None))
          for name, ref in table.refs().items()], int(now.timestamp() * 1000))
@@ -143,6 +153,11 @@ def _listing(spark: Any, table: Any, older_than: dt.datetime) -> Any:
 
 def rewrite_manifests(spark: Any, config: JobConfig, table: Any,
                       now: dt.datetime) -> dict[str, Any]:
+    if config.table.ref != MAIN:
+        return {"skipped": (f"the table lands in branch {config.table.ref}, and Iceberg "
+                            "rewrites the manifests of main only, which would then no longer "
+                            "be an ancestor of the branch: publishing moves main to the "
+                            "branch's manifests, which compaction keeps few")}
     rows = spark.sql(f"CALL {_name(config)}.system.rewrite_manifests("
                      f"'{_qualified(config)}')").collect()
     return _first_row(rows)
@@ -191,10 +206,11 @@ def holding(config: JobConfig, action: str) -> Iterator[None]:
     held = False
     for _ in range(5):
         table = catalog.load_table(config.table.identifier)
-        if table.current_snapshot() is None:
+        start = head(table, config.table.ref)  # main, or the branch the job lands in
+        if start is None:
             break
         try:
-            table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, name,
+            table.manage_snapshots().create_tag(start.snapshot_id, name,
                                                 max_ref_age_ms=HOLD_MAX_AGE_MS).commit()
             held = True
             break

@@ -33,7 +33,8 @@ from .contract import OperationRequest, RepairSpec
 from .decode import frame, raw_reason
 from .layout import KEY_FIELDS
 from .commit import CommitConflict, commit_with_retries, is_conflict
-from .ledger import OPERATION, OPERATION_ROWS, operation_snapshots, record_operation, summed
+from .ledger import (OPERATION, OPERATION_ROWS, head, operation_snapshots, record_operation,
+                     summed)
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
@@ -131,7 +132,7 @@ class Repair:
         assert request.repair is not None
         self.spark, self.config, self.request, self.spec = spark, config, request, request.repair
         self.writer = writer
-        self.table_ref = writer.table_name
+        self.table_ref = writer.branch_name  # main, or the branch the job lands in
         self.keyed = config.key.decoded
         self.has_value = config.value.format != "raw"
         # Dead letters are of the topic's own table (undecodable records are never routed)
@@ -229,7 +230,7 @@ class Repair:
         """One try of :meth:`_redrive`, against ``main`` as it is now (CommitConflict when it
         moves before the commit)."""
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        base = table.current_snapshot().snapshot_id
+        base = head(table, self.config.table.ref).snapshot_id
         held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
                 .select(F.col("kafka.partition").alias("_p"), F.col("kafka.offset").alias("_o")))
         missing = letters.join(held, (letters["partition"] == held["_p"])
@@ -279,7 +280,7 @@ class Repair:
                     "stayRawByReason": stayed, **redriven,
                     **({"wouldEvolve": sorted(evolving)[:EXAMPLES]} if evolving else {})}
         made = operation_snapshots(self.writer.catalog.load_table(
-            self.config.table.identifier), self.request.uid)
+            self.config.table.identifier), self.request.uid, self.config.table.ref)
         commits, rows = len(made), summed(made, OPERATION_ROWS)
         landed = summed(made, DEAD_LETTERS)
         if redriven:

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from .config import JobConfig, kafka_client_settings, kafka_consumer
 from .contract import OperationRequest
-from .ledger import record_operation, retried
+from .ledger import head, record_operation, retried
 from .librdkafka import librdkafka_settings
 from .registry import Registry
 
@@ -206,7 +206,7 @@ class Replay:
                 raise ReplayRefused(f"snapshot {snapshot_id} is not in table "
                                     f"{self.config.table.identifier} (expired, or mistyped)")
         else:
-            snapshot_id = self.table.current_snapshot().snapshot_id
+            snapshot_id = head(self.table, self.config.table.ref).snapshot_id
         retried(self.table, lambda: self.table.manage_snapshots().create_tag(
             snapshot_id, tag, max_ref_age_ms=HOLD_MAX_AGE_MS).commit())
         return snapshot_id

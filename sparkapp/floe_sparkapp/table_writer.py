@@ -29,7 +29,7 @@ from . import cdc, checkpoint, dead_letters, metrics, schemaless, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, commit_with_retries
-from .ledger import (DEAD_LETTER_ERROR, Committed, last_commit, merge_offsets,
+from .ledger import (DEAD_LETTER_ERROR, MAIN, Committed, head, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
@@ -188,7 +188,8 @@ class TableWriter:
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
-                                         self.config.table.identifier, self.config.writer)
+                                         self.config.table.identifier, self.config.writer,
+                                         self.config.table.ref)
         self.catalog = catalogs.load_catalog(self.config.catalog())
         mode = self.config.table.mode
         self.upsert = (Upsert(self.config.table.key_columns,
@@ -200,6 +201,13 @@ class TableWriter:
     @property
     def table_name(self) -> str:
         return f"{self.config.table.catalog.name}.{self.config.table.identifier}"
+
+    @property
+    def branch_name(self) -> str:
+        """The table's branch the job lands in, as Spark reads and merges into it: the table
+        itself for ``main``."""
+        ref = self.config.table.ref
+        return self.table_name if ref == MAIN else f"{self.table_name}.`branch_{ref}`"
 
     def _plan(self, schema_id: int, table: Any, column: str = "value") -> WriterPlan:
         """How to decode records of one writer schema id (evolving the table if additive);
@@ -481,8 +489,9 @@ class TableWriter:
         metrics.doing("loading_table")
         table = self.catalog.load_table(identifier)
         self._check_identity(table, batch_id)
-        base = table.current_snapshot().snapshot_id  # offsets below are read from here
-        committed = last_commit(table, writer, topic)
+        ref = self.config.table.ref
+        base = head(table, ref).snapshot_id  # offsets below are read from here
+        committed = last_commit(table, writer, topic, ref=ref)
         if self.rejoins_at:
             committed = replace(committed,
                                 offsets=merge_offsets(committed.offsets, self.rejoins_at))
@@ -491,8 +500,10 @@ class TableWriter:
         if ahead:
             raise CheckpointAhead(
                 f"CheckpointAhead: batch {batch_id} of {writer} would start above table "
-                f"{identifier}'s offsets ({'; '.join(ahead)}); main was rolled back or the "
-                "table replaced: the job starts again from the table")
+                f"{identifier}'s offsets ({'; '.join(ahead)}); "
+                + ("main was rolled back" if ref == MAIN else
+                   f"its branch {ref} was rolled back or dropped")
+                + " or the table replaced: the job starts again from the table")
         offsets = merge_offsets(committed.offsets, batch_next)
         if offsets == committed.offsets:
             log.info("batch %d of %s: already committed in snapshot %s of %s", batch_id,

@@ -358,13 +358,16 @@ def test_a_missing_driver_account_is_named_and_the_job_starts_once_it_is_there(
 
 
 @pytest.mark.node
-def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss(
+def test_spec_change_rolls_the_job_into_a_branch_published_then_suspend_and_resume_lose_nothing(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """A spec change restarts the job; this one also lands it in a branch (write, audit,
+    publish), from main's offsets, and main moves when kubectl floe publish says so."""
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"roll-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, kafka_topic, partitions=2)
     producer = AvroProducer(stack, kafka_topic)
+    catalog = topic_catalog(shared)
 
     def current_status() -> dict:
         return custom.get_namespaced_custom_object(*args).get("status", {})
@@ -384,13 +387,25 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
     assert wait_until(landed, timeout=240, interval=2), logs(tmp_path, namespace)
     first_uid = app()["metadata"]["uid"]
 
-    custom.patch_namespaced_custom_object(*args, {"spec": {"commit": {"interval": "3s"}}})
+    custom.patch_namespaced_custom_object(*args, {"spec": {"commit": {"interval": "3s"},
+                                                           "table": {"branch": "audit"}}})
     assert wait_until(lambda: (app() or {}).get("metadata", {}).get("annotations", {})
                       .get("floe.dev/generation") == "2", timeout=60), logs(tmp_path, namespace)
     assert app()["metadata"]["uid"] != first_uid  # the job was restarted with the new spec
     produce_orders(producer, 60, 40)
     assert wait_until(landed, timeout=240, interval=2), logs(tmp_path, namespace)
     assert current_status()["observedGeneration"] == 2
+    # The 40 landed in the branch: main's readers still see the first 60.
+    assert len(orders_rows(catalog)) == 60
+    branch = current_status()["branch"]
+    assert branch["name"] == "audit" and branch["unpublishedCommits"] >= 1, branch
+    published = subprocess.run(["kubectl", "floe", "publish", "orders", "-n", namespace, "-w"],
+                               capture_output=True, text=True, timeout=180, env=plugin_env())
+    assert published.returncode == 0, published.stdout + published.stderr
+    assert published.stdout.splitlines()[-1] == \
+        f"published: main is at snapshot {branch['snapshotId']}"
+    assert_exactly_once(orders_rows(catalog), producer.sent)
+    assert wait_until(lambda: current_status()["branch"]["unpublishedCommits"] == 0, timeout=60)
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": True}})
     assert wait_until(lambda: current_status().get("phase") == "Suspended" and app() is None,
@@ -402,7 +417,13 @@ def test_spec_change_rolls_the_job_and_suspend_then_resume_continue_without_loss
 
     custom.patch_namespaced_custom_object(*args, {"spec": {"suspend": False}})
     assert wait_until(landed, timeout=240, interval=2), logs(tmp_path, namespace)
-    assert_exactly_once(orders_rows(topic_catalog(shared)), producer.sent)
+    # Any other value of the annotation publishes the branch's head.
+    custom.patch_namespaced_custom_object(*args, {"metadata": {"annotations": {
+        "floe.dev/publish": "after-resume"}}})
+    assert wait_until(lambda: (current_status()["branch"].get("lastPublish") or {}).get(
+        "request") == "after-resume", timeout=60), logs(tmp_path, namespace)
+    assert "error" not in current_status()["branch"]["lastPublish"]
+    assert_exactly_once(orders_rows(catalog), producer.sent)
 
 
 @pytest.mark.node

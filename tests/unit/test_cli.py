@@ -61,3 +61,52 @@ def test_each_operation_command_makes_its_operation(argv, kind, section, monkeyp
 def test_an_unknown_reason_is_refused_before_anything_is_made():
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["repair", "orders", "--reason", "bad"])
+
+
+class Branched:
+    """Holds the topic ``orders`` landing in branch audit at snapshot 42; the operator answers
+    a publish at the second read after the annotation."""
+
+    def __init__(self, branch="audit", head="42", answer=None):
+        self.branch, self.head, self.answer = branch, head, answer
+        self.annotations: dict[str, str] = {}
+        self.reads = 0
+
+    def topic(self, namespace, name):
+        self.reads += 1
+        status = {"branch": {"name": self.branch, "snapshotId": self.head}} if self.head else {}
+        if self.annotations and self.reads > 2:
+            status["branch"]["lastPublish"] = {"request": self.annotations["floe.dev/publish"],
+                                               **(self.answer or {"snapshotId": self.head})}
+        return {"metadata": {"name": name},
+                "spec": {"table": {"branch": self.branch} if self.branch else {}},
+                "status": status}
+
+    def annotate(self, namespace, name, key, value):
+        self.annotations[key] = value
+
+
+def test_publish_names_the_head_the_status_shows_and_waits_for_the_answer(monkeypatch, capsys):
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    cluster = Branched()
+    args = cli._parser().parse_args(["publish", "orders", "-w"])
+    assert cli.COMMANDS["publish"](cluster, "data", args) == 0
+    assert cluster.annotations == {"floe.dev/publish": "42"}
+    assert capsys.readouterr().out.splitlines()[-1] == "published: main is at snapshot 42"
+    refused = Branched(answer={"snapshotId": "7", "error": "main diverged"})
+    args = cli._parser().parse_args(["publish", "orders", "--snapshot", "40", "-w"])
+    assert cli.COMMANDS["publish"](refused, "data", args) == 1
+    assert refused.annotations == {"floe.dev/publish": "40"}
+    assert capsys.readouterr().out.splitlines()[-1] == "not published: main diverged"
+
+
+@pytest.mark.parametrize("cluster, argv, says", [
+    (Branched(branch=None), [], "lands in main (no spec.table.branch)"),
+    (Branched(head=None), [], "has no commit yet"),
+    (Branched(), ["--snapshot", "head"], "takes a snapshot id"),
+])
+def test_publish_refuses_what_it_cannot_publish(cluster, argv, says):
+    args = cli._parser().parse_args(["publish", "orders", *argv])
+    with pytest.raises(cli.Failure, match=says.replace("(", r"\(").replace(")", r"\)")):
+        cli.COMMANDS["publish"](cluster, "data", args)
+    assert cluster.annotations == {}

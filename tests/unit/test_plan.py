@@ -702,6 +702,51 @@ def test_a_restart_annotation_restarts_the_job_once_and_says_so():
     assert fingerprint(TOPIC) == render.job_fingerprint(TOPIC, SETTINGS)  # none: as before
 
 
+def test_a_branch_is_on_the_status_and_a_publish_annotation_publishes_it_once():
+    """table.branch: the status shows the branch, main and the unpublished commits; each new
+    value of the publish annotation is one PublishBranch (a snapshot id, or the head for any
+    other value), whose outcome the status keeps until the next."""
+    from floe_operator.names import PUBLISH
+    from floe_operator.plan import PublishBranch
+    from floe_operator.view import BranchView
+
+    body = copy.deepcopy(BODY)
+    body["spec"]["table"]["branch"] = "audit"
+    topic = render.Topic.from_body(body)
+    branch = BranchView("audit", head_snapshot_id=42, main_snapshot_id=7, unpublished=3)
+    world = steady(topic, table=replace(steady().table, branch=branch))
+    planned = plan(topic, world, {}, SETTINGS)
+    assert planned.actions == ()
+    assert planned.status["branch"] == {"name": "audit", "snapshotId": "42",
+                                        "mainSnapshotId": "7", "unpublishedCommits": 3}
+
+    body["metadata"]["annotations"] = {PUBLISH: "42"}
+    asked = render.Topic.from_body(body)
+    assert plan(asked, world, {}, SETTINGS).actions == (PublishBranch("42", 42),)
+    # what the act left: main at 42; the status keeps the answer, and the same value is not
+    # published again
+    published = replace(world, table=replace(world.table, branch=replace(
+        branch, main_snapshot_id=42, unpublished=0)), published=("42", 42, None))
+    after = plan(asked, published, {}, SETTINGS)
+    assert after.actions == ()
+    assert after.status["branch"]["lastPublish"] == {
+        "request": "42", "snapshotId": "42", "at": "2026-11-18T11:06:40Z"}
+    assert plan(asked, replace(published, published=None), after.status,
+                SETTINGS).actions == ()
+    # any other value publishes the head; a refusal says why
+    body["metadata"]["annotations"] = {PUBLISH: "now"}
+    head = render.Topic.from_body(body)
+    assert plan(head, world, after.status, SETTINGS).actions == (PublishBranch("now"),)
+    refused = plan(head, replace(world, published=("now", 7, "main diverged")), after.status,
+                   SETTINGS)
+    assert refused.status["branch"]["lastPublish"] == {
+        "request": "now", "snapshotId": "7", "at": "2026-11-18T11:06:40Z",
+        "error": "main diverged"}
+    # without a branch, the annotation means nothing and the status has no branch
+    assert "branch" not in plan(render.Topic.from_body({**BODY, "metadata": {
+        **BODY["metadata"], "annotations": {PUBLISH: "42"}}}), steady(), {}, SETTINGS).status
+
+
 def test_plain_json_declared_columns_evolve_the_table_and_a_conflict_says_what_to_change():
     """Plain JSON without a registry: the declared value.columns stand for the registry's
     version (none), as the operator observes them."""

@@ -46,3 +46,17 @@ def test_the_details_of_a_routed_topic_list_each_table():
             "  TABLE                 SNAPSHOT       LAG   FRESHNESS\n"
             "  inventory.other       42             0     4s\n"
             "  inventory.customers   not made yet   -     -\n") in shown
+
+
+def test_the_details_of_a_topic_landing_in_a_branch_show_it_and_the_last_publish():
+    item = {"metadata": {"name": "orders", "namespace": "data", "generation": 1,
+                         "creationTimestamp": "2026-11-22T11:00:00Z"},
+            "spec": {"table": {"identifier": "analytics.orders", "branch": "audit"}},
+            "status": {"observedGeneration": 1, "phase": "Running",
+                       "branch": {"name": "audit", "snapshotId": "42", "mainSnapshotId": "7",
+                                  "unpublishedCommits": 2,
+                                  "lastPublish": {"request": "7", "snapshotId": "7",
+                                                  "at": "2026-11-22T11:50:00Z"}}}}
+    shown = report.details(item, NOW).splitlines()
+    assert "Branch:      audit at 42, 2 commit(s) not published; main at 7" in shown
+    assert "Published:   7 at 2026-11-22T11:50:00Z: main at 7" in shown
