@@ -117,3 +117,63 @@ def test_a_protobuf_topic_lands_evolves_and_waits_for_approval_through_the_opera
     assert (row(b"v2")["value"]["customer"], row(b"v2")["value"]["customer_before_v3"],
             row(b"v2")["value"]["discount"]) == (None, "c6", 41 / 4)
     assert len(orders_rows(catalog)) == 42
+
+
+@pytest.mark.node
+def test_plain_json_with_declared_columns_lands_through_the_operator_on_the_node(
+        stack, operator, drivers, namespace, shared, tmp_path, unique_name):
+    """Plain JSON without a registry: the operator makes the table from value.columns and
+    evolves it when a column is declared; the job on the node converts each field to its
+    column's type, a field that does not convert is null with a note."""
+    import json
+
+    from ..integration.jobkit import AvroProducer
+
+    custom = client.CustomObjectsApi(admin_client(stack))
+    args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
+    kafka_topic = f"json-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, kafka_topic, partitions=1)
+    producer = AvroProducer(stack, kafka_topic)
+
+    def send(*values: dict) -> None:
+        for value in values:
+            producer.send(key=None, raw=json.dumps(value).encode())
+        producer.flush()
+
+    send({"id": 1, "amount": "12.50", "note": "first"}, {"id": "two", "amount": 3})
+    body = topic_body(stack, shared, kafka_topic)
+    body["spec"]["value"] = {"format": "json", "columns": [
+        {"name": "id", "type": "long"}, {"name": "amount", "type": "decimal(10, 2)"}]}
+    custom.create_namespaced_custom_object(*args[:4], body)
+    catalog = topic_catalog(shared)
+
+    def status() -> dict:
+        return custom.get_namespaced_custom_object(*args).get("status", {})
+
+    def schema_condition() -> dict:
+        return {c["type"]: c for c in status().get("conditions", [])}.get("SchemaInSync", {})
+
+    def values() -> list[dict]:
+        return [r["value"] for r in sorted(orders_rows(catalog),
+                                           key=lambda r: r["kafka"]["offset"])]
+
+    assert wait_until(lambda: len(values()) == 2, timeout=300, interval=2), (
+        f"{status()}\n{logs(tmp_path, namespace)}")
+    from decimal import Decimal
+
+    assert values() == [{"id": 1, "amount": Decimal("12.50")},
+                        {"id": None, "amount": Decimal("3.00")}]
+    noted = sorted(orders_rows(catalog), key=lambda r: r["kafka"]["offset"])[1]
+    assert noted["value_error"] == ("coercion: null in the row for id: 'two' is not a long "
+                                    "(the full value is in value_raw)")
+    assert (schema_condition().get("status"), schema_condition().get("message")) == (
+        "True", "table matches the declared value.columns")
+
+    # A declared column: the operator evolves the table, the restarted job fills it.
+    custom.patch_namespaced_custom_object(*args, {"spec": {"value": {"columns": [
+        *body["spec"]["value"]["columns"], {"name": "note", "type": "string"}]}}})
+    send({"id": 3, "amount": 1, "note": "third"})
+    assert wait_until(lambda: len(values()) == 3 and values()[2].get("note") == "third",
+                      timeout=300, interval=2), f"{status()}\n{logs(tmp_path, namespace)}"
+    assert values()[0]["note"] is None  # landed before the column was declared
+    assert status()["observedGeneration"] == 2

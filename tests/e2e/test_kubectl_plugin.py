@@ -113,7 +113,11 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
         watching.wait(timeout=30)
     assert not custom.list_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
                                                     "sparkapplications")["items"]
+    # While suspended: nothing lands, and the status counts what waits.
+    committed_while_suspended = status()["offsets"]["committed"]
     produce_orders(producer, 30, 10)
+    assert wait_until(lambda: status()["offsets"]["lag"] == 10, timeout=60, interval=2), status()
+    assert status()["offsets"]["committed"] == committed_while_suspended
     floe("resume", "orders", "-n", namespace)
     assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
 
