@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table, publish
+from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table, publish, retried
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
 
@@ -116,18 +116,9 @@ def _publish(action: PublishBranch, world: World, topic: Topic, job: JobConfig, 
     """Publishes the table's branch (:func:`~floe_sparkapp.ledger.publish`), tried again on
     a fresh table while the job commits to the branch meanwhile (main does not move but by a
     publish or the user)."""
-    from pyiceberg.exceptions import CommitFailedException
-
     table = world.table.handle
     branch = job.table.ref
-    for attempt in range(5):
-        try:
-            done = publish(table, branch, action.snapshot_id)
-            break
-        except CommitFailedException:
-            if attempt == 4:
-                raise
-            table.refresh()
+    done = retried(table, lambda: publish(table, branch, action.snapshot_id), attempts=5)
     identifier = topic.spec.table.identifier
     if done.error:
         message = f"{PUBLISH}: {action.request}: main of {identifier} not moved: {done.error}"

@@ -322,16 +322,15 @@ def publish(cluster: Any, namespace: str, args: argparse.Namespace) -> int:
                       "status shows no snapshotId): nothing to publish")
     if not str(snapshot).isdigit():
         raise Failure(f"--snapshot takes a snapshot id (digits), not {snapshot}", 2)
-    before = (shown.get("lastPublish") or {}).get("request")
+    before = shown.get("lastPublish") or {}
     cluster.annotate(namespace, args.name, PUBLISH, str(snapshot))
     print(f"kafkaicebergtopic {namespace}/{args.name}: publish of snapshot {snapshot} of branch "
           f"{branch} asked for ({PUBLISH}={snapshot})")
     if not args.wait:
         return 0
-    if before == str(snapshot):
-        print("that snapshot was asked for before: "
-              + _published((shown.get("lastPublish") or {})))
-        return 0 if not (shown.get("lastPublish") or {}).get("error") else 1
+    if before.get("request") == str(snapshot):
+        print("that snapshot was asked for before: " + _published(before))
+        return 1 if before.get("error") else 0
     for _ in range(120):
         time.sleep(1)
         last = (((_topic(cluster, namespace, args.name).get("status") or {}).get("branch")

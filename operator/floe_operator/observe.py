@@ -67,9 +67,10 @@ def branch_view(table: Any, topic: Topic, ref: str) -> BranchView:
     """The branch the job lands in and main, as publishing sees them."""
     main = table.current_snapshot()
     main_id = None if main is None else main.snapshot_id
-    if ref not in table.refs():
+    made = table.refs().get(ref)
+    if made is None:
         return BranchView(ref, main_snapshot_id=main_id)
-    return BranchView(ref, table.refs()[ref].snapshot_id, main_id, commits_since(
+    return BranchView(ref, made.snapshot_id, main_id, commits_since(
         table, topic.writer, main_id, topic=topic.spec.kafka.topic, ref=ref))
 
 

@@ -110,8 +110,9 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
     branch = status.get("branch") or {}
     if branch:
         last = branch.get("lastPublish") or {}
-        lines.append(f"Branch:      {branch.get('name')} at {branch.get('snapshotId', 'not made yet')}"
-                     f", {branch.get('unpublishedCommits', 0)} commit(s) not published; main at "
+        lines.append(f"Branch:      {branch.get('name')} at "
+                     f"{branch.get('snapshotId', 'not made yet')}, "
+                     f"{branch.get('unpublishedCommits', 0)} commit(s) not published; main at "
                      f"{branch.get('mainSnapshotId', NONE)}")
         if last:
             lines.append(f"Published:   {last.get('request')} at {last.get('at', NONE)}: "

@@ -88,8 +88,8 @@ def project(col: Column, source: T.DataType, target: T.DataType,
 
     ``routes`` maps a field's path (``value.a.b``) to the sibling column its values go to
     instead (``b_before_v3``, where an approved change kept the field's old type); the field's
-    own column is then null.  ``coerce`` (:attr:`.contract.ValueSpec.conversions`) names the fields converted
-    to their column's type (null where they cannot be) rather than cast."""
+    own column is then null.  ``coerce`` (:attr:`.contract.ValueSpec.conversions`) names the
+    fields converted to their column's type (null where they cannot be) rather than cast."""
     routes = routes or {}
     coerce = coerce or {}
     if source == target and not any(r.startswith(path + ".") for r in routes):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 WRITER = "floe.writer"
 OFFSETS = "floe.offsets"
@@ -38,6 +38,7 @@ TOPIC_ID = "floe.kafka-topic-id"  # <cluster id>/<topic id>: which topic the off
 TABLES = "floe.tables"  # a routed topic's tables, as the job that committed had them
 DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
 OWNER = "floe.writer"  # the table property naming the resource that writes the table
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -110,9 +111,8 @@ MAIN = "main"
 def head(table: Any, ref: str = MAIN) -> Any:
     """The snapshot branch ``ref`` is at; a branch not made yet is where it will be made, at
     ``main``'s (None for a table without snapshots)."""
-    if ref != MAIN and ref in table.refs():
-        return table.snapshot_by_id(table.refs()[ref].snapshot_id)
-    return table.current_snapshot()
+    made = table.refs().get(ref) if ref != MAIN else None
+    return table.current_snapshot() if made is None else table.snapshot_by_id(made.snapshot_id)
 
 
 def last_commit(table: Any, writer: str, topic: str | None = None,
@@ -273,15 +273,14 @@ def operation_commits(table: Any, uid: str, ref: str = MAIN) -> tuple[int, int]:
     return len(found), summed(found, OPERATION_ROWS)
 
 
-def retried(table: Any, commit: Any, attempts: int = 10) -> None:
+def retried(table: Any, commit: Callable[[], T], attempts: int = 10) -> T:
     """Runs ``commit`` (a metadata-only change of ``table``: a property, a tag), again on the
-    table as it is when a writer committed meanwhile."""
+    table as it is when a writer committed meanwhile; returns what it returned."""
     from pyiceberg.exceptions import CommitFailedException
 
     for attempt in range(attempts):
         try:
-            commit()
-            return
+            return commit()
         except CommitFailedException:
             if attempt == attempts - 1:
                 raise

@@ -228,7 +228,8 @@ class TableWriter:
         try:
             mapped, writer = (schemas.mapped(found, message=self.config.key.message)
                               if column == KEY_FIELDS else schemas.mapped(
-                found, self.config.table.mode, self.config.value.message, self.config.value.conversions))
+                found, self.config.table.mode, self.config.value.message,
+                self.config.value.conversions))
         except SchemaMappingError as error:
             return WriterPlan(schema_id, error=f"schema id {schema_id}: {error}")
         fit = (evolve_for_writer if self.evolve else look_for_writer) if (
@@ -309,15 +310,16 @@ class TableWriter:
             parsed = decode_json(fresh, cdc.json_type(value_type))
             return self._changes(parsed.withColumn("_value", cdc.unwrap_json(F.col("_value"))))
         if fmt == "json":
-            return self._rows(decode_json(fresh, value_type, plans, self.config.value.conversions, unfit),
-                              value_type)
+            return self._rows(decode_json(fresh, value_type, plans,
+                                          self.config.value.conversions, unfit), value_type)
         if "_schema_id" not in fresh.columns:
             fresh = frame(fresh)  # (a routed batch comes framed, its writers decoded)
         if changes:  # the envelope decoded, its images projected onto the table's rows
             plans = {i: replace(plan, routes=cdc.envelope_routes(plan.routes))
                      for i, plan in plans.items()}
             return self._changes(decode_framed(fresh, plans, cdc.envelope_type(value_type)))
-        return self._rows(decode_framed(fresh, plans, value_type, self.config.value.conversions), value_type)
+        return self._rows(decode_framed(fresh, plans, value_type, self.config.value.conversions),
+                          value_type)
 
     def _rows(self, decoded: DataFrame, value_type: Any, *, has_value: bool = True,
               key_fields: bool | None = None) -> DataFrame:

@@ -4,20 +4,28 @@ version waits for approval as an Avro one does, and the driver decodes in the JV
 
 from __future__ import annotations
 
+import json
+from decimal import Decimal
+
 import pytest
 import requests
 from confluent_kafka.schema_registry import Schema, SchemaReference
 from kubernetes import client
 
-from ..integration.jobkit import create_topic
+from ..integration.jobkit import AvroProducer, create_topic
 from ..integration.test_job_formats import (COMMON, V1, V2, V3, FramedProducer, framed,
                                             message_class, proto_order, python_view, table_view)
 from .kube import admin_client, wait_until
-from .test_operator import logs, orders_rows, topic_body, topic_catalog
+from .test_operator import logs, orders_rows, orders_status, topic_body, topic_catalog
 
 pytestmark = pytest.mark.e2e
 
 IMPORTS = (("shop/common.proto", COMMON),)
+
+
+def in_sync(status: dict) -> dict:
+    """The SchemaInSync condition of a KafkaIcebergTopic's status (none yet: empty)."""
+    return {c["type"]: c for c in status.get("conditions", [])}.get("SchemaInSync", {})
 
 
 @pytest.mark.node
@@ -47,10 +55,10 @@ def test_a_protobuf_topic_lands_evolves_and_waits_for_approval_through_the_opera
     catalog = topic_catalog(shared)
 
     def status() -> dict:
-        return custom.get_namespaced_custom_object(*args).get("status", {})
+        return orders_status(stack, namespace)
 
     def schema_condition() -> dict:
-        return {c["type"]: c for c in status().get("conditions", [])}.get("SchemaInSync", {})
+        return in_sync(status())
 
     def value_fields() -> dict[str, str]:
         try:
@@ -125,10 +133,6 @@ def test_plain_json_with_declared_columns_lands_through_the_operator_on_the_node
     """Plain JSON without a registry: the operator makes the table from value.columns and
     evolves it when a column is declared; the job on the node converts each field to its
     column's type, a field that does not convert is null with a note."""
-    import json
-
-    from ..integration.jobkit import AvroProducer
-
     custom = client.CustomObjectsApi(admin_client(stack))
     args = ("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders")
     kafka_topic = f"json-{unique_name}".replace("_", "-")
@@ -148,24 +152,23 @@ def test_plain_json_with_declared_columns_lands_through_the_operator_on_the_node
     catalog = topic_catalog(shared)
 
     def status() -> dict:
-        return custom.get_namespaced_custom_object(*args).get("status", {})
+        return orders_status(stack, namespace)
 
     def schema_condition() -> dict:
-        return {c["type"]: c for c in status().get("conditions", [])}.get("SchemaInSync", {})
+        return in_sync(status())
+
+    def rows() -> list[dict]:  # in offset order (one partition)
+        return sorted(orders_rows(catalog), key=lambda r: r["kafka"]["offset"])
 
     def values() -> list[dict]:
-        return [r["value"] for r in sorted(orders_rows(catalog),
-                                           key=lambda r: r["kafka"]["offset"])]
+        return [r["value"] for r in rows()]
 
     assert wait_until(lambda: len(values()) == 2, timeout=300, interval=2), (
         f"{status()}\n{logs(tmp_path, namespace)}")
-    from decimal import Decimal
-
     assert values() == [{"id": 1, "amount": Decimal("12.50")},
                         {"id": None, "amount": Decimal("3.00")}]
-    noted = sorted(orders_rows(catalog), key=lambda r: r["kafka"]["offset"])[1]
-    assert noted["value_error"] == ("coercion: null in the row for id: 'two' is not a long "
-                                    "(the full value is in value_raw)")
+    assert rows()[1]["value_error"] == ("coercion: null in the row for id: 'two' is not a long "
+                                        "(the full value is in value_raw)")
     assert (schema_condition().get("status"), schema_condition().get("message")) == (
         "True", "table matches the declared value.columns")
 
