@@ -14,12 +14,27 @@ out (its class-data-sharing archive), ``no-cds`` the same without the archive. `
 upsert`` lands the records with a MERGE per batch (100 keys updated in turn) instead of
 appending them.
 
+``--node N`` times N restarts on the stack's node, as users meet them: the operator (a process)
+serves a KafkaIcebergTopic whose job runs as a SparkApplication with the JVM's default
+compilers; each restart is a spec change (a ``spark.conf`` entry), with 200 new records
+waiting (produced once the new driver pod is made), from the new SparkApplication's creation to its first commit, split as the suite
+splits a driver pod's start (``submit``: spark-operator's spark-submit up to the driver pod,
+``pod``: the pod to its container started, then the job's own steps). ``--node-variant
+"name=spark.key=value ..."`` adds Spark settings to the resource's ``spark.conf``
+(``image=REF``: its ``spark.image``); ``default`` is the resource as it comes.
+
+``--classes images/spark/cds_classes.txt`` adds to that file the classes a restart's driver and
+executor on the node loaded from the image's jars and the JDK's modules rather than from its
+class-data-sharing archive (their ``-Xlog:class+load``): the image's warm-up loads every class
+listed there, so the next image's archive holds them (images/spark/cds_warmup.py).
+
 ``--suite reports/job-starts.json`` adds the medians of the starts a test run recorded (driver
 pods on the node, from the SparkApplication's creation, and local job processes); with
 ``--starts 0`` only those. Each mode's local figures and the suite's are kept beside each other
 in the results file.
 
 Usage: python bench/job_start.py [--starts N] [--mode append|upsert] [--variant name=OPTIONS ...]
+                                [--node N [--node-variant name=SETTINGS ...]] [--classes FILE]
                                 [--suite FILE]
 Needs the local stack (started if not running). Writes bench/results/job-start.json.
 """
@@ -30,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +53,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -125,6 +142,76 @@ def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
     return {"options": options, **medians(lines)}
 
 
+def node(env: dict[str, str], variants: dict[str, str], starts: int, keep: bool = False) -> Any:
+    """Each variant's restarts on the node (see the module's doc): their medians, and each
+    (``keep``: the directory of their logs instead)."""
+    from operator_scale import node_topic
+
+    from hack.stack.cluster import JOB_NAMESPACES
+    from tests.jobstarts import Recorder
+
+    work = Path(tempfile.mkdtemp(prefix="floe-node-start-"))
+    namespace = JOB_NAMESPACES[-1]  # served by the node's spark-operator
+    out = {}
+    for name, settings in variants.items():
+        conf = dict(item.split("=", 1) for item in settings.split())
+        image = conf.pop("image", None)
+        recorder = Recorder()
+        with node_topic(ROOT, env, work, namespace, "2s", conf) as topic:
+            if image:
+                topic.patch_spec({"spark": {"image": image}})
+            recorder.test = "first"  # the start that makes the table: not counted
+            recorder.watch(topic.api_client)
+            if not topic.wait_until(topic.landed, timeout=600, interval=1):
+                raise SystemExit(f"{name}: the resource never landed its first records")
+            for n in range(starts):
+                recorder.test = name
+
+                def committed() -> list[dict]:
+                    with recorder.lock:
+                        return [s for s in recorder.starts
+                                if s["test"] == name and s["seconds"] is not None]
+
+                before, pods = len(committed()), len(recorder.pods)
+                topic.patch_spec({"spark": {"conf": {"spark.floe.benchRestart": str(n)}}})
+                # the records go once the old driver is gone (the new one has its name), so
+                # that they wait for the new job's first batch
+                if not topic.wait_until(lambda: len(recorder.pods) > pods, timeout=300,
+                                        interval=0.5):
+                    raise SystemExit(f"{name}: restart {n} made no driver pod ({work})")
+                topic.produce(10 + n * 200, 200)
+                if not topic.wait_until(lambda: len(committed()) > before and topic.landed(),
+                                        timeout=600, interval=1):
+                    raise SystemExit(f"{name}: restart {n} reached no commit ({work})")
+                print(f"[bench] {name} restart {n}: {committed()[-1]}", file=sys.stderr,
+                      flush=True)
+            for log in topic.shared.glob("*.log"):  # a variant's JVM logs ({shared}/...)
+                shutil.copy(log, work / f"{name}-{log.name}")
+        recorder.finish(work / f"{name}.json")
+        each = [s for s in recorder.starts if s["test"] == name]
+        (work / f"{name}.json").write_text(json.dumps(each))
+        out[name] = {"settings": settings, **suite(work / f"{name}.json")["node"],
+                     "each": [s["seconds"] for s in each]}
+    return out
+
+
+CLASS_LOG = ("classes=spark.driver.extraJavaOptions=-Xlog:class+load:file={shared}/driver.log "
+             "spark.executor.extraJavaOptions=-Xlog:class+load:file={shared}/executor.log")
+
+
+def not_archived(logs: list[Path]) -> set[str]:
+    """The classes ``-Xlog:class+load`` logs show loaded from a jar or the JDK's modules (not
+    from the archive, not generated at run time)."""
+    names = set()
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] == "source:" and \
+                    parts[3].startswith(("jrt:/", "file:")):
+                names.add(parts[1])
+    return names
+
+
 def suite(path: Path) -> dict:
     starts = json.loads(path.read_text())
     out = {}
@@ -145,6 +232,9 @@ def main() -> int:
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--suite", type=Path)
+    parser.add_argument("--node", type=int, default=0, help="restarts on the node, per variant")
+    parser.add_argument("--node-variant", action="append", default=[])
+    parser.add_argument("--classes", type=Path, help="a class list to add to (see the doc)")
     parser.add_argument("--mode", choices=("append", "upsert"), default="append")
     args = parser.parse_args()
 
@@ -171,6 +261,31 @@ def main() -> int:
                           "machine": {"cpus": os.cpu_count(),
                                       "python": platform.python_version(),
                                       "spark": pyspark.__version__}}
+    if args.node:
+        from hack import stack as local_stack
+
+        state, _ = local_stack.ensure_up()
+        env = local_stack.connection_env(state)
+        os.environ.update(env)
+        variants = {"default": ""}
+        for text in args.node_variant:
+            name, _, settings = text.partition("=")
+            variants[name] = settings
+        out["node"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
+                       "restarts": node(env, variants, args.node)}
+    if args.classes:
+        from hack import stack as local_stack
+
+        state, _ = local_stack.ensure_up()
+        env = local_stack.connection_env(state)
+        os.environ.update(env)
+        name, _, settings = CLASS_LOG.partition("=")
+        work = node(env, {name: settings}, 1, keep=True)
+        known = set(args.classes.read_text().split()) if args.classes.exists() else set()
+        found = not_archived(sorted(work.glob(f"{name}-*.log")))
+        args.classes.write_text("".join(f"{c}\n" for c in sorted(known | found)))
+        print(f"{len(found - known)} classes added to {args.classes} ({len(known | found)})")
+        return 0
     if args.suite:
         out["suite"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
                         **suite(args.suite)}

@@ -16,12 +16,15 @@ no runner executes the SparkApplications. Measured:
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import requests
 
@@ -283,13 +286,15 @@ def _count_writes(api_client, namespace: str, stop, counts: dict[str, int]) -> N
         last["status"] = status
 
 
-def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
-                  interval: str, minutes: float, rate: float) -> dict[str, Any]:
-    """``tree``'s operator (a process, as the tests run it) on one resource whose job runs on
-    the node: the resource's status writes per minute while records flow at ``rate`` a second,
-    then while none do (the job idle)."""
-    import threading
-
+@contextmanager
+def node_topic(tree: Path, env: dict[str, str], work: Path, namespace: str,
+               interval: str, conf: dict[str, str] | None = None) -> Iterator[NodeTopic]:
+    """``tree``'s operator (a process, as the tests run it) serving ``namespace`` on the node,
+    and one KafkaIcebergTopic there whose job runs on the node at the commit ``interval``, with
+    the JVM's default compilers (a job that runs as long as a user's does) and ``conf`` added
+    to its ``spark.conf`` (``{shared}`` in a value: the directory the pods mount, the
+    resource's catalog and checkpoints in it); 10 records wait in its Kafka topic. The resource is deleted, and the
+    operator stopped, after."""
     from kubernetes import client, config
 
     from hack.demo import node_spark
@@ -314,69 +319,108 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
     shared = Path(env["FLOE_NODE_SHARED"]) / f"bench-{uuid.uuid4().hex[:8]}"
     shared.mkdir()
     shared.chmod(0o777)
-    topic = f"bench-status-{uuid.uuid4().hex[:6]}"
+    topic = f"bench-node-{uuid.uuid4().hex[:6]}"
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 10)
-    # The tests' resource on the node, but a job that runs as long as a user's does (the JVM's
-    # default compilers) at the interval asked for.
     body = topic_body(stack, shared, topic)
     body["spec"]["commit"]["interval"] = interval
-    body["spec"]["spark"].update(node_spark(shared))
+    spark = node_spark(shared)
+    # "{shared}" in a setting: the directory the pods mount (a JVM's log file, say)
+    spark["conf"].update({key: value.replace("{shared}", str(shared))
+                          for key, value in (conf or {}).items()})
+    body["spec"]["spark"].update(spark)
     path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
-    log = (work / f"operator-{tree.name}.log").open("w")
+    log = (work / f"operator-{tree.name}-{topic}.log").open("w")
     operator = subprocess.Popen(
         [sys.executable, "-m", "floe_operator"], stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True, umask=0, cwd=tree,
         env={**os.environ, **env, "PYTHONPATH": path, "FLOE_NAMESPACES": namespace,
              "FLOE_METRICS_PORT": str(_free_port()),
              "FLOE_LIVENESS": f"http://127.0.0.1:{_free_port()}/healthz"})
-    stop = threading.Event()
-    counts: dict[str, int] = {}
     try:
         custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                "kafkaicebergtopics", body)
-
-        def landing() -> bool:
-            status = custom.get_namespaced_custom_object(
-                "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders").get("status")
-            ready = {c["type"]: c["status"] for c in (status or {}).get("conditions") or []}
-            return ready.get("Ready") == "True" and (status.get("offsets") or {}).get("lag") == 0
-
-        if not wait_until(landing, timeout=600, interval=2):
-            raise RuntimeError(f"{tree.name}: the resource never became Ready")
-        watcher = threading.Thread(target=_count_writes, args=(api_client, namespace, stop,
-                                                               counts), daemon=True)
-        watcher.start()
-        time.sleep(2)  # the watch's first list has been read
-        result: dict[str, Any] = {}
-        for phase, producing in (("busy", True), ("idle", False)):
-            before = dict(counts)
-            started = time.monotonic()
-            sent = 10
-            while time.monotonic() - started < minutes * 60:
-                if producing:
-                    count = max(1, int(rate))
-                    produce_orders(producer, sent, count)
-                    sent += count
-                time.sleep(1)
-            elapsed = (time.monotonic() - started) / 60
-            result[phase] = {
-                "status_writes_per_minute": round(
-                    (counts.get("status", 0) - before.get("status", 0)) / elapsed, 2),
-                "changes_per_minute": round(
-                    (counts.get("events", 0) - before.get("events", 0)) / elapsed, 2)}
-            if producing:  # what landed is caught up before the idle window
-                wait_until(landing, timeout=300, interval=2)
-        return result
+        yield NodeTopic(api_client, custom, namespace, producer, shared, wait_until,
+                        lambda first, count: produce_orders(producer, first, count))
     finally:
-        stop.set()
         custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                "kafkaicebergtopics", "orders")
         wait_until(lambda: not custom.list_namespaced_custom_object(
             "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics")["items"], timeout=300)
         stop_group(operator, timeout=60)
         log.close()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@dataclass
+class NodeTopic:
+    """The resource ``orders`` of :func:`node_topic`, and how to feed and watch it."""
+
+    api_client: Any
+    custom: Any
+    namespace: str
+    producer: Any
+    shared: Path
+    wait_until: Callable[..., bool]
+    produce: Callable[[int, int], None]  # (first id, count)
+
+    def status(self) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(
+            "floe.dev", "v1alpha1", self.namespace, "kafkaicebergtopics", "orders"
+        ).get("status") or {}
+
+    def landed(self) -> bool:
+        """Ready, and every record in Kafka committed to the table."""
+        status = self.status()
+        ready = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        return ready.get("Ready") == "True" and (status.get("offsets") or {}).get("lag") == 0
+
+    def patch_spec(self, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            "floe.dev", "v1alpha1", self.namespace, "kafkaicebergtopics", "orders",
+            {"spec": spec})
+
+
+def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
+                  interval: str, minutes: float, rate: float) -> dict[str, Any]:
+    """``tree``'s operator on one resource whose job runs on the node (:func:`node_topic`):
+    the resource's status writes per minute while records flow at ``rate`` a second, then
+    while none do (the job idle)."""
+    import threading
+
+    stop = threading.Event()
+    counts: dict[str, int] = {}
+    with node_topic(tree, env, work, namespace, interval) as topic:
+        try:
+            if not topic.wait_until(topic.landed, timeout=600, interval=2):
+                raise RuntimeError(f"{tree.name}: the resource never became Ready")
+            watcher = threading.Thread(target=_count_writes, args=(topic.api_client, namespace,
+                                                                   stop, counts), daemon=True)
+            watcher.start()
+            time.sleep(2)  # the watch's first list has been read
+            result: dict[str, Any] = {}
+            sent = 10
+            for phase, producing in (("busy", True), ("idle", False)):
+                before = dict(counts)
+                started = time.monotonic()
+                while time.monotonic() - started < minutes * 60:
+                    if producing:
+                        count = max(1, int(rate))
+                        topic.produce(sent, count)
+                        sent += count
+                    time.sleep(1)
+                elapsed = (time.monotonic() - started) / 60
+                result[phase] = {
+                    "status_writes_per_minute": round(
+                        (counts.get("status", 0) - before.get("status", 0)) / elapsed, 2),
+                    "changes_per_minute": round(
+                        (counts.get("events", 0) - before.get("events", 0)) / elapsed, 2)}
+                if producing:  # what landed is caught up before the idle window
+                    topic.wait_until(topic.landed, timeout=300, interval=2)
+            return result
+        finally:
+            stop.set()
 
 
 def main() -> int:
@@ -385,7 +429,6 @@ def main() -> int:
     recorded in bench/results/status-writes.json with the command and the machine."""
     import argparse
     import json
-    import shutil
     import tempfile
 
     sys.path.insert(0, str(ROOT))

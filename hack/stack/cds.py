@@ -29,6 +29,8 @@ def _key(classpath: str) -> str:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     parts = [java, paths.pyspark_version(), classpath]
     parts += [f"{p}:{os.path.getsize(p)}" for p in classpath.split(":") if os.path.exists(p)]
+    parts += [(paths.REPO / "images" / "spark" / name).read_text()  # what the warm-up does
+              for name in ("cds_warmup.py", "cds_classes.txt")]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

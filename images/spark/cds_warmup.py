@@ -8,7 +8,11 @@ driver and executors, spark-operator's spark-submit and a maintenance run start 
 What it runs is what a job does, short of a broker: an Iceberg table in a JDBC (SQLite)
 catalog, the Kafka source's classes, records decoded from Avro and JSON, appended by a
 streaming query's foreachBatch, merged by key (format version 3: deletion vectors), and read
-back.  Usage: ``spark-submit cds_warmup.py DIRECTORY`` (scratch, removed after).
+back.  Then it loads every class named in ``cds_classes.txt`` beside it: what a job's driver and
+executor on a cluster load beyond that (the Kubernetes client that makes the executor pods, the
+executor's backend, the Kafka consumer, TLS), recorded from their class-loading logs on a node
+(``python bench/job_start.py --classes images/spark/cds_classes.txt``); a name a jar no longer
+has is skipped.  Usage: ``spark-submit cds_warmup.py DIRECTORY`` (scratch, removed after).
 """
 
 from __future__ import annotations
@@ -84,9 +88,26 @@ def main(directory: Path) -> None:
         spark.table("warm.db.orders").groupBy("item").count().collect()
         spark.sql("SELECT * FROM warm.db.orders.snapshots").collect()
         spark.sql("CALL warm.system.rewrite_data_files(table => 'warm.db.orders')").collect()
+        load_listed(spark, Path(__file__).with_name("cds_classes.txt"))
     finally:
         spark.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def load_listed(spark: SparkSession, listed: Path) -> None:
+    """Loads (without initialising) each class named in ``listed``, one name a line."""
+    if not listed.exists():
+        return
+    jvm = spark.sparkContext._jvm
+    loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+    names = listed.read_text().split()
+    missing = 0
+    for name in names:
+        try:
+            jvm.java.lang.Class.forName(name, False, loader)
+        except Exception:  # noqa: BLE001 - not in this class path (another release's jars)
+            missing += 1
+    print(f"cds warm-up: {len(names) - missing} of {len(names)} listed classes loaded")
 
 
 if __name__ == "__main__":
