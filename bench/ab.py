@@ -2,6 +2,7 @@
 code, in turns, in one run on the same machine.
 
     python bench/ab.py BEFORE AFTER [--records 5000000] [--size 100] [--rounds 2]
+                                    [--jvm-before OPTIONS] [--jvm-after OPTIONS]
 
 BEFORE and AFTER are git revisions; each is checked out in a worktree of its own and runs its
 own ``bench/consumers.py floe-avro`` (its own job, its own config format) on the same topic, one
@@ -11,6 +12,10 @@ new table (``available_now``), as ``bench/run.py``'s ingestion does. Rows/s is o
 (the JVM's start included); the steady rate is the median of its triggers', as
 ``bench/run.py`` counts it. The result goes to
 ``bench/results/ab.jsonl`` (one line per comparison) with the command and the machine.
+
+``--jvm-before`` / ``--jvm-after`` add JVM options to that side's driver (``SPARK_SUBMIT_OPTS``,
+after the stack's class-data-sharing archive): a JVM setting measured alone, BEFORE and AFTER
+then being the same revision.
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ from run import log, machine, steady_rate, triggers  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
 
 
-def worktree(revision: str, into: Path) -> Path:
-    path = into / revision.replace("/", "_")
+def worktree(revision: str, into: Path, name: str = "") -> Path:
+    path = into / (name or revision.replace("/", "_"))
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision],
                    check=True, capture_output=True)
     return path
@@ -68,6 +73,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--size", type=int, default=100, help="value size, bytes")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--jvm-before", default="")
+    parser.add_argument("--jvm-after", default="")
     args = parser.parse_args()
 
     from hack import stack
@@ -78,7 +85,9 @@ def main() -> int:
                                       check=True, capture_output=True, text=True).stdout.strip()
                  for name, rev in (("before", args.before), ("after", args.after))}
     scratch = Path(tempfile.mkdtemp(prefix="floe-ab-"))
-    trees = {name: worktree(rev, scratch) for name, rev in revisions.items()}
+    trees = {name: worktree(rev, scratch, name) for name, rev in revisions.items()}
+    jvm = {name: {"SPARK_SUBMIT_OPTS": f"{env.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()}
+           for name, options in (("before", args.jvm_before), ("after", args.jvm_after))}
     try:
         topic = f"bench-ab-{args.size}-{uuid.uuid4().hex[:6]}"
         workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
@@ -91,7 +100,8 @@ def main() -> int:
         for turn in range(args.rounds):
             order = ("before", "after") if turn % 2 == 0 else ("after", "before")
             for name in order:
-                result = run_floe(trees[name], topic, scratch / f"{name}-{turn}", env, args.size)
+                result = run_floe(trees[name], topic, scratch / f"{name}-{turn}",
+                                  {**env, **jvm[name]}, args.size)
                 assert result["rows"] == args.records, (name, result)
                 runs[name].append(result)
                 log(f"{name} ({revisions[name]}), round {turn + 1}: "
@@ -102,6 +112,7 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
     summary = {name: {"revision": revisions[name],
+                      **({"jvm": options} if (options := getattr(args, f"jvm_{name}")) else {}),
                       "rows_per_second": round(statistics.median(
                           r["rows_per_second"] for r in results)),
                       "steady_rows_per_second": round(statistics.median(

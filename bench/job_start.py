@@ -20,7 +20,7 @@ compilers; each restart is a spec change (a ``spark.conf`` entry), with 200 new 
 waiting (produced once the new driver pod is made), from the new SparkApplication's creation to its first commit, split as the suite
 splits a driver pod's start (``submit``: spark-operator's spark-submit up to the driver pod,
 ``pod``: the pod to its container started, then the job's own steps). ``--node-variant
-"name=spark.key=value ..."`` adds Spark settings to the resource's ``spark.conf``
+"name=spark.key=value 'spark.key=a value' ..."`` adds Spark settings to the resource's ``spark.conf``
 (``image=REF``: its ``spark.image``); ``default`` is the resource as it comes.
 
 ``--classes images/spark/cds_classes.txt`` adds to that file the classes a restart's driver and
@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -154,7 +155,7 @@ def node(env: dict[str, str], variants: dict[str, str], starts: int, keep: bool 
     namespace = JOB_NAMESPACES[-1]  # served by the node's spark-operator
     out = {}
     for name, settings in variants.items():
-        conf = dict(item.split("=", 1) for item in settings.split())
+        conf = dict(item.split("=", 1) for item in shlex.split(settings))
         image = conf.pop("image", None)
         recorder = Recorder()
         with node_topic(ROOT, env, work, namespace, "2s", conf) as topic:
