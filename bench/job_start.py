@@ -21,7 +21,8 @@ waiting (produced once the new driver pod is made), from the new SparkApplicatio
 splits a driver pod's start (``submit``: spark-operator's spark-submit up to the driver pod,
 ``pod``: the pod to its container started, then the job's own steps). ``--node-variant
 "name=spark.key=value 'spark.key=a value' ..."`` adds Spark settings to the resource's ``spark.conf``
-(``image=REF``: its ``spark.image``); ``default`` is the resource as it comes.
+(``image=REF``: its ``spark.image``; ``kafka.NAME=VALUE``: a Kafka client property,
+``kafka.properties``); ``default`` is the resource as it comes.
 
 ``--classes images/spark/cds_classes.txt`` adds to that file the classes a restart's driver and
 executor on the node loaded from the image's jars and the JDK's modules rather than from its
@@ -157,10 +158,14 @@ def node(env: dict[str, str], variants: dict[str, str], starts: int, keep: bool 
     for name, settings in variants.items():
         conf = dict(item.split("=", 1) for item in shlex.split(settings))
         image = conf.pop("image", None)
+        properties = {key.removeprefix("kafka."): conf.pop(key)
+                      for key in [k for k in conf if k.startswith("kafka.")]}
         recorder = Recorder()
         with node_topic(ROOT, env, work, namespace, "2s", conf) as topic:
             if image:
                 topic.patch_spec({"spark": {"image": image}})
+            if properties:
+                topic.patch_spec({"kafka": {"properties": properties}})
             recorder.test = "first"  # the start that makes the table: not counted
             recorder.watch(topic.api_client)
             if not topic.wait_until(topic.landed, timeout=600, interval=1):

@@ -27,3 +27,11 @@ def test_explicit_librdkafka_credentials_win_over_the_jaas_line():
     settings = librdkafka_settings({"sasl.username": "a", "sasl.password": "b",
                                     "sasl.jaas.config": 'x required username="c" password="d";'})
     assert (settings["sasl.username"], settings["sasl.password"]) == ("a", "b")
+
+
+def test_java_client_settings_librdkafka_does_not_have_are_left_to_spark():
+    settings = librdkafka_settings({"bootstrap.servers": "k:9093", "fetch.max.wait.ms": "100",
+                                    "max.partition.fetch.bytes": "1048576",
+                                    "fetch.wait.max.ms": "100", "client.id": "floe"})
+    assert settings == {"bootstrap.servers": "k:9093", "fetch.wait.max.ms": "100",
+                        "max.partition.fetch.bytes": "1048576", "client.id": "floe"}
