@@ -29,7 +29,11 @@ case "${1:-}" in
     elif [ -s /opt/floe/classpath ]; then
       classpath="$(cat /opt/floe/classpath)"
     fi
-    exec "$JAVA_HOME/bin/java" "${java_opts[@]}" -XX:SharedArchiveFile=/opt/floe/spark.jsa \
+    # The image's JIT thresholds (FLOE_JIT_OPTS, see the Dockerfile) first: the job's own
+    # options (spark.executor.extraJavaOptions) come after and win.
+    read -r -a jit_opts <<< "${FLOE_JIT_OPTS:-}"
+    exec "$JAVA_HOME/bin/java" "${jit_opts[@]}" "${java_opts[@]}" \
+      -XX:SharedArchiveFile=/opt/floe/spark.jsa \
       -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
       -cp "$classpath" \
       org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \

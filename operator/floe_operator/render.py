@@ -284,6 +284,14 @@ def _pod_metadata(labels: dict[str, str], pod: PodSpec) -> dict[str, Any]:
     return metadata
 
 
+# A job's Spark settings unless its spark.conf sets them.  The driver goes on to load its tables
+# and plan its first batch while its executors start, instead of waiting for them first (Spark
+# on Kubernetes waits for 80 % of them by default): a start to the first commit overlaps the
+# two, a second less on two cores (bench/README.md, "Job starts").
+SPARK_CONF_DEFAULTS = {"spark.ui.showConsoleProgress": "false",
+                       "spark.scheduler.minRegisteredResourcesRatio": "0"}
+
+
 def spark_application(topic: Topic, settings: OperatorSettings,
                       fingerprint: str | None = None) -> dict[str, Any]:
     spec = topic.spec
@@ -307,7 +315,7 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             "mainApplicationFile": settings.job_main_file,
             "arguments": ["run", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"],
             "sparkVersion": spec.spark.spark_version,
-            "sparkConf": {"spark.ui.showConsoleProgress": "false", **_spark_logging(settings),
+            "sparkConf": {**SPARK_CONF_DEFAULTS, **_spark_logging(settings),
                           **spec.spark.conf},
             # floe's failover is the only restart: spark-operator resubmitting first would
             # repeat an exit only the user can resolve (DataLoss) several times before floe
