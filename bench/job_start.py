@@ -22,7 +22,10 @@ splits a driver pod's start (``submit``: spark-operator's spark-submit up to the
 ``pod``: the pod to its container started, then the job's own steps). ``--node-variant
 "name=spark.key=value 'spark.key=a value' ..."`` adds Spark settings to the resource's ``spark.conf``
 (``image=REF``: its ``spark.image``; ``kafka.NAME=VALUE``: a Kafka client property,
-``kafka.properties``); ``default`` is the resource as it comes.
+``kafka.properties``); ``default`` is the resource as it comes.  ``--node-rounds R`` runs the
+variants in turns R times (every other round in the reverse order), N restarts each time.
+Without variants (or with ``--record``) the default's median is recorded as
+``restart_to_first_commit_seconds`` in ``results/latest.json`` and bench/README.md's table.
 
 ``--classes images/spark/cds_classes.txt`` adds to that file the classes a restart's driver and
 executor on the node loaded from the image's jars and the JDK's modules rather than from its
@@ -35,7 +38,8 @@ pods on the node, from the SparkApplication's creation, and local job processes)
 in the results file.
 
 Usage: python bench/job_start.py [--starts N] [--mode append|upsert] [--variant name=OPTIONS ...]
-                                [--node N [--node-variant name=SETTINGS ...]] [--classes FILE]
+                                [--node N [--node-variant name=SETTINGS ...] [--node-rounds R]]
+                                [--classes FILE]
                                 [--suite FILE]
 Needs the local stack (started if not running). Writes bench/results/job-start.json.
 """
@@ -144,61 +148,90 @@ def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
     return {"options": options, **medians(lines)}
 
 
-def node(env: dict[str, str], variants: dict[str, str], starts: int, keep: bool = False) -> Any:
+def node(env: dict[str, str], variants: dict[str, str], starts: int, keep: bool = False,
+         rounds: int = 1) -> Any:
     """Each variant's restarts on the node (see the module's doc): their medians, and each
-    (``keep``: the directory of their logs instead)."""
+    (``keep``: the directory of their logs instead).  With ``rounds``, the variants take
+    turns, in the reverse order every other round, so that a node getting busier or a cache
+    getting warmer favours none."""
+    work = Path(tempfile.mkdtemp(prefix="floe-node-start-"))
+    names = list(variants)
+    starts_of: dict[str, list[dict]] = {name: [] for name in names}
+    for turn in range(rounds):
+        for name in (names if turn % 2 == 0 else names[::-1]):
+            starts_of[name] += _restarts(env, work, name, variants[name], starts)
+    out = {}
+    for name, each in starts_of.items():
+        (work / f"{name}.json").write_text(json.dumps(each))
+        out[name] = {"settings": variants[name], **suite(work / f"{name}.json")["node"],
+                     "each": [s["seconds"] for s in each]}
+    return work if keep else out
+
+
+def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
+              starts: int) -> list[dict]:
+    """One variant's resource on the node, restarted ``starts`` times: each restart's start."""
     from operator_scale import node_topic
 
     from hack.stack.cluster import JOB_NAMESPACES
     from tests.jobstarts import Recorder
 
-    work = Path(tempfile.mkdtemp(prefix="floe-node-start-"))
     namespace = JOB_NAMESPACES[-1]  # served by the node's spark-operator
-    out = {}
-    for name, settings in variants.items():
-        conf = dict(item.split("=", 1) for item in shlex.split(settings))
-        image = conf.pop("image", None)
-        properties = {key.removeprefix("kafka."): conf.pop(key)
-                      for key in [k for k in conf if k.startswith("kafka.")]}
-        recorder = Recorder()
-        with node_topic(ROOT, env, work, namespace, "2s", conf) as topic:
-            if image:
-                topic.patch_spec({"spark": {"image": image}})
-            if properties:
-                topic.patch_spec({"kafka": {"properties": properties}})
-            recorder.test = "first"  # the start that makes the table: not counted
-            recorder.watch(topic.api_client)
-            if not topic.wait_until(topic.landed, timeout=600, interval=1):
-                raise SystemExit(f"{name}: the resource never landed its first records")
-            for n in range(starts):
-                recorder.test = name
+    conf = dict(item.split("=", 1) for item in shlex.split(settings))
+    image = conf.pop("image", None)
+    properties = {key.removeprefix("kafka."): conf.pop(key)
+                  for key in [k for k in conf if k.startswith("kafka.")]}
+    recorder = Recorder()
+    with node_topic(ROOT, env, work, namespace, "2s", conf) as topic:
+        if image:
+            topic.patch_spec({"spark": {"image": image}})
+        if properties:
+            topic.patch_spec({"kafka": {"properties": properties}})
+        recorder.test = "first"  # the start that makes the table: not counted
+        recorder.watch(topic.api_client)
+        if not topic.wait_until(topic.landed, timeout=600, interval=1):
+            raise SystemExit(f"{name}: the resource never landed its first records")
+        for n in range(starts):
+            recorder.test = name
 
-                def committed() -> list[dict]:
-                    with recorder.lock:
-                        return [s for s in recorder.starts
-                                if s["test"] == name and s["seconds"] is not None]
+            def committed() -> list[dict]:
+                with recorder.lock:
+                    return [s for s in recorder.starts
+                            if s["test"] == name and s["seconds"] is not None]
 
-                before, pods = len(committed()), len(recorder.pods)
-                topic.patch_spec({"spark": {"conf": {"spark.floe.benchRestart": str(n)}}})
-                # the records go once the old driver is gone (the new one has its name), so
-                # that they wait for the new job's first batch
-                if not topic.wait_until(lambda: len(recorder.pods) > pods, timeout=300,
-                                        interval=0.5):
-                    raise SystemExit(f"{name}: restart {n} made no driver pod ({work})")
-                topic.produce(10 + n * 200, 200)
-                if not topic.wait_until(lambda: len(committed()) > before and topic.landed(),
-                                        timeout=600, interval=1):
-                    raise SystemExit(f"{name}: restart {n} reached no commit ({work})")
-                print(f"[bench] {name} restart {n}: {committed()[-1]}", file=sys.stderr,
-                      flush=True)
-            for log in topic.shared.glob("*.log"):  # a variant's JVM logs ({shared}/...)
-                shutil.copy(log, work / f"{name}-{log.name}")
-        recorder.finish(work / f"{name}.json")
-        each = [s for s in recorder.starts if s["test"] == name]
-        (work / f"{name}.json").write_text(json.dumps(each))
-        out[name] = {"settings": settings, **suite(work / f"{name}.json")["node"],
-                     "each": [s["seconds"] for s in each]}
-    return out
+            before, pods = len(committed()), len(recorder.pods)
+            topic.patch_spec({"spark": {"conf": {"spark.floe.benchRestart": str(n)}}})
+            # the records go once the old driver is gone (the new one has its name), so that
+            # they wait for the new job's first batch
+            if not topic.wait_until(lambda: len(recorder.pods) > pods, timeout=300,
+                                    interval=0.5):
+                raise SystemExit(f"{name}: restart {n} made no driver pod ({work})")
+            topic.produce(10 + n * 200, 200)
+            if not topic.wait_until(lambda: len(committed()) > before and topic.landed(),
+                                    timeout=600, interval=1):
+                raise SystemExit(f"{name}: restart {n} reached no commit ({work})")
+            print(f"[bench] {name} restart {n}: {committed()[-1]}", file=sys.stderr, flush=True)
+        for log in topic.shared.glob("*.log"):  # a variant's JVM logs ({shared}/...)
+            shutil.copy(log, work / f"{name}-{log.name}")
+    recorder.finish(work / f"{name}-recorder.json")
+    return [s for s in recorder.starts if s["test"] == name]
+
+
+def record_restart(measured: dict, command: str) -> None:
+    """The default's median restart to its first commit on the node, as
+    ``restart_to_first_commit_seconds`` in results/latest.json (with its steps and the
+    command), and the goal table in bench/README.md."""
+    from run import RESULTS, machine, versions, write_readme
+
+    default = measured["restarts"]["default"]
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["restart_to_first_commit_seconds"] = default["seconds"]
+    results["restart"] = {key: default[key] for key in
+                          ("starts", "seconds", "submit", "pod", *STEPS, "each") if key in default}
+    results.setdefault("runs", {})["restart"] = {"command": command, "date": measured["date"],
+                                                 "machine": machine(), "versions": versions()}
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_readme(results)
 
 
 CLASS_LOG = ("classes=spark.driver.extraJavaOptions=-Xlog:class+load:file={shared}/driver.log "
@@ -240,6 +273,11 @@ def main() -> int:
     parser.add_argument("--suite", type=Path)
     parser.add_argument("--node", type=int, default=0, help="restarts on the node, per variant")
     parser.add_argument("--node-variant", action="append", default=[])
+    parser.add_argument("--record", action="store_true",
+                        help="with --node-variant: still record the default's figure in "
+                             "results/latest.json")
+    parser.add_argument("--node-rounds", type=int, default=1,
+                        help="the node's variants in turns, this many times")
     parser.add_argument("--classes", type=Path, help="a class list to add to (see the doc)")
     parser.add_argument("--mode", choices=("append", "upsert"), default="append")
     args = parser.parse_args()
@@ -278,7 +316,9 @@ def main() -> int:
             name, _, settings = text.partition("=")
             variants[name] = settings
         out["node"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
-                       "restarts": node(env, variants, args.node)}
+                       "restarts": node(env, variants, args.node, rounds=args.node_rounds)}
+        if not args.node_variant or args.record:
+            record_restart(out["node"], command)
     if args.classes:
         from hack import stack as local_stack
 

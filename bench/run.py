@@ -341,7 +341,13 @@ def write_readme(results: dict[str, Any]) -> None:
                              ("avro_vs_raw", 0.8, False),
                              ("freshness_p99_over_interval_60s", 1.5, True),
                              ("freshness_p99_over_interval_10s", 1.2, True),
-                             ("operator_p99_500_over_10", 2.0, True)):
+                             ("operator_p99_500_over_10", 2.0, True),
+                             # issue 36's goals (bench/README.md says which command makes each)
+                             ("backlog_vs_kafka_connect_100b", 1.5, False),
+                             ("backlog_vs_kafka_connect_1000b", 1.5, False),
+                             ("steady_vs_spark_parquet_100b", 0.8, False),
+                             ("restart_to_first_commit_seconds", 15, True),
+                             ("upsert_vs_append_50m_rows", 0.5, False)):
         value = results.get(key)
         sign = "≤" if lower else "≥"
         lines.append(f"| `{key}` | {sign} {goal} | {value if value is not None else '-'} | "
@@ -437,6 +443,16 @@ def write_readme(results: dict[str, Any]) -> None:
                 f"{entry['idle_visits_per_resource_per_minute']} | "
                 f"{entry['idle_api_requests_per_resource_per_minute']} | "
                 f"{(entry['operator_rss_bytes'] or 0) // 2**20} MiB |")
+    restart = results.get("restart")
+    if restart:
+        lines += ["", "A restart on the node, from the SparkApplication's creation to its first "
+                  "commit (medians; `bench/job_start.py --node`, see Job starts):", "",
+                  "| to first commit | submit | pod | launch | session | tables | first batch "
+                  "| restarts |", "|---|---|---|---|---|---|---|---|",
+                  f"| {restart['seconds']:.1f} s | {restart['submit']:.1f} s | "
+                  f"{restart['pod']:.1f} s | {restart['launch']:.1f} s | "
+                  f"{restart['session']:.1f} s | {restart['tables']:.1f} s | "
+                  f"{restart['first_batch']:.1f} s | {restart['starts']} |"]
     lines += [""]
     for section, stamp in sorted(results.get("runs", {}).items()):
         m = stamp["machine"]

@@ -166,6 +166,9 @@ def lowest_commit(found: list[Committed]) -> Committed:
                               for p in sorted(partitions)})
 
 
+FIRST_FETCH_WAIT_MS = 100
+
+
 def start(config: JobConfig, spark: SparkSession | None = None, *,
           available_now: bool = False, query_name: str | None = None) -> Any:
     """Starts the streaming query; returns it (``available_now`` stops once caught up)."""
@@ -207,7 +210,13 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
               .option("kafka.isolation.level", config.kafka.isolation_level)
               .option("includeHeaders", "true")
               .option("failOnDataLoss", "true")
-              .option("maxOffsetsPerTrigger", str(config.commit.max_records_per_commit)))
+              .option("maxOffsetsPerTrigger", str(config.commit.max_records_per_commit))
+              # A new consumer's first fetch of a partition comes back empty after the broker
+              # held it this long (500 ms by default) and Spark's consumer then fetches again:
+              # every partition's first read in a job (a start's first batch) waited it.  The
+              # source fetches only offsets it knows are there, so a fetch finds data at once
+              # otherwise; kafka.properties can set it back.
+              .option("kafka.fetch.max.wait.ms", str(FIRST_FETCH_WAIT_MS)))
     commit = config.commit
     if commit.min_records and not available_now:  # by volume, or by time at the latest
         reader = (reader.option("minOffsetsPerTrigger", str(commit.min_records))
