@@ -498,7 +498,19 @@ def run_kafka_connect(args: argparse.Namespace) -> dict[str, Any]:
     distinct = len(np.unique(partition.astype(np.int64) * 2**40 + offset))
     assert len(offset) == records == distinct, (len(offset), records, distinct)
     return {"rows": len(offset), "seconds": seconds, "commits": len(table.snapshots()),
+            "steady_rows_per_second": _steady_commits(table.snapshots()),
             "peak_rss_jvm": peak, "peak_rss_python": 0}
+
+
+def _steady_commits(snapshots: list[Any]) -> int | None:
+    """The sink's steady rate: the median of its commits' rows over the time since the commit
+    before (the first commit, after the worker's start, and the last, a remainder, left out)."""
+    rates = sorted(int(now.summary["added-records"]) * 1000
+                   / (now.timestamp_ms - before.timestamp_ms)
+                   for before, now in zip(snapshots[1:], snapshots[2:-1])
+                   if now.timestamp_ms > before.timestamp_ms
+                   and now.summary and "added-records" in now.summary)
+    return round(rates[len(rates) // 2]) if len(rates) >= 3 else None
 
 
 def run_kafka_connect_freshness(args: argparse.Namespace) -> dict[str, Any]:

@@ -52,6 +52,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -267,6 +268,8 @@ def suite(path: Path) -> dict:
 
 
 def main() -> int:
+    # a bench stopped by SIGTERM still deletes its resource and stops its operator (finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser()
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[])

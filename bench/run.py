@@ -2,6 +2,7 @@
 comparison inside one run, and records the results.
 
     python bench/run.py [--records 5000000] [--sections ingest,freshness,operator]
+                        [--sections backlog --backlog 100:50000000,1000:10000000]
 
 * ingest:    floe (Avro) against the peer, the Apache Iceberg sink on Kafka Connect, and
              against Spark's Kafka source into ``noop`` and into plain Parquet files, a plain
@@ -14,7 +15,12 @@ comparison inside one run, and records the results.
 * metadata:  the job at commit intervals of 10 s and 2 s for an hour each: metadata.json size,
              snapshots kept and commit time per batch over the run (``--no-expiry``: the same
              with snapshots never expired, what the job did before it expired them itself);
-* operator:  10, 100 and 500 resources on the real API server (bench/operator_scale.py).
+* operator:  10, 100 and 500 resources on the real API server (bench/operator_scale.py);
+* backlog:   a backlog as users meet it, 50,000,000 records of ~100 B and 10,000,000 of ~1 KB
+             (``--backlog``), caught up by floe, the peer and Spark's Parquet file sink, each
+             from its start to its last record committed, their steady rates and peak memory
+             beside (``backlog_vs_kafka_connect_*``, ``steady_vs_spark_parquet_100b``); not in
+             the default sections (about 45 minutes).
 
 Writes ``bench/results/latest.json`` (sections not run keep their previous figures) and the
 table in ``bench/README.md``. Needs the local stack (started when not running).
@@ -132,6 +138,53 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
     return results
 
 
+BACKLOG = "100:50000000,1000:10000000"  # value bytes : records
+BACKLOG_CONSUMERS = ("floe-avro", "kafka-connect", "spark-parquet")
+
+
+def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str, Any]:
+    """A topic's backlog caught up, as users meet it: for each value size, a topic of that
+    many records read from the beginning by floe, the Kafka Connect sink and Spark's Parquet
+    file sink, each from its start (the JVM's included) to its last record committed; their
+    steady rates (floe's and the file sink's median trigger, the sink's median commit) and
+    peak memory beside."""
+    results: dict[str, Any] = {}
+    for size, records in shape.items():
+        topic = f"bench-backlog-{size}-{uuid.uuid4().hex[:6]}"
+        workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
+        schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
+                                      workload.schema_for(size))
+        values = workload.value_pool(schema_id, size)
+        log(f"producing {records:,} values of ~{size} bytes to {topic}")
+        produce_seconds = workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, values, records)
+        runs = {mode: consume(mode, topic, work / topic, env, size=size,
+                              **({"interval": PEER_INTERVAL} if mode == "kafka-connect" else {}))
+                for mode in BACKLOG_CONSUMERS}
+        floe = runs["floe-avro"]
+        assert floe["rows"] == records and floe["undecodable"] == 0, floe
+        steady = {"floe-avro": steady_rate(triggers(floe["batch_lines"])),
+                  "spark-parquet": steady_rate(runs["spark-parquet"]["batch_rows_seconds"]),
+                  "kafka-connect": runs["kafka-connect"].get("steady_rows_per_second")}
+        rates = {mode: runs[mode]["rows_per_second"] for mode in BACKLOG_CONSUMERS}
+        results[f"value_{size}b"] = {
+            "records": records, "value_bytes_mean": round(sum(map(len, values)) / len(values)),
+            "partitions": workload.PARTITIONS, "produce_seconds": round(produce_seconds, 1),
+            "seconds": {mode: round(runs[mode]["seconds"], 1) for mode in BACKLOG_CONSUMERS},
+            "rows_per_second": rates, "steady_rows_per_second": steady,
+            "backlog_vs_kafka_connect": round(rates["floe-avro"] / rates["kafka-connect"], 3),
+            "steady_vs_spark_parquet": (round(steady["floe-avro"] / steady["spark-parquet"], 3)
+                                        if steady["floe-avro"] and steady["spark-parquet"]
+                                        else None),
+            "kafka_connect_commits": runs["kafka-connect"]["commits"],
+            "floe_batches": floe["batches"],
+            "peak_rss_mib": {mode: round((runs[mode].get("peak_rss_jvm", 0)
+                                          + runs[mode]["peak_rss_python"]) / 2**20)
+                             for mode in BACKLOG_CONSUMERS},
+        }
+        log(f"backlog {size} B: {results[f'value_{size}b']}")
+    return results
+
+
 def triggers(lines: list[dict[str, Any]]) -> list[tuple[int, float]]:
     """A floe run's triggers from its batch lines: each batch's rows over the time since the
     previous batch ended, Spark's planning of the trigger included (as in its
@@ -222,6 +275,13 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
         found = results.get("ingest", {}).get(f"value_{size}b", {})
         if "throughput_vs_kafka_connect" in found:
             keys[f"throughput_vs_kafka_connect_{size}b"] = found["throughput_vs_kafka_connect"]
+    for size in SIZES:
+        found = results.get("backlog", {}).get(f"value_{size}b", {})
+        if "backlog_vs_kafka_connect" in found:
+            keys[f"backlog_vs_kafka_connect_{size}b"] = found["backlog_vs_kafka_connect"]
+    small_backlog = results.get("backlog", {}).get("value_100b", {})
+    if small_backlog.get("steady_vs_spark_parquet") is not None:
+        keys["steady_vs_spark_parquet_100b"] = small_backlog["steady_vs_spark_parquet"]
     for interval in (10, 60):
         found = results.get("freshness", {}).get(f"interval_{interval}s")
         if found:
@@ -264,6 +324,8 @@ def main() -> int:
                         help="metadata: records per second")
     parser.add_argument("--no-expiry", action="store_true",
                         help="metadata: the job never expires snapshots (the before figures)")
+    parser.add_argument("--backlog", default=BACKLOG,
+                        help="backlog: value bytes:records, for each value size")
     parser.add_argument("--operator-sizes", default="10,100,500")
     parser.add_argument("--operator-timeout", type=float, default=1200)
     args = parser.parse_args()
@@ -283,6 +345,10 @@ def main() -> int:
     if "ingest" in sections:
         results["ingest"] = ingest(env, args.records, work)
         results["runs"]["ingest"] = stamp
+    if "backlog" in sections:
+        shape = {int(b): int(r) for b, r in (p.split(":") for p in args.backlog.split(","))}
+        results["backlog"] = backlog(env, shape, work)
+        results["runs"]["backlog"] = stamp
     if "freshness" in sections:
         plan = {int(i): int(s) for i, s in (p.split(":") for p in args.freshness_seconds.split(","))}
         # the intervals not run this time keep their figures (each entry says its warm-up)
@@ -443,6 +509,25 @@ def write_readme(results: dict[str, Any]) -> None:
                 f"{entry['idle_visits_per_resource_per_minute']} | "
                 f"{entry['idle_api_requests_per_resource_per_minute']} | "
                 f"{(entry['operator_rss_bytes'] or 0) // 2**20} MiB |")
+    backlog_runs = results.get("backlog", {})
+    if backlog_runs:
+        lines += ["", "A backlog caught up (8 partitions, from each consumer's start to its last "
+                  "record committed; steady: the median trigger's or commit's rows/s):", "",
+                  "| values | floe (Avro) | Kafka Connect Iceberg sink | Spark Kafka → Parquet "
+                  "files | floe / sink | floe steady / Parquet steady | peak RSS, floe / "
+                  "sink / Parquet |", "|---|---|---|---|---|---|---|"]
+        for entry in sorted(backlog_runs.values(), key=lambda e: e["value_bytes_mean"]):
+            r, st, rss = (entry["rows_per_second"], entry["steady_rows_per_second"],
+                          entry["peak_rss_mib"])
+
+            def both(mode: str) -> str:
+                return (f"{r[mode]:,} rows/s ({entry['seconds'][mode]:.0f} s), steady "
+                        f"{_count(st.get(mode)) if st.get(mode) is None else f'{st[mode]:,}'}")
+            lines.append(f"| {entry['records']:,} × ~{entry['value_bytes_mean']} B | "
+                         f"{both('floe-avro')} | {both('kafka-connect')} | "
+                         f"{both('spark-parquet')} | {entry['backlog_vs_kafka_connect']} | "
+                         f"{entry['steady_vs_spark_parquet']} | {rss['floe-avro']} / "
+                         f"{rss['kafka-connect']} / {rss['spark-parquet']} MiB |")
     restart = results.get("restart")
     if restart:
         lines += ["", "A restart on the node, from the SparkApplication's creation to its first "
