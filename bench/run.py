@@ -80,19 +80,29 @@ def consume(mode: str, topic: str, work: Path, env: dict[str, str], **options: A
     return result
 
 
+def topic_runs(env: dict[str, str], work: Path, kind: str, size: int, records: int,
+               consumers: tuple[str, ...]) -> tuple[list[bytes], float, dict[str, dict]]:
+    """A new topic of ``records`` Avro values of about ``size`` bytes, read from the beginning
+    by each of ``consumers`` in turn: the values, the seconds producing took, each one's
+    result."""
+    topic = f"bench-{kind}-{size}-{uuid.uuid4().hex[:6]}"
+    workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
+    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
+                                  workload.schema_for(size))
+    values = workload.value_pool(schema_id, size)
+    log(f"producing {records:,} values of ~{size} bytes to {topic}")
+    produce_seconds = workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, values, records)
+    runs = {mode: consume(mode, topic, work / topic, env, size=size,
+                          **({"interval": PEER_INTERVAL} if mode == "kafka-connect" else {}))
+            for mode in consumers}
+    return values, produce_seconds, runs
+
+
 def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for size in SIZES:
-        topic = f"bench-ingest-{size}-{uuid.uuid4().hex[:6]}"
-        workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
-        schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                      workload.schema_for(size))
-        values = workload.value_pool(schema_id, size)
-        log(f"producing {records:,} values of ~{size} bytes to {topic}")
-        produce_seconds = workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, values, records)
-        runs = {mode: consume(mode, topic, work / topic, env, size=size,
-                              **({"interval": PEER_INTERVAL} if mode == "kafka-connect" else {}))
-                for mode in CONSUMERS}
+        values, produce_seconds, runs = topic_runs(env, work, "ingest", size, records,
+                                                   CONSUMERS)
         for mode in ("floe-avro", "floe-raw"):
             assert runs[mode]["rows"] == records, (mode, runs[mode]["rows"], records)
         assert runs["floe-avro"]["undecodable"] == 0, runs["floe-avro"]
@@ -150,16 +160,8 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
     peak memory beside."""
     results: dict[str, Any] = {}
     for size, records in shape.items():
-        topic = f"bench-backlog-{size}-{uuid.uuid4().hex[:6]}"
-        workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
-        schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                      workload.schema_for(size))
-        values = workload.value_pool(schema_id, size)
-        log(f"producing {records:,} values of ~{size} bytes to {topic}")
-        produce_seconds = workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, values, records)
-        runs = {mode: consume(mode, topic, work / topic, env, size=size,
-                              **({"interval": PEER_INTERVAL} if mode == "kafka-connect" else {}))
-                for mode in BACKLOG_CONSUMERS}
+        values, produce_seconds, runs = topic_runs(env, work, "backlog", size, records,
+                                                   BACKLOG_CONSUMERS)
         floe = runs["floe-avro"]
         assert floe["rows"] == records and floe["undecodable"] == 0, floe
         steady = {"floe-avro": steady_rate(triggers(floe["batch_lines"])),
