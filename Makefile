@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean nemesis
+.PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean nemesis \
+	bench bench-backlog bench-restart
 
 demo: venv
 	$(PY) -m hack.demo
@@ -55,6 +56,20 @@ MODES ?= append,upsert
 nemesis: venv
 	$(PY) -m tests.integration.nemesis --seconds $(SECONDS) --seed $(SEED) \
 	  --catalog $(CATALOGS) --mode $(MODES) --record bench/results/nemesis.jsonl
+
+# The benchmarks against their baselines (bench/README.md); each records its results under
+# bench/results/ and its table in bench/README.md.  `bench`: ingestion, freshness and the
+# operator at scale (about an hour and a half); `bench-backlog`: 50,000,000 records of ~100 B
+# and 10,000,000 of ~1 KB caught up by floe, the Kafka Connect sink and Spark's Parquet sink
+# (about 45 minutes); `bench-restart`: a job's restart on the node to its first commit.
+bench: venv
+	$(PY) bench/run.py
+
+bench-backlog: venv
+	$(PY) bench/run.py --sections backlog
+
+bench-restart: venv
+	$(PY) bench/job_start.py --starts 0 --node 3 --node-rounds 2
 
 clean:
 	rm -rf $(VENV) reports
