@@ -61,6 +61,8 @@ def session(driver_memory: str):
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--master local[2] --driver-memory {driver_memory} --conf spark.ui.enabled=false "
         "--conf spark.ui.showConsoleProgress=false "
+        # every trigger's progress kept (Spark keeps the last 100): a backlog has more
+        "--conf spark.sql.streaming.numRecentProgressUpdates=100000 "
         f"--conf spark.sql.shuffle.partitions=2 --jars {os.environ['FLOE_SPARK_JARS']} "
         "pyspark-shell")
     from pyspark.sql import SparkSession
