@@ -118,6 +118,29 @@ def ahead_of(start: Offsets, table: Offsets, floor: Offsets | None = None) -> li
     return ahead
 
 
+def clear_unfinished_writes(spark: Any, location: str) -> list[str]:
+    """Removes what a killed process left of its first batch's log writes: a log file is
+    written under a hidden temporary name and renamed into place, and a process killed between
+    the two leaves the temporary file behind.  Spark then refuses a checkpoint with no batch in
+    its offset log but a file in it (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), so every
+    start would fail the same way.  Only while the offset log holds no batch: a temporary file
+    never renamed is no batch of it.  Returns the files removed."""
+    root = location.rstrip("/")
+    if _batch_ids(spark, f"{root}/offsets"):
+        return []
+    removed = []
+    for log_name in ("offsets", "commits"):
+        fs, path = _fs(spark, f"{root}/{log_name}")
+        if not fs.exists(path):
+            continue
+        for status in fs.listStatus(path):
+            name = status.getPath().getName()
+            if name.startswith(".") and name.endswith((".tmp", ".tmp.crc")):
+                fs.delete(status.getPath(), False)
+                removed.append(f"{log_name}/{name}")
+    return removed
+
+
 def remove(spark: Any, location: str) -> None:
     fs, path = _fs(spark, location)
     if fs.exists(path) and not fs.delete(path, True):

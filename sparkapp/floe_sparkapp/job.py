@@ -84,6 +84,10 @@ def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committ
     whether the query resumes from the checkpoint, and the floor of the partitions the table
     has no offsets for (:func:`floor_offsets`)."""
     location = config.checkpoint_location
+    if removed := checkpoint.clear_unfinished_writes(spark, location):
+        log.warning("the checkpoint at %s held the unfinished write of a killed process's "
+                    "first batch (%s): removed, the batch runs again", location,
+                    ", ".join(removed))
     resume = checkpoint.resume_offsets(spark, location, config.kafka.topic)
     if resume is None:
         return False, {}

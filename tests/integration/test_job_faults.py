@@ -43,6 +43,24 @@ def test_lost_checkpoint_restarts_from_the_table_offsets(stack, spark, tmp_path,
     assert_exactly_once(table_rows(config), producer.sent)
 
 
+def test_a_first_batch_killed_while_writing_its_offsets_runs_again_on_restart(
+        stack, spark, tmp_path, topic):
+    """A process killed between writing its first offset log file under its temporary name and
+    renaming it: Spark refuses such a checkpoint at every start, unless the job clears it."""
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 100)
+    config = job_config(stack, tmp_path, topic)
+    offsets = tmp_path / "checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0.tmp").write_bytes(b"")
+    (offsets / "..0.0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0.tmp.crc").write_bytes(b"")
+
+    run_once(config, spark)
+
+    assert_exactly_once(table_rows(config), producer.sent)
+    assert not list(offsets.glob(".*.tmp"))
+
+
 def test_replayed_batch_after_losing_the_last_commit_log_entry_is_a_no_op(
         stack, spark, tmp_path, topic):
     producer = AvroProducer(stack, topic)
