@@ -17,12 +17,13 @@ appending them.
 ``--node N`` times N restarts on the stack's node, as users meet them: the operator (a process)
 serves a KafkaIcebergTopic whose job runs as a SparkApplication with the JVM's default
 compilers; each restart is a spec change (a ``spark.conf`` entry), with 200 new records
-waiting (produced once the new driver pod is made), from the new SparkApplication's creation to its first commit, split as the suite
-splits a driver pod's start (``submit``: spark-operator's spark-submit up to the driver pod,
-``pod``: the pod to its container started, then the job's own steps). ``--node-variant
-"name=spark.key=value 'spark.key=a value' ..."`` adds Spark settings to the resource's ``spark.conf``
-(``image=REF``: its ``spark.image``; ``kafka.NAME=VALUE``: a Kafka client property,
-``kafka.properties``); ``default`` is the resource as it comes.  ``--node-rounds R`` runs the
+waiting (produced once the new driver pod is made), from the new SparkApplication's creation
+to its first commit, split as the suite splits a driver pod's start (``submit``:
+spark-operator's spark-submit up to the driver pod, ``pod``: the pod to its container started,
+then the job's own steps). ``--node-variant "name=spark.key=value 'spark.key=a value' ..."``
+adds Spark settings to the resource's ``spark.conf`` (``image=REF``: its ``spark.image``;
+``kafka.NAME=VALUE``: a Kafka client property, ``kafka.properties``); ``default`` is the
+resource as it comes.  ``--node-rounds R`` runs the
 variants in turns R times (every other round in the reverse order), N restarts each time.
 Without variants (or with ``--record``) the default's median is recorded as
 ``restart_to_first_commit_seconds`` in ``results/latest.json`` and bench/README.md's table.
@@ -149,24 +150,22 @@ def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
     return {"options": options, **medians(lines)}
 
 
-def node(env: dict[str, str], variants: dict[str, str], starts: int, keep: bool = False,
-         rounds: int = 1) -> Any:
-    """Each variant's restarts on the node (see the module's doc): their medians, and each
-    (``keep``: the directory of their logs instead).  With ``rounds``, the variants take
-    turns, in the reverse order every other round, so that a node getting busier or a cache
-    getting warmer favours none."""
+def node(env: dict[str, str], variants: dict[str, str], starts: int,
+         rounds: int = 1) -> tuple[dict[str, Any], Path]:
+    """Each variant's restarts on the node (see the module's doc): their medians and each, and
+    the directory of their logs.  With ``rounds``, the variants take turns, in the reverse
+    order every other round, so that a node getting busier or a cache getting warmer favours
+    none."""
     work = Path(tempfile.mkdtemp(prefix="floe-node-start-"))
     names = list(variants)
     starts_of: dict[str, list[dict]] = {name: [] for name in names}
     for turn in range(rounds):
         for name in (names if turn % 2 == 0 else names[::-1]):
             starts_of[name] += _restarts(env, work, name, variants[name], starts)
-    out = {}
-    for name, each in starts_of.items():
-        (work / f"{name}.json").write_text(json.dumps(each))
-        out[name] = {"settings": variants[name], **suite(work / f"{name}.json")["node"],
-                     "each": [s["seconds"] for s in each]}
-    return work if keep else out
+    out = {name: {"settings": variants[name], **medians_of(each)["node"],
+                  "each": [s["seconds"] for s in each]}
+           for name, each in starts_of.items()}
+    return out, work
 
 
 def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
@@ -253,7 +252,11 @@ def not_archived(logs: list[Path]) -> set[str]:
 
 
 def suite(path: Path) -> dict:
-    starts = json.loads(path.read_text())
+    return medians_of(json.loads(path.read_text()))
+
+
+def medians_of(starts: list[dict]) -> dict:
+    """The medians of starts as the suite records them (``tests/jobstarts.py``), per where."""
     out = {}
     for where in ("node", "local"):
         done = [s for s in starts if s["where"] == where and s["seconds"] is not None]
@@ -265,6 +268,17 @@ def suite(path: Path) -> dict:
                              for step in ("submit", "pod", *STEPS)
                              if (v := [s[step] for s in done if s.get(step) is not None])}}
     return out
+
+
+def stack_env() -> dict[str, str]:
+    """The local stack's connection settings (the stack started if it is not running), also
+    in this process's environment."""
+    from hack import stack as local_stack
+
+    state, _ = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    os.environ.update(env)
+    return env
 
 
 def main() -> int:
@@ -291,11 +305,7 @@ def main() -> int:
     if args.starts:  # local starts, recorded per mode beside the other mode's
         import pyspark
 
-        from hack import stack as local_stack
-
-        state, _ = local_stack.ensure_up()
-        env = local_stack.connection_env(state)
-        os.environ.update(env)
+        env = stack_env()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         default = env.get("SPARK_SUBMIT_OPTS", "")
         variants = {"default": default}
@@ -309,27 +319,19 @@ def main() -> int:
                                       "python": platform.python_version(),
                                       "spark": pyspark.__version__}}
     if args.node:
-        from hack import stack as local_stack
-
-        state, _ = local_stack.ensure_up()
-        env = local_stack.connection_env(state)
-        os.environ.update(env)
+        env = stack_env()
         variants = {"default": ""}
         for text in args.node_variant:
             name, _, settings = text.partition("=")
             variants[name] = settings
         out["node"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
-                       "restarts": node(env, variants, args.node, rounds=args.node_rounds)}
+                       "restarts": node(env, variants, args.node, rounds=args.node_rounds)[0]}
         if not args.node_variant or args.record:
             record_restart(out["node"], command)
     if args.classes:
-        from hack import stack as local_stack
-
-        state, _ = local_stack.ensure_up()
-        env = local_stack.connection_env(state)
-        os.environ.update(env)
+        env = stack_env()
         name, _, settings = CLASS_LOG.partition("=")
-        work = node(env, {name: settings}, 1, keep=True)
+        _, work = node(env, {name: settings}, 1)
         known = set(args.classes.read_text().split()) if args.classes.exists() else set()
         found = not_archived(sorted(work.glob(f"{name}-*.log")))
         args.classes.write_text("".join(f"{c}\n" for c in sorted(known | found)))

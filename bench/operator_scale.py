@@ -293,8 +293,8 @@ def node_topic(tree: Path, env: dict[str, str], work: Path, namespace: str,
     and one KafkaIcebergTopic there whose job runs on the node at the commit ``interval``, with
     the JVM's default compilers (a job that runs as long as a user's does) and ``conf`` added
     to its ``spark.conf`` (``{shared}`` in a value: the directory the pods mount, the
-    resource's catalog and checkpoints in it); 10 records wait in its Kafka topic. The resource is deleted, and the
-    operator stopped, after."""
+    resource's catalog and checkpoints in it); 10 records wait in its Kafka topic. The
+    resource is deleted, and the operator stopped, after."""
     from kubernetes import client, config
 
     from hack.demo import node_spark
@@ -341,7 +341,7 @@ def node_topic(tree: Path, env: dict[str, str], work: Path, namespace: str,
     try:
         custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                                "kafkaicebergtopics", body)
-        yield NodeTopic(api_client, custom, namespace, producer, shared, wait_until,
+        yield NodeTopic(api_client, custom, namespace, shared, wait_until,
                         lambda first, count: produce_orders(producer, first, count))
     finally:
         custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
@@ -360,7 +360,6 @@ class NodeTopic:
     api_client: Any
     custom: Any
     namespace: str
-    producer: Any
     shared: Path
     wait_until: Callable[..., bool]
     produce: Callable[[int, int], None]  # (first id, count)

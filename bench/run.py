@@ -80,6 +80,11 @@ def consume(mode: str, topic: str, work: Path, env: dict[str, str], **options: A
     return result
 
 
+def peak_mib(run: dict[str, Any]) -> int:
+    """A consumer's peak memory: its JVM's and its Python process's, MiB."""
+    return round((run.get("peak_rss_jvm", 0) + run["peak_rss_python"]) / 2**20)
+
+
 def topic_runs(env: dict[str, str], work: Path, kind: str, size: int, records: int,
                consumers: tuple[str, ...]) -> tuple[list[bytes], float, dict[str, dict]]:
     """A new topic of ``records`` Avro values of about ``size`` bytes, read from the beginning
@@ -141,9 +146,7 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
                                    for mode, batches in timed.items()},
             "steady_rows_per_second": {mode: steady_rate(each)
                                        for mode, each in paced.items()},
-            "driver_peak_rss_mib": {mode: round((runs[mode].get("peak_rss_jvm", 0)
-                                                 + runs[mode]["peak_rss_python"]) / 2**20)
-                                    for mode in CONSUMERS},
+            "driver_peak_rss_mib": {mode: peak_mib(runs[mode]) for mode in CONSUMERS},
         }
     return results
 
@@ -179,9 +182,7 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
                                         else None),
             "kafka_connect_commits": runs["kafka-connect"]["commits"],
             "floe_batches": floe["batches"],
-            "peak_rss_mib": {mode: round((runs[mode].get("peak_rss_jvm", 0)
-                                          + runs[mode]["peak_rss_python"]) / 2**20)
-                             for mode in BACKLOG_CONSUMERS},
+            "peak_rss_mib": {mode: peak_mib(runs[mode]) for mode in BACKLOG_CONSUMERS},
         }
         log(f"backlog {size} B: {results[f'value_{size}b']}")
     return results
@@ -228,8 +229,7 @@ def freshness(env: dict[str, str], work: Path, seconds: dict[int, int], rate: in
                           mode="kafka-connect-freshness", warmup=warmup)
         for entry in (result, peer):
             entry["p99_over_interval"] = round(entry["freshness_p99_seconds"] / interval, 3)
-            entry["driver_peak_rss_mib"] = round((entry["peak_rss_jvm"]
-                                                  + entry["peak_rss_python"]) / 2**20)
+            entry["driver_peak_rss_mib"] = peak_mib(entry)
         results[f"interval_{interval}s"] = {**result, "kafka_connect": peer}
         log(f"freshness at {interval}s: p50 {result['freshness_p50_seconds']:.1f}s, "
             f"p99 {result['freshness_p99_seconds']:.1f}s; Kafka Connect p50 "
@@ -273,14 +273,12 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
         keys["throughput_vs_python_loop"] = small["throughput_vs_python_loop"]
         keys["avro_vs_raw"] = small["avro_vs_raw"]
         keys["throughput_vs_spark_parquet"] = small.get("throughput_vs_spark_parquet")
-    for size in SIZES:
-        found = results.get("ingest", {}).get(f"value_{size}b", {})
-        if "throughput_vs_kafka_connect" in found:
-            keys[f"throughput_vs_kafka_connect_{size}b"] = found["throughput_vs_kafka_connect"]
-    for size in SIZES:
-        found = results.get("backlog", {}).get(f"value_{size}b", {})
-        if "backlog_vs_kafka_connect" in found:
-            keys[f"backlog_vs_kafka_connect_{size}b"] = found["backlog_vs_kafka_connect"]
+    for section, figure in (("ingest", "throughput_vs_kafka_connect"),
+                            ("backlog", "backlog_vs_kafka_connect")):
+        for size in SIZES:
+            found = results.get(section, {}).get(f"value_{size}b", {})
+            if figure in found:
+                keys[f"{figure}_{size}b"] = found[figure]
     small_backlog = results.get("backlog", {}).get("value_100b", {})
     if small_backlog.get("steady_vs_spark_parquet") is not None:
         keys["steady_vs_spark_parquet_100b"] = small_backlog["steady_vs_spark_parquet"]
@@ -524,7 +522,7 @@ def write_readme(results: dict[str, Any]) -> None:
 
             def both(mode: str) -> str:
                 return (f"{r[mode]:,} rows/s ({entry['seconds'][mode]:.0f} s), steady "
-                        f"{_count(st.get(mode)) if st.get(mode) is None else f'{st[mode]:,}'}")
+                        f"{'-' if st.get(mode) is None else f'{st[mode]:,}'}")
             lines.append(f"| {entry['records']:,} × ~{entry['value_bytes_mean']} B | "
                          f"{both('floe-avro')} | {both('kafka-connect')} | "
                          f"{both('spark-parquet')} | {entry['backlog_vs_kafka_connect']} | "
