@@ -13,7 +13,7 @@ from floe_operator.settings import OperatorSettings
 
 from ..contract_cases import CASES, TRANSITIONS, VALID, changed, routed, upsert
 
-from .kube import FLOE_CRD, admin_client, install_crd
+from .kube import FLOE_CRD, admin_client, install_crd, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +141,7 @@ def test_the_topic_and_the_table_cannot_change(api, namespace):
 
 
 def test_kubectl_explain_describes_the_status_and_the_api_server_keeps_what_the_operator_writes(
-        api, namespace):
+        api, namespace, tmp_path):
     """The status has a schema (generated from the operator's models): `kubectl explain` reads
     it, and a status as the planner writes it is kept whole, field for field."""
     import subprocess
@@ -151,12 +151,21 @@ def test_kubectl_explain_describes_the_status_and_the_api_server_keeps_what_the_
 
     from ..unit.test_plan import SETTINGS, TOPIC, V3, steady
 
-    explained = subprocess.run(["kubectl", "explain", "kit.status"], capture_output=True,
-                               text=True, timeout=60)
+    # (a discovery cache of its own: one an earlier kubectl wrote before the CRD was served
+    # would not know the short name for hours; and the API server's discovery follows a new
+    # CRD a moment after it is established)
+    cache = ["--cache-dir", str(tmp_path / "kube-cache")]
+
+    def explain() -> subprocess.CompletedProcess:
+        return subprocess.run(["kubectl", "explain", "kit.status", *cache],
+                              capture_output=True, text=True, timeout=60)
+
+    wait_until(lambda: explain().returncode == 0, timeout=30, interval=1)
+    explained = explain()
     assert explained.returncode == 0, explained.stderr
     for field in ("landedThrough", "schemaChange", "offsets", "conditions", "maintenance"):
         assert field in explained.stdout, explained.stdout
-    deeper = subprocess.run(["kubectl", "explain", "kit.status.offsets.lag"],
+    deeper = subprocess.run(["kubectl", "explain", "kit.status.offsets.lag", *cache],
                             capture_output=True, text=True, timeout=60)
     assert "the committed offsets move or the lag turns to or from zero" in \
         " ".join(deeper.stdout.split()), deeper.stdout

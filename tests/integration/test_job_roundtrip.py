@@ -258,7 +258,8 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
     from pyiceberg.transforms import IdentityTransform
 
     topic = f"sorted-{unique_name}".replace("_", "-")
-    create_topic(stack.bootstrap, topic, partitions=2)
+    # (fixed days: the topic keeps them, where the broker's retention would delete them a week on)
+    create_topic(stack.bootstrap, topic, partitions=2, config={"retention.ms": "-1"})
     producer = AvroProducer(stack, topic)
     days = (int(datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp() * 1000),
             int(datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp() * 1000))
