@@ -123,7 +123,8 @@ def _producer(bootstrap: str):
                      "enable.idempotence": True})
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], records: int) -> float:
+def produce(bootstrap: str, topic: str, values: list[bytes], records: int,
+            partitions: int = PARTITIONS) -> float:
     """Produces ``records`` values round-robin over the partitions; returns the seconds taken."""
     producer = _producer(bootstrap)
     started = time.monotonic()
@@ -132,7 +133,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes], records: int) -> fl
         while True:
             try:
                 producer.produce(topic, value=values[i % pool], key=b"k%d" % (i % 1000),
-                                 partition=i % PARTITIONS)
+                                 partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.05)

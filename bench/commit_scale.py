@@ -1,0 +1,112 @@
+"""The driver's commit against the number of data files a commit adds (issue 36, scale-out).
+
+For each partition count (``--partitions 8,64,512``) a topic of that many Kafka partitions
+holds ``--per-partition`` × ``--batches`` Avro records of about 100 bytes per partition; the
+floe job (``bench/consumers.py floe-avro``, a process of its own on ``local[2]``) lands it with
+``maxRecordsPerCommit`` = partitions × ``--per-partition``, so each batch reads about
+``--per-partition`` records from every partition and its commit adds one data file per Kafka
+partition (the table's one day partition).  Per batch, from the job's batch lines and the
+table's snapshots: the data files the commit added, the driver's commit (the one metadata
+commit: manifest, manifest list, the compare-and-set), the write (the tasks) and the whole
+batch; the first batch (a cold JVM) is left out of the medians.
+
+Usage: python bench/commit_scale.py [--partitions 8,64,512] [--per-partition 100]
+                                    [--batches 6]
+Needs the local stack (started if not running).  Writes bench/results/commit_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import workload  # noqa: E402
+from run import consume, log, machine  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "commit_scale.json"
+
+
+def added_files(work: Path) -> list[int]:
+    """The data files each floe commit added, oldest first."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{work / 'catalog.db'}",
+                         warehouse=f"file://{work / 'warehouse'}")
+    table = catalog.load_table("bench.floe_avro")
+    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    return [int(s.summary.additional_properties.get("added-data-files", 0))
+            for s in snapshots if s.summary.additional_properties.get("floe.writer")]
+
+
+def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
+        batches: int) -> dict:
+    topic = f"bench-commits-{partitions}-{uuid.uuid4().hex[:6]}"
+    bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
+    workload.create_topic(bootstrap, topic, partitions)
+    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
+                                  workload.schema_for(100))
+    records = partitions * per_partition * batches
+    log(f"producing {records:,} values to {topic} ({partitions} partitions)")
+    workload.produce(bootstrap, topic, workload.value_pool(schema_id, 100), records,
+                     partitions=partitions)
+    result = consume("floe-avro", topic, work / topic, env, size=100, interval=1,
+                     max_records_per_commit=partitions * per_partition)
+    assert result["rows"] == records, (result["rows"], records)
+    lines = result["batch_lines"]
+    files = added_files(work / topic / "floe-avro")
+    warm = lines[1:]
+
+    def median(key: str) -> float:
+        return round(statistics.median(line[key] for line in warm), 3)
+
+    return {"partitions": partitions, "records": records, "batches": len(lines),
+            "data_files_per_commit": round(statistics.median(files[1:] or files)),
+            "commit_seconds_median": median("commit_seconds"),
+            "write_seconds_median": median("write_seconds"),
+            "batch_seconds_median": median("seconds"),
+            "commit_seconds_each": [line["commit_seconds"] for line in lines],
+            "data_files_each": files, "rows_per_second": result["rows_per_second"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", default="8,64,512")
+    parser.add_argument("--per-partition", type=int, default=100)
+    parser.add_argument("--batches", type=int, default=6)
+    args = parser.parse_args()
+    from hack import stack as local_stack
+
+    state, _ = local_stack.ensure_up()
+    env = local_stack.connection_env(state)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="floe-commit-scale-") as scratch:
+        for partitions in (int(p) for p in args.partitions.split(",")):
+            run = one(env, Path(scratch), partitions, args.per_partition, args.batches)
+            log(f"{partitions} partitions: {run['data_files_per_commit']} files a commit, "
+                f"commit {run['commit_seconds_median']} s, write {run['write_seconds_median']}"
+                f" s, batch {run['batch_seconds_median']} s (medians, warm)")
+            runs.append(run)
+    RESULTS.write_text(json.dumps({
+        "command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}, indent=1) + "\n")
+    print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} "
+          f"{'batch s':>8}")
+    for run in runs:
+        print(f"{run['partitions']:>10} {run['data_files_per_commit']:>12} "
+              f"{run['commit_seconds_median']:>9} {run['write_seconds_median']:>8} "
+              f"{run['batch_seconds_median']:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
