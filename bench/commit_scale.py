@@ -36,18 +36,6 @@ from run import consume, log, machine  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "commit_scale.json"
 
 
-def added_files(work: Path) -> list[int]:
-    """The data files each floe commit added, oldest first."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("bench", uri=f"sqlite:///{work / 'catalog.db'}",
-                         warehouse=f"file://{work / 'warehouse'}")
-    table = catalog.load_table("bench.floe_avro")
-    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
-    return [int(s.summary.additional_properties.get("added-data-files", 0))
-            for s in snapshots if s.summary.additional_properties.get("floe.writer")]
-
-
 def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
         batches: int) -> dict:
     topic = f"bench-commits-{partitions}-{uuid.uuid4().hex[:6]}"
@@ -63,7 +51,7 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
                      max_records_per_commit=partitions * per_partition)
     assert result["rows"] == records, (result["rows"], records)
     lines = result["batch_lines"]
-    files = added_files(work / topic / "floe-avro")
+    files = result["data_files_each"]
     warm = lines[1:]
 
     def median(key: str) -> float:

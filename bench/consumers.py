@@ -116,11 +116,17 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.monotonic() - started
     table = load_catalog(config.table.catalog).load_table(config.table.identifier)
     rows = int(table.current_snapshot().summary["total-records"])
+    commits = [s.summary.additional_properties for s in
+               sorted(table.snapshots(), key=lambda s: s.sequence_number)
+               if s.summary.additional_properties.get("floe.writer")]
     undecoded = table.scan(row_filter="value_error IS NOT NULL",
                            selected_fields=("value_error",)).to_arrow().num_rows
     return {"rows": rows, "seconds": seconds, "undecodable": undecoded,
             "session_seconds": session_seconds, "batches": len(batches.batches),
             "batch_lines": batches.batches,
+            # the data files each commit added, of the commits the table still has (the job expires
+            # the oldest past expireSnapshots.retainLast)
+            "data_files_each": [int(c.get("added-data-files", 0)) for c in commits],
             "stats_seconds": sum(b["stats_seconds"] for b in batches.batches),
             "write_seconds": sum(b["write_seconds"] for b in batches.batches),
             "commit_seconds": sum(b["commit_seconds"] for b in batches.batches),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from kubernetes import client
@@ -13,7 +14,7 @@ from floe_operator.settings import OperatorSettings
 
 from ..contract_cases import CASES, TRANSITIONS, VALID, changed, routed, upsert
 
-from .kube import FLOE_CRD, admin_client, install_crd, wait_until
+from .kube import FLOE_CRD, admin_client, install_crd
 
 pytestmark = pytest.mark.e2e
 
@@ -156,12 +157,11 @@ def test_kubectl_explain_describes_the_status_and_the_api_server_keeps_what_the_
     # CRD a moment after it is established)
     cache = ["--cache-dir", str(tmp_path / "kube-cache")]
 
-    def explain() -> subprocess.CompletedProcess:
-        return subprocess.run(["kubectl", "explain", "kit.status", *cache],
-                              capture_output=True, text=True, timeout=60)
-
-    wait_until(lambda: explain().returncode == 0, timeout=30, interval=1)
-    explained = explain()
+    deadline = time.monotonic() + 30
+    while (explained := subprocess.run(["kubectl", "explain", "kit.status", *cache],
+                                       capture_output=True, text=True, timeout=60)
+           ).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(1)
     assert explained.returncode == 0, explained.stderr
     for field in ("landedThrough", "schemaChange", "offsets", "conditions", "maintenance"):
         assert field in explained.stdout, explained.stdout
