@@ -48,8 +48,9 @@ def _remove_the_demo() -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from .jobstarts import recorder
+    from .waits import waits
 
-    recorder.test = item.nodeid
+    recorder.test = waits.test = item.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -63,8 +64,11 @@ def pytest_runtest_teardown(item: pytest.Item):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     from .jobstarts import recorder
+    from .waits import waits
 
     for line in recorder.finish(ROOT / "reports" / "job-starts.json"):
+        terminalreporter.write_line(line)
+    for line in waits.finish(ROOT / "reports" / "waits.json"):
         terminalreporter.write_line(line)
 
 

@@ -11,6 +11,8 @@ from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import spark_operator_chart
 
+from ..waits import waits
+
 ROOT = Path(__file__).resolve().parents[2]
 FLOE_CRD = ROOT / "crds" / "floe.dev_kafkaicebergtopics.yaml"
 OPERATION_CRD = ROOT / "crds" / "floe.dev_kafkaicebergoperations.yaml"
@@ -18,8 +20,8 @@ OPERATION_CRD = ROOT / "crds" / "floe.dev_kafkaicebergoperations.yaml"
 # 10 by default), doubling: the backoff is asserted, in less of the suite's time.
 FAILOVER_BACKOFF_SECONDS = 3
 # The operators under test refresh a resource's status this often (FLOE_REFRESH_SECONDS; 10 by
-# default): a test waiting for the status to show a commit waits half as long.
-REFRESH_SECONDS = 5
+# default): a test waiting for the status to show a commit waits a fifth as long.
+REFRESH_SECONDS = 2
 # How long a deletion waits for spark-operator to take up an application
 # (FLOE_SUBMIT_WAIT_SECONDS; 30 by default) where none serves the namespace, as for the tests
 # not marked `node`: nothing will ever take it up there. Node tests keep the default.
@@ -90,11 +92,16 @@ def drop_topic_finalizers(api_client: client.ApiClient, namespace: str) -> None:
 
 
 def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout
+    """Polls ``predicate`` every ``interval`` seconds until it is true (True) or ``timeout``
+    has passed (False); the wait is recorded under the caller's line (tests/waits.py)."""
+    started = time.monotonic()
+    deadline = started + timeout
     while time.monotonic() < deadline:
         if predicate():
+            waits.record(1, time.monotonic() - started, True)
             return True
         time.sleep(interval)
+    waits.record(1, time.monotonic() - started, False)
     return False
 
 

@@ -109,4 +109,4 @@ def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_driv
     assert wait_until(
         lambda: _read(core.read_namespaced_service_account, "floe-spark", namespace) is None
         and _read(rbac.read_namespaced_role_binding, "floe-spark", namespace) is None,
-        timeout=300, interval=2), operator_log()
+        timeout=300, interval=1), operator_log()

@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from hack.demo import node_values
 
-from .kube import admin_client, install_crd, running_job_pods, wait_until
+from .kube import REFRESH_SECONDS, admin_client, install_crd, running_job_pods, wait_until
 from .test_helm_chart import CHART, CRDS, helm
 from .test_operator import declared_orders, logs, orders_status, topic_catalog
 
@@ -53,7 +53,7 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({
         **node_values(shared), "watch": {"namespaces": [namespace]},
-        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}]}))
+        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": str(REFRESH_SECONDS)}]}))
     helm("install", "floe", CHART, "-n", namespace, "-f", str(values), "--wait",
          "--timeout", "5m")
     deployment = client.AppsV1Api(admin).read_namespaced_deployment("floe-floe-operator", namespace)
@@ -81,7 +81,7 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
         return (state.get("offsets", {}).get("committed") == expected
                 and conditions.get("Ready") == "True")
 
-    assert wait_until(ready, timeout=300, interval=2), \
+    assert wait_until(ready, timeout=300, interval=1), \
         f"{status()}\n{operator_log()[-4000:]}\n{logs(tmp_path, namespace)}"
     events = core.list_namespaced_event(
         namespace, field_selector="involvedObject.name=orders").items
@@ -93,7 +93,7 @@ def test_the_operator_under_the_charts_identity_lands_a_topic_and_nothing_more(
 
     # The replica keeps itself in the peering (kopf drops a record it sees expired, and writes
     # it again at its next keep-alive).
-    assert wait_until(lambda: replica.metadata.name in peers(), timeout=90, interval=2), \
+    assert wait_until(lambda: replica.metadata.name in peers(), timeout=90, interval=1), \
         f"{peers()}\n{operator_log()[-4000:]}"
     # Deleted with deletionPolicy Delete: it waits for the job's pods, then drops the table.
     custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace, "kafkaicebergtopics",

@@ -102,7 +102,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
         assert watching.stdout.readline().split()[:3] == ["orders", "True", "Running"]
         assert floe("suspend", "orders", "-n", namespace).stdout.strip() == \
             f"kafkaicebergtopic {namespace}/orders suspended"
-        assert wait_until(lambda: status().get("phase") == "Suspended", timeout=120, interval=2)
+        assert wait_until(lambda: status().get("phase") == "Suspended", timeout=120, interval=1)
         seen = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any("Suspended" in s for s in seen):
@@ -116,7 +116,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     # While suspended: nothing lands, and the status counts what waits.
     committed_while_suspended = status()["offsets"]["committed"]
     produce_orders(producer, 30, 10)
-    assert wait_until(lambda: status()["offsets"]["lag"] == 10, timeout=60, interval=2), status()
+    assert wait_until(lambda: status()["offsets"]["lag"] == 10, timeout=60, interval=1), status()
     assert status()["offsets"]["committed"] == committed_while_suspended
     floe("resume", "orders", "-n", namespace)
     assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
@@ -132,7 +132,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
                                                     "sparkapplications")["items"]
         return any(a["metadata"]["uid"] != before["metadata"]["uid"] for a in apps)
 
-    assert wait_until(restarted, timeout=120, interval=2)
+    assert wait_until(restarted, timeout=120, interval=1)
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=orders").items
     assert any(e.reason == "JobRestarted" and "restart asked for" in e.message for e in events)
     produce_orders(producer, 40, 5)

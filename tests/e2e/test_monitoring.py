@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 from hack.demo import node_values
 from hack.stack import monitoring
 
-from .kube import ROOT, admin_client, delete_namespace_without_operator, install_crd, wait_until
+from .kube import (REFRESH_SECONDS, ROOT, admin_client, delete_namespace_without_operator,
+                   install_crd, wait_until)
 from .test_helm_chart import CRDS
 from .test_operator import declared_orders, logs, orders_status
 
@@ -101,7 +102,7 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
         values = tmp_path / "values.yaml"
         values.write_text(yaml.safe_dump({
             **node_values(shared), "watch": {"namespaces": [namespace]},
-            "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"}],
+            "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": str(REFRESH_SECONDS)}],
             "metrics": {"serviceMonitor": {"enabled": True, "interval": "5s"},
                         "podMonitor": {"enabled": True, "interval": "5s"},
                         "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}))
@@ -125,9 +126,9 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
             return orders_status(stack, namespace)
 
         assert wait_until(lambda: status().get("offsets", {}).get("committed") == expected,
-                          timeout=300, interval=2), f"{status()}\n{logs(tmp_path, namespace)}"
+                          timeout=300, interval=1), f"{status()}\n{logs(tmp_path, namespace)}"
 
-        assert wait_until(lambda: _prometheus_api(core, release), timeout=180, interval=2), \
+        assert wait_until(lambda: _prometheus_api(core, release), timeout=180, interval=1), \
             subprocess.run(["kubectl", "describe", "prometheus,statefulset,pod", "-n", release],
                            capture_output=True, text=True).stdout[-4000:]
         api = _prometheus_api(core, release)
@@ -145,7 +146,7 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
         # Both targets are up: the operator through its Service, the driver through its pod.
         assert wait_until(lambda: query('up{job="floe-operator"} == 1')
                           and query(f'up{{job="floe-job", {where}}} == 1'), timeout=120,
-                          interval=2), requests.get(f"{api}/api/v1/targets", timeout=10).text
+                          interval=1), requests.get(f"{api}/api/v1/targets", timeout=10).text
         # The driver's figures, as the job counted them; the operator's, under the resource's
         # own namespace (the ServiceMonitor honours the metrics' labels).
         assert wait_until(lambda: value(f'sum(floe_job_rows_total{{{where}}})') == 43,
@@ -153,10 +154,10 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
         assert value(f'sum(floe_job_records_raw_total{{{where}, reason="not_framed"}})') == 3
         assert value(f'sum(floe_job_input_records_total{{{where}}})') == 43
         assert wait_until(lambda: value(
-            f'sum(floe_job_kafka_lag_records{{{where}}})') == 0, timeout=60, interval=2), \
+            f'sum(floe_job_kafka_lag_records{{{where}}})') == 0, timeout=60, interval=1), \
             query(f"floe_job_kafka_lag_records{{{where}}}")
         assert wait_until(lambda: value(f"floe_topic_ready{{{where}}}") == 1, timeout=120,
-                          interval=2), query(f"floe_topic_ready{{{where}}}")
+                          interval=1), query(f"floe_topic_ready{{{where}}}")
         assert value(f'floe_topic_commit_interval_seconds{{{where}}}') == 2
         assert query(f'floe_build_info{{namespace="{release}"}}')
 
@@ -171,13 +172,13 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
                     startswith("2") and not r["lastEvaluation"].startswith("0001")]
 
         assert wait_until(lambda: {r["name"] for r in evaluated()} == declared, timeout=60,
-                          interval=2), evaluated()
+                          interval=1), evaluated()
         assert [(r["name"], r.get("lastError")) for r in evaluated() if r["health"] != "ok"] == []
         # (a figure the operator has only from the table's next read comes a visit later)
         for expr in (r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]):
             for metric in _metric_names(expr):
                 assert wait_until(lambda: query(f'{metric}{{namespace=~"{namespace}|{release}"}}'),
-                                  timeout=30, interval=2), (metric, expr)
+                                  timeout=30, interval=1), (metric, expr)
 
         # Every dashboard panel's query has series for the resource.
         board = core.read_namespaced_config_map("floe-floe-operator-dashboard", release)
@@ -186,7 +187,7 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
             for target in panel["targets"]:
                 expr = (target["expr"].replace("$namespace", namespace).replace("$name", "orders")
                         .replace("$__rate_interval", "1m"))
-                assert wait_until(lambda: query(expr), timeout=30, interval=2), (panel["title"],
+                assert wait_until(lambda: query(expr), timeout=30, interval=1), (panel["title"],
                                                                                  expr)
     finally:  # the resource goes while its operator runs, then the release and its namespace
         def listed() -> list[dict]:

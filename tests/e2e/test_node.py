@@ -27,7 +27,7 @@ from hack.demo import (NAMESPACE, RELEASE, RELEASE_NAMESPACE, node_resource, nod
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import produce_orders
-from .kube import FAILOVER_BACKOFF_SECONDS, ROOT, admin_client, wait_until
+from .kube import FAILOVER_BACKOFF_SECONDS, REFRESH_SECONDS, ROOT, admin_client, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def floe(stack, tmp_path_factory):
     values = tmp_path_factory.mktemp("helm") / "values.yaml"
     values.write_text(yaml.safe_dump({
         **node_values(Path(stack.env["FLOE_NODE_SHARED"])),
-        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": "5"},
+        "extraEnv": [{"name": "FLOE_REFRESH_SECONDS", "value": str(REFRESH_SECONDS)},
                      {"name": "FLOE_FAILOVER_BACKOFF_SECONDS",
                       "value": str(FAILOVER_BACKOFF_SECONDS)}]}))
     installed = subprocess.run(["helm", "install", RELEASE, str(ROOT / "charts" / "floe-operator"),
@@ -180,7 +180,7 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
     kubectl("delete", "pod", "-n", NAMESPACE, "floe-faults-driver", "--wait=false")
     producing.join()
     assert wait_until(lambda: topic.driver_uid() not in (None, first_driver), timeout=300,
-                      interval=2), topic.diagnostics()
+                      interval=1), topic.diagnostics()
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)
 
@@ -199,7 +199,7 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
             RELEASE_NAMESPACE, label_selector=selector).items}
         return ready == 1 and not pods & old
 
-    assert wait_until(replaced, timeout=180, interval=2), topic.diagnostics()
+    assert wait_until(replaced, timeout=180, interval=1), topic.diagnostics()
     assert wait_until(lambda: topic.landed(producer), timeout=300, interval=2), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)
 
@@ -209,8 +209,8 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
     producing = produce_while(producer, 450, 200)
     producing.join()
     assert wait_until(lambda: topic.status().get("observedGeneration") == 2, timeout=120,
-                      interval=2), topic.diagnostics()
+                      interval=1), topic.diagnostics()
     assert wait_until(lambda: topic.driver_uid() not in (None, rolled_from), timeout=300,
-                      interval=2), topic.diagnostics()
+                      interval=1), topic.diagnostics()
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)

@@ -491,7 +491,7 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
     def v3_row():
         return next((r for r in orders_rows(catalog) if r["key"] == b"v3"), None)
 
-    assert wait_until(lambda: v3_row() is not None, timeout=120, interval=2), \
+    assert wait_until(lambda: v3_row() is not None, timeout=120, interval=1), \
         logs(tmp_path, namespace)
     assert v3_row()["value"]["quantity"] == "a dozen" and v3_row()["value_error"] is None
 

@@ -436,7 +436,7 @@ def test_a_job_that_stops_committing_while_records_wait_is_called_stalled_with_w
     try:
         produce_orders(producer, 30, 20)
         assert wait_until(lambda: (ready() or ("",))[:2] == ("False", "Stalled"), timeout=180,
-                          interval=2), f"{orders_status(stack, namespace)}\n" + \
+                          interval=1), f"{orders_status(stack, namespace)}\n" + \
             logs(tmp_path, namespace)
         status = orders_status(stack, namespace)
         message = ready()[2]

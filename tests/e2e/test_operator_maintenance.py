@@ -34,7 +34,7 @@ def run_now(admin, namespace: str, cron_job: str) -> tuple[str, str]:
         return next((c.type for c in conditions
                      if c.type in ("Complete", "Failed") and c.status == "True"), None)
 
-    wait_until(lambda: outcome() is not None, timeout=600, interval=2)
+    wait_until(lambda: outcome() is not None, timeout=600, interval=1)
     log = subprocess.run(["kubectl", "logs", "-n", namespace, f"job/{job}", "--tail=60"],
                          capture_output=True, text=True)
     return outcome() or "Running", log.stdout + log.stderr

@@ -214,7 +214,7 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
         try:
             custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
                                                    "kafkaicebergtopics", "orders")
-            wait_until(lambda: not _exists(kit), timeout=120, interval=2)
+            wait_until(lambda: not _exists(kit), timeout=120, interval=1)
         except ApiException as error:
             assert error.status == 404
         subprocess.run(["helm", "uninstall", "floe", "--namespace", "floe-system", "--wait"],

@@ -1,0 +1,51 @@
+"""Where the suite waits: every ``wait_until`` of a test, by the line that waited.
+
+The e2e tests spend most of their time waiting for something to show in the API server or
+the table (a first commit, a status refresh, a failover). Each wait is recorded with its test,
+the test file's line that waited, how long it took and whether it came true; the suite writes
+them to ``reports/waits.json`` and prints the lines that waited longest in all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+class Waits:
+    def __init__(self) -> None:
+        self.test = ""
+        self.waits: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def record(self, depth: int, seconds: float, came_true: bool) -> None:
+        """Records a wait that took ``seconds``, made from the frame ``depth`` above the
+        caller (the test's line, not the helper's)."""
+        frame = sys._getframe(depth + 1)
+        where = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+        with self.lock:
+            self.waits.append({"test": self.test, "where": where,
+                               "seconds": round(seconds, 2), "came_true": came_true})
+
+    def finish(self, path: Path, top: int = 10) -> list[str]:
+        """Writes every wait to ``path``; the summary's lines."""
+        if not self.waits:
+            return []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.waits, indent=1) + "\n")
+        by_line: dict[str, list[float]] = defaultdict(list)
+        for wait in self.waits:
+            by_line[wait["where"]].append(wait["seconds"])
+        total = sum(w["seconds"] for w in self.waits)
+        lines = [f"waits: {len(self.waits)}, {total / 60:.1f} min in all (every wait: {path});"
+                 " the lines that waited longest:"]
+        for where, each in sorted(by_line.items(), key=lambda kv: -sum(kv[1]))[:top]:
+            lines.append(f"  {sum(each):7.1f} s  {len(each):3d} × {where}")
+        return lines
+
+
+waits = Waits()
