@@ -5,7 +5,7 @@ The Spark image makes its own at build (images/spark/Dockerfile); this is the sa
 the driver's class path, so the archive holds their classes too.  A JVM maps it when started
 with ``SPARK_SUBMIT_OPTS=-XX:SharedArchiveFile=...`` and the same class path (``FLOE_SPARK_
 CLASSPATH`` first); any other JVM ignores it.  The archive's name carries what it depends on
-(the JDK, pyspark, the jars), so a change makes a new one.
+(the JDK, pyspark and where it is installed, the jars), so a change makes a new one.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ from . import paths
 @functools.lru_cache(maxsize=4)  # the JDK and the jars do not change while a process runs
 def _key(classpath: str) -> str:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    parts = [java, paths.pyspark_version(), classpath]
+    # The archive holds the class path it was made with, pyspark's jars under this checkout's
+    # virtualenv among them: a JVM of another checkout (another path) would ignore it.
+    spec = importlib.util.find_spec("pyspark")
+    pyspark_home = str(Path(spec.origin).parent) if spec and spec.origin else ""
+    parts = [java, paths.pyspark_version(), pyspark_home, classpath]
     parts += [f"{p}:{os.path.getsize(p)}" for p in classpath.split(":") if os.path.exists(p)]
     parts += [(paths.REPO / "images" / "spark" / name).read_text()  # what the warm-up does
               for name in ("cds_warmup.py", "cds_classes.txt")]
