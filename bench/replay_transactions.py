@@ -25,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from floe_sparkapp.replay import PRODUCER_SETTINGS  # noqa: E402
 from run import log, machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "replay_transactions.json"
-# What the replay's producer sets beside its transactional id (replay.Replay._producer).
-SETTINGS = {"floe": {"enable.idempotence": True, "linger.ms": 20, "retry.backoff.ms": 10,
-                     "retry.backoff.max.ms": 1000},
-            "default": {"enable.idempotence": True, "linger.ms": 20}}
+# The replay's producer, and the same with librdkafka's retry backoff.
+SETTINGS = {"floe": PRODUCER_SETTINGS,
+            "default": {k: v for k, v in PRODUCER_SETTINGS.items()
+                        if not k.startswith("retry.backoff")}}
 
 
 def one(bootstrap: str, settings: dict, size: int, transactions: int) -> dict:

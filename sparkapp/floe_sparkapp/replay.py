@@ -46,6 +46,15 @@ class ReplayRefused(ValueError):
     """The target cannot take the replay: the message says what to change."""
 
 
+# The replay's producer, beside its transactional id and the topic's own Kafka settings. A
+# transaction's first send right after the last commit meets the broker still writing that
+# commit's markers (CONCURRENT_TRANSACTIONS) and is retried: after librdkafka's default 100 ms,
+# which made a small transaction cost ~100 ms; after 10 ms (doubling up to 1 s for real
+# faults), ~15 ms (bench/replay_transactions.py).
+PRODUCER_SETTINGS = {"enable.idempotence": True, "linger.ms": 20, "retry.backoff.ms": 10,
+                     "retry.backoff.max.ms": 1000}
+
+
 def _group(request: OperationRequest) -> str:
     return f"floe-replay-{request.uid}"
 
@@ -251,14 +260,8 @@ class Replay:
     def _producer(self) -> Any:
         from confluent_kafka import Producer
 
-        # A transaction's first send right after the last commit meets the broker still
-        # writing that commit's markers (CONCURRENT_TRANSACTIONS) and is retried: after 100 ms
-        # by default, which made a small transaction cost ~100 ms; retried after 10 ms
-        # (doubling up to 1 s for real faults), ~12 ms (bench/README.md, Replay).
         producer = Producer({"bootstrap.servers": self.config.kafka.bootstrap_servers,
-                             "transactional.id": _group(self.request),
-                             "enable.idempotence": True, "linger.ms": 20,
-                             "retry.backoff.ms": 10, "retry.backoff.max.ms": 1000,
+                             "transactional.id": _group(self.request), **PRODUCER_SETTINGS,
                              **librdkafka_settings(kafka_client_settings(self.config))})
         producer.init_transactions(60)  # fences the producer of an earlier attempt
         return producer

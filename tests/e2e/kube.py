@@ -96,13 +96,14 @@ def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:
     has passed (False); the wait is recorded under the caller's line (tests/waits.py)."""
     started = time.monotonic()
     deadline = started + timeout
+    came_true = False
     while time.monotonic() < deadline:
         if predicate():
-            waits.record(1, time.monotonic() - started, True)
-            return True
+            came_true = True
+            break
         time.sleep(interval)
-    waits.record(1, time.monotonic() - started, False)
-    return False
+    waits.record(1, time.monotonic() - started, came_true)
+    return came_true
 
 
 def running_job_pods(api_client: client.ApiClient, namespace: str, app: str) -> list[str]:
