@@ -4,7 +4,7 @@ of a batch change which rows, and the statements that change them on the batch's
 A row is identified by its key: the ``table.keyColumns`` value fields, or, when there are none,
 the record's Kafka key (its bytes, or the ``key_fields`` it decodes to with ``key.format`` avro
 or json, which stay the same across key schema versions).  A record replaces the row with its
-key (``MERGE INTO``); a tombstone (a record whose value is null) deletes the row last written
+key (the row deleted, the record appended: :meth:`Upsert.apply`); a tombstone (a record whose value is null) deletes the row last written
 with its Kafka key.  Within a
 batch only the last record per key applies, by (partition, offset); across batches, Kafka's
 order per partition does, so a key's records must all go to one partition (producers that
@@ -20,7 +20,7 @@ raw with the reason, as one that could not be decoded.
 The table is format version 3 and merge-on-read: replaced and deleted rows are marked by
 deletion vectors (a bitmap of deleted positions per data file, in Puffin files), never equality
 deletes, which several engines cannot read.  The batch's snapshot properties (its offsets) go on
-the branch's last snapshot through Iceberg's ``CommitMetadata``.
+the branch's last snapshot, its append's.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from pyspark.sql import functions as F
 
 from .decode import scalar_at
 
-# A row kept raw (its value could not be decoded) is a row of its own: no statement matches it.
-KEPT_RAW_UNTOUCHED = " AND t.value_error IS NULL"
 # With table.op: what a decoded record does to its key's row (UPSERT or DELETE)
 OP_COLUMN, UPSERT, DELETE = "_floe_op", "upsert", "delete"
 
@@ -143,32 +141,39 @@ class Upsert:
             identified = identified & column.isNotNull()
         return identified & ~self.tombstone() & F.col("value_error").isNull()
 
-    def changes(self, rows: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame | None]:
-        """(upserts, tombstones, deletes): the batch's records that apply, at most one per
-        key; ``deletes`` (mode cdc with keyColumns) are the keys whose last change deletes."""
+    def changes(self, rows: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
+        """(marked, upserts, tombstones, deletes): the batch's records that apply, at most one
+        per key; ``deletes`` (mode cdc with keyColumns) are the keys whose last change deletes.
+        The three are filters of ``marked`` (each record with what it does), which the caller
+        persists: the batch's windows are computed once."""
         position = F.struct(F.col("kafka.partition"), F.col("kafka.offset"))
         kafka_key = F.col(self._key)
-        by_kafka_key = Window.partitionBy(kafka_key)
-        ranked = (rows.withColumn("_floe_position", position)
-                  .withColumn("_floe_tombstone", self.tombstone())
-                  # the newest tombstone of the record's Kafka key in this batch
-                  .withColumn("_floe_deleted_at", F.max(F.when(
-                      F.col("_floe_tombstone") & kafka_key.isNotNull(),
-                      F.col("_floe_position"))).over(by_kafka_key)))
-        tombstones = (ranked.filter(F.col("_floe_tombstone") & kafka_key.isNotNull()
+        ended = self.tombstone() & kafka_key.isNotNull()
+        marked = (rows.withColumn("_floe_position", position)
+                  .withColumn("_floe_tombstone", self.tombstone()))
+        if rows.filter(ended).isEmpty():  # (most batches: no window over the Kafka key)
+            deleted_at = F.lit(None).cast(marked.schema["_floe_position"].dataType)
+        else:  # the newest tombstone of the record's Kafka key in this batch
+            deleted_at = F.max(F.when(ended, F.col("_floe_position"))).over(
+                Window.partitionBy(kafka_key))
+        marked = marked.withColumn("_floe_deleted_at", deleted_at)
+        # A record followed by a tombstone of its Kafka key is deleted by it.
+        live = ~F.col("_floe_tombstone") & (
+            F.col("_floe_deleted_at").isNull()
+            | (F.col("_floe_position") > F.col("_floe_deleted_at")))
+        # the newest live record of each key ranks first (the others of its key after it)
+        newest = Window.partitionBy(*self._identity()).orderBy(
+            live.desc(), F.col("_floe_position").desc())
+        marked = (marked.withColumn("_floe_live", live)
+                  .withColumn("_floe_rank", F.when(live & self._identified(),
+                                                   F.row_number().over(newest))
+                              .otherwise(F.lit(1))))
+        tombstones = (marked.filter(F.col("_floe_tombstone") & kafka_key.isNotNull()
                                     & (F.col("_floe_position") == F.col("_floe_deleted_at")))
                       .select(self._key))
-        # A record followed by a tombstone of its Kafka key is deleted by it.
-        live = ranked.filter(~F.col("_floe_tombstone") & (
-            F.col("_floe_deleted_at").isNull()
-            | (F.col("_floe_position") > F.col("_floe_deleted_at"))))
-        newest = Window.partitionBy(*self._identity()).orderBy(F.col("_floe_position").desc())
-        last = (live.withColumn("_floe_rank", F.when(self._identified(),
-                                                     F.row_number().over(newest))
-                                .otherwise(F.lit(1)))
-                .filter(F.col("_floe_rank") == 1))
+        last = marked.filter(F.col("_floe_live") & (F.col("_floe_rank") == 1))
         upserts = last.filter(~self._deletes()).drop(
-            "_floe_rank", "_floe_position", "_floe_tombstone", "_floe_deleted_at",
+            "_floe_rank", "_floe_live", "_floe_position", "_floe_tombstone", "_floe_deleted_at",
             "_floe_before", OP_COLUMN)
         deletes = None
         if self.cdc or self.ops:
@@ -178,67 +183,114 @@ class Upsert:
                                            for i, column in enumerate(self._identity())])
             else:  # keyed by the Kafka key, a delete is a tombstone
                 tombstones = tombstones.unionByName(removed.select(self._key)).distinct()
-        return upserts, tombstones, deletes
+        return marked, upserts, tombstones, deletes
 
     # --- the statements -----------------------------------------------------------------------
 
-    def _on(self) -> str:
-        """Which row a record replaces: the one with its key, never a row of its own (one
-        that could not be decoded, on either side)."""
+    def _identity_columns(self) -> list[str]:
+        """The columns of a row (and of an upsert) that identify it."""
         if self.key_columns:
-            on = " AND ".join(f"t.value.{c} = s.value.{c}" for c in self.key_columns)
-        else:
-            on = f"t.{self._key} <=> s.{self._key}"
-        return f"{on}{KEPT_RAW_UNTOUCHED} AND s.value_error IS NULL"
+            return [f"value.{c}" for c in self.key_columns]
+        return [self._key]
 
     def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
-        """Changes ``target`` (the batch's branch) by the batch's records; the last statement's
-        snapshot carries ``properties``.  Returns how many records applied."""
+        """Changes ``target`` (the batch's branch) by the batch's records; the last snapshot
+        carries ``properties``.  Returns how many records applied.
+
+        Each change is a delete of the rows with the batch's keys (a semi-join: the table's key
+        columns are read and probed against the batch's keys, no shuffle of the table), then
+        the upserts appended: what a ``MERGE INTO ... UPDATE SET * / INSERT *`` does, without
+        its join of the whole table with the batch.  Each delete also says the range of the
+        batch's keys (their least and greatest value), so only the data files whose key bounds
+        overlap it are read: keys that arrive in order (an order's id, a sequence) find their
+        rows in the newest files whatever the table's size."""
         # The views and statements go to the batch's own session (foreachBatch gives each
         # batch a session of its own).
         spark = rows.sparkSession
-        upserts, tombstones, deletes = self.changes(rows)
-        cached = [frame.persist() for frame in (upserts, tombstones, deletes)
-                  if frame is not None]
+        marked, upserts, tombstones, deletes = self.changes(rows)
+        marked = marked.persist()
         try:
-            statements = []
             applied = 0
             suffix = uuid.uuid4().hex[:12]
-            removals = [("tombstones", tombstones,
-                         f"t.{self._key} <=> s.{self._key}" + KEPT_RAW_UNTOUCHED)]
+            # (name, records, their key columns, the rows' they delete, only decoded records)
+            identity = self._identity_columns()
+            removals = [("tombstones", tombstones, [self._key], [self._key], False)]
             if deletes is not None:
-                removals.append(("deletes", deletes, " AND ".join(
-                    f"t.value.{c} = s._floe_k{i}" for i, c in enumerate(self.key_columns))
-                    + KEPT_RAW_UNTOUCHED))
-            for name, frame, on in removals:
-                count = frame.count()
-                if count:
-                    view = f"floe_{name}_{suffix}"
-                    frame.createOrReplaceTempView(view)
-                    statements.append(f"MERGE INTO {target} t USING {view} s ON {on} "
-                                      "WHEN MATCHED THEN DELETE")
-                    applied += count
-            changed = upserts.count()
-            if changed:
-                view = f"floe_upserts_{suffix}"
-                upserts.createOrReplaceTempView(view)
-                statements.append(
-                    f"MERGE INTO {target} t USING {view} s ON {self._on()} "
-                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
-                applied += changed
-            if not statements:  # nothing changes: an empty append records the offsets
-                writer = upserts.writeTo(target)
-                for key, value in properties.items():
-                    writer = writer.option(f"snapshot-property.{key}", value)
-                writer.append()
-                return 0
-            for statement in statements[:-1]:
-                spark.sql(statement)
-            with_commit_properties(spark, properties, lambda: spark.sql(statements[-1]))
+                removals.append(("deletes", deletes,
+                                 [f"_floe_k{i}" for i in range(len(self.key_columns))],
+                                 identity, False))
+            # only a decoded record replaces a row (one kept raw is a row of its own)
+            removals.append(("upserts", upserts, identity, identity, True))
+            for name, frame, sources, targets, decoded in removals:
+                found = _keys_of(frame, sources, decoded)
+                applied += found["_floe_records"]
+                if not found["_floe_keys"]:
+                    continue
+                view = f"floe_{name}_{suffix}"
+                frame.createOrReplaceTempView(view)
+                named = " AND ".join([f"s.{c} IS NOT NULL" for c in sources]
+                                     + (["s.value_error IS NULL"] if decoded else []))
+                # a row kept raw (its value could not be decoded) is a row of its own: never
+                # deleted by a key
+                spark.sql(
+                    f"DELETE FROM {target} t WHERE t.value_error IS NULL"
+                    f"{_bounds(targets, found)} AND "
+                    f"({', '.join(f't.{c}' for c in targets)}) IN "
+                    f"(SELECT {', '.join(f's.{c}' for c in sources)} FROM {view} s "
+                    f"WHERE {named})")
+            writer = upserts.writeTo(target)
+            for key, value in properties.items():
+                writer = writer.option(f"snapshot-property.{key}", value)
+            writer.append()
             return applied
         finally:
-            for frame in cached:
-                frame.unpersist()
+            marked.unpersist()
+
+
+_BOUNDED = ("tinyint", "smallint", "int", "bigint", "string", "binary")
+
+
+def _keys_of(frame: DataFrame, columns: list[str], decoded: bool) -> dict[str, Any]:
+    """How many of ``frame``'s records there are (``_floe_records``), how many name a row
+    (``_floe_keys``: all their ``columns`` set, and with ``decoded`` their value decoded) and,
+    for each key column of a type with an order Iceberg keeps bounds for, the least and
+    greatest key (``_floe_lo<i>``, ``_floe_hi<i>``)."""
+    named = F.lit(True)
+    for column in columns:
+        named = named & F.col(column).isNotNull()
+    if decoded:
+        named = named & F.col("value_error").isNull()
+    aggregates = [F.count(F.lit(1)).alias("_floe_records"),
+                  F.count(F.when(named, F.lit(1))).alias("_floe_keys")]
+    types = dict(frame.select(*[F.col(c).alias(c) for c in columns]).dtypes)
+    for i, column in enumerate(columns):
+        if types[column] in _BOUNDED:
+            value = F.when(named, F.col(column))
+            aggregates += [F.min(value).alias(f"_floe_lo{i}"), F.max(value).alias(f"_floe_hi{i}")]
+    return frame.agg(*aggregates).first().asDict()
+
+
+def _bounds(targets: list[str], found: dict[str, Any]) -> str:
+    """`` AND`` the target's key columns within the least and greatest of the batch's keys."""
+    out = ""
+    for i, column in enumerate(targets):
+        lo, hi = found.get(f"_floe_lo{i}"), found.get(f"_floe_hi{i}")
+        if lo is None or hi is None:
+            continue
+        out += f" AND t.{column} BETWEEN {_literal(lo)} AND {_literal(hi)}"
+    return out
+
+
+def _literal(value: Any) -> str:
+    """A SQL literal of a key's value: a number as it is, text and bytes as hex (no quoting
+    to get wrong)."""
+    if isinstance(value, bool):
+        raise TypeError("a boolean key has no bounds")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return f"CAST(X'{value.encode().hex()}' AS STRING)"
+    return f"X'{bytes(value).hex()}'"
 
 
 def with_deletion_vectors(spark: Any, table_ref: str, table: Any) -> Any:
