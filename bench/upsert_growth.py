@@ -129,6 +129,7 @@ def land(spark, config, log: BatchLog) -> dict:
     assert len(log.batches) == 1, f"expected one batch, got {log.batches}"
     line = log.batches[-1]
     return {"batch_seconds": line["seconds"], "write_seconds": line["write_seconds"],
+            "passes": line["passes"], "stats_seconds": line["stats_seconds"],
             "commit_seconds": line["commit_seconds"], "rows": line["rows"],
             "input_rows": line["input_rows"], "run_seconds": round(seconds, 1)}
 
