@@ -9,12 +9,15 @@ or a compaction writes). Then one batch of ``--batch`` records is landed by the 
 it, in mode ``append`` (a row per record) and in mode ``upsert`` (each key's row replaced: a
 ``MERGE INTO`` writing deletion vectors), on the same topic, each mode in a table of its own.
 
-Two patterns of keys, each a topic of its own, landed in turn into the mode's table (the
-second into the table as the first left it, as batches follow each other):
+Three patterns of keys, each a topic of its own, landed in turn into the mode's table (each
+into the table as the one before left it, as batches follow each other):
 
 - ``recent``: half updates of the newest orders, half new orders (what a table of orders
   meets: new ones arrive, recent ones change);
-- ``uniform``: updates of orders drawn uniformly from the whole table.
+- ``uniform``: updates of orders drawn uniformly from the whole table;
+- ``repeated``: updates of the newest tenth-of-a-batch orders, each about ten times in the
+  batch (an order whose status changes within a commit interval: only its last record
+  applies).
 
 The figure is the batch's own time (the job's ``floe.batch`` line: read, decode, write, commit),
 the JVM warm (a warm-up round lands first); ``upsert_vs_append`` is append's batch time over
@@ -143,7 +146,7 @@ def table_files(catalog, identifier: str) -> dict[str, int]:
 
 def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
              seed: int) -> dict:
-    """Both modes and both patterns into tables of ``rows`` rows."""
+    """Both modes and every pattern into tables of ``rows`` rows."""
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
     from floe_sparkapp.job import ready_table, registry_of
@@ -153,15 +156,17 @@ def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
     half = batch // 2
     recent = list(range(rows - half, rows + half))
     rng.shuffle(recent)
-    patterns = {"recent": recent, "uniform": rng.sample(range(rows), batch)}
+    hot = batch // 10
+    patterns = {"recent": recent, "uniform": rng.sample(range(rows), batch),
+                "repeated": [rng.randrange(rows - hot, rows) for _ in range(batch)]}
     topics = {}
     for pattern, keys in patterns.items():
         topics[pattern] = f"bench-upsert-growth-{pattern}-{uuid.uuid4().hex[:8]}"
         produce(env, topics[pattern], keys)
     out: dict = {"rows": rows}
     for mode in ("append", "upsert"):
-        # one table per mode, filled once: the patterns land in turn (the second into a table
-        # the first changed, as batches follow each other), each topic from its start
+        # one table per mode, filled once: the patterns land in turn (each into the table
+        # the one before left, as batches follow each other), each topic from its start
         name = f"{mode}{rows}"  # a writer name and a catalog name
         spec = job_spec(env, work, topics["recent"], name, mode=mode,
                         # a few over the batch: Spark splits a trigger's limit over the

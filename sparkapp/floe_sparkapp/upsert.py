@@ -151,23 +151,30 @@ class Upsert:
         ended = self.tombstone() & kafka_key.isNotNull()
         marked = (rows.withColumn("_floe_position", position)
                   .withColumn("_floe_tombstone", self.tombstone()))
-        if rows.filter(ended).isEmpty():  # (most batches: no window over the Kafka key)
-            deleted_at = F.lit(None).cast(marked.schema["_floe_position"].dataType)
-        else:  # the newest tombstone of the record's Kafka key in this batch
+        # Most batches have no tombstone and each key once: then no record is followed by
+        # another of its key, and neither window (each a shuffle of the batch's rows) is needed.
+        identity = F.struct(*self._identity())
+        keyed = self._identified()
+        seen = rows.agg(F.count_if(ended).alias("ended"), F.count_if(keyed).alias("keyed"),
+                        F.count_distinct(F.when(keyed, identity)).alias("keys")).first()
+        if seen["ended"]:  # the newest tombstone of the record's Kafka key in this batch
             deleted_at = F.max(F.when(ended, F.col("_floe_position"))).over(
                 Window.partitionBy(kafka_key))
+        else:
+            deleted_at = F.lit(None).cast(marked.schema["_floe_position"].dataType)
         marked = marked.withColumn("_floe_deleted_at", deleted_at)
         # A record followed by a tombstone of its Kafka key is deleted by it.
         live = ~F.col("_floe_tombstone") & (
             F.col("_floe_deleted_at").isNull()
             | (F.col("_floe_position") > F.col("_floe_deleted_at")))
-        # the newest live record of each key ranks first (the others of its key after it)
-        newest = Window.partitionBy(*self._identity()).orderBy(
-            live.desc(), F.col("_floe_position").desc())
-        marked = (marked.withColumn("_floe_live", live)
-                  .withColumn("_floe_rank", F.when(live & self._identified(),
-                                                   F.row_number().over(newest))
-                              .otherwise(F.lit(1))))
+        if seen["ended"] or seen["keys"] < seen["keyed"]:
+            # the newest live record of each key ranks first (the others of its key after it)
+            newest = Window.partitionBy(*self._identity()).orderBy(
+                live.desc(), F.col("_floe_position").desc())
+            rank = F.when(live & keyed, F.row_number().over(newest)).otherwise(F.lit(1))
+        else:
+            rank = F.lit(1)
+        marked = marked.withColumn("_floe_live", live).withColumn("_floe_rank", rank)
         tombstones = (marked.filter(F.col("_floe_tombstone") & kafka_key.isNotNull()
                                     & (F.col("_floe_position") == F.col("_floe_deleted_at")))
                       .select(self._key))
