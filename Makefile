@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean nemesis \
-	bench bench-backlog bench-restart
+	bench bench-backlog bench-restart bench-upsert
 
 demo: venv
 	$(PY) -m hack.demo
@@ -61,7 +61,9 @@ nemesis: venv
 # bench/results/ and its table in bench/README.md.  `bench`: ingestion, freshness and the
 # operator at scale (about an hour and a half); `bench-backlog`: 50,000,000 records of ~100 B
 # and 10,000,000 of ~1 KB caught up by floe, the Kafka Connect sink and Spark's Parquet sink
-# (about 45 minutes); `bench-restart`: a job's restart on the node to its first commit.
+# (about 45 minutes); `bench-restart`: a job's restart on the node to its first commit;
+# `bench-upsert`: a batch of upserts against append into tables of 1M, 10M and 50M rows
+# (about 20 minutes).
 bench: venv
 	$(PY) bench/run.py
 
@@ -70,6 +72,9 @@ bench-backlog: venv
 
 bench-restart: venv
 	$(PY) bench/job_start.py --starts 0 --node 3 --node-rounds 2
+
+bench-upsert: venv
+	$(PY) bench/upsert_growth.py --record
 
 clean:
 	rm -rf $(VENV) reports

@@ -25,7 +25,8 @@ upsert's. Also kept: the table's data and delete files before and after.
 
 Usage: python bench/upsert_growth.py [--sizes 1000000,10000000,50000000] [--batch 500000]
 Needs the local stack (started if not running). Writes bench/results/upsert_growth.json
-(``--label`` names the run in it, e.g. before and after a change).
+(``--label`` names the run in it, e.g. before and after a change); with ``--record``,
+``upsert_vs_append_50m_rows`` in results/latest.json (the lowest pattern's at 50M rows).
 """
 
 from __future__ import annotations
@@ -199,12 +200,36 @@ def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
     return out
 
 
+def record(entry: dict) -> None:
+    """``upsert_vs_append_50m_rows`` in results/latest.json: at 50,000,000 rows, the lowest of
+    the patterns' ratios (each pattern's beside it, and every size's), and the goal table in
+    bench/README.md."""
+    from run import RESULTS, machine, versions, write_readme
+
+    ratios = {f"{s['rows']}_rows": {k.removeprefix("upsert_vs_append_"): v for k, v in s.items()
+                                    if k.startswith("upsert_vs_append_")}
+              for s in entry["sizes"]}
+    largest = ratios.get("50000000_rows")
+    if not largest:
+        return
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["upsert_vs_append_50m_rows"] = min(largest.values())
+    results["upsert_growth"] = {"batch": entry["batch"], "upsert_vs_append": ratios}
+    results.setdefault("runs", {})["upsert_growth"] = {
+        "command": entry["command"], "date": entry["date"], "machine": machine(),
+        "versions": versions()}
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_readme(results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000000,10000000,50000000")
     parser.add_argument("--batch", type=int, default=500_000)
     parser.add_argument("--label", default="latest")
     parser.add_argument("--seed", type=int, default=36)
+    parser.add_argument("--record", action="store_true",
+                        help="record upsert_vs_append_50m_rows in results/latest.json")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -252,6 +277,8 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "spark": pyspark.__version__}}
     path.write_text(json.dumps(recorded, indent=2) + "\n")
+    if args.record:
+        record(recorded[args.label])
     print(json.dumps(recorded[args.label], indent=2))
     return 0
 

@@ -205,7 +205,8 @@ class Upsert:
         carries ``properties``.  Returns how many records applied.
 
         Each change is a delete of the rows with the batch's keys (a semi-join: the table's key
-        columns are read and probed against the batch's keys, no shuffle of the table), then
+        columns are read and probed against the batch's keys, broadcast to the tasks reading
+        them: no shuffle of the table), then
         the upserts appended: what a ``MERGE INTO ... UPDATE SET * / INSERT *`` does, without
         its join of the whole table with the batch.  Each delete also says the range of the
         batch's keys (their least and greatest value), so only the data files whose key bounds
@@ -239,12 +240,12 @@ class Upsert:
                                      + (["s.value_error IS NULL"] if decoded else []))
                 # a row kept raw (its value could not be decoded) is a row of its own: never
                 # deleted by a key
+                keys = ", ".join(f"s.{c}" for c in sources)
                 spark.sql(
                     f"DELETE FROM {target} t WHERE t.value_error IS NULL"
                     f"{_bounds(targets, found)} AND "
                     f"({', '.join(f't.{c}' for c in targets)}) IN "
-                    f"(SELECT {', '.join(f's.{c}' for c in sources)} FROM {view} s "
-                    f"WHERE {named})")
+                    f"(SELECT {_broadcast(found)}{keys} FROM {view} s WHERE {named})")
             writer = upserts.writeTo(target)
             for key, value in properties.items():
                 writer = writer.option(f"snapshot-property.{key}", value)
@@ -252,6 +253,16 @@ class Upsert:
             return applied
         finally:
             marked.unpersist()
+
+
+# Up to this many keys, a delete's keys are broadcast to the tasks reading the table: the
+# table's key columns are probed where they are read, never shuffled (Spark's own choice goes
+# by its estimate of the batch's cached rows, all their columns, and shuffles the table).
+BROADCAST_KEYS = 2_000_000
+
+
+def _broadcast(found: dict[str, Any]) -> str:
+    return "/*+ BROADCAST(s) */ " if found["_floe_keys"] <= BROADCAST_KEYS else ""
 
 
 _BOUNDED = ("tinyint", "smallint", "int", "bigint", "string", "binary")
