@@ -34,8 +34,9 @@ summary's valid-through timestamp and the writer schema ids found are counted wh
 are written (a schema id the batch was not decoded for sends it back to step 1, decoded for
 it).  A killed batch leaves files no snapshot refers to, for ``remove_orphan_files``.
 
-An upsert or cdc batch changes rows that are already in the table (a merge), which Spark
-commits itself: its step 3 creates a branch at M and merges there (snapshot B), and its step 4
+An upsert or cdc batch changes rows that are already in the table, which Spark commits
+itself: its step 3 creates a branch at M, deletes its keys' rows and appends its rows there
+(:meth:`.upsert.Upsert.apply`; the append is snapshot B), and its step 4
 moves ``main`` and the tag to B and drops the branch, in one compare-and-set as above.
 
 The tag keeps the newest floe snapshot from expiry.  After maintenance commits on top of it
