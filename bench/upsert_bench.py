@@ -85,13 +85,9 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
             "before_compaction": before, "after_compaction": after}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--keys", type=int, default=50_000)
-    parser.add_argument("--per-commit", type=int, default=25_000)
-    args = parser.parse_args()
-
+def local_session(app: str, driver_memory: str, shuffle_partitions: int):
+    """The local stack's connection settings (the stack started if it is not running) and a
+    Spark session on ``local[2]`` with the connector jars and Iceberg's SQL extensions."""
     from hack import stack as local_stack
 
     state, _ = local_stack.ensure_up()
@@ -101,14 +97,25 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("floe upsert bench")
+    spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.jars", env["FLOE_SPARK_JARS"])
-             .config("spark.driver.memory", "2g").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
              .config("spark.sql.extensions",
                      "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
+    return env, spark
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--keys", type=int, default=50_000)
+    parser.add_argument("--per-commit", type=int, default=25_000)
+    args = parser.parse_args()
+
+    env, spark = local_session("floe upsert bench", "2g", 4)
     work = Path(tempfile.mkdtemp(prefix="floe-upsert-bench-"))
     topic = f"bench-upsert-{uuid.uuid4().hex[:8]}"
     produce(env, topic, args.records, args.keys)

@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from consumers import BatchLog  # noqa: E402
+from upsert_bench import local_session  # noqa: E402
 from workload import SMALL, job_spec  # noqa: E402
 
 PARTITIONS = 4
@@ -233,25 +234,8 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    from hack import stack as local_stack
-
-    state, _ = local_stack.ensure_up()
-    env = local_stack.connection_env(state)
-    os.environ.update(env)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-    from pyspark.sql import SparkSession
-
-    from floe_sparkapp.session import SHUFFLE_PARTITIONS
-
-    spark = (SparkSession.builder.master("local[2]").appName("floe upsert growth")
-             .config("spark.jars", env["FLOE_SPARK_JARS"])
-             .config("spark.driver.memory", "4g").config("spark.ui.enabled", "false")
-             .config(SHUFFLE_PARTITIONS, "2")  # what the job chooses on 2 cores
-             .config("spark.sql.extensions",
-                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    spark.sparkContext.setLogLevel("WARN")
+    # shuffles sized as the job sizes them on 2 cores
+    env, spark = local_session("floe upsert growth", "4g", 2)
     log = BatchLog()
     logging.getLogger("floe.job").addHandler(log)
     logging.getLogger("floe.job").setLevel(logging.INFO)
