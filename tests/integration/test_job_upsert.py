@@ -168,6 +168,26 @@ def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
     assert len(rows) == 5
 
 
+def test_upsert_by_a_text_field_replaces_rows_whatever_characters_their_keys_hold(
+        stack, spark, tmp_path, topic):
+    # A commit names its keys' range in its statement: keys with quotes, backslashes and
+    # letters outside ASCII, on either end of the range, replace their rows all the same.
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic, mode="upsert", key_columns=("item",))
+    items = ["o'brien", "back\\slash", "\u00fcber", "plain", "'; DROP TABLE x; --", "~~~"]
+    for round_ in (1, 2):
+        for i, item in enumerate(items):
+            producer.send(key=item.encode(), value={**order(i, 1), "item": item,
+                                                    "quantity": round_ * 10 + i},
+                          schema=V1, partition=i % 4)
+        producer.flush()
+        run_once(config, spark)
+
+    rows = table_rows(config)
+    assert sorted((r["value"]["item"], r["value"]["quantity"]) for r in rows) == sorted(
+        (item, 20 + i) for i, item in enumerate(items))
+
+
 KEY_V1 = {"type": "record", "name": "OrderKey", "namespace": "shop",
           "fields": [{"name": "id", "type": "long"}]}
 KEY_V2 = {**KEY_V1, "fields": [*KEY_V1["fields"],
