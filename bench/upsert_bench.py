@@ -36,7 +36,8 @@ from workload import job_spec  # noqa: E402
 def files(table) -> dict[str, int]:
     tasks = list(table.scan().plan_files())
     deletes = {d.file_path for task in tasks for d in task.delete_files}
-    return {"data_files": len(tasks), "delete_files": len(deletes)}
+    return {"data_files": len(tasks), "delete_files": len(deletes),
+            "records_in_data_files": sum(t.file.record_count for t in tasks)}
 
 
 def read_seconds(spark, config, catalog) -> dict[str, float]:

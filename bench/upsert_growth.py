@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from consumers import BatchLog  # noqa: E402
-from upsert_bench import local_session  # noqa: E402
+from upsert_bench import files, local_session  # noqa: E402
 from workload import SMALL, job_spec  # noqa: E402
 
 PARTITIONS = 4
@@ -103,14 +103,16 @@ def fill(spark, name: str, rows: int) -> float:
     at = F.timestamp_millis(F.lit(start_ms) + (F.col("id") * F.lit(span_ms // rows)))
     columns = {
         "kafka": F.struct(
-            F.lit("history").alias("topic"), (F.col("id") % PARTITIONS).cast("int").alias("partition"),
+            F.lit("history").alias("topic"),
+            (F.col("id") % PARTITIONS).cast("int").alias("partition"),
             (F.col("id") / PARTITIONS).cast("long").alias("offset"), at.alias("timestamp"),
             F.lit(0).alias("timestamp_type"),
             F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"),
             F.lit(1).alias("schema_id"), at.alias("ingest_timestamp")),
         "key": F.col("id").cast("string").cast("binary"),
         "value": F.struct(
-            F.col("id").alias("id"), F.concat(F.lit("customer-"), F.col("id") % 977).alias("customer"),
+            F.col("id").alias("id"),
+            F.concat(F.lit("customer-"), F.col("id") % 977).alias("customer"),
             F.concat(F.lit("item-"), F.col("id") % 131).alias("item"),
             (F.col("id") % 50).cast("int").alias("quantity"),
             ((F.col("id") % 10_000) / 100).alias("price"), F.lit("NEW").alias("status"),
@@ -137,13 +139,6 @@ def land(spark, config, log: BatchLog) -> dict:
             "passes": line["passes"], "stats_seconds": line["stats_seconds"],
             "commit_seconds": line["commit_seconds"], "rows": line["rows"],
             "input_rows": line["input_rows"], "run_seconds": round(seconds, 1)}
-
-
-def table_files(catalog, identifier: str) -> dict[str, int]:
-    tasks = list(catalog.load_table(identifier).scan().plan_files())
-    deletes = {d.file_path for task in tasks for d in task.delete_files}
-    return {"data_files": len(tasks), "delete_files": len(deletes),
-            "records_in_data_files": sum(t.file.record_count for t in tasks)}
 
 
 def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
@@ -185,13 +180,14 @@ def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
         catalog = load_catalog(config.table.catalog)
         out.setdefault(mode, {})["fill_seconds"] = round(fill_seconds, 1)
         for pattern, topic in topics.items():
+            checkpoint = str(work / f"checkpoint-{name}-{pattern}")
             config = parse_config({**spec, "kafka": {**spec["kafka"], "topic": topic},
-                                   "checkpointLocation": str(work / f"checkpoint-{name}-{pattern}")})
-            before = table_files(catalog, config.table.identifier)
+                                   "checkpointLocation": checkpoint})
+            before = files(catalog.load_table(config.table.identifier))
             landed = land(spark, config, log)
-            after = table_files(catalog, config.table.identifier)
+            after = files(catalog.load_table(config.table.identifier))
             out[mode][pattern] = {**landed, "before": before, "after": after}
-            print(json.dumps({"rows": rows, "mode": mode, "pattern": pattern, **landed,
+            print(json.dumps({"table_rows": rows, "mode": mode, "pattern": pattern, **landed,
                               "before": before, "after": after}), flush=True)
         shutil.rmtree(work / f"warehouse-{name}", ignore_errors=True)
         (work / f"{name}.db").unlink(missing_ok=True)

@@ -4,9 +4,9 @@ of a batch change which rows, and the statements that change them on the batch's
 A row is identified by its key: the ``table.keyColumns`` value fields, or, when there are none,
 the record's Kafka key (its bytes, or the ``key_fields`` it decodes to with ``key.format`` avro
 or json, which stay the same across key schema versions).  A record replaces the row with its
-key (the row deleted, the record appended: :meth:`Upsert.apply`); a tombstone (a record whose value is null) deletes the row last written
-with its Kafka key.  Within a
-batch only the last record per key applies, by (partition, offset); across batches, Kafka's
+key (the row deleted, the record appended: :meth:`Upsert.apply`); a tombstone (a record whose
+value is null) deletes the row last written with its Kafka key.  Within a batch only the last
+record per key applies, by (partition, offset); across batches, Kafka's
 order per partition does, so a key's records must all go to one partition (producers that
 partition by key do).  A record whose key is null, or whose value could not be decoded, has no
 identity: it is added as a row of its own, replacing nothing, and nothing replaces or deletes
@@ -114,13 +114,18 @@ class Upsert:
 
     # --- which records apply ------------------------------------------------------------------
 
+    def _identity_columns(self) -> list[str]:
+        """The columns of a row (and of an upsert) that identify it."""
+        if self.key_columns:
+            return [f"value.{c}" for c in self.key_columns]
+        return [self._key]
+
     def _identity(self) -> list[Any]:
-        if self.key_columns and self.cdc:  # a delete's key is in its before image
+        """What identifies a record's row (a cdc delete's key is in its before image)."""
+        if self.key_columns and self.cdc:
             return [F.coalesce(F.col(f"value.{c}"), F.col(f"_floe_before.{c}"))
                     for c in self.key_columns]
-        if self.key_columns:
-            return [F.col(f"value.{c}") for c in self.key_columns]
-        return [F.col(self._key)]
+        return [F.col(c) for c in self._identity_columns()]
 
     def tombstone(self) -> Any:
         """The record's value was null."""
@@ -194,24 +199,18 @@ class Upsert:
 
     # --- the statements -----------------------------------------------------------------------
 
-    def _identity_columns(self) -> list[str]:
-        """The columns of a row (and of an upsert) that identify it."""
-        if self.key_columns:
-            return [f"value.{c}" for c in self.key_columns]
-        return [self._key]
-
     def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
         """Changes ``target`` (the batch's branch) by the batch's records; the last snapshot
         carries ``properties``.  Returns how many records applied.
 
         Each change is a delete of the rows with the batch's keys (a semi-join: the table's key
         columns are read and probed against the batch's keys, broadcast to the tasks reading
-        them: no shuffle of the table), then
-        the upserts appended: what a ``MERGE INTO ... UPDATE SET * / INSERT *`` does, without
-        its join of the whole table with the batch.  Each delete also says the range of the
-        batch's keys (their least and greatest value), so only the data files whose key bounds
-        overlap it are read: keys that arrive in order (an order's id, a sequence) find their
-        rows in the newest files whatever the table's size."""
+        them: no shuffle of the table), then the upserts appended: what a ``MERGE INTO ...
+        UPDATE SET * / INSERT *`` does, without its join of the whole table with the batch.
+        Each delete also says the range of the batch's keys (their least and greatest value),
+        so only the data files whose key bounds overlap it are read: keys that arrive in order
+        (an order's id, a sequence) find their rows in the newest files whatever the table's
+        size."""
         # The views and statements go to the batch's own session (foreachBatch gives each
         # batch a session of its own).
         spark = rows.sparkSession
@@ -220,32 +219,33 @@ class Upsert:
         try:
             applied = 0
             suffix = uuid.uuid4().hex[:12]
-            # (name, records, their key columns, the rows' they delete, only decoded records)
+            # (name, records, their key columns, the rows' key columns they match, whether only
+            # decoded records count: a row kept raw, its value undecodable, is a row of its own)
             identity = self._identity_columns()
             removals = [("tombstones", tombstones, [self._key], [self._key], False)]
             if deletes is not None:
                 removals.append(("deletes", deletes,
                                  [f"_floe_k{i}" for i in range(len(self.key_columns))],
                                  identity, False))
-            # only a decoded record replaces a row (one kept raw is a row of its own)
             removals.append(("upserts", upserts, identity, identity, True))
             for name, frame, sources, targets, decoded in removals:
-                found = _keys_of(frame, sources, decoded)
+                named = F.lit(True)  # the records that name a row
+                for column in sources:
+                    named = named & F.col(column).isNotNull()
+                if decoded:
+                    named = named & F.col("value_error").isNull()
+                found = _keys_of(frame, sources, named)
                 applied += found["_floe_records"]
                 if not found["_floe_keys"]:
                     continue
                 view = f"floe_{name}_{suffix}"
-                frame.createOrReplaceTempView(view)
-                named = " AND ".join([f"s.{c} IS NOT NULL" for c in sources]
-                                     + (["s.value_error IS NULL"] if decoded else []))
-                # a row kept raw (its value could not be decoded) is a row of its own: never
-                # deleted by a key
+                frame.filter(named).createOrReplaceTempView(view)
                 keys = ", ".join(f"s.{c}" for c in sources)
                 spark.sql(
                     f"DELETE FROM {target} t WHERE t.value_error IS NULL"
                     f"{_bounds(targets, found)} AND "
                     f"({', '.join(f't.{c}' for c in targets)}) IN "
-                    f"(SELECT {_broadcast(found)}{keys} FROM {view} s WHERE {named})")
+                    f"(SELECT {_broadcast(found)}{keys} FROM {view} s)")
             writer = upserts.writeTo(target)
             for key, value in properties.items():
                 writer = writer.option(f"snapshot-property.{key}", value)
@@ -268,16 +268,10 @@ def _broadcast(found: dict[str, Any]) -> str:
 _BOUNDED = ("tinyint", "smallint", "int", "bigint", "string", "binary")
 
 
-def _keys_of(frame: DataFrame, columns: list[str], decoded: bool) -> dict[str, Any]:
+def _keys_of(frame: DataFrame, columns: list[str], named: Any) -> dict[str, Any]:
     """How many of ``frame``'s records there are (``_floe_records``), how many name a row
-    (``_floe_keys``: all their ``columns`` set, and with ``decoded`` their value decoded) and,
-    for each key column of a type with an order Iceberg keeps bounds for, the least and
-    greatest key (``_floe_lo<i>``, ``_floe_hi<i>``)."""
-    named = F.lit(True)
-    for column in columns:
-        named = named & F.col(column).isNotNull()
-    if decoded:
-        named = named & F.col("value_error").isNull()
+    (``_floe_keys``: ``named`` holds) and, for each key column of a type with an order Iceberg
+    keeps bounds for, the least and greatest key they name (``_floe_lo<i>``, ``_floe_hi<i>``)."""
     aggregates = [F.count(F.lit(1)).alias("_floe_records"),
                   F.count(F.when(named, F.lit(1))).alias("_floe_keys")]
     types = dict(frame.select(*[F.col(c).alias(c) for c in columns]).dtypes)
@@ -300,10 +294,8 @@ def _bounds(targets: list[str], found: dict[str, Any]) -> str:
 
 
 def _literal(value: Any) -> str:
-    """A SQL literal of a key's value: a number as it is, text and bytes as hex (no quoting
-    to get wrong)."""
-    if isinstance(value, bool):
-        raise TypeError("a boolean key has no bounds")
+    """A SQL literal of a key's value (one of _BOUNDED's types): a number as it is, text and
+    bytes as hex (no quoting to get wrong)."""
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
