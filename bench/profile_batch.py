@@ -66,7 +66,7 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
     config = consumers.floe_config(args, "avro")
     for key, value in job.spark_catalog_conf(config).items():
         spark.conf.set(key, value)
-    registry = job._registry(config)
+    registry = job.registry_of(config)
     table = job.prepare_table(config, registry)
     writer = job.BatchWriter(config, spark, registry)
 

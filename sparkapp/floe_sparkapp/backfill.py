@@ -177,7 +177,7 @@ class Backfill:
                     merge_offsets(ledger.offsets, {partition: upto}), ledger.vtts,
                     self.config.generation, 0))
             if count:
-                committer.append(rows, base, lambda: properties, tag=self.into)
+                committer.append(rows, base, lambda _: properties, tag=self.into)
             else:  # no file: the commit moves the offsets alone
                 committer.publish(Staged(committer._iceberg_table(), []), base, properties,
                                   tag=self.into)

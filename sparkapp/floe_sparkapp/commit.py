@@ -187,6 +187,37 @@ class Staged:
     table: Any  # the Iceberg table (Java) they were written for
     files: list[Any]  # its DataFiles
 
+    def rows(self) -> int:
+        return sum(int(data_file.recordCount()) for data_file in self.files)
+
+    def newest_by_partition(self) -> dict[int, int] | None:
+        """Per Kafka partition, the newest record timestamp (ms) in the files, read off their
+        column bounds (no data read); None when a file's bounds do not say: the table keeps
+        no bounds of ``kafka.partition`` or ``kafka.timestamp`` (``write.metadata.metrics``),
+        or the file holds records of several partitions."""
+        from .jvm_udf import jvm
+
+        iceberg = jvm().org.apache.iceberg.types
+        types, read = iceberg.Types, iceberg.Conversions.fromByteBuffer
+        schema = self.table.schema()
+        partition_id = schema.findField("kafka.partition").fieldId()
+        timestamp_id = schema.findField("kafka.timestamp").fieldId()
+        newest: dict[int, int] = {}
+        for data_file in self.files:
+            lower, upper = data_file.lowerBounds(), data_file.upperBounds()
+            if lower is None or upper is None:
+                return None
+            low, high, latest = (lower.get(partition_id), upper.get(partition_id),
+                                 upper.get(timestamp_id))
+            if low is None or high is None or latest is None:
+                return None
+            partition = int(read(types.IntegerType.get(), low))
+            if partition != int(read(types.IntegerType.get(), high)):
+                return None
+            millis = int(read(types.TimestampType.withZone(), latest)) // 1000
+            newest[partition] = max(newest.get(partition, millis), millis)
+        return newest
+
 
 @dataclass
 class BranchCommitter:
@@ -254,17 +285,18 @@ class BranchCommitter:
         return outcome
 
     def append(self, rows: Any, base_snapshot_id: int,
-               summary: Callable[[], dict[str, str]], tag: bool = True) -> dict[str, float]:
+               summary: Callable[[Staged], dict[str, str]], tag: bool = True
+               ) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
-        written (:meth:`stage`), then ``summary`` makes the snapshot's summary (it may raise to
-        send the batch back: the files are deleted) and :meth:`publish` commits them (``tag``:
-        as there); raises CommitConflict when ``main`` is no longer at ``base_snapshot_id``.
-        Returns the seconds spent writing the files and committing them."""
+        written (:meth:`stage`), then ``summary`` makes the snapshot's summary from them (it may
+        raise to send the batch back: the files are deleted) and :meth:`publish` commits them
+        (``tag``: as there); raises CommitConflict when ``main`` is no longer at
+        ``base_snapshot_id``.  Returns the seconds spent writing the files and committing them."""
         started = time.monotonic()
         staged = self.stage(rows)
         write_seconds = time.monotonic() - started
         try:
-            properties = summary()
+            properties = summary(staged)
         except Exception:
             self.discard(staged)  # nothing was sent to the catalog
             raise

@@ -8,9 +8,9 @@ there in one compare-and-set.  A topic routed to several tables has one of these
 
 An append reads the batch once: it is decoded for the writer schema ids of the recent batches
 (at first, the subject's versions that fit the table), and what the snapshot's summary needs
-(the newest timestamp per partition, the writer schema ids found) is counted while its files
-are written.  A batch with a schema id it was not decoded for is decoded again before anything
-is committed.
+is counted while its files are written (the writer schema ids found) or read off the files
+written (the newest timestamp per partition).  A batch with a schema id it was not decoded for
+is decoded again before anything is committed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from . import catalog as catalogs
 from . import cdc, checkpoint, dead_letters, metrics, schemaless, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
-from .commit import BranchCommitter, commit_with_retries
+from .commit import BranchCommitter, Staged, commit_with_retries
 from .ledger import (DEAD_LETTER_ERROR, MAIN, Committed, head, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
@@ -66,6 +66,13 @@ def _committed_at(table: Any, committed: Committed) -> int:
         return found.timestamp_ms
     history = table.metadata.metadata_log
     return min([entry.timestamp_ms for entry in history] + [table.metadata.last_updated_ms])
+
+
+def _newest_by_partition(batch: DataFrame, partitions: list[int]) -> dict[int, int]:
+    """Per Kafka partition among ``partitions``, the newest record timestamp (ms) in the
+    batch (a pass over it)."""
+    return {int(r[0]): int(r[1]) for r in batch.filter(F.col("partition").isin(*partitions))
+            .groupBy("partition").agg(F.max(F.unix_millis(F.col("timestamp")))).collect()}
 
 
 def _raw_by_reason(bad: DataFrame) -> dict[str, int]:
@@ -131,29 +138,45 @@ class _DeadLetters:
     failed: int = 0  # how many it refused
 
 
-def _ids(found: str | None) -> tuple[int, ...]:
-    """Schema ids an observation collected (comma-separated)."""
-    return tuple(int(text) for text in (found or "").split(",") if text)
-
-
 @dataclass
 class _Pass:
-    """What an append counted over its batch as it wrote it (:meth:`TableWriter._batch_metrics`),
-    read from the JVM once."""
+    """What an append counts over its batch as it writes it, read from the JVM once: rows,
+    bytes, and of each framed column (``value_ids``, ``key_ids``: its framing column and the
+    ids it was decoded for) the writer schema ids found.  Each id decoded for is a flag; any
+    other is caught by the least and greatest of the others, and when more may lie between
+    those two (``between``) the batch is read again for them.  Each is an aggregate Spark
+    updates per row without objects (a set of ids or a maximum per Kafka partition costs about
+    a third of the batch's work); the newest timestamp per partition is read off the written
+    files' bounds instead (:meth:`.commit.Staged.newest_by_partition`)."""
 
     observation: Any
-    partitions: list[int]
+    expected: dict[str, tuple[str, list[int]]]
     found: dict[str, Any] | None = None
+    between: list[str] = field(default_factory=list)
+
+    def metrics(self) -> list[Any]:
+        found = [F.count(F.lit(1)).alias("rows"),
+                 F.sum(F.coalesce(F.length("key"), F.lit(0))
+                       + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
+        for name, (column, planned) in self.expected.items():
+            ids = F.col(column)
+            found += [F.bool_or(ids == F.lit(i)).alias(f"{name}_{i}") for i in planned]
+            other = F.when(~ids.isin(*planned), ids) if planned else ids
+            found += [F.min(other).alias(f"{name}_low"), F.max(other).alias(f"{name}_high")]
+        return found
 
     def read(self) -> dict[str, Any]:
         if self.found is None:
             seen = self.observation.get
-            latest = [int(seen[f"latest_{p}"]) for p in self.partitions
-                      if seen.get(f"latest_{p}") is not None]
-            self.found = {"vtts": min(latest) if latest else None,
-                          "input_rows": int(seen["rows"]), "bytes": int(seen["bytes"] or 0),
-                          "value_ids": _ids(seen.get("value_ids")),
-                          "key_ids": _ids(seen.get("key_ids"))}
+            self.found = {"input_rows": int(seen["rows"]), "bytes": int(seen["bytes"] or 0),
+                          "value_ids": (), "key_ids": ()}
+            for name, (_, planned) in self.expected.items():
+                low, high = seen.get(f"{name}_low"), seen.get(f"{name}_high")
+                others = {int(i) for i in (low, high) if i is not None}
+                self.found[name] = tuple(sorted(
+                    {i for i in planned if seen.get(f"{name}_{i}")} | others))
+                if len(others) == 2 and int(high) - int(low) > 1:
+                    self.between.append(name)
         return self.found
 
 
@@ -350,7 +373,8 @@ class TableWriter:
         return table_rows(cdc.change_rows(envelopes, self.config.table.key_columns),
                           has_value=True, cdc=True, key_fields=self.config.key.decoded)
 
-    def _write(self, rows: DataFrame, base: int, summary: Callable[[], dict[str, str]],
+    def _write(self, rows: DataFrame, base: int,
+               summary: Callable[[Staged | None], dict[str, str]],
                dead: _DeadLetters, since_ms: int) -> tuple[int, dict[str, int],
                                                             dict[str, float]]:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
@@ -360,8 +384,8 @@ class TableWriter:
         needs the undecodable ones first (once per batch, even when the commit is retried:
         ``dead``; but not those an earlier run of the batch sent since ``since_ms``, the
         writer's last commit: :mod:`.dead_letters`)."""
-        def properties() -> dict[str, str]:
-            found = summary()
+        def properties(staged: Staged | None = None) -> dict[str, str]:
+            found = summary(staged)
             return {**found, DEAD_LETTER_ERROR: dead.error} if dead.error else found
 
         send = self.config.dead_letter is not None and not dead.sent
@@ -512,39 +536,46 @@ class TableWriter:
                      writer, committed.snapshot_id, identifier)
             return Outcome()
         rows, counted = batch, None
-        if single_pass:  # what the summary needs, counted as the files are written
-            if value_framed and "_schema_id" not in rows.columns:
-                rows = frame(rows)
-            if key_framed and "_key_schema_id" not in rows.columns:
-                rows = frame(rows, "key")
-            partitions = sorted(p for p, o in batch_next.items()
-                                if o > max((start or {}).get(p, -1),
-                                           committed.offsets.get(p, -1)))
-            counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), partitions)
-            rows = rows.observe(counted.observation,
-                                *self._batch_metrics(partitions, value_framed, key_framed))
-        known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
-                               for x in (p, o)]) if committed.offsets else None
-        fresh = rows if known is None else rows.filter(
-            F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
-        fresh = fresh.withColumn(INGESTED, F.timestamp_micros(F.lit(ingest_micros(committed))))
         value_ids, keys = ((self._expected_ids(table, "value", batch_id)
                             if value_framed else [],
                             self._expected_ids(table, KEY_FIELDS, batch_id)
                             if key_framed else [])
                            if single_pass else (list(schema_ids), list(key_ids)))
+        partitions = sorted(p for p, o in batch_next.items()
+                            if o > max((start or {}).get(p, -1), committed.offsets.get(p, -1)))
+        if single_pass:  # what the summary needs, counted as the files are written
+            if value_framed and "_schema_id" not in rows.columns:
+                rows = frame(rows)
+            if key_framed and "_key_schema_id" not in rows.columns:
+                rows = frame(rows, "key")
+            expected = {name: (column, ids) for name, column, ids, framed in (
+                ("value_ids", "_schema_id", value_ids, value_framed),
+                ("key_ids", "_key_schema_id", keys, key_framed)) if framed}
+            counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), expected)
+            rows = rows.observe(counted.observation, *counted.metrics())
+        known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
+                               for x in (p, o)]) if committed.offsets else None
+        fresh = rows if known is None else rows.filter(
+            F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
+        fresh = fresh.withColumn(INGESTED, F.timestamp_micros(F.lit(ingest_micros(committed))))
 
-        def summary() -> dict[str, str]:
+        def summary(staged: Staged | None = None) -> dict[str, str]:
             found_vtts = vtts
             if counted is not None:
                 seen = counted.read()
+                for name in counted.between:  # (a pass over the batch)
+                    seen[name] = tuple(framed_ids(batch, "value" if name == "value_ids"
+                                                  else "key"))
                 new = {column: self._found_ids(seen[name], column, batch_id)
                        for column, name in (("value", "value_ids"), (KEY_FIELDS, "key_ids"))}
                 if any(new.values()):
                     raise UnplannedSchemas(
                         f"batch {batch_id} has writer schema ids it was not decoded for: "
                         + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids))
-                found_vtts = seen["vtts"]
+                latest = staged.newest_by_partition() if staged is not None else None
+                if latest is None:
+                    latest = _newest_by_partition(batch, partitions)
+                seen["vtts"] = found_vtts = min(latest.values()) if latest else None
             newest = [t for t in (found_vtts, committed.vtts) if t is not None]
             return summary_properties(writer, topic, offsets, max(newest) if newest else None,
                                       self.config.generation, batch_id, self.topic_id,
@@ -591,25 +622,6 @@ class TableWriter:
                             self.config.kafka.topic, start)
             return None
         return self.floor(missing)
-
-    @staticmethod
-    def _batch_metrics(partitions: list[int], value_framed: bool,
-                       key_framed: bool) -> list[Any]:
-        """What an append counts over the whole batch while writing it: rows, bytes, the
-        writer schema ids of values and keys (comma-separated), and per Kafka partition the
-        newest timestamp (ms)."""
-        metrics = [F.count(F.lit(1)).alias("rows"),
-                   F.sum(F.coalesce(F.length("key"), F.lit(0))
-                         + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
-        for name, column, framed in (("value_ids", "_schema_id", value_framed),
-                                     ("key_ids", "_key_schema_id", key_framed)):
-            if framed:
-                metrics.append(F.concat_ws(",", F.collect_set(F.col(column).cast("string")))
-                               .alias(name))
-        metrics += [F.max(F.when(F.col("partition") == F.lit(p),
-                                 F.unix_millis(F.col("timestamp")))).alias(f"latest_{p}")
-                    for p in partitions]
-        return metrics
 
     def _expire(self) -> dict[str, Any]:
         """Expires the snapshots past the retention (``expireSnapshots``) after a commit; a

@@ -8,6 +8,7 @@ import pytest
 import requests
 
 from floe_sparkapp.job import run, start
+from floe_sparkapp.ledger import last_commit
 
 from .jobkit import AvroProducer, create_topic, job_config, load_table, table_rows, wait_for_rows
 from .test_job_roundtrip import V1, V2, normalize, order
@@ -144,6 +145,65 @@ def test_a_recursive_schema_is_decoded_but_for_its_recursive_part_which_is_kept_
     assert "children" not in tree["value"]
     assert tree["value_raw"] == sent["payload"]  # the recursive part is kept, raw
     assert tree["value_error"].startswith("recursive field(s) children of writer schema id ")
+
+
+def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
+        stack, spark, tmp_path, unique_name, caplog):
+    """Four writer versions, each adding a field, registered after the job last ran and mixed
+    in one batch: all decode, the table evolved for each, the batch decoded again once (the
+    three the job did not plan for are found in one go, though the first pass counts only the
+    least and greatest of them).  The
+    table keeps no column bounds, so the commit's valid-through time is counted from the
+    records themselves."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="floe.job")
+    topic = f"versions-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+    config = config.model_copy(update={"table": config.table.model_copy(update={
+        "properties": {"write.metadata.metrics.default": "none"}})})
+    run(config, spark, available_now=True, timeout=600)
+
+    added = ("colour", "size", "weight", "shape")
+    fields: list[dict] = []
+    versions = []
+    for name in added:
+        fields = [*fields, {"name": name, "type": ["null", "string"], "default": None}]
+        versions.append((name, {**V1, "fields": V1["fields"] + fields}))
+    # registered in turn: shape, size, weight, then colour, the latest, which the job's start
+    # evolves the table for; the other three need the table to evolve further
+    turns = (3, 1, 2, 0)
+    for i in range(12, 44):
+        name, schema = versions[turns[i % 4]]
+        value = {**order(i, 1), **{f: f"{f} {i}" for f in added[:turns[i % 4] + 1]}}
+        producer.send(key=f"{name}-{i}".encode(), value=value, schema=schema)
+    producer.flush()
+    caplog.clear()
+    run(config, spark, available_now=True, timeout=600)
+
+    rows = table_rows(config)
+    assert len(rows) == 42
+    assert all(r["value_error"] is None for r in rows), {r["value_error"] for r in rows}
+    for r in rows:
+        i = r["value"]["id"]
+        assert {f: r["value"][f] for f in added} == {
+            f: f"{f} {i}" if i >= 10 and n <= turns[i % 4] else None
+            for n, f in enumerate(added)}
+    assert len({r["kafka"]["schema_id"] for r in rows}) == 5
+    assert len([r for r in caplog.records if "decoding it again" in r.getMessage()]) == 1
+
+    newest: dict[int, int] = {}
+    for r in rows:
+        millis = int(r["kafka"]["timestamp"].timestamp() * 1000)
+        newest[r["kafka"]["partition"]] = max(newest.get(r["kafka"]["partition"], 0), millis)
+    table = load_table(config)
+    assert table.properties["write.metadata.metrics.default"] == "none"
+    assert last_commit(table, config.writer).vtts == min(newest.values())
 
 
 @pytest.mark.faults

@@ -129,6 +129,13 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     table = load_table(config)
     committed = last_commit(table, config.writer)
     assert committed.offsets == producer.next_offsets()
+    # valid through: every partition has landed its records up to the least of the
+    # partitions' newest timestamps
+    newest = {}
+    for r in rows:
+        millis = int(r["kafka"]["timestamp"].timestamp() * 1000)
+        newest[r["kafka"]["partition"]] = max(newest.get(r["kafka"]["partition"], 0), millis)
+    assert len(newest) == 3 and committed.vtts == min(newest.values())
     summary = table.snapshot_by_id(committed.snapshot_id).summary
     assert summary.get("floe.writer") == "data/orders"
     assert summary.get("floe.topic") == topic
