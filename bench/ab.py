@@ -10,7 +10,9 @@ after the other, ``--rounds`` times each, alternating, so that a machine getting
 warmer page cache does not favour one. Each run reads the whole topic from the beginning into a
 new table (``available_now``), as ``bench/run.py``'s ingestion does. Rows/s is over the run
 (the JVM's start included); the steady rate is the median of its triggers', as
-``bench/run.py`` counts it. The result goes to
+``bench/run.py`` counts it; the CPU a row is the CPU seconds the run's processes used (its
+Python and JVM, sampled while they run) over its rows, which a busy neighbour on a shared machine
+moves less than either rate. The result goes to
 ``bench/results/ab.jsonl`` (one line per comparison) with the command and the machine.
 
 ``--jvm-before`` / ``--jvm-after`` add JVM options to that side's driver (``SPARK_SUBMIT_OPTS``,
@@ -48,22 +50,64 @@ def worktree(revision: str, into: Path, name: str = "") -> Path:
     return path
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds ``pid`` has used; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            parents.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.update(children)
+        todo.extend(children)
+    return found
+
+
 def run_floe(tree: Path, topic: str, work: Path, env: dict[str, str], size: int) -> dict:
-    """One run of ``tree``'s floe job over the topic; its result, as bench/consumers.py says."""
+    """One run of ``tree``'s floe job over the topic; its result, as bench/consumers.py says,
+    with the CPU seconds its processes used (the driver's Python and JVM, sampled every half
+    second while they run: a figure that noisy neighbours on a shared machine move less than
+    the wall clock)."""
     work.mkdir(parents=True)
     command = [sys.executable, str(tree / "bench" / "consumers.py"), "floe-avro",
                "--topic", topic, "--work", str(work), "--size", str(size)]
     path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tree,
-                          env={**os.environ, **env, "PYTHONPATH": path})
-    (work / "run.log").write_text(done.stdout + done.stderr)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{tree.name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=tree,
+                                   env={**os.environ, **env, "PYTHONPATH": path})
+        used: dict[int, float] = {}
+        while process.poll() is None:
+            for pid in {process.pid} | _descendants(process.pid):
+                seconds = _cpu_seconds(pid)
+                if seconds is not None:
+                    used[pid] = seconds
+            time.sleep(0.5)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    (work / "run.log").write_text(stdout + stderr)
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"{tree.name} failed ({process.returncode}):\n{stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT "):])
     return {"rows": result["rows"], "seconds": round(result["seconds"], 2),
             "rows_per_second": round(result["rows"] / result["seconds"]),
-            "steady_rows_per_second": steady_rate(triggers(result["batch_lines"]))}
+            "steady_rows_per_second": steady_rate(triggers(result["batch_lines"])),
+            "cpu_seconds": round(sum(used.values()), 1),
+            "cpu_microseconds_per_row": round(sum(used.values()) / result["rows"] * 1e6, 2)}
 
 
 def main() -> int:
@@ -106,7 +150,8 @@ def main() -> int:
                 runs[name].append(result)
                 log(f"{name} ({revisions[name]}), round {turn + 1}: "
                     f"{result['rows_per_second']:,} rows/s, steady "
-                    f"{result['steady_rows_per_second']:,}")
+                    f"{result['steady_rows_per_second']:,}, "
+                    f"{result['cpu_microseconds_per_row']} CPU µs a row")
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
@@ -118,6 +163,8 @@ def main() -> int:
                       "steady_rows_per_second": round(statistics.median(
                           r["steady_rows_per_second"] for r in results
                           if r["steady_rows_per_second"])),
+                      "cpu_microseconds_per_row": statistics.median(
+                          r["cpu_microseconds_per_row"] for r in results),
                       "runs": results}
                for name, results in runs.items()}
     ratio = summary["after"]["rows_per_second"] / summary["before"]["rows_per_second"]
@@ -126,11 +173,14 @@ def main() -> int:
     entry = {"command": "python bench/ab.py " + " ".join(sys.argv[1:]),
              "date": time.strftime("%Y-%m-%d"), "machine": machine(), "records": args.records,
              "size": args.size, **summary, "after_over_before": round(ratio, 3),
-             "steady_after_over_before": round(steady, 3)}
+             "steady_after_over_before": round(steady, 3),
+             "cpu_after_over_before": round(summary["after"]["cpu_microseconds_per_row"]
+                                            / summary["before"]["cpu_microseconds_per_row"], 3)}
     RESULTS.parent.mkdir(exist_ok=True)
     with RESULTS.open("a") as out:
         out.write(json.dumps(entry) + "\n")
-    log(f"after/before: {ratio:.3f} over the run, {steady:.3f} steady")
+    log(f"after/before: {ratio:.3f} over the run, {steady:.3f} steady, "
+        f"{entry['cpu_after_over_before']:.3f} in CPU a row")
     print(json.dumps(entry, indent=2))
     return 0
 
