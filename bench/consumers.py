@@ -67,10 +67,12 @@ def session(driver_memory: str):
         "pyspark-shell")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.appName("floe-bench")
-             .config("spark.sql.extensions",
-                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    from floe_sparkapp.session import SESSION_CONF
+
+    builder = SparkSession.builder.appName("floe-bench")
+    for key, value in SESSION_CONF.items():  # the job's own (session.build_session)
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

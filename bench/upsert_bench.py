@@ -98,13 +98,13 @@ def local_session(app: str, driver_memory: str, shuffle_partitions: int):
 
     from pyspark.sql import SparkSession
 
+    from floe_sparkapp.session import SESSION_CONF
+
     spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.jars", env["FLOE_SPARK_JARS"])
              .config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config("spark.sql.extensions",
-                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+             .config(map=SESSION_CONF).getOrCreate())  # the job's own settings
     spark.sparkContext.setLogLevel("WARN")
     return env, spark
 

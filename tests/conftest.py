@@ -95,6 +95,8 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     """A local SparkSession with the connector jars; catalogs are added per test."""
     from pyspark.sql import SparkSession
 
+    from floe_sparkapp.session import SESSION_CONF
+
     scratch = tmp_path_factory.mktemp("spark")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
@@ -108,9 +110,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
-        .config("spark.sql.extensions",
-                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config("spark.sql.session.timeZone", "UTC")
+        .config(map=SESSION_CONF)  # the job's own settings
         .config("spark.local.dir", str(scratch / "local"))
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")

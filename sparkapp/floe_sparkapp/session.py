@@ -16,12 +16,20 @@ def spark_catalog_conf(config: JobConfig) -> dict[str, str]:
     return conf
 
 
+# Every floe session's settings, beside its catalog's.
+SESSION_CONF = {
+    "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+    "spark.sql.session.timeZone": "UTC",
+    # PySpark records, for each column function called, the Python line that called it (a walk
+    # of the stack and four py4j round trips each), for the query context of an error: two
+    # thirds of the py4j round trips a batch makes to build its plan, none of it for floe.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
+
+
 def build_session(config: JobConfig) -> SparkSession:
     builder = SparkSession.builder.appName(f"floe {config.writer}")
-    builder = builder.config("spark.sql.extensions",
-                             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-    builder = builder.config("spark.sql.session.timeZone", "UTC")
-    for key, value in spark_catalog_conf(config).items():
+    for key, value in {**SESSION_CONF, **spark_catalog_conf(config)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     context = spark.sparkContext
