@@ -10,7 +10,9 @@ Phases, each run ``--repeat`` times after a warm-up run, the best kept:
                        ``noop``;
 * ``write_table``:     the decoded rows appended to the floe table (Iceberg, zstd Parquet,
                        sorted by partition and offset), without the commit protocol;
-* ``raw_parquet``:     the cached Kafka rows into plain zstd Parquet files (a reference).
+* ``raw_parquet``:     the cached Kafka rows into plain zstd Parquet files (a reference);
+* ``pass_counts_cpu_seconds``: the JVM's CPU for the batch's write as the job makes it, with
+                       each kind of the single pass's counts alone (:func:`pass_counts`).
 
 Usage: python bench/profile_batch.py [--records 1000000] [--sizes 100,1000] [--repeat 2]
 Needs the local stack (started if not running). Writes bench/results/profile.json.
@@ -62,7 +64,7 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
                      records)
     (work / topic).mkdir(parents=True)
     args = argparse.Namespace(mode="floe-avro", topic=topic, work=str(work / topic), interval=60,
-                              max_records_per_commit=records)
+                              max_records_per_commit=records, expire=False)
     config = consumers.floe_config(args, "avro")
     for key, value in job.spark_catalog_conf(config).items():
         spark.conf.set(key, value)
@@ -95,9 +97,62 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
     seconds["raw_parquet"] = best(
         lambda: batch.write.mode("overwrite").option("compression", "zstd")
         .parquet(str(work / topic / "parquet")), repeat)
+    cpu = pass_counts(spark, writer.tables[0], table, batch, ids,
+                      sorted(int(r["partition"]) for r in stats), repeat)
     batch.unpersist()
     return {"records": records, "seconds": {k: round(v, 2) for k, v in seconds.items()},
-            "rows_per_second": {k: round(records / v) for k, v in seconds.items()}}
+            "rows_per_second": {k: round(records / v) for k, v in seconds.items()},
+            "pass_counts_cpu_seconds": cpu}
+
+
+def pass_counts(spark, writer, table, batch, ids: list[int], partitions: list[int],
+                repeat: int) -> dict[str, float]:
+    """The JVM's CPU seconds for the batch's write as the job makes it (framed, decoded, its
+    Iceberg files written, then deleted) with the single pass's counts of each kind alone: none,
+    the rows and bytes, the writer schema ids as the pass counts them now (a flag per id) and
+    before (a set of their text), and the newest timestamp per Kafka partition (a maximum per
+    partition, which the pass no longer counts: it is read off the files)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from floe_sparkapp.decode import frame
+    from floe_sparkapp.table_writer import _Pass
+
+    pid = consumers.jvm_pid(spark)
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def write(counts: Callable[[], list[Any]] | None) -> None:
+        rows = frame(batch)
+        if counts is not None:
+            rows = rows.observe(Observation(), *counts())
+        staged = writer.committer.stage(writer._decode(rows, table, ids))
+        writer.committer.discard(staged)
+
+    now = _Pass(None, {"value_ids": ("_schema_id", ids)}).metrics
+    kinds = {
+        "none": None,
+        "rows_bytes": lambda: now()[:2],
+        "ids_flags_now": now,
+        "ids_set_before": lambda: [*now()[:2], F.concat_ws(",", F.collect_set(
+            F.col("_schema_id").cast("string")))],
+        "newest_per_partition_before": lambda: [*now()[:2], *[
+            F.max(F.when(F.col("partition") == F.lit(p), F.unix_millis(F.col("timestamp"))))
+            for p in partitions]],
+    }
+    found = {}
+    for name, counts in kinds.items():
+        write(counts)  # warm-up
+        used = []
+        for _ in range(repeat):
+            started = cpu()
+            write(counts)
+            used.append(cpu() - started)
+        found[name] = round(min(used), 2)
+        print(f"  the write, counting {name}: {found[name]} CPU seconds", flush=True)
+    return found
 
 
 def main() -> int:
