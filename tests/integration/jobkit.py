@@ -389,3 +389,13 @@ def with_sections(config: JobConfig, **sections: dict[str, Any]) -> JobConfig:
     for name, fields in sections.items():
         data.setdefault(name, {}).update(fields)
     return parse_config(data)
+
+
+def valid_through(rows: list[dict]) -> int:
+    """The least of the partitions' newest record timestamps (ms) among table ``rows``: what
+    a commit of them is valid through."""
+    newest: dict[int, int] = {}
+    for r in rows:
+        millis = int(r["kafka"]["timestamp"].timestamp() * 1000)
+        newest[r["kafka"]["partition"]] = max(newest.get(r["kafka"]["partition"], 0), millis)
+    return min(newest.values())

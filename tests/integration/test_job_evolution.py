@@ -10,7 +10,8 @@ import requests
 from floe_sparkapp.job import run, start
 from floe_sparkapp.ledger import last_commit
 
-from .jobkit import AvroProducer, create_topic, job_config, load_table, table_rows, wait_for_rows
+from .jobkit import (AvroProducer, create_topic, job_config, load_table, table_rows,
+                     valid_through, wait_for_rows)
 from .test_job_roundtrip import V1, V2, normalize, order
 
 pytestmark = pytest.mark.integration
@@ -197,13 +198,9 @@ def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
     assert len({r["kafka"]["schema_id"] for r in rows}) == 5
     assert len([r for r in caplog.records if "decoding it again" in r.getMessage()]) == 1
 
-    newest: dict[int, int] = {}
-    for r in rows:
-        millis = int(r["kafka"]["timestamp"].timestamp() * 1000)
-        newest[r["kafka"]["partition"]] = max(newest.get(r["kafka"]["partition"], 0), millis)
     table = load_table(config)
     assert table.properties["write.metadata.metrics.default"] == "none"
-    assert last_commit(table, config.writer).vtts == min(newest.values())
+    assert last_commit(table, config.writer).vtts == valid_through(rows)
 
 
 @pytest.mark.faults

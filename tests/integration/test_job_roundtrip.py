@@ -22,7 +22,7 @@ from floe_sparkapp.job import start
 
 from .jobkit import (
     AvroProducer, consume_to_end, create_topic, duckdb_rows, group_offsets, job_config, load_table,
-    run_once, table_rows,
+    run_once, table_rows, valid_through,
 )
 
 pytestmark = pytest.mark.integration
@@ -131,11 +131,7 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     assert committed.offsets == producer.next_offsets()
     # valid through: every partition has landed its records up to the least of the
     # partitions' newest timestamps
-    newest = {}
-    for r in rows:
-        millis = int(r["kafka"]["timestamp"].timestamp() * 1000)
-        newest[r["kafka"]["partition"]] = max(newest.get(r["kafka"]["partition"], 0), millis)
-    assert len(newest) == 3 and committed.vtts == min(newest.values())
+    assert committed.vtts == valid_through(rows)
     summary = table.snapshot_by_id(committed.snapshot_id).summary
     assert summary.get("floe.writer") == "data/orders"
     assert summary.get("floe.topic") == topic
