@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
+from consumers import cpu_seconds  # noqa: E402
 from run import log, machine, steady_rate, triggers  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
@@ -48,15 +49,6 @@ def worktree(revision: str, into: Path, name: str = "") -> Path:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision],
                    check=True, capture_output=True)
     return path
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User and system CPU seconds ``pid`` has used; None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _descendants(pid: int) -> set[int]:
@@ -91,7 +83,7 @@ def run_floe(tree: Path, topic: str, work: Path, env: dict[str, str], size: int)
         used: dict[int, float] = {}
         while process.poll() is None:
             for pid in {process.pid} | _descendants(process.pid):
-                seconds = _cpu_seconds(pid)
+                seconds = cpu_seconds(pid)
                 if seconds is not None:
                     used[pid] = seconds
             time.sleep(0.5)

@@ -43,6 +43,15 @@ def peak_rss(pid: int | str = "self") -> int:
     return 0
 
 
+def cpu_seconds(pid: int | str = "self") -> float | None:
+    """User and system CPU seconds the process has used; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class BatchLog(logging.Handler):
     """Keeps the floe job's per-batch lines (rows, seconds, commit seconds)."""
 

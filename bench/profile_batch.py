@@ -120,10 +120,6 @@ def pass_counts(spark, writer, table, batch, ids: list[int], partitions: list[in
 
     pid = consumers.jvm_pid(spark)
 
-    def cpu() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def write(counts: Callable[[], list[Any]] | None) -> None:
         rows = frame(batch)
         if counts is not None:
@@ -147,9 +143,9 @@ def pass_counts(spark, writer, table, batch, ids: list[int], partitions: list[in
         write(counts)  # warm-up
         used = []
         for _ in range(repeat):
-            started = cpu()
+            started = consumers.cpu_seconds(pid)
             write(counts)
-            used.append(cpu() - started)
+            used.append(consumers.cpu_seconds(pid) - started)
         found[name] = round(min(used), 2)
         print(f"  the write, counting {name}: {found[name]} CPU seconds", flush=True)
     return found

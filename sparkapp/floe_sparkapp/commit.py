@@ -187,9 +187,6 @@ class Staged:
     table: Any  # the Iceberg table (Java) they were written for
     files: list[Any]  # its DataFiles
 
-    def rows(self) -> int:
-        return sum(int(data_file.recordCount()) for data_file in self.files)
-
     def newest_by_partition(self) -> dict[int, int] | None:
         """Per Kafka partition, the newest record timestamp (ms) in the files, read off their
         column bounds (no data read); None when a file's bounds do not say: the table keeps
