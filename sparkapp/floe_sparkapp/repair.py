@@ -247,7 +247,7 @@ class Repair:
             if self.spec.dry_run:
                 return {**outcome, "wouldLand": landing + decoded.filter(failed & waits).count()}
             if landing:
-                self.writer.committer.append(fixed, base, lambda: {
+                self.writer.committer.append(fixed, base, lambda _: {
                     OPERATION: self.request.uid, OPERATION_ROWS: str(landing),
                     DEAD_LETTERS: str(landing)}, tag=False)
             return {**outcome, "landed": landing}
