@@ -282,15 +282,15 @@ class BranchCommitter:
         return outcome
 
     def append(self, rows: Any, base_snapshot_id: int,
-               summary: Callable[[Staged], dict[str, str]], tag: bool = True
-               ) -> dict[str, float]:
+               summary: Callable[[Staged], dict[str, str]], tag: bool = True,
+               tasks: int | None = None) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
-        written (:meth:`stage`), then ``summary`` makes the snapshot's summary from them (it may
+        written (:meth:`stage`, by ``tasks``), then ``summary`` makes the snapshot's summary from them (it may
         raise to send the batch back: the files are deleted) and :meth:`publish` commits them
         (``tag``: as there); raises CommitConflict when ``main`` is no longer at
         ``base_snapshot_id``.  Returns the seconds spent writing the files and committing them."""
         started = time.monotonic()
-        staged = self.stage(rows)
+        staged = self.stage(rows, tasks)
         write_seconds = time.monotonic() - started
         try:
             properties = summary(staged)
@@ -312,11 +312,14 @@ class BranchCommitter:
         return self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
             self.spark._jsparkSession, self.table_ref)
 
-    def stage(self, rows: Any) -> Staged:
+    def stage(self, rows: Any, tasks: int | None = None) -> Staged:
         """Step 3 of an append: writes ``rows``' data files (the table's format, sort order and
         file size) and returns them, committing nothing.  Spark writes them the way Iceberg's
         ``rewrite_data_files`` does: to a file set the table cache names, whose files Iceberg's
-        file rewrite coordinator holds for the caller instead of committing them."""
+        file rewrite coordinator holds for the caller instead of committing them.
+
+        ``tasks``: the rows are read and written by that many tasks (each taking several of
+        the Kafka source's partitions, which Spark reads one a task) instead of as they come."""
         jvm = self.spark._jvm
         table = self._iceberg_table()
         cache = _table_cache(self.spark)
@@ -327,8 +330,13 @@ class BranchCommitter:
 
             rows = rows.select("*", *[F.lit(None).cast("long").alias(name) for name in
                                       ("_row_id", "_last_updated_sequence_number")])
+        order = _kafka_order_id(table)
+        if tasks is not None:
+            rows = rows.coalesce(tasks)
+            if order is not None:  # (a task's Kafka partitions come in no particular order)
+                rows = rows.sortWithinPartitions("kafka.partition", "kafka.offset")
         write = rows.write.format("iceberg").mode("append")
-        if (order := _kafka_order_id(table)) is not None:
+        if order is not None:
             # Each task reads one Kafka partition's offsets in order, and decoding keeps that
             # order: the files are in the table's order without Spark sorting them again.
             # (Without an ordering Iceberg writes one file per table partition a task meets.)

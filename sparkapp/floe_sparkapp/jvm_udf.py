@@ -1,5 +1,5 @@
-"""floe's own Spark UDFs, written in Java (``sparkapp/jvm``, built into ``floe-jvm.jar``):
-made in the driver's JVM through py4j and applied to columns.
+"""floe's own Spark UDFs and aggregates, written in Java (``sparkapp/jvm``, built into
+``floe-jvm.jar``): made in the driver's JVM through py4j and applied to columns.
 
 Each Java class binds itself to Spark's typed ``UDF1`` overload (``asUdf()``): py4j's choice
 among ``functions.udf``'s overloads may land on the untyped Scala one, which Spark refuses.
@@ -33,14 +33,14 @@ def make(class_name: str, *args: Any) -> Any:
                            "from sparkapp/jvm) to spark.jars") from None
 
 
-def apply(udf_maker: Any, column: Column) -> Column:
-    """``udf_maker.asUdf()`` applied to ``column``."""
+def apply(udf_maker: Any, *columns: Column) -> Column:
+    """``udf_maker.asUdf()`` applied to ``columns``."""
     from pyspark import SparkContext
     from pyspark.sql.classic.column import Column as JvmColumn
     from pyspark.sql.classic.column import _to_java_column, _to_seq
 
     context = SparkContext._active_spark_context
-    return JvmColumn(udf_maker.asUdf().apply(_to_seq(context, [column], _to_java_column)))
+    return JvmColumn(udf_maker.asUdf().apply(_to_seq(context, list(columns), _to_java_column)))
 
 
 def avro_check(framed: Column, writer_schema: str) -> Column:
@@ -54,3 +54,15 @@ def json_check(value: Column, offset: int) -> Column:
     """``dev.floe.check.JsonCheck`` of ``value`` after ``offset`` bytes of framing: a struct of
     ``error`` (not UTF-8) and ``trailing`` (1 when more follows the document)."""
     return apply(make("dev.floe.check.JsonCheck", offset), value)
+
+
+def newest_by_partition(partition: Column, millis: Column) -> Column:
+    """``dev.floe.count.NewestByPartition``: an aggregate of the newest ``millis`` per
+    ``partition``, as the text ``partition:millis,...`` (:func:`parse_newest`)."""
+    return apply(make("dev.floe.count.NewestByPartition"), partition, millis)
+
+
+def parse_newest(text: str | None) -> dict[int, int]:
+    """What :func:`newest_by_partition` found: the newest timestamp (ms) per partition."""
+    return {int(p): int(m) for p, m in (pair.split(":") for pair in (text or "").split(",")
+                                        if pair)}

@@ -37,6 +37,7 @@ from .decode import INGESTED, NO_COLUMNS_YET
 from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
+from .jvm_udf import newest_by_partition, parse_newest
 from .layout import KEY_FIELDS
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
@@ -52,6 +53,9 @@ log = logging.getLogger("floe.job")
 WOULD_EVOLVE = "the table would evolve for it: "
 RECENT_BATCHES = 100  # an append is decoded for the schema ids of this many batches before it
 REDECODES = 3  # times a batch is decoded again for schema ids it was not decoded for
+# Below this many records a Kafka partition on average, a batch spread over more partitions
+# than the executors have cores is written by one task a core (:func:`write_tasks`).
+SMALL_BATCH_RECORDS = 20_000
 
 
 class UnplannedSchemas(RuntimeError):
@@ -73,6 +77,20 @@ def _newest_by_partition(batch: DataFrame, partitions: list[int]) -> dict[int, i
     batch (a pass over it)."""
     return {int(r[0]): int(r[1]) for r in batch.filter(F.col("partition").isin(*partitions))
             .groupBy("partition").agg(F.max(F.unix_millis(F.col("timestamp")))).collect()}
+
+
+def write_tasks(partitions: list[int], batch_next: dict[int, int], above: dict[int, int],
+                cores: int) -> int | None:
+    """How many tasks write an append of the records below ``batch_next`` and at or above
+    ``above`` in ``partitions``: None (one a Kafka partition, as Spark's Kafka source reads
+    them) unless more partitions than the executors' ``cores`` have records and they have
+    fewer than :data:`SMALL_BATCH_RECORDS` each on average; then ``cores``.  A task has a fixed
+    cost before its first record (its Kafka fetch, its Parquet writer opened and closed), paid
+    then once a core instead of once a partition, and the commit adds fewer, larger files."""
+    if len(partitions) <= cores:
+        return None
+    records = sum(batch_next[p] - above.get(p, 0) for p in partitions)
+    return cores if records < SMALL_BATCH_RECORDS * len(partitions) else None
 
 
 def _raw_by_reason(bad: DataFrame) -> dict[str, int]:
@@ -147,10 +165,12 @@ class _Pass:
     those two (``between``) the batch is read again for them.  Each is an aggregate Spark
     updates per row without objects (a set of ids or a maximum per Kafka partition costs about
     a third of the batch's work); the newest timestamp per partition is read off the written
-    files' bounds instead (:meth:`.commit.Staged.newest_by_partition`)."""
+    files' bounds instead (:meth:`.commit.Staged.newest_by_partition`), except with ``newest``:
+    a batch whose files each hold several partitions (:func:`write_tasks`) counts it too."""
 
     observation: Any
     expected: dict[str, tuple[str, list[int]]]
+    newest: bool = False
     found: dict[str, Any] | None = None
     between: list[str] = field(default_factory=list)
 
@@ -163,6 +183,9 @@ class _Pass:
             found += [F.bool_or(ids == F.lit(i)).alias(f"{name}_{i}") for i in planned]
             other = F.when(~ids.isin(*planned), ids) if planned else ids
             found += [F.min(other).alias(f"{name}_low"), F.max(other).alias(f"{name}_high")]
+        if self.newest:
+            found.append(newest_by_partition(F.col("partition"),
+                                             F.unix_millis(F.col("timestamp"))).alias("newest"))
         return found
 
     def read(self) -> dict[str, Any]:
@@ -177,6 +200,8 @@ class _Pass:
                     {i for i in planned if seen.get(f"{name}_{i}")} | others))
                 if len(others) == 2 and int(high) - int(low) > 1:
                     self.between.append(name)
+            if self.newest:
+                self.found["newest"] = parse_newest(seen["newest"])
         return self.found
 
 
@@ -375,10 +400,11 @@ class TableWriter:
 
     def _write(self, rows: DataFrame, base: int,
                summary: Callable[[Staged | None], dict[str, str]],
-               dead: _DeadLetters, since_ms: int) -> tuple[int, dict[str, int],
-                                                            dict[str, float]]:
+               dead: _DeadLetters, since_ms: int, tasks: int | None = None
+               ) -> tuple[int, dict[str, int], dict[str, float]]:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
-        the files are written: it may then raise :class:`UnplannedSchemas`); returns the rows
+        the files are written, by ``tasks``: it may then raise :class:`UnplannedSchemas`);
+        returns the rows
         written, the undecodable ones among them by reason and the committer's timings. The rows are
         counted in the same pass as the write (an observation), except when a dead-letter topic
         needs the undecodable ones first (once per batch, even when the commit is retried:
@@ -419,7 +445,7 @@ class TableWriter:
                 *[F.coalesce(F.sum(F.when(undecodable(rows) & (reason == F.lit(name)), 1)
                                    .otherwise(0)), F.lit(0)).alias(f"raw_{name}")
                   for name in RAW_REASONS])
-            timing = self.committer.append(observed, base, properties)
+            timing = self.committer.append(observed, base, properties, tasks=tasks)
             counted = observation.get
             return int(counted["rows"]), {name: int(counted[f"raw_{name}"])
                                           for name in RAW_REASONS
@@ -541,8 +567,12 @@ class TableWriter:
                             self._expected_ids(table, KEY_FIELDS, batch_id)
                             if key_framed else [])
                            if single_pass else (list(schema_ids), list(key_ids)))
-        partitions = sorted(p for p, o in batch_next.items()
-                            if o > max((start or {}).get(p, -1), committed.offsets.get(p, -1)))
+        above = {p: max((start or {}).get(p, 0), committed.offsets.get(p, 0))
+                 for p in batch_next}
+        partitions = sorted(p for p, o in batch_next.items() if o > above[p])
+        tasks = (write_tasks(partitions, batch_next, above,
+                             self.spark.sparkContext.defaultParallelism)
+                 if single_pass else None)
         if single_pass:  # what the summary needs, counted as the files are written
             if value_framed and "_schema_id" not in rows.columns:
                 rows = frame(rows)
@@ -551,7 +581,8 @@ class TableWriter:
             expected = {name: (column, ids) for name, column, ids, framed in (
                 ("value_ids", "_schema_id", value_ids, value_framed),
                 ("key_ids", "_key_schema_id", keys, key_framed)) if framed}
-            counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), expected)
+            counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), expected,
+                            newest=tasks is not None)
             rows = rows.observe(counted.observation, *counted.metrics())
         known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
                                for x in (p, o)]) if committed.offsets else None
@@ -573,6 +604,8 @@ class TableWriter:
                         f"batch {batch_id} has writer schema ids it was not decoded for: "
                         + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids))
                 latest = staged.newest_by_partition() if staged is not None else None
+                if latest is None and "newest" in seen:
+                    latest = {p: t for p, t in seen["newest"].items() if p in partitions}
                 if latest is None:
                     latest = _newest_by_partition(batch, partitions)
                 seen["vtts"] = found_vtts = min(latest.values()) if latest else None
@@ -582,7 +615,8 @@ class TableWriter:
                                       self.tables)
 
         written, raw, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
-                                           summary, dead, _committed_at(table, committed))
+                                           summary, dead, _committed_at(table, committed),
+                                           tasks)
         seen = counted.read() if counted is not None else {"vtts": vtts}
         return Outcome(offsets=offsets, written=written, raw=raw,
                        input_rows=seen.get("input_rows", 0), bytes=seen.get("bytes", 0),

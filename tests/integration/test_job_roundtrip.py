@@ -21,7 +21,7 @@ from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
 
 from .jobkit import (
-    AvroProducer, consume_to_end, create_topic, duckdb_rows, group_offsets, job_config, load_table,
+    AvroProducer, assert_exactly_once, consume_to_end, create_topic, duckdb_rows, group_offsets, job_config, load_table,
     run_once, table_rows, valid_through,
 )
 
@@ -251,13 +251,30 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
         assert headers["floe.topic"].decode() == topic
 
 
+def files(table, snapshot_id: int) -> list:
+    """The data files of ``table``'s snapshot ``snapshot_id``."""
+    return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+
+
+def column(data_file, *path: str) -> list:
+    """The values of the column at ``path`` in ``data_file``, in the file's order."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(data_file.file_path.removeprefix("file:")).to_pylist()
+    values = []
+    for row in rows:
+        for name in path:
+            row = row[name]
+        values.append(row)
+    return values
+
+
 def test_data_files_keep_the_tables_sort_order_and_a_users_own(
         stack, spark, tmp_path, unique_name):
     """An append writes each file in floe's order, kafka.partition then kafka.offset, and says
     so (its sort order id), also when one Kafka partition's records alternate between two days'
     table partitions; once a user gives the table a sort order of their own, new files follow
     that one."""
-    import pyarrow.parquet as pq
     from pyiceberg.transforms import IdentityTransform
 
     topic = f"sorted-{unique_name}".replace("_", "-")
@@ -272,18 +289,6 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
     producer.flush()
     config = job_config(stack, tmp_path, topic)
     run_once(config, spark)
-
-    def files(table, snapshot_id: int) -> list:
-        return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
-
-    def column(data_file, *path: str) -> list:
-        rows = pq.read_table(data_file.file_path.removeprefix("file:")).to_pylist()
-        values = []
-        for row in rows:
-            for name in path:
-                row = row[name]
-            values.append(row)
-        return values
 
     table = load_table(config)
     floe_order = table.sort_order()
@@ -317,6 +322,35 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
         ids = column(data_file, "value", "id")
         assert ids == sorted(ids, reverse=True)
     assert sorted(r["value"]["id"] for r in table_rows(config)) == list(range(260))
+
+
+def test_a_small_batch_over_many_partitions_is_written_in_one_file_a_core(
+        stack, spark, tmp_path, unique_name):
+    """A batch of a few records from each of many Kafka partitions is written by one task a
+    core, not one a partition: the commit adds a file a core (the tests' session has two),
+    each in floe's order, and is valid through the partitions' newest records."""
+    topic = f"spread-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=12)
+    producer = AvroProducer(stack, topic)
+    for i in range(240):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1, partition=i % 12)
+    producer.flush()
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+
+    rows = table_rows(config)
+    assert_exactly_once(rows, producer.sent)
+    table = load_table(config)
+    committed = last_commit(table, config.writer)
+    assert committed.offsets == producer.next_offsets()
+    assert committed.vtts == valid_through(rows)
+    written = files(table, committed.snapshot_id)
+    assert len(written) == 2, [f.file_path for f in written]
+    for data_file in written:
+        assert data_file.sort_order_id == table.sort_order().order_id
+        positions = list(zip(column(data_file, "kafka", "partition"),
+                             column(data_file, "kafka", "offset")))
+        assert positions == sorted(positions) and len(set(p for p, _ in positions)) > 1
 
 
 def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(

@@ -1,10 +1,11 @@
-"""What an append's single pass makes of its counts (no services)."""
+"""What an append's single pass makes of its counts, and how many tasks write it (no
+services)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from floe_sparkapp.table_writer import _Pass
+from floe_sparkapp.table_writer import SMALL_BATCH_RECORDS, _Pass, write_tasks
 
 pytestmark = pytest.mark.unit
 
@@ -29,3 +30,30 @@ def test_more_ids_may_lie_between_the_least_and_greatest_other():
     assert found.between == ["value_ids"]
     found.read()  # read once: the JVM's counts are not asked for again
     assert found.between == ["value_ids"]
+
+
+def test_a_small_batch_over_more_partitions_than_cores_is_written_one_task_a_core():
+    partitions = list(range(64))
+    above = {p: 1_000 for p in partitions}
+    assert write_tasks(partitions, {p: 1_100 for p in partitions}, above, 2) == 2
+    # (records below a partition's committed offset are not the batch's)
+    assert write_tasks(partitions, {p: 1_000 + SMALL_BATCH_RECORDS - 1 for p in partitions},
+                       above, 4) == 4
+
+
+def test_a_large_batch_or_few_partitions_is_written_as_it_is_read():
+    partitions = list(range(64))
+    assert write_tasks(partitions, {p: SMALL_BATCH_RECORDS for p in partitions}, {}, 2) is None
+    assert write_tasks([0, 1], {0: 10, 1: 10}, {}, 2) is None  # no more partitions than cores
+    # one partition's backlog makes the batch large, however idle the others
+    skewed = {p: 1 for p in partitions} | {0: SMALL_BATCH_RECORDS * 64}
+    assert write_tasks(partitions, skewed, {}, 2) is None
+
+
+def test_a_coalesced_batch_counts_the_newest_timestamp_of_each_partition():
+    found = counted({"newest": "3:1700000000123,11:1700000000456"}, {})
+    found.newest = True
+    assert found.read()["newest"] == {3: 1700000000123, 11: 1700000000456}
+    found = counted({"newest": ""}, {})  # no rows
+    found.newest = True
+    assert found.read()["newest"] == {}
