@@ -27,7 +27,7 @@ from typing import Any
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.table.sorting import SortDirection, SortField, SortOrder
 from pyiceberg.transforms import (
     BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, Transform,
     TruncateTransform, VoidTransform, YearTransform,
@@ -225,6 +225,23 @@ def sort_order(schema: Schema) -> SortOrder:
         SortField(source_id=schema.find_field("kafka.offset").field_id,
                   transform=IdentityTransform()),
     )
+
+
+def files_bound_one_partition(table: Any) -> bool:
+    """Whether an append's data files each hold one Kafka partition's records and say their
+    newest timestamp: the table is in floe's sort order (each task writes the one partition
+    it reads, as it reads it; under a user's order Iceberg shuffles the rows) and keeps the
+    bounds of ``kafka.partition`` and ``kafka.timestamp`` (``write.metadata.metrics``)."""
+    floe = [f.source_id for f in sort_order(table.schema()).fields]
+    found = table.sort_order().fields
+    if [f.source_id for f in found] != floe or not all(
+            isinstance(f.transform, IdentityTransform) and f.direction == SortDirection.ASC
+            for f in found):
+        return False
+    properties = table.properties
+    default = properties.get("write.metadata.metrics.default", "truncate(16)")
+    return all(properties.get(f"write.metadata.metrics.column.{name}", default).lower()
+               not in ("none", "counts") for name in ("kafka.partition", "kafka.timestamp"))
 
 
 class LayoutMismatch(ValueError):

@@ -9,8 +9,10 @@ there in one compare-and-set.  A topic routed to several tables has one of these
 An append reads the batch once: it is decoded for the writer schema ids of the recent batches
 (at first, the subject's versions that fit the table), and what the snapshot's summary needs
 is counted while its files are written (the writer schema ids found) or read off the files
-written (the newest timestamp per partition).  A batch with a schema id it was not decoded for
-is decoded again before anything is committed.
+written (the newest timestamp per partition, when each file holds one partition).  A batch
+with a schema id it was not decoded for is decoded again before anything is committed.  A
+small batch spread over many Kafka partitions is written by one task a core
+(:func:`write_tasks`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
 from .jvm_udf import newest_by_partition, parse_newest
-from .layout import KEY_FIELDS
+from .layout import KEY_FIELDS, files_bound_one_partition
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
 from .registry import Registry
@@ -166,7 +168,9 @@ class _Pass:
     updates per row without objects (a set of ids or a maximum per Kafka partition costs about
     a third of the batch's work); the newest timestamp per partition is read off the written
     files' bounds instead (:meth:`.commit.Staged.newest_by_partition`), except with ``newest``:
-    a batch whose files each hold several partitions (:func:`write_tasks`) counts it too."""
+    a batch whose files may each hold several partitions or keep no bounds
+    (:func:`write_tasks`, :func:`.layout.files_bound_one_partition`) counts it as it is read:
+    reading the batch again would count its records twice in the query's progress."""
 
     observation: Any
     expected: dict[str, tuple[str, list[int]]]
@@ -582,7 +586,7 @@ class TableWriter:
                 ("value_ids", "_schema_id", value_ids, value_framed),
                 ("key_ids", "_key_schema_id", keys, key_framed)) if framed}
             counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), expected,
-                            newest=tasks is not None)
+                            newest=tasks is not None or not files_bound_one_partition(table))
             rows = rows.observe(counted.observation, *counted.metrics())
         known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
                                for x in (p, o)]) if committed.offsets else None
@@ -603,10 +607,11 @@ class TableWriter:
                     raise UnplannedSchemas(
                         f"batch {batch_id} has writer schema ids it was not decoded for: "
                         + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids))
-                latest = staged.newest_by_partition() if staged is not None else None
-                if latest is None and "newest" in seen:
+                if "newest" in seen:
                     latest = {p: t for p, t in seen["newest"].items() if p in partitions}
-                if latest is None:
+                else:
+                    latest = staged.newest_by_partition() if staged is not None else None
+                if latest is None:  # (a file without bounds, which the table said it keeps)
                     latest = _newest_by_partition(batch, partitions)
                 seen["vtts"] = found_vtts = min(latest.values()) if latest else None
             newest = [t for t in (found_vtts, committed.vtts) if t is not None]

@@ -21,8 +21,8 @@ from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, consume_to_end, create_topic, duckdb_rows, group_offsets, job_config, load_table,
-    run_once, table_rows, valid_through,
+    AvroProducer, assert_exactly_once, consume_to_end, create_topic, duckdb_rows, group_offsets,
+    job_config, load_table, run_once, table_rows, valid_through,
 )
 
 pytestmark = pytest.mark.integration
