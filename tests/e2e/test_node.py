@@ -10,10 +10,12 @@ kind's extraMounts are.  The resources are examples/orders.yaml, adapted as `mak
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -22,8 +24,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from hack.demo import (NAMESPACE, RELEASE, RELEASE_NAMESPACE, node_resource, node_values,
-                       uninstall)
+from hack.demo import (NAMESPACE, RELEASE, RELEASE_NAMESPACE, node_resource, node_spark,
+                       node_values, uninstall)
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import produce_orders
@@ -126,21 +128,39 @@ class Topic:
 
 
 def landed_topic(stack, shared: Path, tmp_path: Path, name: str, kafka_topic: str,
-                 records: int) -> tuple[Topic, AvroProducer]:
+                 records: int, partitions: int = 2, **spec_changes
+                 ) -> tuple[Topic, AvroProducer]:
     """A Kafka topic of ``records`` orders declared as a KafkaIcebergTopic, once it landed."""
-    create_topic(stack.bootstrap, kafka_topic, partitions=2)
+    create_topic(stack.bootstrap, kafka_topic, partitions=partitions)
     producer = AvroProducer(stack, kafka_topic)
     produce_orders(producer, 0, records)
-    apply(stack, shared, name, kafka_topic, tmp_path)
+    apply(stack, shared, name, kafka_topic, tmp_path, **spec_changes)
     topic = Topic(stack, shared, name)
     assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
     return topic, producer
 
 
+def tasks_by_executor(driver: client.V1Pod) -> dict[str, int]:
+    """The tasks each executor of the job has run, from its driver's Spark REST API."""
+    base = f"http://{driver.status.pod_ip}:4040/api/v1/applications"
+    with urllib.request.urlopen(base, timeout=10) as response:
+        app = json.load(response)[0]["id"]
+    with urllib.request.urlopen(f"{base}/{app}/allexecutors", timeout=10) as response:
+        return {e["id"]: e["totalTasks"] for e in json.load(response) if e["id"] != "driver"}
+
+
 def test_a_topic_lands_exactly_once_in_driver_and_executor_pods(stack, floe, shared, tmp_path,
                                                                  unique_name):
+    """Scaled out to two executors, the job lands a topic of four partitions exactly once with
+    tasks on both."""
     kafka_topic = f"node-{unique_name}".replace("_", "-")
-    topic, producer = landed_topic(stack, shared, tmp_path, "orders", kafka_topic, 200)
+    spark = node_spark(shared, short_lived=True)
+    spark["executor"] = {"instances": 2}
+    topic, producer = landed_topic(stack, shared, tmp_path, "orders", kafka_topic, 400,
+                                   partitions=4, spark=spark)
+    produce_orders(producer, 400, 400)  # a batch once both executors are surely there
+    assert wait_until(lambda: topic.landed(producer), timeout=300, interval=2), \
+        topic.diagnostics()
     kubectl("wait", "--for=condition=Ready", "-n", NAMESPACE, "kit/orders", "--timeout=120s")
     assert_exactly_once(topic.rows(), producer.sent)
     status = topic.status()
@@ -149,7 +169,9 @@ def test_a_topic_lands_exactly_once_in_driver_and_executor_pods(stack, floe, sha
     assert status["offsets"]["lag"] == 0
     assert status["landedThrough"] <= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     assert len(topic.pods("driver")) == 1, topic.diagnostics()
-    assert len(topic.pods("executor")) >= 1, topic.diagnostics()
+    assert len(topic.pods("executor")) == 2, topic.diagnostics()
+    tasks = tasks_by_executor(topic.pods("driver")[0])
+    assert len(tasks) == 2 and all(tasks.values()), tasks
     # The driver's pod is owned by its SparkApplication, which is owned by the topic.
     driver = topic.pods("driver")[0]
     assert [o.kind for o in driver.metadata.owner_references] == ["SparkApplication"]
