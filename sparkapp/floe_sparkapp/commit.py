@@ -285,10 +285,11 @@ class BranchCommitter:
                summary: Callable[[Staged], dict[str, str]], tag: bool = True,
                tasks: int | None = None) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
-        written (:meth:`stage`, by ``tasks``), then ``summary`` makes the snapshot's summary from them (it may
-        raise to send the batch back: the files are deleted) and :meth:`publish` commits them
-        (``tag``: as there); raises CommitConflict when ``main`` is no longer at
-        ``base_snapshot_id``.  Returns the seconds spent writing the files and committing them."""
+        written (:meth:`stage`, by ``tasks``), then ``summary`` makes the snapshot's summary
+        from them (it may raise to send the batch back: the files are deleted) and
+        :meth:`publish` commits them (``tag``: as there); raises CommitConflict when ``main`` is
+        no longer at ``base_snapshot_id``.  Returns the seconds spent writing the files and
+        committing them."""
         started = time.monotonic()
         staged = self.stage(rows, tasks)
         write_seconds = time.monotonic() - started

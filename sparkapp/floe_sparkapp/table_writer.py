@@ -408,10 +408,9 @@ class TableWriter:
                ) -> tuple[int, dict[str, int], dict[str, float]]:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
         the files are written, by ``tasks``: it may then raise :class:`UnplannedSchemas`);
-        returns the rows
-        written, the undecodable ones among them by reason and the committer's timings. The rows are
-        counted in the same pass as the write (an observation), except when a dead-letter topic
-        needs the undecodable ones first (once per batch, even when the commit is retried:
+        returns the rows written, the undecodable ones among them by reason and the committer's
+        timings. The rows are counted in the same pass as the write (an observation), except
+        when a dead-letter topic needs the undecodable ones first (once per batch, even when the commit is retried:
         ``dead``; but not those an earlier run of the batch sent since ``since_ms``, the
         writer's last commit: :mod:`.dead_letters`)."""
         def properties(staged: Staged | None = None) -> dict[str, str]:
