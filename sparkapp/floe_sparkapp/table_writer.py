@@ -410,9 +410,9 @@ class TableWriter:
         the files are written, by ``tasks``: it may then raise :class:`UnplannedSchemas`);
         returns the rows written, the undecodable ones among them by reason and the committer's
         timings. The rows are counted in the same pass as the write (an observation), except
-        when a dead-letter topic needs the undecodable ones first (once per batch, even when the commit is retried:
-        ``dead``; but not those an earlier run of the batch sent since ``since_ms``, the
-        writer's last commit: :mod:`.dead_letters`)."""
+        when a dead-letter topic needs the undecodable ones first (once per batch, even when
+        the commit is retried: ``dead``; but not those an earlier run of the batch sent since
+        ``since_ms``, the writer's last commit: :mod:`.dead_letters`)."""
         def properties(staged: Staged | None = None) -> dict[str, str]:
             found = summary(staged)
             return {**found, DEAD_LETTER_ERROR: dead.error} if dead.error else found
