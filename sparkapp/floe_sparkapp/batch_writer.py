@@ -19,7 +19,7 @@ from .decode import frame
 from .kafka_offsets import floor_offsets, group_consumer
 from .ledger import merge_offsets
 from .registry import Registry
-from .table_writer import TableWriter
+from .table_writer import TableWriter, record_bytes
 
 log = logging.getLogger("floe.job")
 
@@ -74,9 +74,7 @@ class BatchWriter:
         """Per Kafka partition: last offset, newest timestamp, rows, bytes and (Avro) the writer
         schema ids, in one pass over the batch."""
         aggregates = [F.max("offset").alias("last"), F.max("timestamp").alias("latest"),
-                      F.count(F.lit(1)).alias("rows"),
-                      F.sum(F.coalesce(F.length("key"), F.lit(0))
-                            + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
+                      F.count(F.lit(1)).alias("rows"), record_bytes().alias("bytes")]
         if self.config.value.format != "raw":  # JSON: only values framed for JSON Schema
             batch = frame(batch)
             aggregates.append(F.collect_set("_schema_id").alias("schema_ids"))

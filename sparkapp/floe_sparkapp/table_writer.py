@@ -81,6 +81,11 @@ def _newest_by_partition(batch: DataFrame, partitions: list[int]) -> dict[int, i
             .groupBy("partition").agg(F.max(F.unix_millis(F.col("timestamp")))).collect()}
 
 
+def record_bytes() -> Any:
+    """The aggregate of a batch's bytes: its records' keys and values, as Kafka holds them."""
+    return F.sum(F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0)))
+
+
 def write_tasks(partitions: list[int], batch_next: dict[int, int], above: dict[int, int],
                 cores: int) -> int | None:
     """How many tasks write an append of the records below ``batch_next`` and at or above
@@ -179,9 +184,7 @@ class _Pass:
     between: list[str] = field(default_factory=list)
 
     def metrics(self) -> list[Any]:
-        found = [F.count(F.lit(1)).alias("rows"),
-                 F.sum(F.coalesce(F.length("key"), F.lit(0))
-                       + F.coalesce(F.length("value"), F.lit(0))).alias("bytes")]
+        found = [F.count(F.lit(1)).alias("rows"), record_bytes().alias("bytes")]
         for name, (column, planned) in self.expected.items():
             ids = F.col(column)
             found += [F.bool_or(ids == F.lit(i)).alias(f"{name}_{i}") for i in planned]
