@@ -6,6 +6,10 @@ and held in a DataFrame, on local[2], and writes the decoded struct to Spark's `
 
 * jvm_from_avro:   floe_sparkapp.decode.frame + decode_framed (from_avro, projection onto the
                    table type)
+* jvm_from_avro_unchecked: the same without floe's check of the Avro bytes (AvroCheck, a second
+                   walk of each value): what a decoder that checks as it reads could save
+* jvm_frame_only:  floe_sparkapp.decode.frame alone (the header read), the cached rows read
+                   and written to ``noop``: what every path pays before it decodes
 * python_fastavro: mapInArrow with fastavro's schemaless_reader, building the same struct in
                    Arrow
 * jvm_protobuf:    floe_sparkapp.decode.frame + decode_framed with the writer's Protobuf plan
@@ -50,7 +54,8 @@ def make_values(count: int) -> list[bytes]:
         buffer = io.BytesIO()
         fastavro.schemaless_writer(buffer, parsed, {
             "id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
-            "quantity": i % 50, "price": (i % 10_000) / 100, "status": ("NEW", "PAID", "SHIPPED")[i % 3],
+            "quantity": i % 50, "price": (i % 10_000) / 100,
+            "status": ("NEW", "PAID", "SHIPPED")[i % 3],
             "at": 1_795_000_000_000 + i, "note": None if i % 4 else "gift wrap please"})
         values.append(header + buffer.getvalue())
     return values
@@ -102,6 +107,22 @@ def jvm_decode(df, value_type):
 
     plans = {SCHEMA_ID: WriterPlan(SCHEMA_ID, writer=Writer("AVRO", json.dumps(SCHEMA)))}
     return decode_framed(frame(df), plans, value_type).select("_value", "value_error")
+
+
+def unchecked_decode(df, value_type):
+    """:func:`jvm_decode` without floe's walk of each Avro value (``decode._check``)."""
+    from unittest import mock
+
+    from floe_sparkapp import decode
+
+    with mock.patch.object(decode, "_check", lambda framed, writer: None):
+        return jvm_decode(df, value_type)
+
+
+def frame_only(df, value_type):
+    from floe_sparkapp.decode import frame
+
+    return frame(df).select("_schema_id", "_frame_error")
 
 
 def protobuf_decode(df, value_type):
@@ -218,6 +239,9 @@ def main() -> int:
 
     results = {}
     for name, decode, source, kind in (("jvm_from_avro", jvm_decode, df, value_type),
+                                       ("jvm_from_avro_unchecked", unchecked_decode, df,
+                                        value_type),
+                                       ("jvm_frame_only", frame_only, df, value_type),
                                        ("python_fastavro", python_decode, df, value_type),
                                        ("jvm_protobuf", protobuf_decode, proto_df, value_type),
                                        ("python_protobuf", python_protobuf_decode, proto_df,
@@ -232,11 +256,18 @@ def main() -> int:
         best = min(seconds)
         results[name] = {"seconds": [round(s, 3) for s in seconds],
                          "rows_per_second": round(args.records / best)}
-        print(f"{name:16} best {best:6.2f}s  {args.records / best:12,.0f} rows/s")
+        print(f"{name:24} best {best:6.2f}s  {args.records / best:12,.0f} rows/s")
     spark.stop()
 
     results["jvm_over_python"] = round(results["jvm_from_avro"]["rows_per_second"]
                                        / results["python_fastavro"]["rows_per_second"], 2)
+    best = {name: min(found["seconds"]) for name, found in results.items()
+            if isinstance(found, dict)}
+    # Microseconds a row (wall clock on the session's cores): decoding, and floe's check in it.
+    results["avro_decode_us_a_row"] = round(
+        (best["jvm_from_avro"] - best["jvm_frame_only"]) * 1e6 / args.records, 3)
+    results["avro_check_us_a_row"] = round(
+        (best["jvm_from_avro"] - best["jvm_from_avro_unchecked"]) * 1e6 / args.records, 3)
     results["avro_over_protobuf"] = round(results["jvm_from_avro"]["rows_per_second"]
                                           / results["jvm_protobuf"]["rows_per_second"], 2)
     results["protobuf_jvm_over_python"] = round(
