@@ -1,16 +1,20 @@
-"""Upsert against append on the same records: ingest rows/s, then the cost of reading the
-table after N commits, before and after compaction.
+"""Upsert and CDC against append on the same records: ingest rows/s, then the cost of reading
+the table after N commits, before and after compaction.
 
 One topic of 4 partitions holds ``--records`` Avro records (about 100 bytes) updating
 ``--keys`` keys in turn, keyed by key (so a key's updates share a partition). The floe job
 lands it twice, each table in a catalog of its own, ``--per-commit`` records a commit: once with
 ``table.mode: append`` (a row per record) and once with ``upsert`` (a row per key: each commit
-a MERGE INTO writing deletion vectors). For each table: rows/s from start to caught up (JVM
-warm: the append run goes first and starts the session), then a full read with PyIceberg and
-with Spark (best of three), the data and delete files, then the ``compaction`` action and the
-same read again.
+deletes the rows of its keys, writing deletion vectors, and appends their new rows). A second
+topic holds the same changes as a Debezium connector sends them (``mode: cdc``): each record
+the envelope of an insert (a key's first) or an update (``before``, ``after``, ``source``,
+``op``), keyed the same; the job lands it a third time, in ``table.mode: cdc``. For each table:
+rows/s from start to caught up (JVM warm: the append run goes first and starts the session),
+then a full read with PyIceberg and with Spark (best of three), the data and delete files, then
+the ``compaction`` action and the same read again.
 
 Usage: python bench/upsert_bench.py [--records N] [--keys K] [--per-commit M]
+                                    [--modes append,upsert,cdc]
 Needs the local stack (started if not running). Writes bench/results/upsert.json.
 """
 
@@ -30,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from compaction_bench import produce  # noqa: E402 - the same ~100-byte order records
+from decode_bench import SCHEMA  # noqa: E402
 from workload import job_spec  # noqa: E402
 
 
@@ -86,6 +91,63 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
             "before_compaction": before, "after_compaction": after}
 
 
+def envelope_schema() -> dict:
+    """Debezium's envelope of a table whose rows are the order records."""
+    row = {**SCHEMA, "name": "Value", "namespace": "shop.public.orders"}
+    source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+              "fields": [{"name": "connector", "type": "string"},
+                         {"name": "db", "type": "string"}, {"name": "table", "type": "string"},
+                         {"name": "ts_ms", "type": "long"},
+                         {"name": "lsn", "type": ["null", "long"], "default": None}]}
+    return {"type": "record", "name": "Envelope", "namespace": "shop.public.orders", "fields": [
+        {"name": "before", "type": ["null", row], "default": None},
+        {"name": "after", "type": ["null", "shop.public.orders.Value"], "default": None},
+        {"name": "source", "type": source}, {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+
+
+def produce_changes(env: dict[str, str], topic: str, records: int, keys: int) -> None:
+    """The changes :func:`compaction_bench.produce` makes with ``keys``, as a Debezium
+    connector sends them: a key's first record an insert (``c``), the others updates (``u``)
+    with the row before; keyed and timestamped the same."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result()
+    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
+                               json.dumps(envelope_schema()))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10000, "compression.type": "lz4"})
+    two_days_ago = int(time.time() * 1000) - 2 * 86_400_000
+    rows: dict[int, dict] = {}
+    for i in range(records):
+        key = i % keys
+        row = {"id": key, "customer": f"customer-{key % 977}", "item": f"update-{i}",
+               "quantity": i % 50, "price": (i % 10_000) / 100,
+               "status": ("NEW", "PAID", "SHIPPED")[i % 3], "at": two_days_ago + i,
+               "note": None if i % 4 else "gift wrap"}
+        before = rows.get(key)
+        rows[key] = row
+        value = serialize({"before": before, "after": row, "op": "u" if before else "c",
+                           "source": {"connector": "postgresql", "db": "shop", "table": "orders",
+                                      "ts_ms": two_days_ago + i, "lsn": 1000 + 8 * i},
+                           "ts_ms": two_days_ago + i}, context)
+        while True:
+            try:
+                producer.produce(topic, key=f"k{key}".encode(), value=value,
+                                 timestamp=two_days_ago + i // 100)
+                break
+            except BufferError:
+                producer.poll(0.5)
+    assert producer.flush(120) == 0
+
+
 def local_session(app: str, driver_memory: str, shuffle_partitions: int):
     """The local stack's connection settings (the stack started if it is not running) and a
     Spark session on ``local[2]`` with the connector jars and Iceberg's SQL extensions."""
@@ -114,16 +176,25 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--per-commit", type=int, default=25_000)
+    parser.add_argument("--modes", default="append,upsert,cdc")
     args = parser.parse_args()
+    modes = args.modes.split(",")
 
     env, spark = local_session("floe upsert bench", "2g", 4)
     work = Path(tempfile.mkdtemp(prefix="floe-upsert-bench-"))
     topic = f"bench-upsert-{uuid.uuid4().hex[:8]}"
     produce(env, topic, args.records, args.keys)
-    results = {mode: land(spark, env, work, topic, mode, args.per_commit)
-               for mode in ("append", "upsert")}
+    if "cdc" in modes:
+        produce_changes(env, f"{topic}-cdc", args.records, args.keys)
+    results = {mode: land(spark, env, work, f"{topic}-cdc" if mode == "cdc" else topic, mode,
+                          args.per_commit)
+               for mode in modes}
     for entry in results.values():
         entry["rows_per_second"] = round(args.records / entry["ingest_seconds"])
+    if "append" in modes:
+        for mode in set(modes) - {"append"}:
+            results[f"{mode}_vs_append"] = round(results[mode]["rows_per_second"]
+                                                 / results["append"]["rows_per_second"], 3)
 
     import pyspark
 
