@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -29,10 +30,13 @@ from decode_bench import SCHEMA  # noqa: E402 - the same ~100-byte order records
 from workload import job_spec  # noqa: E402
 
 
-def produce(env: dict[str, str], topic: str, records: int, keys: int | None = None) -> None:
+def produce(env: dict[str, str], topic: str, records: int, keys: int | None = None,
+            schema: dict | None = None, change: Callable[[int, int, dict], dict] | None = None
+            ) -> None:
     """``records`` orders on 4 partitions, timestamped two days ago (in a partition compaction
     may take); with ``keys``, updates of that many keys in turn, keyed by key (a key's updates
-    share a partition), else each record a key of its own."""
+    share a partition), else each record a key of its own.  ``change(i, key, order)``: the
+    value sent for the ``i``-th order instead of the order itself, in ``schema``."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -43,19 +47,19 @@ def produce(env: dict[str, str], topic: str, records: int, keys: int | None = No
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result()
     serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
-                               json.dumps(SCHEMA))
+                               json.dumps(schema or SCHEMA))
     context = SerializationContext(topic, MessageField.VALUE)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
                          "batch.num.messages": 10000, "compression.type": "lz4"})
     two_days_ago = int(time.time() * 1000) - 2 * 86_400_000
     for i in range(records):
         key = i % keys if keys else i
-        value = serialize({"id": key, "customer": f"customer-{key % 977}",
-                           "item": f"update-{i}" if keys else f"item-{i % 131}",
-                           "quantity": i % 50, "price": (i % 10_000) / 100,
-                           "status": ("NEW", "PAID", "SHIPPED")[i % 3],
-                           "at": two_days_ago + i, "note": None if i % 4 else "gift wrap"},
-                          context)
+        order = {"id": key, "customer": f"customer-{key % 977}",
+                 "item": f"update-{i}" if keys else f"item-{i % 131}",
+                 "quantity": i % 50, "price": (i % 10_000) / 100,
+                 "status": ("NEW", "PAID", "SHIPPED")[i % 3],
+                 "at": two_days_ago + i, "note": None if i % 4 else "gift wrap"}
+        value = serialize(change(i, key, order) if change else order, context)
         while True:
             try:
                 producer.produce(topic, key=f"k{key}".encode(), value=value,

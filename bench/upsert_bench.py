@@ -110,42 +110,16 @@ def produce_changes(env: dict[str, str], topic: str, records: int, keys: int) ->
     """The changes :func:`compaction_bench.produce` makes with ``keys``, as a Debezium
     connector sends them: a key's first record an insert (``c``), the others updates (``u``)
     with the row before; keyed and timestamped the same."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result()
-    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
-                               json.dumps(envelope_schema()))
-    context = SerializationContext(topic, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "compression.type": "lz4"})
-    two_days_ago = int(time.time() * 1000) - 2 * 86_400_000
     rows: dict[int, dict] = {}
-    for i in range(records):
-        key = i % keys
-        row = {"id": key, "customer": f"customer-{key % 977}", "item": f"update-{i}",
-               "quantity": i % 50, "price": (i % 10_000) / 100,
-               "status": ("NEW", "PAID", "SHIPPED")[i % 3], "at": two_days_ago + i,
-               "note": None if i % 4 else "gift wrap"}
-        before = rows.get(key)
-        rows[key] = row
-        value = serialize({"before": before, "after": row, "op": "u" if before else "c",
-                           "source": {"connector": "postgresql", "db": "shop", "table": "orders",
-                                      "ts_ms": two_days_ago + i, "lsn": 1000 + 8 * i},
-                           "ts_ms": two_days_ago + i}, context)
-        while True:
-            try:
-                producer.produce(topic, key=f"k{key}".encode(), value=value,
-                                 timestamp=two_days_ago + i // 100)
-                break
-            except BufferError:
-                producer.poll(0.5)
-    assert producer.flush(120) == 0
+
+    def change(i: int, key: int, row: dict) -> dict:
+        before, rows[key] = rows.get(key), row
+        return {"before": before, "after": row, "op": "u" if before else "c",
+                "source": {"connector": "postgresql", "db": "shop", "table": "orders",
+                           "ts_ms": row["at"], "lsn": 1000 + 8 * i},
+                "ts_ms": row["at"]}
+
+    produce(env, topic, records, keys, schema=envelope_schema(), change=change)
 
 
 def local_session(app: str, driver_memory: str, shuffle_partitions: int):
