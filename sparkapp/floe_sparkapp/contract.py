@@ -47,7 +47,7 @@ PARTITION_FIELD = (rf"^({_COLUMN}|(identity|year|month|day|hour)\({_COLUMN}\)|"
 MAX_PARTITION_FIELDS = 4
 MAX_KEY_COLUMNS = 8
 MAX_ROUTES = 16
-ROW_LEVEL = ("upsert", "cdc")  # the modes whose records change rows (MERGE INTO)
+ROW_LEVEL = ("upsert", "cdc")  # the modes whose records change rows (delete, then append)
 # Why a record is kept raw, in a few words: the job's metrics count records kept raw by these
 # (a metric's label, never the message itself), and a repair selects raw rows by them.
 RAW_REASONS = ("key", "not_framed", "unknown_schema", "schema_refused", "malformed",
