@@ -20,8 +20,8 @@ hold none.
 
 Usage: python bench/key_scan.py [--sizes 10000000,50000000] [--batch 500000] [--files 53]
                                 [--rounds 3]
-Spark on ``local[2]`` with the stack's jars (started if not running), a Hadoop catalog in a
-temporary directory. Writes bench/results/key_scan.json.
+Spark on ``local[2]`` as the other benchmarks run it (the stack started if not running), a
+Hadoop catalog in a temporary directory. Writes bench/results/key_scan.json.
 """
 
 from __future__ import annotations
@@ -39,26 +39,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from run import log, machine  # noqa: E402
+from upsert_bench import local_session  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "key_scan.json"
 
 
 def session(warehouse: Path):
-    from pyspark.sql import SparkSession
-
-    from hack import stack as local_stack
-
-    state, _ = local_stack.ensure_up()
-    classpath = local_stack.connection_env(state)["FLOE_SPARK_CLASSPATH"]
-    return (SparkSession.builder.master("local[2]").appName("floe-key-scan")
-            .config("spark.driver.extraClassPath", classpath)
-            .config("spark.driver.memory", "2g")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.catalog.bench", "org.apache.iceberg.spark.SparkCatalog")
-            .config("spark.sql.catalog.bench.type", "hadoop")
-            .config("spark.sql.catalog.bench.warehouse", str(warehouse))
-            .getOrCreate())
+    """The benchmarks' local session (:func:`upsert_bench.local_session`) with a Hadoop catalog
+    ``bench`` in ``warehouse``."""
+    _, spark = local_session("floe key scan", "2g", 2)
+    for key, value in {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "hadoop",
+                       ".warehouse": str(warehouse)}.items():
+        spark.conf.set(f"spark.sql.catalog.bench{key}", value)
+    return spark
 
 
 def timed(action) -> float:
@@ -123,7 +116,6 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="floe-key-scan-") as work:
         spark = session(Path(work))
-        spark.sparkContext.setLogLevel("ERROR")
         try:
             runs = [one(spark, int(size), args.batch, args.files, args.rounds)
                     for size in args.sizes.split(",")]

@@ -166,7 +166,7 @@ def main() -> int:
     for entry in results.values():
         entry["rows_per_second"] = round(args.records / entry["ingest_seconds"])
     if "append" in modes:
-        for mode in set(modes) - {"append"}:
+        for mode in [m for m in modes if m != "append"]:
             results[f"{mode}_vs_append"] = round(results[mode]["rows_per_second"]
                                                  / results["append"]["rows_per_second"], 3)
 
