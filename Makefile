@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The suite's groups run side by side in this many processes (tests/groups.py); 0: serially.
+WORKERS ?= 3
 
 .PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean nemesis \
 	bench bench-backlog bench-restart bench-upsert
@@ -17,7 +19,7 @@ test: prereqs
 	  $(MAKE) --no-print-directory $(VENV)/.installed; installed=$$?; \
 	  wait $$provision; provisioned=$$?; \
 	  test $$installed -eq 0 && test $$provisioned -eq 0
-	$(PY) -m pytest $(PYTEST_ARGS) --junitxml=reports/junit.xml
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS) --junitxml=reports/junit.xml
 
 venv: prereqs $(VENV)/.installed
 

@@ -213,7 +213,7 @@ def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
             print(f"[bench] {name} restart {n}: {committed()[-1]}", file=sys.stderr, flush=True)
         for log in topic.shared.glob("*.log"):  # a variant's JVM logs ({shared}/...)
             shutil.copy(log, work / f"{name}-{log.name}")
-    recorder.finish(work / f"{name}-recorder.json")
+    recorder.dump(work / f"{name}-recorder.json")
     return [s for s in recorder.starts if s["test"] == name]
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from . import groups
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -43,7 +46,37 @@ def _remove_the_demo() -> None:
     uninstall(lambda *args: subprocess.run(["kubectl", *args], capture_output=True))
 
 
-# --- job starts: how many each test made and how long each took (tests/jobstarts.py) ---------
+# --- the groups side by side (tests/groups.py) ---------------------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--group", choices=groups.GROUPS, default=None,
+                     help="run one group of the suite alone (tests/groups.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "xdist_group(name): the group a test runs in")
+    if not groups.is_worker(config):
+        groups.run_directory()  # made before the workers start: they inherit its path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    only = config.getoption("--group")
+    kept, deselected = [], []
+    for item in items:
+        group = groups.group_of(item)
+        if only is not None and group != only:
+            deselected.append(item)
+            continue
+        if group != "free":
+            item.add_marker(pytest.mark.xdist_group(group))
+        kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+# --- job starts and waits: how many each test made and how long each took ------------------
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -51,6 +84,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     from .waits import waits
 
     recorder.test = waits.test = item.nodeid
+    item.user_properties.append(("group", groups.group_of(item)))
+    item.user_properties.append(("worker", groups.worker_id(item.config)))
+    item.user_properties.append(("started", f"{time.time():.3f}"))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -62,32 +98,84 @@ def pytest_runtest_teardown(item: pytest.Item):
     recorder.local(item.nodeid, directory)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Each process keeps what it saw; the controller merges them (pytest_terminal_summary),
+    and stops a stack that this run started."""
     from .jobstarts import recorder
     from .waits import waits
 
-    for line in recorder.finish(ROOT / "reports" / "job-starts.json"):
+    parts = groups.run_directory()
+    name = groups.worker_id(session.config)
+    recorder.dump(parts / f"job-starts.{name}.json")
+    waits.dump(parts / f"waits.{name}.json")
+    if (not groups.is_worker(session.config) and (parts / "stack-started").exists()
+            and os.environ.get("FLOE_KEEP_STACK") != "1"):
+        from hack import stack as local_stack
+
+        local_stack.down()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    from .jobstarts import Recorder
+    from .waits import Waits
+
+    parts = groups.run_directory()
+    for line in Recorder.summarize(parts.glob("job-starts.*.json"),
+                                   ROOT / "reports" / "job-starts.json"):
         terminalreporter.write_line(line)
-    for line in waits.finish(ROOT / "reports" / "waits.json"):
+    for line in Waits.summarize(parts.glob("waits.*.json"), ROOT / "reports" / "waits.json"):
         terminalreporter.write_line(line)
+    junit = config.option.xmlpath  # written by now (pytest's junitxml ends the session first)
+    if junit and Path(junit).exists():
+        from .suite_report import summary
+
+        for line in summary(Path(junit)):
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _stack_share(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test of the stack holds it shared, an `alone` test exclusively (tests/groups.py); a
+    test of the node has its driver pods recorded (tests/jobstarts.py)."""
+    item = request.node
+    if "stack" not in item.fixturenames:
+        yield
+        return
+    release = groups.StackLock(groups.run_directory()).hold(
+        exclusive=item.get_closest_marker("alone") is not None)
+    try:
+        if groups.group_of(item) in ("node", "alone"):
+            from kubernetes import config as kube_config
+
+            from .jobstarts import recorder
+
+            env = request.getfixturevalue("stack").env
+            recorder.watch(kube_config.new_client_from_config(config_file=env["KUBECONFIG"]))
+        yield
+    finally:
+        release()
 
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
+    """The running stack, started by the first worker that needs it (the others wait for it),
+    and stopped by the controller at the run's end when this run started it."""
     from hack import stack as local_stack
 
-    state, started = local_stack.ensure_up()
+    parts = groups.run_directory()
+    with groups.file_lock(parts / "stack-up.lock"):
+        if (parts / "stack-ready").exists():
+            state = local_stack.load_state()
+            assert state is not None, "the stack went down during the run"
+        else:
+            state, started = local_stack.ensure_up()
+            if started:
+                (parts / "stack-started").touch()
+            _remove_the_demo()
+            (parts / "stack-ready").touch()
     env = local_stack.connection_env(state)
     os.environ.update(env)
-    _remove_the_demo()
-    from kubernetes import config as kube_config
-
-    from .jobstarts import recorder
-
-    recorder.watch(kube_config.new_client_from_config(config_file=env["KUBECONFIG"]))
     yield Stack(state, env)
-    if started and os.environ.get("FLOE_KEEP_STACK") != "1":
-        local_stack.down()
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,9 @@ query (tables loaded, offsets checked), to the first batch committed.  For a dri
 server adds the steps before: the SparkApplication created, its driver pod created
 (``submit``: spark-operator's spark-submit), the pod's container started (``pod``).
 
-The suite writes every start to ``reports/job-starts.json`` and sums them up at its end.
+Each of the suite's processes (xdist's workers) keeps its own starts; the suite writes them all
+to ``reports/job-starts.json`` and sums them up at its end. Only a worker that runs the node's
+tests watches the driver pods, so a pod is counted under the test that made it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import threading
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 STARTING, STARTED = '"event": "floe.starting"', '"event": "floe.started"'
 STEPS = ("submit", "pod", "launch", "session", "tables", "first_batch")
@@ -173,8 +175,8 @@ class Recorder:
 
     # --- the session's end -----------------------------------------------------------------
 
-    def finish(self, path: Path) -> list[str]:
-        """Writes every start to ``path``; the summary's lines."""
+    def dump(self, path: Path) -> None:
+        """Writes this process's starts to ``path`` (one worker's part of the run)."""
         self.stopped.set()
         if self.watcher is not None:
             self.watcher.join(timeout=30)
@@ -182,13 +184,21 @@ class Recorder:
             if not entry.get("recorded"):
                 entry["recorded"] = True
                 self._record_pod(entry)
-        if not self.starts:
+        path.write_text(json.dumps(self.starts) + "\n")
+
+    @staticmethod
+    def summarize(parts: Iterable[Path], path: Path) -> list[str]:
+        """Writes every worker's starts to ``path``; the summary's lines."""
+        all_starts: list[dict[str, Any]] = []
+        for part in sorted(parts):
+            all_starts.extend(json.loads(part.read_text()))
+        if not all_starts:
             return []
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.starts, indent=1) + "\n")
-        lines = [f"job starts: {len(self.starts)} (every start: {path})"]
+        path.write_text(json.dumps(all_starts, indent=1) + "\n")
+        lines = [f"job starts: {len(all_starts)} (every start: {path})"]
         for where in ("node", "local"):
-            starts = [s for s in self.starts if s["where"] == where]
+            starts = [s for s in all_starts if s["where"] == where]
             if not starts:
                 continue
             committed = [s for s in starts if s["seconds"] is not None]
@@ -202,7 +212,7 @@ class Recorder:
                 lines.append("    median per step: " + ", ".join(
                     f"{step} {value:.1f} s" for step, value in medians.items()))
         per_test: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for start in self.starts:
+        for start in all_starts:
             per_test[start["test"]].append(start)
         busiest = sorted(per_test.items(), key=lambda item: -len(item[1]))[:10]
         lines.append("  most starts: " + "; ".join(

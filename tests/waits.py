@@ -15,7 +15,7 @@ import sys
 import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 class Waits:
@@ -35,13 +35,21 @@ class Waits:
                                "seconds": round(seconds, 2), "came_true": came_true,
                                "background": background})
 
-    def finish(self, path: Path, top: int = 10) -> list[str]:
-        """Writes every wait to ``path``; the summary's lines."""
-        if not self.waits:
+    def dump(self, path: Path) -> None:
+        """Writes this process's waits to ``path`` (one worker's part of the run)."""
+        path.write_text(json.dumps(self.waits) + "\n")
+
+    @staticmethod
+    def summarize(parts: Iterable[Path], path: Path, top: int = 10) -> list[str]:
+        """Writes every worker's waits to ``path``; the summary's lines."""
+        every: list[dict[str, Any]] = []
+        for part in sorted(parts):
+            every.extend(json.loads(part.read_text()))
+        if not every:
             return []
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.waits, indent=1) + "\n")
-        waited = [w for w in self.waits if not w["background"]]
+        path.write_text(json.dumps(every, indent=1) + "\n")
+        waited = [w for w in every if not w["background"]]
         by_line: dict[str, list[float]] = defaultdict(list)
         for wait in waited:
             by_line[wait["where"]].append(wait["seconds"])
