@@ -6,6 +6,7 @@ when it is not up; a stack started here is stopped at the end unless FLOE_KEEP_S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -133,27 +134,36 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.write_line(line)
 
 
-@pytest.fixture(autouse=True)
-def _stack_share(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test of the stack holds it shared, an `alone` test exclusively (tests/groups.py); a
-    test of the node has its driver pods recorded (tests/jobstarts.py)."""
-    item = request.node
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """A test of the stack holds the parts it uses shared, those it needs alone exclusively,
+    and what it `holds` alone (tests/groups.py); outside the test's timeout, which counts from
+    its setup."""
     if "stack" not in item.fixturenames:
         yield
         return
-    release = groups.StackLock(groups.run_directory()).hold(
-        exclusive=item.get_closest_marker("alone") is not None)
-    try:
-        if groups.group_of(item) in ("node", "alone"):
-            from kubernetes import config as kube_config
-
-            from .jobstarts import recorder
-
-            env = request.getfixturevalue("stack").env
-            recorder.watch(kube_config.new_client_from_config(config_file=env["KUBECONFIG"]))
+    directory = groups.run_directory()
+    alone = groups.parts_alone(item)
+    with contextlib.ExitStack() as held:
+        for name in groups.holds(item):
+            held.enter_context(groups.file_lock(directory / f"holds-{name}.lock"))
+        for part in groups.PARTS:
+            if part in alone or part in groups.parts_used(item):
+                held.callback(groups.PartLock(directory, part).hold(exclusive=part in alone))
         yield
-    finally:
-        release()
+
+
+@pytest.fixture(autouse=True)
+def _driver_pods_recorded(request: pytest.FixtureRequest) -> None:
+    """The node's tests have their driver pods recorded (tests/jobstarts.py): only the one
+    process that runs them watches the pods."""
+    if groups.group_of(request.node) == "node" and "stack" in request.node.fixturenames:
+        from kubernetes import config as kube_config
+
+        from .jobstarts import recorder
+
+        env = request.getfixturevalue("stack").env
+        recorder.watch(kube_config.new_client_from_config(config_file=env["KUBECONFIG"]))
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,26 @@
 """The suite's groups, which pytest-xdist runs side by side (``--dist loadgroup``).
 
 - ``node``: the tests marked ``node``, whose Spark drivers and executors run as pods on the
-  stack's node; one at a time, in the namespaces spark-operator serves for tests.
+  stack's node (and the operators installed there with Helm); one at a time, in the namespaces
+  spark-operator serves for tests, taken in turn by the one process that runs the group.
 - ``local``: the tests that start a Spark JVM on this machine (the integration tests' job
   processes and the session-wide ``spark`` fixture); one at a time.
-- ``alone``: the tests marked ``alone``, which need the stack to themselves (an operator watching
-  every namespace, a component restarted, cluster-wide objects installed). They run one at a
-  time with no other test of the stack beside them: each takes the stack's lock exclusively,
-  where every other test of the stack holds it shared (:class:`StackLock`).
-- no group: the tests that start no JVM (the unit tests, the operator's tests against the API
-  server); xdist hands them to whichever worker is free.
+- ``free``: the tests that start no JVM (the unit tests, the operator's tests against the API
+  server): xdist hands each to whichever worker is free.
 
-``--group NAME`` runs one group alone (``free`` for the tests of no group); ``-n 0`` runs the
-whole suite serially, in one process.
+Two markers order tests across the groups:
+
+- ``alone(part, ...)``: the test needs parts of the stack to itself: ``kubernetes`` (an
+  operator watching every namespace, the CRDs applied anew), ``kafka`` (the broker restarted),
+  ``registry`` (the registry's next schema id); all three when it names none. It runs with no
+  other test that uses those parts beside it: each part has a lock that every test using it
+  holds shared and an ``alone`` test exclusively (:class:`PartLock`). A test of the node or of
+  the API server uses all three; a local Spark test Kafka and the registry only, so it goes on
+  beside an operator installed cluster-wide.
+- ``holds(name)``: the test holds a part of the stack that only one test may change at a time
+  (``toxiproxy``: the fault proxies, whose toxics and switches are the stack's own).
+
+``--group NAME`` runs one group alone; ``-n 0`` runs the whole suite serially, in one process.
 """
 
 from __future__ import annotations
@@ -24,14 +32,13 @@ from pathlib import Path
 
 import pytest
 
-GROUPS = ("node", "local", "alone", "free")
+GROUPS = ("node", "local", "free")
+PARTS = ("kafka", "kubernetes", "registry")
 # Shared by the controller and its workers: the workers inherit it (pytest_configure).
 RUN_DIRECTORY = "FLOE_TEST_RUN_DIRECTORY"
 
 
 def group_of(item: pytest.Item) -> str:
-    if item.get_closest_marker("alone"):
-        return "alone"
     if item.get_closest_marker("node"):
         return "node"
     if item.get_closest_marker("integration") or "spark" in getattr(item, "fixturenames", ()):
@@ -55,16 +62,30 @@ def run_directory() -> Path:
     return Path(path)
 
 
-class StackLock:
-    """A readers-writer lock over the stack, across the workers' processes (``flock``).
+def parts_used(item: pytest.Item) -> tuple[str, ...]:
+    """The parts of the stack a test of the stack uses, for their locks."""
+    return ("kafka", "registry") if group_of(item) == "local" else PARTS
 
-    A test of the stack holds it shared; an ``alone`` test exclusively. A writer first takes the
-    turnstile, which every reader passes through before it takes the lock, so no new test starts
-    while an ``alone`` test waits for the running ones to end."""
 
-    def __init__(self, directory: Path) -> None:
-        self.turnstile = directory / "stack.turnstile"
-        self.lock = directory / "stack.lock"
+def parts_alone(item: pytest.Item) -> tuple[str, ...]:
+    """The parts a test needs to itself (its ``alone`` marker; none without one)."""
+    mark = item.get_closest_marker("alone")
+    if mark is None:
+        return ()
+    unknown = set(mark.args) - set(PARTS)
+    assert not unknown, f"alone({', '.join(sorted(unknown))}): the parts are {PARTS}"
+    return tuple(mark.args) or PARTS
+
+
+class PartLock:
+    """A readers-writer lock over one part of the stack, across the workers' processes
+    (``flock``). A writer first takes the turnstile, which every reader passes through before
+    it takes the lock, so no new test starts while an ``alone`` test waits for the running
+    ones to end. Taken in the order of :data:`PARTS`, the locks cannot deadlock."""
+
+    def __init__(self, directory: Path, part: str) -> None:
+        self.turnstile = directory / f"{part}.turnstile"
+        self.lock = directory / f"{part}.lock"
 
     def hold(self, exclusive: bool):
         turnstile = self.turnstile.open("a")
@@ -86,6 +107,11 @@ class StackLock:
             turnstile.close()
 
         return release
+
+
+def holds(item: pytest.Item) -> list[str]:
+    """The parts of the stack a test holds (``holds`` markers), in a fixed order."""
+    return sorted({name for mark in item.iter_markers("holds") for name in mark.args})
 
 
 def file_lock(path: Path):

@@ -51,7 +51,9 @@ def _read(read, name: str, namespace: str):
         raise
 
 
+# The chart's defaults watch every namespace: no other test of the stack runs beside it.
 @pytest.mark.node
+@pytest.mark.alone("kubernetes")
 def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_drivers_account(
         stack, default_install, namespace, shared, tmp_path, unique_name):
     admin = admin_client(stack)

@@ -201,6 +201,9 @@ def test_the_rendered_manifests_are_accepted_by_the_api_server(stack, namespace,
     assert f"{expected_role}.rbac.authorization.k8s.io/dry-{mode}-floe-operator" in names
 
 
+# Installed cluster-wide, its operator watches every namespace until it is uninstalled.
+@pytest.mark.node
+@pytest.mark.alone("kubernetes")
 def test_helm_install_upgrade_and_uninstall(stack, namespace):
     _install_crds(stack)
     admin = admin_client(stack)

@@ -31,7 +31,7 @@ from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import produce_orders
 from .kube import FAILOVER_BACKOFF_SECONDS, REFRESH_SECONDS, ROOT, admin_client, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 
 def kubectl(*args: str, check: bool = True) -> str:

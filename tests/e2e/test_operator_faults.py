@@ -245,6 +245,7 @@ def held_visit(operator, namespace: str, refresh_seconds: float = REFRESH_SECOND
     return False
 
 
+@pytest.mark.holds("toxiproxy")
 def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
         stack, api, operator, namespace, tmp_path, unique_name):
     """The operator reaches the registry through the stack's fault proxy; its answers held
@@ -292,6 +293,7 @@ def test_a_resource_deleted_during_a_refresh_leaves_no_table_and_no_application(
 
 
 @pytest.mark.node
+@pytest.mark.holds("toxiproxy")
 def test_neighbours_the_operator_cannot_reach_leave_the_progress_it_showed_and_are_named(
         stack, api, operator, drivers, namespace, shared, tmp_path, unique_name):
     """The resource reaches PostgreSQL, the S3 store, Kafka and the registry only through the

@@ -11,7 +11,9 @@ from kubernetes.client.rest import ApiException
 
 from .kube import ROOT, admin_client, wait_until
 
-pytestmark = pytest.mark.e2e
+# The chart installed as written, cluster-wide (every namespace watched, the CRDs applied anew):
+# no other test of the stack runs beside it.
+pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.alone("kubernetes")]
 
 MARKER = "<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py. -->"
 UPGRADE = ("<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py "

@@ -33,7 +33,9 @@ from ..integration.jobkit import assert_exactly_once, s3_properties
 from .conftest import _gone, _renew
 from .kube import ROOT, admin_client, delete_namespace_without_operator, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.node]
+# The chart installed as the README says, cluster-wide, and the namespace `data` made anew: no
+# other test of the stack runs beside it.
+pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.alone]
 
 NAMESPACE, TOPIC = "data", "orders"
 

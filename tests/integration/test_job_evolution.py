@@ -245,6 +245,7 @@ def test_schema_evolution_none_keeps_the_tables_schema_in_the_job(
 
 
 @pytest.mark.faults
+@pytest.mark.alone("registry")  # it takes the registry's next schema id
 def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
         stack, spark, tmp_path, unique_name):
     """A record framed with a schema id the registry does not know (yet) lands raw; once the

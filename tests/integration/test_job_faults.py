@@ -285,6 +285,7 @@ def test_an_append_failing_before_its_commit_deletes_its_files_and_lands_once_on
     assert set(load_table(config).refs()) == {"main", offsets_tag(config.writer)}
 
 
+@pytest.mark.alone("kafka")  # the broker every test shares restarts
 def test_broker_restart_while_streaming(stack, spark, tmp_path, topic):
     from hack import stack as local_stack
 

@@ -92,6 +92,7 @@ def test_a_commit_the_catalog_applied_but_reported_failed_lands_once_and_keeps_i
     assert_exactly_once(table_rows(config), producer.sent)
 
 
+@pytest.mark.holds("toxiproxy")
 @pytest.mark.parametrize("neighbour", ["rest_catalog", "registry", "s3"])
 def test_a_neighbour_down_in_the_middle_of_a_batch_lands_the_batch_once(
         stack, spark, tmp_path, topic, monkeypatch, neighbour):

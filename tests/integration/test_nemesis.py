@@ -7,7 +7,9 @@ import pytest
 
 from .nemesis import Plan, run
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
+# Its schedule restarts the broker every test shares, and sets the fault proxies' toxics.
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.alone("kafka"),
+              pytest.mark.holds("toxiproxy")]
 
 SECONDS = 30  # a run lasts until every kind of fault has happened once (about a minute)
 

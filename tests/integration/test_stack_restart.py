@@ -9,7 +9,8 @@ from hack import stack as local_stack
 
 from .test_stack_kafka import consume_all, create_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
+# The broker every test shares is killed and restarted.
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.alone("kafka")]
 
 
 def test_killed_kafka_broker_restarts_with_its_data(stack, unique_name):
