@@ -87,7 +87,7 @@ def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_driv
     operator_log = lambda: subprocess.run(  # noqa: E731 - read only when a wait fails
         ["kubectl", "logs", "-n", RELEASE_NAMESPACE, f"deployment/{RELEASE}-floe-operator",
          "--tail=80"], capture_output=True, text=True).stdout
-    assert wait_until(landed, timeout=300, interval=2), (
+    assert wait_until(landed, timeout=300, interval=1), (
         f"{status()}\n{operator_log()}\n{logs(tmp_path, namespace)}")
     rows = topic_catalog(None, catalog_spec).load_table(identifier).scan().to_arrow().to_pylist()
     assert_exactly_once(rows, producer.sent)

@@ -66,7 +66,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
         return (status().get("offsets", {}).get("committed") == expected
                 and status().get("phase") == "Running")
 
-    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    assert wait_until(landed, timeout=300, interval=1), f"{status()}\n{job_logs(tmp_path, namespace)}"
     first_snapshot = status()["table"]["snapshotId"]  # the 30 records, for the rollback below
 
     # status: the table, YAML of the resource, a label selector.
@@ -119,7 +119,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     assert wait_until(lambda: status()["offsets"]["lag"] == 10, timeout=60, interval=1), status()
     assert status()["offsets"]["committed"] == committed_while_suspended
     floe("resume", "orders", "-n", namespace)
-    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    assert wait_until(landed, timeout=300, interval=1), f"{status()}\n{job_logs(tmp_path, namespace)}"
 
     # restart: a new application, with an Event that says why, and nothing lost.
     before = custom.get_namespaced_custom_object("sparkoperator.k8s.io", "v1beta2", namespace,
@@ -136,7 +136,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=orders").items
     assert any(e.reason == "JobRestarted" and "restart asked for" in e.message for e in events)
     produce_orders(producer, 40, 5)
-    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    assert wait_until(landed, timeout=300, interval=1), f"{status()}\n{job_logs(tmp_path, namespace)}"
     # rollback: the table back to the snapshot of the first 30 records, waited for; the 15
     # records after it land again, each once.
     rolled = floe("rollback", "orders", "-n", namespace, "--to", first_snapshot, "-w",
@@ -145,7 +145,7 @@ def test_each_command_on_a_running_job(stack, operator, namespace, shared, tmp_p
     assert lines[0].startswith(f"kafkaicebergoperation {namespace}/orders-rollback-"), lines
     assert lines[-1].startswith(f"Succeeded: main of analytics.orders was moved back to "
                                 f"snapshot {first_snapshot}"), lines
-    assert wait_until(landed, timeout=300, interval=2), f"{status()}\n{job_logs(tmp_path, namespace)}"
+    assert wait_until(landed, timeout=300, interval=1), f"{status()}\n{job_logs(tmp_path, namespace)}"
     from ..integration.jobkit import assert_exactly_once
     from .test_operator import orders_rows, topic_catalog
 

@@ -136,7 +136,7 @@ def landed_topic(stack, shared: Path, tmp_path: Path, name: str, kafka_topic: st
     produce_orders(producer, 0, records)
     apply(stack, shared, name, kafka_topic, tmp_path, **spec_changes)
     topic = Topic(stack, shared, name)
-    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=1), topic.diagnostics()
     return topic, producer
 
 
@@ -159,7 +159,7 @@ def test_a_topic_lands_exactly_once_in_driver_and_executor_pods(stack, floe, sha
     topic, producer = landed_topic(stack, shared, tmp_path, "orders", kafka_topic, 400,
                                    partitions=4, spark=spark)
     produce_orders(producer, 400, 400)  # a batch once both executors are surely there
-    assert wait_until(lambda: topic.landed(producer), timeout=300, interval=2), \
+    assert wait_until(lambda: topic.landed(producer), timeout=300, interval=1), \
         topic.diagnostics()
     kubectl("wait", "--for=condition=Ready", "-n", NAMESPACE, "kit/orders", "--timeout=120s")
     assert_exactly_once(topic.rows(), producer.sent)
@@ -203,7 +203,7 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
     producing.join()
     assert wait_until(lambda: topic.driver_uid() not in (None, first_driver), timeout=300,
                       interval=1), topic.diagnostics()
-    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=1), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)
 
     # The operator's pod deleted: its Deployment starts another, which converges.
@@ -222,7 +222,7 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
         return ready == 1 and not pods & old
 
     assert wait_until(replaced, timeout=180, interval=1), topic.diagnostics()
-    assert wait_until(lambda: topic.landed(producer), timeout=300, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=300, interval=1), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)
 
     # A spec change (the commit interval) rolls the job: a new driver, nothing lost or doubled.
@@ -234,5 +234,5 @@ def test_driver_and_operator_pods_deleted_and_a_spec_change_lose_and_duplicate_n
                       interval=1), topic.diagnostics()
     assert wait_until(lambda: topic.driver_uid() not in (None, rolled_from), timeout=300,
                       interval=1), topic.diagnostics()
-    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=2), topic.diagnostics()
+    assert wait_until(lambda: topic.landed(producer), timeout=600, interval=1), topic.diagnostics()
     assert_exactly_once(topic.rows(), producer.sent)

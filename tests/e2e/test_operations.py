@@ -4,6 +4,8 @@ produced."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kubernetes import client
 
@@ -88,9 +90,9 @@ def rows_as_produced(rows: list[dict], sent: dict) -> None:
 def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):
     """Main moved back to the snapshot that held the first 20 records, while records keep
-    coming; the job goes on from that snapshot's offsets (10 records a commit, so landing the
-    110 after it again takes a while), its driver is killed while it does, and the table ends
-    with every record once."""
+    coming; the job goes on from that snapshot's offsets (10 records a commit, one a second at
+    most, so landing the 110 after it again takes a while), its driver is killed while it does,
+    and the table ends with every record once."""
     from ..integration.nemesis import end_offsets
     from ..integration.test_job_roundtrip import produce_orders
     from .test_operator import (declared_orders, kill_driver, logs, orders_rows, orders_status,
@@ -98,18 +100,18 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
 
     kafka_topic = f"rollback-{unique_name}".replace("_", "-")
     producer = declared_orders(stack, shared, namespace, kafka_topic, 20,
-                               spec={"commit": {"maxRecordsPerCommit": 10}})
+                               spec={"commit": {"maxRecordsPerCommit": 10, "interval": "1s"}})
     custom = client.CustomObjectsApi(admin_client(stack))
     catalog = topic_catalog(shared)
 
     def landed(count: int) -> bool:
         return orders_landed(stack, namespace, catalog, count)
 
-    assert wait_until(lambda: landed(20), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(20), timeout=300, interval=1), logs(tmp_path, namespace)
     target = orders_status(stack, namespace)["table"]["snapshotId"]
     held = {str(p): o for p, o in end_offsets(stack.bootstrap, kafka_topic, 2).items()}
     produce_orders(producer, 20, 100)
-    assert wait_until(lambda: landed(120), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(120), timeout=300, interval=1), logs(tmp_path, namespace)
     before = orders_status(stack, namespace)["table"]["snapshotId"]
 
     def app() -> dict:
@@ -136,7 +138,7 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     assert wait_until(lambda: operation_status(stack, namespace, "undo").get("phase")
                       == "Succeeded", timeout=420, interval=1), \
         f"{operation_status(stack, namespace, 'undo')}\n{logs(tmp_path, namespace)}"
-    assert wait_until(lambda: landed(130), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(130), timeout=300, interval=1), logs(tmp_path, namespace)
     assert wait_until(lambda: "ExitCode: 137" in orders_status(stack, namespace)
                       .get("sparkApplication", {}).get("lastFailure", ""), timeout=120), \
         orders_status(stack, namespace)  # the kill was failed over
@@ -185,7 +187,7 @@ def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_s
         return orders_landed(stack, namespace, catalog, count)
 
     assert wait_until(lambda: landed(10) and orders_status(stack, namespace).get("stable"),
-                      timeout=300, interval=2), logs(tmp_path, namespace)
+                      timeout=300, interval=1), logs(tmp_path, namespace)
     assert orders_status(stack, namespace)["stable"]["generation"] == 1
     custom.patch_namespaced_custom_object(*args, {"spec": {
         "spark": {"image": "floe/floe-spark:no-such-tag"},
@@ -204,14 +206,14 @@ def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_s
     events = [(e.type, e.reason) for e in client.CoreV1Api(admin_client(stack))
               .list_namespaced_event(namespace, field_selector="involvedObject.name=orders").items]
     assert ("Warning", "RolledBack") in events, events
-    assert wait_until(lambda: landed(20), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(20), timeout=300, interval=1), logs(tmp_path, namespace)
 
     # The next change is tried: it lands, and becomes the stable spec.
     custom.patch_namespaced_custom_object(*args, {"spec": {"spark": {"image": None}}})
     produce_orders(producer, 20, 10)
     assert wait_until(lambda: landed(30) and ready() == ("True", "Landing")
                       and (orders_status(stack, namespace).get("stable") or {})
-                      .get("generation") == 3, timeout=300, interval=2), \
+                      .get("generation") == 3, timeout=300, interval=1), \
         f"{orders_status(stack, namespace)}\n{logs(tmp_path, namespace)}"
     assert "autoRollback" not in orders_status(stack, namespace)
     rows_as_produced(orders_rows(catalog), producer.sent)
@@ -241,17 +243,17 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
         return sum(1 for r in orders_rows(catalog) if r["value"] is None)
 
     # The table is made from the subject's latest version: the wider one comes after
-    assert wait_until(lambda: landed(10), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(10), timeout=300, interval=1), logs(tmp_path, namespace)
     for i in range(10, 50):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=wide)
     producer.flush()
-    assert wait_until(lambda: landed(50) and raw() == 40, timeout=300, interval=2), \
+    assert wait_until(lambda: landed(50) and raw() == 40, timeout=300, interval=1), \
         logs(tmp_path, namespace)
     custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
                                           "kafkaicebergtopics", "orders",
                                           {"spec": {"schemaEvolution": {"mode": "additive"}}})
     produce_orders(producer, 50, 10)
-    assert wait_until(lambda: landed(60), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(60), timeout=300, interval=1), logs(tmp_path, namespace)
 
     uid = apply_operation(stack, namespace, "fix", "Repair",
                           {"reasons": ["schema_refused"], "rowsPerCommit": 4})
@@ -266,7 +268,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     assert done["repair"]["commits"] == commits_of(catalog, uid) >= 10
     assert done["message"] == ("decoded 40 raw rows of analytics.orders again, in "
                                f"{commits_of(catalog, uid)} commits; 0 stay raw")
-    assert wait_until(lambda: landed(70), timeout=300, interval=2), logs(tmp_path, namespace)
+    assert wait_until(lambda: landed(70), timeout=300, interval=1), logs(tmp_path, namespace)
     rows_as_produced(orders_rows(catalog), producer.sent)
     reasons = [e.reason for e in client.CoreV1Api(admin_client(stack)).list_namespaced_event(
         namespace, field_selector="involvedObject.name=fix").items]
@@ -294,16 +296,19 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
         return (orders_status(stack, namespace).get("offsets") or {}).get("committed") or {}
 
     produced = 40
+    last_sent = -5.0
 
     def both_partitions() -> bool:  # the job has started: what comes now lands
-        nonlocal produced
+        nonlocal produced, last_sent
         if len(committed()) == 2:
             return True
-        produce_orders(producer, produced, 4)
-        produced += 4
+        if time.monotonic() - last_sent >= 5:  # 4 more every 5 s; the status read every second
+            produce_orders(producer, produced, 4)
+            produced += 4
+            last_sent = time.monotonic()
         return False
 
-    assert wait_until(both_partitions, timeout=300, interval=5), logs(tmp_path, namespace)
+    assert wait_until(both_partitions, timeout=300, interval=1), logs(tmp_path, namespace)
     assert len(orders_rows(catalog)) < produced  # the history is not there
 
     uid = apply_operation(stack, namespace, "history", "Backfill", {"recordsPerCommit": 5})
@@ -316,10 +321,11 @@ def test_a_backfill_beside_the_running_job_lands_the_history_once_with_its_drive
     shown = done["backfill"]
     assert shown["commits"] == commits_of(catalog, uid) >= 8, done
     assert shown["leftOut"] == {}, done
-    assert wait_until(lambda: len(orders_rows(catalog)) == produced
-                      and committed() == {str(p): o for p, o in
-                                          producer.next_offsets().items()},
-                      timeout=300, interval=2), logs(tmp_path, namespace)
+    # The status first: the table is scanned once it says so
+    assert wait_until(lambda: committed() == {str(p): o for p, o in
+                                              producer.next_offsets().items()}
+                      and len(orders_rows(catalog)) == produced,
+                      timeout=300, interval=1), logs(tmp_path, namespace)
     rows_as_produced(orders_rows(catalog), producer.sent)
     # The history the job had skipped is what the backfill landed, in both attempts.
     history = sum(r["to"] - r["from"] for r in shown["ranges"].values())

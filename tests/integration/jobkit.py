@@ -231,16 +231,20 @@ def group_offsets(stack, config: JobConfig, partitions: list[int]) -> dict[int, 
         consumer.close()
 
 
-def consume_to_end(stack, topic: str, timeout: float = 30) -> list:
+def consume_to_end(stack, topic: str, timeout: float = 30,
+                   isolation: str = "read_committed") -> list:
     """Every record ``topic`` holds now: each partition read to its end, so a test sees that no
-    other record is there without waiting for one that might come."""
+    other record is there without waiting for one that might come. (``isolation``: the
+    consumer's isolation.level, librdkafka's default; read_committed ends at the last stable
+    offset.)"""
     import time
     import uuid
 
     from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
     consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation})
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     found, ended = [], set()
