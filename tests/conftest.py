@@ -181,10 +181,11 @@ def stack() -> Iterator[Stack]:
             state, started = local_stack.ensure_up()
             if started:
                 (parts / "stack-started").touch()
+        env = local_stack.connection_env(state)
+        os.environ.update(env)
+        if not (parts / "stack-ready").exists():
             _remove_the_demo()
             (parts / "stack-ready").touch()
-    env = local_stack.connection_env(state)
-    os.environ.update(env)
     yield Stack(state, env)
 
 
