@@ -77,6 +77,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The groups must hold: xdist groups tests by a suffix of their ids, which some pytest
+    releases drop (the groups would then run spread over every worker)."""
+    if groups.is_worker(session.config) and session.config.getoption("dist", "no") == "no" \
+            and getattr(session.config.option, "loadgroup", False):
+        spread = [item.nodeid for item in session.items
+                  if groups.group_of(item) != "free" and "@" not in item.nodeid]
+        if spread:
+            raise pytest.UsageError(f"xdist did not group {spread[0]} (and {len(spread) - 1} "
+                                    "more): this pytest and pytest-xdist do not work together")
+
+
 # --- job starts and waits: how many each test made and how long each took ------------------
 
 @pytest.hookimpl(tryfirst=True)
