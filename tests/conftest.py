@@ -156,12 +156,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         return
     directory = groups.run_directory()
     alone = groups.parts_alone(item)
+    asked = time.monotonic()
     with contextlib.ExitStack() as held:
         for name in groups.holds(item):
             held.enter_context(groups.file_lock(directory / f"holds-{name}.lock"))
         for part in groups.PARTS:
             if part in alone or part in groups.parts_used(item):
                 held.callback(groups.PartLock(directory, part).hold(exclusive=part in alone))
+        # how long it waited for the tests beside it (not in its time in the report)
+        item.user_properties.append(("waited", f"{time.monotonic() - asked:.1f}"))
         yield
 
 

@@ -23,6 +23,7 @@ class Case:
     worker: str
     started: float | None
     outcome: str
+    waited: float  # for the locks of the parts of the stack it uses, before its time began
 
 
 def cases(path: Path) -> tuple[float, list[Case]]:
@@ -38,7 +39,8 @@ def cases(path: Path) -> tuple[float, list[Case]]:
         found.append(Case(f"{case.get('classname')}::{case.get('name')}",
                           float(case.get("time") or 0), properties.get("group", "-"),
                           properties.get("worker", "-"),
-                          float(started) if started else None, outcome))
+                          float(started) if started else None, outcome,
+                          float(properties.get("waited") or 0)))
     return sum(float(suite.get("time") or 0) for suite in suites), found
 
 
@@ -58,7 +60,9 @@ def summary(path: Path, slowest: int = 10) -> list[str]:
         ends = [c.started + c.seconds for c in members if c.started is not None]
         span = f", from the first to the last {_minutes(max(ends) - min(starts))}" if starts else ""
         workers = sorted({c.worker for c in members})
-        lines.append(f"  {group}: {len(members)} tests, {_minutes(busy)} of tests{span} "
+        waited = sum(c.waited for c in members)
+        lines.append(f"  {group}: {len(members)} tests, {_minutes(busy)} of tests{span}, "
+                     f"{_minutes(waited)} waiting for the tests beside them "
                      f"(workers {', '.join(workers)})")
     lines.append(f"the {slowest} slowest tests:")
     for case in sorted(found, key=lambda c: -c.seconds)[:slowest]:
