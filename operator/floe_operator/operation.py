@@ -119,13 +119,21 @@ class StayRaw(_Model):
     errors: list[str] = Field(default_factory=list, description="A few of their errors.")
 
 
+class LeftOut(_Model):
+    count: int
+    why: str = Field(description="Why they were left out, and what to do instead.")
+
+
 class RedriveStatus(_Model):
-    read: int | None = Field(None, description="The dead-letter topic's records of the table.")
-    missing: int | None = Field(None, description="Of them, those the table has no row for.")
+    read: int | None = Field(None, description="The dead-letter topic's records of the topic.")
+    missing: int | None = Field(None, description="Of those not left out, those the table has "
+                                                   "no row for.")
     landed: int | None = Field(None, description="Of those, landed (they now decode).")
     would_land: int | None = Field(None, description="A dry run: those that would land.")
     stay_undecodable: int | None = Field(None, description="Those that still do not decode "
                                                            "(left in the dead-letter topic).")
+    left_out: dict[str, LeftOut] = Field(
+        default_factory=dict, description="Records left out of the re-drive, by reason.")
 
 
 class RepairStatus(_Model):
@@ -447,12 +455,20 @@ def _repaired(record: dict[str, Any], table: str) -> str:
                     "table has no row for would land" if letters else "")
         return (f"dry run: {record.get('wouldRepair', 0)} of the {record.get('selected', 0)} "
                 f"selected raw rows of {table} would be decoded, {record.get('stayRaw', 0)} "
-                f"would stay raw{_why(record)}{redriven}")
+                f"would stay raw{_why(record)}{redriven}{_left_out(letters)}")
     redriven = (f"; {letters.get('landed', 0)} records of the dead-letter topic the table had "
                 "no row for landed" if letters else "")
     return (f"decoded {record.get('repaired', 0)} raw rows of {table} again, in "
             f"{record.get('commits', 0)} commits; {record.get('stayRaw', 0)} stay "
-            f"raw{_why(record)}{redriven}")
+            f"raw{_why(record)}{redriven}{_left_out(letters)}")
+
+
+def _left_out(letters: dict[str, Any] | None) -> str:
+    """The records of the dead-letter topic a repair left out, by reason, each with why and
+    what to do instead."""
+    left = (letters or {}).get("leftOut") or {}
+    return "".join(f"; {found.get('count', 0)} records of the dead-letter topic left out "
+                   f"({reason}): {found.get('why', '')}" for reason, found in sorted(left.items()))
 
 
 def _backfilled(record: dict[str, Any], table: str) -> str:

@@ -6,8 +6,13 @@ their raw value and reason).  A batch that is not committed (the driver killed a
 a commit that failed) runs again from the table's offsets and has the same undecodable records:
 before sending, the job reads what the dead-letter topic got since the table's last commit by
 this writer, and leaves out each record already there, known by its ``floe.writer``,
-``floe.topic``, ``floe.partition`` and ``floe.offset`` headers.  When that read fails (the
-topic unreachable), everything is sent and a record may arrive twice, with the same headers.
+``floe.topic``, ``floe.partition`` and ``floe.offset`` headers (and ``floe.table``: each of a
+routed topic's tables sends its own).  When that read fails (the topic unreachable),
+everything is sent and a record may arrive twice, with the same headers.
+
+So the dead-letter topic may hold records of a batch that was never committed: the job lands
+them again itself, and a repair that re-drives dead letters (:mod:`.repair`) leaves out those
+at or above the table's offsets, and those another table sent.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ ATTEMPTS = 3
 CLOCK_MARGIN_MS = 10 * 60 * 1000
 READ_SECONDS = 120  # at most this long reading back what was sent
 HEADERS = ("floe.writer", "floe.topic", "floe.partition", "floe.offset")
+# The table the record was kept raw in (a routed topic has several); dead letters sent before
+# floe named it do not have it.
+TABLE_HEADER = "floe.table"
+TABLE = "_dead_letter_table"  # :func:`records`' column of it
 # Also on each dead letter: ``floe.error`` (why), and the record's own ``floe.timestamp`` (ms)
 # and ``floe.timestamp-type``, so that a repair re-drives it as it came.
 HEADER_PREFIX = "floe."
@@ -123,7 +132,8 @@ def already_sent(config: JobConfig, since_ms: int) -> set[Coordinates]:
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(str(error))
                 if error is None:
-                    coordinates = _coordinates(message.headers() or [], config.writer)
+                    coordinates = _coordinates(message.headers() or [], config.writer,
+                                               config.table.identifier)
                     if coordinates is not None:
                         sent.add(coordinates)
                 if message.offset() is not None and \
@@ -135,10 +145,14 @@ def already_sent(config: JobConfig, since_ms: int) -> set[Coordinates]:
         consumer.close()
 
 
-def _coordinates(headers: list[tuple[str, bytes]], writer: str) -> Coordinates | None:
-    """The source record a dead letter of ``writer`` came from; None for another writer's."""
-    found = {key: value for key, value in headers if key in HEADERS}
-    if len(found) < len(HEADERS) or found["floe.writer"] != writer.encode():
+def _coordinates(headers: list[tuple[str, bytes]], writer: str,
+                 table: str) -> Coordinates | None:
+    """The source record a dead letter of ``writer`` for ``table`` came from; None for another
+    writer's, or one another of the topic's tables sent."""
+    found = {key: value for key, value in headers if key in (*HEADERS, TABLE_HEADER)}
+    if not set(HEADERS) <= set(found) or found["floe.writer"] != writer.encode():
+        return None
+    if found.get(TABLE_HEADER, table.encode()) != table.encode():
         return None
     return (found["floe.topic"].decode(), int(found["floe.partition"]),
             int(found["floe.offset"]))
@@ -146,11 +160,13 @@ def _coordinates(headers: list[tuple[str, bytes]], writer: str) -> Coordinates |
 
 def records(spark: Any, config: JobConfig) -> DataFrame:
     """The dead-letter topic's records of this writer and topic, as the Kafka records they
-    were (key, value, partition, offset, timestamp, their own headers), each once."""
+    were (key, value, partition, offset, timestamp, their own headers), each once per table
+    that sent it, with that table (:data:`TABLE`: null when the letter does not say) and why
+    it was kept raw (``_dead_letter_error``)."""
     assert config.dead_letter is not None
 
-    def header(name: str) -> Any:
-        return F.expr(f"element_at(transform(filter(headers, h -> h.key = '{name}'), "
+    def header(name: str) -> Any:  # null when the letter has no such header
+        return F.expr(f"try_element_at(transform(filter(headers, h -> h.key = '{name}'), "
                       "h -> cast(h.value as string)), 1)")
 
     reader = (spark.read.format("kafka")
@@ -172,8 +188,9 @@ def records(spark: Any, config: JobConfig) -> DataFrame:
                     F.coalesce(header("floe.timestamp-type").cast("int"),
                                F.col("timestampType")).alias("timestampType"),
                     F.when(F.size(own) > 0, own).alias("headers"),
-                    header("floe.error").alias("_dead_letter_error"))
-            .dropDuplicates(["partition", "offset"]))
+                    header("floe.error").alias("_dead_letter_error"),
+                    header(TABLE_HEADER).alias(TABLE))
+            .dropDuplicates(["partition", "offset", TABLE]))
 
 
 def _produce(bad: DataFrame, config: JobConfig) -> None:
@@ -191,6 +208,7 @@ def _produce(bad: DataFrame, config: JobConfig) -> None:
                 header("floe.topic", F.col("kafka.topic")),
                 header("floe.partition", F.col("kafka.partition").cast("string")),
                 header("floe.offset", F.col("kafka.offset").cast("string")),
+                header(TABLE_HEADER, F.lit(config.table.identifier)),
                 header("floe.timestamp", F.unix_millis(F.col("kafka.timestamp")).cast("string")),
                 header("floe.timestamp-type", F.col("kafka.timestamp_type").cast("string"))))
     writer: Any = (bad.select(F.col("key"), F.col("value_raw").alias("value"),

@@ -13,6 +13,15 @@ the chunk's offset range, so a run killed midway and started again goes on with 
 still raw, and the streaming job's appends (offsets above every raw row's) never conflict
 with it.  Rows that still do not decode stay as they are, counted by their reason now.
 
+With a dead-letter topic, the repair also re-drives it (:meth:`Repair._redrive`): its records of
+this table that the table has no row for and that now decode are appended, with their own
+lineage.  It leaves out those it must not land (:func:`why_left_out`; counted on the outcome
+under ``deadLetters.leftOut``, each reason with what to do instead): a record at or above the
+table's offsets, whose batch was not committed when its dead letter was sent (the driver
+killed, a lost commit) and which the job lands again itself; and a dead letter another of the
+topic's tables sent, or one that does not say which table sent it when the topic has several.
+The table is not evolved for the dead letters left out.
+
 The outcome is recorded on the table (:func:`~.ledger.record_operation`), which is how the
 operator learns it.  A dry run decodes and counts, and changes no row and no schema: the rows
 of a writer schema the table would first evolve for count as decodable, and the outcome names
@@ -24,17 +33,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
+from .dead_letters import TABLE
 from .decode import frame, raw_reason
 from .layout import KEY_FIELDS
 from .commit import CommitConflict, commit_with_retries, is_conflict
-from .ledger import (OPERATION, OPERATION_ROWS, head, operation_snapshots, record_operation,
-                     summed)
+from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, operation_snapshots,
+                     record_operation, summed)
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
@@ -42,6 +52,23 @@ log = logging.getLogger("floe.operation")
 ATTEMPTS = 8  # a chunk whose commit conflicts (the job committed, a compaction) is tried this often
 EXAMPLES = 5  # still-raw rows' errors kept in the outcome, per reason
 DEAD_LETTERS = "floe.operation.dead-letters"  # a commit's rows re-driven from dead letters
+REASON = "_left_out"  # a dead letter's column: why it is not re-driven (null: it may be)
+# Why dead letters are not re-driven into the table, and what to do instead (the outcome's
+# ``deadLetters.leftOut``, which the operation's status shows)
+LEFT_OUT = {
+    "uncommitted": (
+        "at or above the table's offsets: their batch was not committed when they were sent "
+        "(the driver killed, a lost commit), and the job lands these records itself; nothing "
+        "to do (a record Kafka no longer has is re-driven by a repair once the table's "
+        "offsets are past it)"),
+    "otherTable": (
+        "sent by another of the topic's tables (a route's): a repair of that table "
+        "(repair.table) re-drives them"),
+    "unknownTable": (
+        "sent before floe named the table on each dead letter, and the topic has several "
+        "tables: no repair re-drives them; a Backfill of their partitions and offsets lands "
+        "those the table lacks, while Kafka has them"),
+}
 
 
 def _timestamp(text: str) -> Any:
@@ -80,6 +107,39 @@ def _within(rows: DataFrame, spec: RepairSpec, error: Any = None, schema_id: Any
     if spec.to_time is not None:
         rows = rows.filter(F.col(f"{lineage}timestamp") < _timestamp(spec.to_time))
     return rows
+
+
+def why_left_out(table: str, routed: bool, offsets: dict[int, int]) -> Column:
+    """Why a dead letter (:func:`.dead_letters.records`) is not re-driven into ``table`` (a
+    key of :data:`LEFT_OUT`), or null: another table sent it, or it does not say which table
+    did and the topic has several (``routed``); or its record is at or above the table's
+    ``offsets`` (any offset of a partition they lack), which the job lands itself."""
+    named = F.col(TABLE)
+    start = F.lit(0)
+    if offsets:
+        known = F.create_map(*[F.lit(x) for p, o in sorted(offsets.items()) for x in (p, o)])
+        start = F.coalesce(known[F.col("partition")], F.lit(0))
+    return (F.when(named.isNotNull() & (named != F.lit(table)), F.lit("otherTable"))
+            .when(named.isNull() & F.lit(routed), F.lit("unknownTable"))
+            .when(F.col("offset") >= start, F.lit("uncommitted")))
+
+
+def _landable(letters: DataFrame) -> DataFrame:
+    """The dead letters not left out (:data:`REASON`), each record once, as the Kafka records
+    they were."""
+    return (letters.filter(F.col(REASON).isNull()).dropDuplicates(["partition", "offset"])
+            .drop(REASON, TABLE, "_dead_letter_error"))
+
+
+def _left_out(letters: DataFrame) -> dict[str, Any]:
+    """The outcome's ``leftOut`` of the dead letters: how many of each reason, and what to do
+    instead; nothing when none is left out."""
+    counts = {r[0]: int(r[1]) for r in letters.filter(F.col(REASON).isNotNull())
+              .groupBy(REASON).count().collect()}
+    if not counts:
+        return {}
+    return {"leftOut": {reason: {"count": count, "why": LEFT_OUT[reason]}
+                        for reason, count in sorted(counts.items())}}
 
 
 def chunks(selected: DataFrame, size: int) -> list[tuple[int, int, int, int]]:
@@ -135,8 +195,9 @@ class Repair:
         self.table_ref = writer.branch_name  # main, or the branch the job lands in
         self.keyed = config.key.decoded
         self.has_value = config.value.format != "raw"
-        # Dead letters are of the topic's own table (undecodable records are never routed)
-        self.own_table = top_table is None or top_table == config.table.identifier
+        # Each of a routed topic's tables sends its own dead letters
+        self.routed = bool(config.routes) or (top_table is not None
+                                              and top_table != config.table.identifier)
 
     def _plan(self, records: DataFrame) -> tuple[list[int], list[int]]:
         """Plans the records' writer schemas, evolving the table for them (unless a dry run):
@@ -205,11 +266,20 @@ class Repair:
         finally:
             decoded.unpersist()
 
-    def _redrive(self) -> dict[str, int]:
+    def _sorted(self, letters: DataFrame, table: Any) -> DataFrame:
+        """``letters`` with why each is left out (:data:`REASON`), against the table's
+        offsets as ``table`` was loaded."""
+        committed = last_commit(table, self.config.writer, self.config.kafka.topic,
+                                ref=self.config.table.ref)
+        return letters.withColumn(REASON, why_left_out(self.config.table.identifier,
+                                                       self.routed, committed.offsets))
+
+    def _redrive(self) -> dict[str, Any]:
         """The dead-letter topic's records of this table that the table has no row for (its
-        raw rows deleted, or lost to a roll back while Kafka no longer has them) and that now
-        decode, appended in one commit that holds only if ``main`` is still where they were
-        checked against it (else read and checked again)."""
+        raw rows deleted, or lost to a roll back) and that now decode, appended in one commit
+        that holds only if ``main`` is still where they were checked against it (else read and
+        checked again).  Those it must not land are left out (:func:`why_left_out`): the
+        table is evolved only for the others."""
         from .dead_letters import records
         from .kafka_offsets import topic_partitions
 
@@ -219,23 +289,27 @@ class Repair:
         if not topic_partitions(dead):  # none was ever sent, or it was deleted
             return {"read": 0, "missing": 0, "landed": 0, "stayUndecodable": 0}
         letters = _within(records(self.spark, self.config), self.spec)
-        ids = self._plan(letters.drop("_dead_letter_error"))
+        table = self.writer.catalog.load_table(self.config.table.identifier)
+        ids = self._plan(_landable(self._sorted(letters, table)))
         read = letters.count()
         outcome, _ = commit_with_retries(lambda: self._redrive_once(letters, ids),
                                          attempts=ATTEMPTS)
         return {"read": read, **outcome}
 
     def _redrive_once(self, letters: DataFrame, ids: tuple[list[int], list[int]]
-                      ) -> dict[str, int]:
+                      ) -> dict[str, Any]:
         """One try of :meth:`_redrive`, against ``main`` as it is now (CommitConflict when it
-        moves before the commit)."""
+        moves before the commit): its offsets say which dead letters are left out."""
         table = self.writer.catalog.load_table(self.config.table.identifier)
         base = head(table, self.config.table.ref).snapshot_id
+        sorted_letters = self._sorted(letters, table)
+        left = _left_out(sorted_letters)
+        landable = _landable(sorted_letters)
         held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
                 .select(F.col("kafka.partition").alias("_p"), F.col("kafka.offset").alias("_o")))
-        missing = letters.join(held, (letters["partition"] == held["_p"])
-                               & (letters["offset"] == held["_o"]), "left_anti")
-        decoded = self._decode_records(missing.drop("_dead_letter_error"), ids).persist()
+        missing = landable.join(held, (landable["partition"] == held["_p"])
+                                & (landable["offset"] == held["_o"]), "left_anti")
+        decoded = self._decode_records(missing, ids).persist()
         try:
             failed = undecodable(decoded)
             fixed = decoded.filter(~failed)
@@ -243,7 +317,7 @@ class Repair:
             # (a dry run does not evolve the table: those that wait for it would land)
             waits = F.col("value_error").startswith(WOULD_EVOLVE)
             outcome = {"missing": decoded.count(), "landed": 0,
-                       "stayUndecodable": decoded.filter(failed & ~waits).count()}
+                       "stayUndecodable": decoded.filter(failed & ~waits).count(), **left}
             if self.spec.dry_run:
                 return {**outcome, "wouldLand": landing + decoded.filter(failed & waits).count()}
             if landing:
@@ -274,7 +348,7 @@ class Repair:
                      " (dry run)" if spec.dry_run else "")
         stayed_count = sum(s["count"] for s in stayed.values())
         redriven = ({"deadLetters": self._redrive()} if self.config.dead_letter is not None
-                    and spec.dead_letters and self.own_table else {})
+                    and spec.dead_letters else {})
         if spec.dry_run:
             return {"selected": total, "wouldRepair": decoded, "stayRaw": stayed_count,
                     "stayRawByReason": stayed, **redriven,

@@ -12,9 +12,11 @@ from floe_sparkapp.config import parse_config
 from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.ledger import OPERATION, ancestors, operation_record
 from floe_sparkapp.operations import OperationRefused, operate
+from floe_sparkapp.repair import LEFT_OUT
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config,
-                     killed_after_first, load_table, run_once, table_rows)
+from .jobkit import (AvroProducer, assert_exactly_once, consume_to_end, create_topic,
+                     job_config, killed_after_first, load_table, route_table, run_once,
+                     table_rows)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration
@@ -158,3 +160,102 @@ def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
     again = operate(config, request("redrive"), spark)
     assert again["deadLetters"]["missing"] == 0 and again["deadLetters"]["landed"] == 8
     assert len(table_rows(config)) == 18
+
+
+def quantity_type(config) -> str:
+    return str(load_table(config).schema().find_field("value.quantity").field_type)
+
+
+@pytest.mark.faults
+def test_a_repair_leaves_the_dead_letters_of_a_batch_never_committed_to_the_job(
+        stack, spark, tmp_path, unique_name, monkeypatch):
+    """A batch sends its undecodable records to the dead-letter topic before its commit, and
+    the driver is killed in between: the table has neither their rows nor their offsets.  Once
+    their cause is fixed, a repair re-driving the dead letters lands none of them (the job
+    lands that batch again itself), says so on its outcome, and does not evolve the table for
+    them; the job then lands every record once."""
+    from floe_sparkapp.commit import BranchCommitter
+
+    topic = f"uncommitted-{unique_name}".replace("_", "-")
+    dead = f"{topic}-dlq"
+    create_topic(stack.bootstrap, topic, partitions=2)
+    create_topic(stack.bootstrap, dead, partitions=1)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic,
+                                                   dead_letter=dead).to_json()),
+                           "schemaEvolution": {"mode": "none"}})
+    run_once(frozen, spark)
+    for i in range(10, 18):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
+    producer.flush()
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed after the dead letters were sent")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BranchCommitter, "append", killed)
+        with pytest.raises(Exception, match="killed after the dead letters were sent"):
+            run_once(frozen, spark)
+    assert len(consume_to_end(stack, dead)) == 8
+    assert len(table_rows(frozen)) == 10
+    config = parse_config({**json.loads(frozen.to_json()),
+                           "schemaEvolution": {"mode": "additive"}})
+
+    outcome = operate(config, request("redrive"), spark)
+    assert len(table_rows(config)) == 10, "the repair landed records the job lands again"
+    letters = outcome["deadLetters"]
+    assert letters["read"] == 8 and letters["missing"] == 0 and letters["landed"] == 0
+    assert letters["leftOut"] == {"uncommitted": {"count": 8, "why": LEFT_OUT["uncommitted"]}}
+    assert quantity_type(config) == "int"  # not evolved for the records left out
+
+    run_once(config, spark)
+    rows = table_rows(config)
+    assert_exactly_once(rows, producer.sent)
+    assert not [r for r in rows if r["value"] is None]  # the job decoded them, each once
+    assert quantity_type(config) == "long"
+
+
+@pytest.mark.faults
+def test_a_repair_re_drives_into_each_of_a_routed_topics_tables_only_its_own_dead_letters(
+        stack, spark, tmp_path, unique_name):
+    """The even orders go to a route's table, the rest to the topic's own; both tables kept
+    the wide records raw, each sending its own to the one dead-letter topic, and their raw
+    rows were deleted.  A repair of each table lands its own dead letters and leaves out the
+    other's (a repair of that table re-drives them): each record is in its own table, once."""
+    topic = f"redrive-routes-{unique_name}".replace("_", "-")
+    dead = f"{topic}-dlq"
+    create_topic(stack.bootstrap, topic, partitions=2)
+    create_topic(stack.bootstrap, dead, partitions=1)
+    producer = AvroProducer(stack, topic)
+    for i in range(10):
+        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
+    producer.flush()
+    data = json.loads(job_config(stack, tmp_path, topic, dead_letter=dead).to_json())
+    even = f"{data['table']['identifier']}_even"
+    data["routes"] = [{"field": "item", "values": [f"item-{i}" for i in range(0, 18, 2)],
+                       "table": route_table(data["table"], identifier=even)}]
+    frozen = parse_config({**data, "schemaEvolution": {"mode": "none"}})
+    run_once(frozen, spark)
+    for i in range(10, 18):
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
+    producer.flush()
+    run_once(frozen, spark)
+    assert [len(raw_rows(table)) for table in frozen.destinations()] == [4, 4]
+    for table in frozen.destinations():
+        spark.sql(f"DELETE FROM {table.table.catalog.name}.{table.table.identifier} "
+                  "WHERE value_raw IS NOT NULL")
+    config = parse_config({**json.loads(frozen.to_json()),
+                           "schemaEvolution": {"mode": "additive"}})
+
+    other = {"otherTable": {"count": 4, "why": LEFT_OUT["otherTable"]}}
+    for uid, table in (("own", {}), ("route", {"table": even})):
+        letters = operate(config, request(uid, **table), spark)["deadLetters"]
+        assert letters["read"] == 8 and letters["missing"] == 4 and letters["landed"] == 4
+        assert letters["leftOut"] == other
+    own_rows, even_rows = (table_rows(table) for table in config.destinations())
+    assert_exactly_once(own_rows + even_rows, producer.sent)
+    assert {r["value"]["item"] for r in even_rows} == {f"item-{i}" for i in range(0, 18, 2)}
+    assert not [r for r in own_rows + even_rows if r["value"] is None]

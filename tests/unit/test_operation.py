@@ -173,6 +173,29 @@ def test_a_repair_starts_its_spark_job_and_shows_what_it_has_decoded_so_far():
     OperationStatus.model_validate(done.status)  # what the CRD's status schema keeps
 
 
+def test_a_repair_says_which_dead_letters_it_left_out_and_what_to_do_instead():
+    from floe_sparkapp.repair import LEFT_OUT
+
+    why = LEFT_OUT["uncommitted"]
+    letters = {"read": 8, "missing": 0, "landed": 0, "stayUndecodable": 0,
+               "leftOut": {"uncommitted": {"count": 8, "why": why}}}
+    record = {"type": "Repair", "dryRun": False, "selected": 0, "repaired": 0, "commits": 0,
+              "stayRaw": 0, "stayRawByReason": {}, "deadLetters": letters}
+    done = plan(repair_world(run=Run("floe-op-fix-1", 1, "COMPLETED"), record=record))
+    assert done.status["phase"] == "Succeeded"
+    assert done.status["message"] == (
+        "decoded 0 raw rows of analytics.orders again, in 0 commits; 0 stay raw; 0 records of "
+        "the dead-letter topic the table had no row for landed; 8 records of the dead-letter "
+        f"topic left out (uncommitted): {why}")
+    assert done.status["repair"]["deadLetters"] == letters
+    OperationStatus.model_validate(done.status)  # what the CRD's status schema keeps
+    dry = plan(repair_world({"dryRun": True}, run=Run("floe-op-fix-1", 1, "COMPLETED"),
+                            record={**record, "dryRun": True, "wouldRepair": 0,
+                                    "deadLetters": {**letters, "wouldLand": 0}}))
+    assert dry.status["message"].endswith(f"; 8 records of the dead-letter topic left out "
+                                          f"(uncommitted): {why}")
+
+
 def test_a_failed_attempt_is_started_again_up_to_three_times():
     failed = Run("floe-op-fix-1", 1, "FAILED", "driver container failed with ExitCode: 137")
     again = plan(repair_world(run=failed, status={"attempts": 1}))
