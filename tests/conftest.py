@@ -162,7 +162,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
             held.enter_context(groups.file_lock(directory / f"holds-{name}.lock"))
         for part in groups.PARTS:
             if part in alone or part in groups.parts_used(item):
-                held.callback(groups.PartLock(directory, part).hold(exclusive=part in alone))
+                held.enter_context(groups.part_held(directory, part, part in alone))
         # how long it waited for the tests beside it (not in its time in the report)
         item.user_properties.append(("waited", f"{time.monotonic() - asked:.1f}"))
         yield
@@ -189,7 +189,8 @@ def stack() -> Iterator[Stack]:
 
     parts = groups.run_directory()
     with groups.file_lock(parts / "stack-up.lock"):
-        if (parts / "stack-ready").exists():
+        ready = (parts / "stack-ready").exists()
+        if ready:
             state = local_stack.load_state()
             assert state is not None, "the stack went down during the run"
         else:
@@ -197,8 +198,8 @@ def stack() -> Iterator[Stack]:
             if started:
                 (parts / "stack-started").touch()
         env = local_stack.connection_env(state)
-        os.environ.update(env)
-        if not (parts / "stack-ready").exists():
+        os.environ.update(env)  # the stack's tools on the PATH before the demo is removed
+        if not ready:
             _remove_the_demo()
             (parts / "stack-ready").touch()
     yield Stack(state, env)

@@ -14,7 +14,7 @@ Two markers order tests across the groups:
   operator watching every namespace, the CRDs applied anew), ``kafka`` (the broker restarted),
   ``registry`` (the registry's next schema id); all three when it names none. It runs with no
   other test that uses those parts beside it: each part has a lock that every test using it
-  holds shared and an ``alone`` test exclusively (:class:`PartLock`). A test of the node or of
+  holds shared and an ``alone`` test exclusively (:func:`part_held`). A test of the node or of
   the API server uses all three; a local Spark test Kafka and the registry only, so it goes on
   beside an operator installed cluster-wide.
 - ``holds(name)``: the test holds a part of the stack that only one test may change at a time
@@ -28,7 +28,9 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -77,36 +79,22 @@ def parts_alone(item: pytest.Item) -> tuple[str, ...]:
     return tuple(mark.args) or PARTS
 
 
-class PartLock:
+@contextmanager
+def part_held(directory: Path, part: str, exclusive: bool) -> Iterator[None]:
     """A readers-writer lock over one part of the stack, across the workers' processes
-    (``flock``). A writer first takes the turnstile, which every reader passes through before
-    it takes the lock, so no new test starts while an ``alone`` test waits for the running
-    ones to end. Taken in the order of :data:`PARTS`, the locks cannot deadlock."""
-
-    def __init__(self, directory: Path, part: str) -> None:
-        self.turnstile = directory / f"{part}.turnstile"
-        self.lock = directory / f"{part}.lock"
-
-    def hold(self, exclusive: bool):
-        turnstile = self.turnstile.open("a")
-        lock = self.lock.open("a")
-        try:
-            fcntl.flock(turnstile, fcntl.LOCK_EX)
-            if exclusive:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            else:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-                fcntl.flock(lock, fcntl.LOCK_SH)
-        except BaseException:
-            turnstile.close()
-            lock.close()
-            raise
-
-        def release() -> None:
-            lock.close()  # closing the file releases its flock
-            turnstile.close()
-
-        return release
+    (``flock``), held for a ``with`` block. A writer first takes the turnstile, which every
+    reader passes through before it takes the lock, so no new test starts while an ``alone``
+    test waits for the running ones to end. Taken in the order of :data:`PARTS`, the locks
+    cannot deadlock."""
+    with (directory / f"{part}.turnstile").open("a") as turnstile, \
+            (directory / f"{part}.lock").open("a") as lock:  # closing a file releases its flock
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
 
 
 def holds(item: pytest.Item) -> list[str]:
@@ -114,14 +102,9 @@ def holds(item: pytest.Item) -> list[str]:
     return sorted({name for mark in item.iter_markers("holds") for name in mark.args})
 
 
-def file_lock(path: Path):
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on ``path`` for a ``with`` block (the stack's start, once per run)."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def held():
-        with path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
-
-    return held()
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -59,8 +59,7 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
     run_once(frozen, spark)
     assert len(raw_rows(frozen)) == 22
     wide_id = next(r["kafka"]["schema_id"] for r in raw_rows(frozen) if r["key"] == b"wide-10")
-    config = parse_config({**json.loads(frozen.to_json()),
-                           "schemaEvolution": {"mode": "additive"}})
+    config = with_evolution(json.loads(frozen.to_json()), "additive")
 
     dry = operate(config, request("dry", dryRun=True), spark)
     assert dry["wouldRepair"] == 20 and dry["selected"] == 22 and dry["stayRaw"] == 2
@@ -110,13 +109,9 @@ def test_a_repair_refuses_a_table_it_cannot_repair(stack, spark, tmp_path, uniqu
         operate(config, request("other", table="analytics.other"), spark)
 
 
-def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
-        stack, spark, tmp_path, unique_name):
-    """A user read the undecodable records from the dead-letter topic and deleted their raw
-    rows from the table; once the cause is fixed, a repair lands them from the dead letters,
-    decoded, with their own lineage (timestamp and headers as they came), once however often
-    it runs."""
-    topic = f"redrive-{unique_name}".replace("_", "-")
+def orders_with_dead_letters(stack, topic: str) -> tuple[str, AvroProducer]:
+    """A topic of two partitions holding 10 orders of the first schema, and its dead-letter
+    topic (named)."""
     dead = f"{topic}-dlq"
     create_topic(stack.bootstrap, topic, partitions=2)
     create_topic(stack.bootstrap, dead, partitions=1)
@@ -124,9 +119,24 @@ def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
     for i in range(10):
         producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
     producer.flush()
-    frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic,
-                                                   dead_letter=dead).to_json()),
-                           "schemaEvolution": {"mode": "none"}})
+    return dead, producer
+
+
+def with_evolution(data: dict, mode: str):
+    """A job config of ``data`` with its schema evolution's ``mode``."""
+    return parse_config({**data, "schemaEvolution": {"mode": mode}})
+
+
+def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
+        stack, spark, tmp_path, unique_name):
+    """A user read the undecodable records from the dead-letter topic and deleted their raw
+    rows from the table; once the cause is fixed, a repair lands them from the dead letters,
+    decoded, with their own lineage (timestamp and headers as they came), once however often
+    it runs."""
+    topic = f"redrive-{unique_name}".replace("_", "-")
+    dead, producer = orders_with_dead_letters(stack, topic)
+    frozen = with_evolution(json.loads(job_config(stack, tmp_path, topic,
+                                                  dead_letter=dead).to_json()), "none")
     run_once(frozen, spark)
     minute_ago = int(time.time() * 1000) - 60_000  # (days ago, retention would delete them)
     for i in range(10, 18):
@@ -138,8 +148,7 @@ def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
     spark.sql(f"DELETE FROM {frozen.table.catalog.name}.{frozen.table.identifier} "
               "WHERE value_raw IS NOT NULL")
     assert len(table_rows(frozen)) == 10
-    config = parse_config({**json.loads(frozen.to_json()),
-                           "schemaEvolution": {"mode": "additive"}})
+    config = with_evolution(json.loads(frozen.to_json()), "additive")
 
     dry = operate(config, request("look", dryRun=True), spark)
     assert dry["deadLetters"] == {"read": 8, "missing": 8, "landed": 0, "wouldLand": 8,
@@ -177,16 +186,9 @@ def test_a_repair_leaves_the_dead_letters_of_a_batch_never_committed_to_the_job(
     from floe_sparkapp.commit import BranchCommitter
 
     topic = f"uncommitted-{unique_name}".replace("_", "-")
-    dead = f"{topic}-dlq"
-    create_topic(stack.bootstrap, topic, partitions=2)
-    create_topic(stack.bootstrap, dead, partitions=1)
-    producer = AvroProducer(stack, topic)
-    for i in range(10):
-        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
-    frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic,
-                                                   dead_letter=dead).to_json()),
-                           "schemaEvolution": {"mode": "none"}})
+    dead, producer = orders_with_dead_letters(stack, topic)
+    frozen = with_evolution(json.loads(job_config(stack, tmp_path, topic,
+                                                  dead_letter=dead).to_json()), "none")
     run_once(frozen, spark)
     for i in range(10, 18):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
@@ -201,8 +203,7 @@ def test_a_repair_leaves_the_dead_letters_of_a_batch_never_committed_to_the_job(
             run_once(frozen, spark)
     assert len(consume_to_end(stack, dead)) == 8
     assert len(table_rows(frozen)) == 10
-    config = parse_config({**json.loads(frozen.to_json()),
-                           "schemaEvolution": {"mode": "additive"}})
+    config = with_evolution(json.loads(frozen.to_json()), "additive")
 
     outcome = operate(config, request("redrive"), spark)
     assert len(table_rows(config)) == 10, "the repair landed records the job lands again"
@@ -226,18 +227,12 @@ def test_a_repair_re_drives_into_each_of_a_routed_topics_tables_only_its_own_dea
     rows were deleted.  A repair of each table lands its own dead letters and leaves out the
     other's (a repair of that table re-drives them): each record is in its own table, once."""
     topic = f"redrive-routes-{unique_name}".replace("_", "-")
-    dead = f"{topic}-dlq"
-    create_topic(stack.bootstrap, topic, partitions=2)
-    create_topic(stack.bootstrap, dead, partitions=1)
-    producer = AvroProducer(stack, topic)
-    for i in range(10):
-        producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
-    producer.flush()
+    dead, producer = orders_with_dead_letters(stack, topic)
     data = json.loads(job_config(stack, tmp_path, topic, dead_letter=dead).to_json())
     even = f"{data['table']['identifier']}_even"
     data["routes"] = [{"field": "item", "values": [f"item-{i}" for i in range(0, 18, 2)],
                        "table": route_table(data["table"], identifier=even)}]
-    frozen = parse_config({**data, "schemaEvolution": {"mode": "none"}})
+    frozen = with_evolution(data, "none")
     run_once(frozen, spark)
     for i in range(10, 18):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
@@ -247,8 +242,7 @@ def test_a_repair_re_drives_into_each_of_a_routed_topics_tables_only_its_own_dea
     for table in frozen.destinations():
         spark.sql(f"DELETE FROM {table.table.catalog.name}.{table.table.identifier} "
                   "WHERE value_raw IS NOT NULL")
-    config = parse_config({**json.loads(frozen.to_json()),
-                           "schemaEvolution": {"mode": "additive"}})
+    config = with_evolution(json.loads(frozen.to_json()), "additive")
 
     other = {"otherTable": {"count": 4, "why": LEFT_OUT["otherTable"]}}
     for uid, table in (("own", {}), ("route", {"table": even})):
