@@ -212,8 +212,13 @@ def test_two_drivers_on_one_checkpoint_land_each_record_once(stack, tmp_path, to
             while n == 0 and time.monotonic() < deadline and '"event": "floe.batch"' not in \
                     (tmp_path / "driver-0.log").read_text():
                 time.sleep(1)
-        for i in range(40, 300, 20):  # half a minute of records, both drivers up
+        # Half a minute of records, both drivers up, and more until the second has run a batch
+        # (on a busy machine its session may take longer than the half minute to start).
+        i, deadline = 40, time.monotonic() + 240
+        while i < 300 or (not ran_a_batch(tmp_path / "driver-1.log")
+                          and time.monotonic() < deadline):
             produce_orders(producer, i, 20)
+            i += 20
             time.sleep(2)
             # A second driver that lost the race for its very first batch (Spark's
             # CONCURRENT_STREAM_LOG_UPDATE before it wrote anything) is started again, as a
