@@ -149,6 +149,12 @@ _consumers = _Consumers()
 
 def end_offsets(job: JobConfig, secrets: Secrets, timeout: float = 10) -> dict[int, int]:
     """The next offset Kafka would assign, per partition (the latest offsets)."""
+    return {p: high for p, (_, high) in watermarks(job, secrets, timeout).items()}
+
+
+def watermarks(job: JobConfig, secrets: Secrets,
+               timeout: float = 10) -> dict[int, tuple[int, int]]:
+    """Kafka's earliest offset it still holds and the next it would assign, per partition."""
     from confluent_kafka import TopicPartition
 
     settings = kafka_settings(job, secrets)
@@ -157,9 +163,8 @@ def end_offsets(job: JobConfig, secrets: Secrets, timeout: float = 10) -> dict[i
         with lock:
             metadata = consumer.list_topics(job.kafka.topic, timeout=timeout)
             partitions = metadata.topics[job.kafka.topic].partitions
-            return {p: consumer.get_watermark_offsets(TopicPartition(job.kafka.topic, p),
-                                                      timeout=timeout)[1]
-                    for p in sorted(partitions)}
+            return {p: tuple(consumer.get_watermark_offsets(
+                TopicPartition(job.kafka.topic, p), timeout=timeout)) for p in sorted(partitions)}
     except Exception:
         _consumers.drop(settings)  # a broken client is not reused
         raise

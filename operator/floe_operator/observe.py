@@ -24,7 +24,8 @@ from pyiceberg.types import StructType
 from pydantic import ValidationError
 
 from . import kube, operation, render, report
-from .clients import Secrets, catalog_config, catalogs, end_offsets, registries, registry_config
+from .clients import (Secrets, catalog_config, catalogs, end_offsets, registries,
+                      registry_config, watermarks)
 from .appstate import error_of, state_of
 from .clock import epoch, iso, now_ms
 from .names import GROUP, JOB_METRICS_PORT
@@ -270,6 +271,11 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
         if not isinstance(found_target, str):
             at = last_commit(table, writer, kafka_topic, at=found_target.snapshot_id).offsets
             world = replace(world, offsets_at={found_target.snapshot_id: at})
+            try:  # whether Kafka still holds what main would land again
+                world = replace(world, kafka_holds={
+                    p: low for p, (low, _) in watermarks(job, Secrets.of(topic)).items()})
+            except Exception as error:  # noqa: BLE001 - reported; asked again next visit
+                world = replace(world, kafka_error=error_text(error))
     return world, table, topic
 
 

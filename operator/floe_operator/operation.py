@@ -169,6 +169,10 @@ class BackfillStatus(_Model):
                                      description="Partitions left out, and why.")
     landed: int | None = Field(None, description="Records landed, in all attempts.")
     commits: int | None = Field(None, description="The commits that landed them.")
+    held_elsewhere: int | None = Field(
+        None, description="A routed topic's: records of the ranges that another of the "
+                          "topic's tables holds (taken before this table's route existed), "
+                          "left there: a record lands in one table.")
 
 
 class ReplayStatus(_Model):
@@ -249,6 +253,9 @@ class OperationWorld:
     run: Run | None = None  # the newest attempt's SparkApplication
     progress: tuple[int, int] = (0, 0)  # the operation's commits in main, and rows they repaired
     replayed: dict[int, int] = field(default_factory=dict)  # a replay: next source offsets
+    # a roll back's: Kafka's earliest offset per partition (None: not asked, or no answer)
+    kafka_holds: dict[int, int] | None = None
+    kafka_error: str | None = None  # why Kafka did not answer
 
 
 # --- actions -----------------------------------------------------------------------------------
@@ -368,6 +375,9 @@ def plan(world: OperationWorld) -> OperationPlan:
         if found.snapshot_id == head.snapshot_id:
             return ends("Succeeded", f"main of {table} is at snapshot {head.snapshot_id} "
                                      "already: nothing to roll back")
+        unsafe = _unsafe_rollback(world, table, found.snapshot_id)
+        if unsafe is not None:
+            return unsafe(ends, waits)
         moved = {"table": table, "fromSnapshotId": str(head.snapshot_id),
                  "toSnapshotId": str(found.snapshot_id),
                  "fromOffsets": by_partition(world.offsets),
@@ -395,6 +405,36 @@ def plan(world: OperationWorld) -> OperationPlan:
                  f"the records after it again: {behind} to go{suspended}", phase="Running",
                  rollback=shown)
 
+
+
+def _unsafe_rollback(world: OperationWorld, table: str, to: int) -> Any:
+    """Why moving ``main`` of ``table`` back to snapshot ``to`` would lose rows for good,
+    as a function of (ends, waits), or None: a route's table before its first commit (it would
+    go on from where the topic's other tables are), or records after the snapshot that Kafka
+    no longer holds (the job could not land them again)."""
+    at = world.offsets_at.get(to, {})
+    if world.tables and table != world.tables[0] and not at:
+        return lambda ends, waits: ends("Failed", (
+            f"cannot roll back: snapshot {to} of {table} is before the table's first commit of "
+            "the topic's records, and a route's table without offsets goes on from where the "
+            "topic's other tables are: the rows after it would not land again. Roll back to a "
+            "snapshot at or after its first commit (the oldest whose summary has floe.offsets)"
+            "; nothing was changed"))
+    if world.kafka_holds is None:
+        return lambda ends, waits: waits(
+            f"asking Kafka whether it still holds the records after snapshot {to} of {table} "
+            f"(the job lands them again): {world.kafka_error or 'no answer yet'}")
+    gone = {p: (at.get(p, 0), low) for p, low in sorted(world.kafka_holds.items())
+            if world.offsets.get(p, 0) > at.get(p, 0) and low > at.get(p, 0)}
+    if not gone:
+        return None
+    where = ", ".join(f"partition {p} offsets {since} to {low - 1}"
+                      for p, (since, low) in gone.items())
+    return lambda ends, waits: ends("Failed", (
+        f"cannot roll back: Kafka no longer holds records after snapshot {to} of {table} that "
+        f"main holds and the job would have to land again ({where}: past the topic's "
+        "retention), so their rows would be lost. Roll back to a later snapshot, or keep the "
+        "rows and fix them with a Repair; nothing was changed"))
 
 
 def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) -> OperationPlan:
@@ -480,7 +520,10 @@ def _backfilled(record: dict[str, Any], table: str) -> str:
         table = f"{record['into']} (a new table, from {table}'s records)"
     return (f"landed {record.get('landed', 0)} records in {table}, in "
             f"{record.get('commits', 0)} commits ({where or 'no range'}; the rest were there "
-            "already)" + (f"; left out: {len(left)} partition(s)" if left else ""))
+            "already)" + (f"; left out: {len(left)} partition(s)" if left else "")
+            + (f"; {record['heldElsewhere']} records left in the topic's other tables, which "
+               "took them before this table's route existed" if record.get("heldElsewhere")
+               else ""))
 
 
 def _replayed(record: dict[str, Any], table: str) -> str:

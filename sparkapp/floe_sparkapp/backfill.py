@@ -26,8 +26,8 @@ record, so a KafkaIcebergTopic made for that table afterwards goes on from there
 
 from __future__ import annotations
 
-import json
 import logging
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -35,10 +35,10 @@ from pyspark.sql import functions as F
 
 from . import routing
 from .commit import Staged, commit_with_retries
-from .config import JobConfig, kafka_client_settings
+from .config import JobConfig
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
-from .kafka_offsets import offsets_for_time, topic_partitions, watermarks
+from .kafka_offsets import offsets_for_time, read_range, topic_partitions, watermarks
 from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, merge_offsets,
                      operation_commits, record_operation, summary_properties)
 from .table_writer import TableWriter
@@ -106,18 +106,7 @@ class Backfill:
 
     def _records(self, partition: int, lo: int, hi: int) -> DataFrame:
         """Kafka's records ``[lo, hi)`` of one partition."""
-        topic = self.config.kafka.topic
-        reader = (self.spark.read.format("kafka")
-                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
-                  .option("assign", json.dumps({topic: [partition]}))
-                  .option("startingOffsets", json.dumps({topic: {str(partition): lo}}))
-                  .option("endingOffsets", json.dumps({topic: {str(partition): hi}}))
-                  .option("kafka.isolation.level", self.config.kafka.isolation_level)
-                  .option("includeHeaders", "true")
-                  .option("failOnDataLoss", "true"))
-        for key, value in kafka_client_settings(self.config).items():
-            reader = reader.option(f"kafka.{key}", value)
-        return reader.load()
+        return read_range(self.spark, self.config, {partition: lo}, {partition: hi})
 
     def _mine(self, records: DataFrame) -> tuple[DataFrame, list[int], list[int]]:
         """The table's records among ``records`` (for a routed topic, those routed to it) and
@@ -130,14 +119,33 @@ class Backfill:
         routed = routing.routed(records, self.top, self.writer.registry, ids)
         return routing.split(routed, self.top, len(self.top.destinations()))[self.route]
 
-    def _chunk(self, partition: int, lo: int, hi: int) -> int:
-        """Lands the chunk's records the table has not got, in one commit; returns how many.
-        A commit of anyone else in between sends it back to be read and checked again."""
-        count, _ = commit_with_retries(lambda: self._chunk_once(partition, lo, hi),
-                                       attempts=ATTEMPTS)
-        return count
+    def _elsewhere(self, partition: int, lo: int, hi: int) -> DataFrame | None:
+        """The offsets ``[lo, hi)`` of one partition that the topic's other tables hold (as
+        ``_held``): a record lands in one table, so a route's table does not take again what
+        the topic's own table (or another route) took before its route existed.  With fanOut
+        a record lands in every route that matched, so only the own table and the routes
+        exclude each other.  None for a topic of one table, or into a new table."""
+        if self.into or not self.top.routes:
+            return None
+        names = [d.table.identifier for d in self.top.destinations()]
+        others = [name for number, name in enumerate(names) if number != self.route
+                  and not (self.top.fan_out and number and self.route)]
+        catalog = self.config.table.catalog.name
+        held = [self.spark.table(f"{catalog}.{name}")
+                .filter((F.col("kafka.partition") == partition)
+                        & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < hi))
+                .select(F.col("kafka.offset").alias("_held")) for name in others]
+        return reduce(DataFrame.unionByName, held)
 
-    def _chunk_once(self, partition: int, lo: int, hi: int) -> int:
+    def _chunk(self, partition: int, lo: int, hi: int) -> tuple[int, int]:
+        """Lands the chunk's records the table has not got, in one commit; returns how many,
+        and how many the topic's other tables hold (left there).  A commit of anyone else in
+        between sends it back to be read and checked again."""
+        counts, _ = commit_with_retries(lambda: self._chunk_once(partition, lo, hi),
+                                        attempts=ATTEMPTS)
+        return counts
+
+    def _chunk_once(self, partition: int, lo: int, hi: int) -> tuple[int, int]:
         """One try of :meth:`_chunk`, against ``main`` as it is now (CommitConflict when it
         moves before the commit)."""
         committer = self.writer.committer
@@ -156,19 +164,25 @@ class Backfill:
         else:  # main rolled back meanwhile: the job lands from its offsets
             upto = min(hi, ledger.offsets.get(partition, lo))
         if upto <= lo:
-            return 0
+            return 0, 0
         held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
                 .filter((F.col("kafka.partition") == partition)
                         & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < upto))
                 .select(F.col("kafka.offset").alias("_held")))
         if upto < hi:
             mine = mine.filter(F.col("offset") < upto)
+        elsewhere = self._elsewhere(partition, lo, upto)
+        taken = 0
+        if elsewhere is not None:
+            taken = mine.join(elsewhere, mine["offset"] == elsewhere["_held"],
+                              "left_semi").count()
+            held = held.unionByName(elsewhere)
         fresh = mine.join(held, mine["offset"] == held["_held"], "left_anti")
         rows = self.writer._decode(fresh, table, ids, keys).persist()
         try:
             count = rows.count()
             if count == 0 and not self.into:
-                return 0
+                return 0, taken
             properties = {OPERATION: self.request.uid, OPERATION_ROWS: str(count),
                           RANGE: f"{partition}:{lo}-{upto}"}
             if self.into:  # the offsets, as the job commits them (empty: they move on)
@@ -181,7 +195,7 @@ class Backfill:
             else:  # no file: the commit moves the offsets alone
                 committer.publish(Staged(committer._iceberg_table(), []), base, properties,
                                   tag=self.into)
-            return count
+            return count, taken
         finally:
             rows.unpersist()
 
@@ -193,20 +207,23 @@ class Backfill:
         log.info("backfill %s of %s: %s; left out: %s", self.request.name, self.table_ref,
                  found, skipped)
         size = self.spec.records_per_commit
-        landed = 0
+        landed = elsewhere = 0
         for partition, (lo, hi) in sorted(found.items()):
             for start in range(lo, hi, size):
                 end = min(start + size, hi)
-                count = self._chunk(partition, start, end)
+                count, taken = self._chunk(partition, start, end)
                 landed += count
-                log.info("backfill %s: partition %d offsets %d..%d: %d record(s) landed",
-                         self.request.name, partition, start, end, count)
+                elsewhere += taken
+                log.info("backfill %s: partition %d offsets %d..%d: %d record(s) landed, %d "
+                         "held by the topic's other tables", self.request.name, partition,
+                         start, end, count, taken)
         table = self.writer.catalog.load_table(self.config.table.identifier)
         commits, rows = operation_commits(table, self.request.uid, self.config.table.ref)
         return {**({"into": self.config.table.identifier} if self.into else {}),
                 "ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
                 "leftOut": {str(p): why for p, why in skipped.items()},
-                "landed": rows, "commits": commits}
+                "landed": rows, "commits": commits,
+                **({"heldElsewhere": elsewhere} if self.top.routes and not self.into else {})}
 
 
 def run(spark: SparkSession, top: JobConfig, config: JobConfig, request: OperationRequest,

@@ -42,15 +42,19 @@ class BatchWriter:
     rejoins_at: list[dict[int, int] | None] | None = None  # per table (:func:`rejoining`)
     tables: list[TableWriter] = field(init=False)
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
+    # Where a batch read outside the query starts and ends (:meth:`land`), not the offset log's
+    given: tuple[dict[int, int], dict[int, int]] | None = None
 
     def __post_init__(self) -> None:
         destinations = self.config.destinations()
         uuids = self.table_uuids or [None] * len(destinations)
         rejoins = self.rejoins_at or [None] * len(destinations)
         names = tuple(d.table.identifier for d in destinations) if len(destinations) > 1 else ()
+        routing = self.config.routing_digest() if names else None
         self.tables = [TableWriter(destination, self.spark, self.registry, table_uuid=uuid,
                                    floor=self._floor, alone=len(destinations) == 1,
-                                   topic_id=self.topic_id, tables=names, rejoins_at=rejoin)
+                                   topic_id=self.topic_id, tables=names, routing=routing,
+                                   rejoins_at=rejoin)
                        for destination, uuid, rejoin in zip(destinations, uuids, rejoins)]
 
     def _floor(self, partitions: list[int]) -> dict[int, int]:
@@ -88,6 +92,8 @@ class BatchWriter:
         """Where the batch starts and ends, from Spark's offset log.  The ends cover records
         the batch does not see (transaction markers, aborted or compacted records), so the
         next batch starts exactly where the table says this one ended."""
+        if self.given is not None:
+            return self.given
         location, topic = self.config.checkpoint_location, self.config.kafka.topic
         previous_id, previous_end = self.previous_end
         start = (previous_end if previous_id == batch_id - 1 and previous_end is not None
@@ -111,6 +117,16 @@ class BatchWriter:
         values' fields first."""
         return (not self.config.routes and self.config.table.mode not in ROW_LEVEL
                 and self.config.dead_letter is None and not self.config.value.infer_schema)
+
+    def land(self, batch: DataFrame, batch_id: int, start: dict[int, int],
+             end: dict[int, int]) -> None:
+        """Lands a batch read outside the query, ``[start, end)`` of the topic (a batch that
+        stopped between two tables' commits, finished: :mod:`.partial_batch`)."""
+        self.given = (start, end)
+        try:
+            self(batch, batch_id)
+        finally:
+            self.given = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -189,5 +205,6 @@ class BatchWriter:
                            for t, o in zip(self.tables, outcomes)}}
                if self.config.routes else {}),
             "seconds": round(seconds, 3)}))
-        metrics.report_start(self.spark, self.config.writer)
+        if self.given is None:
+            metrics.report_start(self.spark, self.config.writer)
         metrics.doing("waiting")

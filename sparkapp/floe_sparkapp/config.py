@@ -8,6 +8,7 @@ references are found (mounted files, or environment variables). Secrets never ap
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -94,6 +95,27 @@ class JobConfig(TopicSpec):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+
+    def routing(self) -> str:
+        """What decides a record's tables, as canonical JSON: the routes (their fields, values,
+        tables and subjects), fanOut, and the value's conversions (a routed field may be one)."""
+        data = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return json.dumps({"routes": data["routes"], "fanOut": self.fan_out,
+                           "coerce": data["value"].get("coerce", []),
+                           "columns": data["value"].get("columns", [])},
+                          sort_keys=True, separators=(",", ":"))
+
+    def routing_digest(self) -> str:
+        """The digest of :meth:`routing`, recorded with each commit of a routed topic."""
+        return hashlib.sha256(self.routing().encode()).hexdigest()[:16]
+
+    def routed_as(self, routing: str) -> JobConfig:
+        """This job with another :meth:`routing` (one its tables recorded)."""
+        recorded = json.loads(routing)
+        data = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        data.update(routes=recorded["routes"], fanOut=recorded["fanOut"])
+        data["value"].update(coerce=recorded["coerce"], columns=recorded["columns"])
+        return parse_config(data)
 
 
 def _describe(error: ValidationError) -> str:

@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from . import catalog as catalogs
-from . import checkpoint, metrics, schemaless, schemas
+from . import checkpoint, metrics, partial_batch, schemaless, schemas
 from .batch_writer import BatchWriter
 from .commit import sweep_branches
 from .config import JobConfig, kafka_client_settings
@@ -134,18 +134,18 @@ def table_commits(config: JobConfig, tables: list[Any]) -> list[Committed]:
 
 def rejoining(config: JobConfig, found: list[Committed]) -> list[bool]:
     """Which of a routed topic's tables (what they committed, :func:`table_commits`) join it
-    again: a table that has offsets, but that the newest commit of the topic's tables does not
-    name among them.  Its route was removed, the topic's own table took its records meanwhile,
-    and it was added back: it goes on from where the other tables are, not from its own older
-    offsets, so no record lands in two tables."""
+    where the other tables are: those that the newest commit of the topic's tables does not
+    name among them (only the topic's own table, when it was not routed).  A route added goes
+    on from there (a batch read again must not give it records another table holds); a route
+    removed, then added back, too, not from its own older offsets (the topic's own table took
+    its records meanwhile): no record lands in two tables."""
     dated = [c for c in found if c.timestamp_ms is not None]
     if len(found) == 1 or not dated:
         return [False] * len(found)
-    newest = max(dated, key=lambda c: c.timestamp_ms or 0)
-    if newest.tables is None:  # committed before floe recorded the tables
-        return [False] * len(found)
     names = [d.table.identifier for d in config.destinations()]
-    return [bool(c.offsets) and name not in newest.tables for c, name in zip(found, names)]
+    newest = max(dated, key=lambda c: c.timestamp_ms or 0)
+    known = newest.tables if newest.tables is not None else (names[0],)
+    return [name not in known for name in names]
 
 
 def start_position(config: JobConfig, found: list[Committed]) -> tuple[Committed, list[bool]]:
@@ -190,14 +190,24 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     found = table_commits(config, tables)
     for table_committed in found:
         check_topic_identity(config, table_committed, identity)
+    partial_batch.keep_routing(tables[0], config, found[0])
+    if partial_batch.finish(spark, config, registry, tables[0], found[0], identity,
+                            lambda d: ready_table(spark, d, registry_of(d))):
+        for table in tables:
+            table.refresh()
+        found = table_commits(config, tables)
     committed, rejoin = start_position(config, found)
     for destination, again, table_committed in zip(config.destinations(), rejoin, found):
-        if again:
+        if again and table_committed.offsets:
             log.warning("table %s was not among topic %s's tables when they last committed "
                         "(its route was removed, then added back): it goes on from where the "
                         "other tables are, %s, not from its own offsets %s; the records in "
                         "between stay where they landed", destination.table.identifier,
                         config.kafka.topic, committed.offsets, table_committed.offsets)
+        elif again:
+            log.info("table %s joins topic %s's tables (a route added): it goes on from where "
+                     "the other tables are, %s", destination.table.identifier,
+                     config.kafka.topic, committed.offsets)
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     resumes, floor = rewind_checkpoint(spark, config, committed, partitions)

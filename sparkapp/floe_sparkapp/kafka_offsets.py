@@ -91,6 +91,26 @@ def check_topic_identity(config: JobConfig, committed: Committed,
         "another table.identifier.")
 
 
+def read_range(spark: SparkSession, config: JobConfig, start: dict[int, int],
+               end: dict[int, int]) -> Any:
+    """The topic's records ``[start, end)`` per partition, as a Spark batch (a DataFrame with
+    the columns the query's batches have)."""
+    topic = config.kafka.topic
+    partitions = sorted(p for p in end if end[p] > start.get(p, 0))
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+              .option("assign", json.dumps({topic: partitions}))
+              .option("startingOffsets", json.dumps(
+                  {topic: {str(p): start.get(p, 0) for p in partitions}}))
+              .option("endingOffsets", json.dumps({topic: {str(p): end[p] for p in partitions}}))
+              .option("kafka.isolation.level", config.kafka.isolation_level)
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "true"))
+    for key, value in kafka_client_settings(config).items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
 def watermarks(config: JobConfig, partitions: list[int]) -> dict[int, tuple[int, int]]:
     """Kafka's earliest and next offset of each partition."""
     from confluent_kafka import TopicPartition

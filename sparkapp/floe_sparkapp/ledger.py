@@ -6,7 +6,8 @@ operator and the job alike (the one module of the job the operator imports).
 - **The commits.** Each floe commit is one snapshot on ``main`` whose summary carries
   ``floe.writer``, ``floe.topic``, ``floe.offsets`` (the next offset per partition, cumulative
   over every partition ever committed), ``floe.vtts`` (valid-through timestamp, ms),
-  ``floe.generation`` and ``floe.batch-id`` (:func:`summary_properties`). The newest one for a
+  ``floe.generation`` and ``floe.batch-id``; a routed topic's also ``floe.tables``,
+  ``floe.routing`` and ``floe.batch-start`` (:func:`summary_properties`). The newest one for a
   topic in ``main``'s ancestry is where the topic stands (:func:`last_commit`); maintenance
   commits in between do not hide it.
 - **The tag.** The writer's tag (``floe_offsets_<digest of writer>``) is on its newest commit
@@ -36,6 +37,8 @@ BATCH_ID = "floe.batch-id"
 TOPIC = "floe.topic"
 TOPIC_ID = "floe.kafka-topic-id"  # <cluster id>/<topic id>: which topic the offsets are of
 TABLES = "floe.tables"  # a routed topic's tables, as the job that committed had them
+ROUTING = "floe.routing"  # a routed topic's routing (its digest) the batch was committed with
+BATCH_START = "floe.batch-start"  # a routed batch's start, per partition: where it was read from
 DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
 OWNER = "floe.writer"  # the table property naming the resource that writes the table
 T = TypeVar("T")
@@ -54,6 +57,9 @@ class Committed:
     topic_id: str | None = None  # the Kafka cluster and topic ids the offsets are of
     tables: tuple[str, ...] | None = None  # a routed topic's tables when this was committed
     timestamp_ms: int | None = None  # when it was committed
+    routing: str | None = None  # a routed topic's: the digest of the routing of its batch
+    batch_start: dict[int, int] | None = None  # a routed topic's: where its batch was read from
+    batch_id: int | None = None
 
 
 class TableInUse(RuntimeError):
@@ -98,11 +104,16 @@ def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
     vtts = summary.get(VTTS)
     generation = summary.get(GENERATION)
     tables = summary.get(TABLES)
+    start = summary.get(BATCH_START)
+    batch_id = summary.get(BATCH_ID)
     return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
                      int(generation) if generation else None, summary.get(DEAD_LETTER_ERROR),
                      from_tag, summary.get(TOPIC_ID),
                      tuple(tables.split(",")) if tables is not None else None,
-                     snapshot.timestamp_ms)
+                     snapshot.timestamp_ms, summary.get(ROUTING),
+                     {int(p): int(o) for p, o in json.loads(start).items()}
+                     if start is not None else None,
+                     int(batch_id) if batch_id else None)
 
 
 MAIN = "main"
@@ -308,8 +319,11 @@ def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict
 
 def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: int | None,
                        generation: int, batch_id: int, topic_id: str | None = None,
-                       tables: tuple[str, ...] = ()) -> dict[str, str]:
-    """A floe snapshot's summary; ``tables``: a routed topic's tables (identifiers)."""
+                       tables: tuple[str, ...] = (), routing: str | None = None,
+                       batch_start: dict[int, int] | None = None) -> dict[str, str]:
+    """A floe snapshot's summary; ``tables``: a routed topic's tables (identifiers), with the
+    digest of its ``routing`` and where the batch was read from (``batch_start``): enough to
+    finish a batch that stopped between two tables' commits as it began."""
     props = {
         WRITER: writer,
         TOPIC: topic,
@@ -324,6 +338,11 @@ def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: i
         props[TOPIC_ID] = topic_id
     if tables:
         props[TABLES] = ",".join(tables)
+    if routing is not None:
+        props[ROUTING] = routing
+    if batch_start is not None:
+        props[BATCH_START] = json.dumps({str(p): o for p, o in sorted(batch_start.items())},
+                                        separators=(",", ":"))
     return props
 
 

@@ -233,6 +233,7 @@ class TableWriter:
     alone: bool = True  # the topic's only table (not one of several routes)
     topic_id: str | None = None  # the Kafka cluster and topic ids, recorded with the offsets
     tables: tuple[str, ...] = ()  # a routed topic's tables, recorded with the offsets
+    routing: str | None = None  # and the digest of its routing (:mod:`.partial_batch`)
     # A route's table that joins the topic again (its route removed, then added back): where
     # the other tables are, which it goes on from instead of its own older offsets, until it
     # has committed once
@@ -619,7 +620,8 @@ class TableWriter:
             newest = [t for t in (found_vtts, committed.vtts) if t is not None]
             return summary_properties(writer, topic, offsets, max(newest) if newest else None,
                                       self.config.generation, batch_id, self.topic_id,
-                                      self.tables)
+                                      self.tables, self.routing,
+                                      {p: above[p] for p in batch_next} if self.tables else None)
 
         written, raw, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
                                            summary, dead, _committed_at(table, committed),

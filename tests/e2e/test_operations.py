@@ -163,6 +163,26 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
             {"spec": {"rollback": {"snapshotId": before}}})
     assert "an operation cannot change once applied" in refused.value.body
 
+    # Retention (Kafka's records deleted up to offset 5 past the snapshot's, partition 0):
+    # rolled back there, main would lose rows the job could not land again: refused.
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    deleted = AdminClient({"bootstrap.servers": stack.bootstrap}).delete_records(
+        [TopicPartition(kafka_topic, 0, held["0"] + 5)])
+    for future in deleted.values():
+        future.result(timeout=30)
+    head = orders_status(stack, namespace)["table"]["snapshotId"]
+    apply_operation(stack, namespace, "undo-again", "Rollback", {"snapshotId": target})
+    assert wait_until(lambda: operation_status(stack, namespace, "undo-again").get("phase")
+                      == "Failed", timeout=120, interval=1), \
+        operation_status(stack, namespace, "undo-again")
+    message = operation_status(stack, namespace, "undo-again")["message"]
+    assert message.startswith(f"cannot roll back: Kafka no longer holds records after snapshot "
+                              f"{target} of analytics.orders") and \
+        f"partition 0 offsets {held['0']} to {held['0'] + 4}" in message, message
+    assert str(ancestors(catalog.load_table("analytics.orders"))[0].snapshot_id) == head
+
 
 def test_a_spec_change_whose_job_never_lands_is_rolled_back_to_the_last_stable_spec(
         stack, operator, drivers, namespace, shared, tmp_path, unique_name):

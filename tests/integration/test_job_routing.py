@@ -439,3 +439,106 @@ def test_fan_out_lands_a_record_in_every_table_whose_route_matches_through_a_cra
             producer.next_offsets(), destination.table.identifier
     both = [r["value"]["id"] for r in table_rows(eu) if r["value"]["tier"] in ("gold", "platinum")]
     assert both and set(both) <= {r["value"]["id"] for r in table_rows(gold)}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("change", ["a route removed", "a route added"])
+def test_a_routing_change_after_a_partial_batch_finishes_it_with_the_routing_it_began_with(
+        stack, spark, tmp_path, unique_name, monkeypatch, change):
+    """A batch committed to the topic's own table, not yet to its routes' (the driver stopped
+    between two tables' commits), then the routes changed before the job started again: the
+    batch is finished with the routing it began with (a removed route's table still gets its
+    records; a route added takes none the own table already holds), and only then does the new
+    routing apply.  The checkpoint is kept in one case and lost in the other."""
+    import shutil
+
+    topic = f"routes-partial-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    sales = Sales(stack, topic)
+    before, after = ((("eu", "us"), ("us",)) if change == "a route removed"
+                     else (("eu",), ("eu", "us")))
+    old = sales_config(stack, tmp_path, topic, routes=before)
+    new = sales_config(stack, tmp_path, topic, routes=after)
+    default, europe, america = sales_config(stack, tmp_path, topic).destinations()
+    sales.send("eu", range(0, 10))
+    sales.send("us", range(100, 105))
+    sales.send("apac", range(200, 203))
+    run_once(old, spark)
+
+    sales.send("eu", range(10, 20))
+    sales.send("us", range(105, 110))
+    sales.send("apac", range(203, 206))
+    commit_batch = TableWriter.commit_batch
+
+    def crash_before_europe(self, *args, **kwargs):
+        if self.config.table.identifier == europe.table.identifier:
+            raise RuntimeError("crashed between two tables' commits")
+        return commit_batch(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TableWriter, "commit_batch", crash_before_europe)
+        with pytest.raises(Exception, match="crashed between two tables' commits"):
+            run_once(old, spark)
+    partial_end = end_offsets(sales)
+    assert last_commit(load_table(default), old.writer, topic).offsets == partial_end
+    assert last_commit(load_table(europe), old.writer, topic).offsets != partial_end
+    if change == "a route added":
+        shutil.rmtree(old.checkpoint_location)
+
+    run_once(new, spark)  # the partial batch finished as it began, then the new routes
+    sales.send("eu", range(20, 30))
+    sales.send("us", range(110, 115))
+    run_once(new, spark)
+
+    if change == "a route removed":  # eu's table got the batch it was in; eu went on to table
+        assert ids(europe) == list(range(0, 20))
+        assert ids(america) == list(range(100, 115))
+        assert ids(default) == [*range(20, 30), *range(200, 206)]
+        assert last_commit(load_table(europe), old.writer, topic).offsets == partial_end
+    else:  # us's sales of the partial batch stay in the own table; the us table from there
+        assert ids(europe) == list(range(0, 30))
+        assert ids(america) == list(range(110, 115))
+        assert ids(default) == [*range(100, 110), *range(200, 206)]
+    every = table_rows(default) + table_rows(europe) + table_rows(america)
+    assert_exactly_once(every, sales.sent)
+    for destination in new.destinations():
+        assert last_commit(load_table(destination), new.writer, topic).offsets == \
+            end_offsets(sales), destination.table.identifier
+
+
+@pytest.mark.faults
+def test_a_backfill_of_a_route_added_later_leaves_the_records_another_table_took(
+        stack, spark, tmp_path, unique_name):
+    """Before the eu route existed, the topic's own table took the eu sales; a Backfill of the
+    eu table afterwards lands none of them again (a record lands in one table): it says how
+    many another table holds.  Records no table has (lost to a roll back) it still lands."""
+    from floe_sparkapp.contract import OperationRequest
+    from floe_sparkapp.operations import operate
+
+    topic = f"routes-backfill-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    sales = Sales(stack, topic)
+    config = sales_config(stack, tmp_path, topic)
+    default, europe, america = config.destinations()
+    sales.send("eu", range(0, 10))  # to the own table: no eu route yet
+    sales.send("us", range(100, 105))
+    run_once(sales_config(stack, tmp_path, topic, routes=("us",)), spark)
+    sales.send("eu", range(10, 20))
+    run_once(config, spark)
+    assert ids(default) == list(range(0, 10)) and ids(europe) == list(range(10, 20))
+
+    def backfill(uid: str) -> dict:
+        return operate(config, OperationRequest.model_validate({
+            "uid": uid, "name": uid, "type": "Backfill",
+            "backfill": {"table": europe.table.identifier}}), spark)
+
+    outcome = backfill("fill")
+    assert ids(europe) == list(range(10, 20)) and ids(default) == list(range(0, 10))
+    assert (outcome["landed"], outcome["heldElsewhere"]) == (0, 10), outcome
+
+    name = f"{europe.table.catalog.name}.{europe.table.identifier}"
+    spark.sql(f"DELETE FROM {name} WHERE value.id >= 15")  # rows lost, in no other table
+    outcome = backfill("fill-again")
+    assert (outcome["landed"], outcome["heldElsewhere"]) == (5, 10), outcome
+    every = table_rows(default) + table_rows(europe) + table_rows(america)
+    assert_exactly_once(every, sales.sent)

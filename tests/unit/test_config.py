@@ -151,6 +151,28 @@ def test_routes_give_each_table_its_own_config_and_subject():
     assert parse_config(json.loads(config.to_json())) == config
 
 
+def test_a_routing_is_told_apart_by_its_digest_and_a_job_made_again_with_a_recorded_one():
+    """What decides a record's tables (routes, fanOut, the conversions) has a digest recorded
+    with each routed commit; the job as it was is made again from the routing it recorded,
+    the rest of its spec as it is now."""
+    eu = route("region", ["eu"], "analytics.orders_eu")
+    config = parse_config(with_("routes", [eu, route("region", ["us"], "analytics.orders_us")]))
+    changed = [parse_config(with_("routes", [eu])),
+               parse_config({**with_("routes", [eu]), "fanOut": True}),
+               parse_config(with_("routes", [route("region", ["eu", "uk"],
+                                                   "analytics.orders_eu")])),
+               parse_config(with_("routes", [{**eu, "subject": "orders-eu"}]))]
+    digests = {c.routing_digest() for c in [config, *changed]}
+    assert len(digests) == 5
+    assert parse_config(json.loads(config.to_json())).routing_digest() == config.routing_digest()
+    later = parse_config({**with_("routes", [eu]), "commit": {"interval": "5s"}})
+    before = later.routed_as(config.routing())
+    assert before.routing_digest() == config.routing_digest()
+    assert [d.table.identifier for d in before.destinations()] == [
+        "analytics.orders", "analytics.orders_eu", "analytics.orders_us"]
+    assert before.commit.interval == "5s"  # the rest as the job has it now
+
+
 @pytest.mark.parametrize("routes, fmt, message", [
     ([route("region", ["eu"], "analytics.orders")], "avro",
      "each route needs a table of its own: routes[].table.identifier must differ from "

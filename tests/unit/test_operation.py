@@ -25,8 +25,35 @@ def world(rollback=None, **changes) -> OperationWorld:
     seen = OperationWorld(now_ms=NOW_MS, name="undo", uid="0123456789abcdef", generation=1,
                           spec=spec, topic_found=True, tables=("analytics.orders",),
                           ancestry=ANCESTRY, offsets={0: 300, 1: 290},
-                          offsets_at={20: {0: 200, 1: 190}})
+                          offsets_at={20: {0: 200, 1: 190}}, kafka_holds={0: 0, 1: 0})
     return replace(seen, **changes)
+
+
+def test_a_rollback_that_would_lose_rows_for_good_is_refused_and_changes_nothing():
+    """Kafka's retention has passed offset 200 of partition 0: the rows main holds after
+    snapshot 20 could not land again.  A route's table rolled back before its first commit
+    would go on from where the other tables are.  Both refused, with what to do instead;
+    while Kafka does not answer, the operation waits."""
+    gone = plan(world(kafka_holds={0: 250, 1: 0}))
+    assert gone.actions == () and gone.status["phase"] == "Failed"
+    assert gone.status["message"] == (
+        "cannot roll back: Kafka no longer holds records after snapshot 20 of analytics.orders "
+        "that main holds and the job would have to land again (partition 0 offsets 200 to "
+        "249: past the topic's retention), so their rows would be lost. Roll back to a later "
+        "snapshot, or keep the rows and fix them with a Repair; nothing was changed")
+    assert plan(world(kafka_holds={0: 200, 1: 190})).actions == (
+        RollBack("analytics.orders", 30, 20, {}),)  # Kafka holds every record after it
+    route = plan(world({"snapshotId": "20", "table": "analytics.orders_eu"},
+                       tables=("analytics.orders", "analytics.orders_eu"), offsets_at={20: {}}))
+    assert route.actions == () and route.status["phase"] == "Failed"
+    assert route.status["message"].startswith(
+        "cannot roll back: snapshot 20 of analytics.orders_eu is before the table's first "
+        "commit of the topic's records, and a route's table without offsets goes on from "
+        "where the topic's other tables are")
+    asking = plan(world(kafka_holds=None, kafka_error="KafkaException: timed out"))
+    assert asking.actions == () and asking.status["phase"] == "Pending"
+    assert asking.status["message"].endswith("(the job lands them again): KafkaException: "
+                                             "timed out")
 
 
 def rolled_back() -> dict:
@@ -319,6 +346,14 @@ def test_a_backfill_runs_as_a_spark_job_and_says_what_it_landed_where():
         "partition 1 offsets 0 to 20; the rest were there already); left out: 1 partition(s)")
     assert done.status["backfill"]["ranges"]["0"] == {"from": 5, "to": 25}
     OperationStatus.model_validate(done.status)
+    routed = plan(replace(seen, run=Run("floe-op-fill-1", 1, "COMPLETED"),
+                          record={**record, "leftOut": {}, "heldElsewhere": 7},
+                          status=running.status))
+    assert routed.status["message"].endswith(
+        "the rest were there already); 7 records left in the topic's other tables, which "
+        "took them before this table's route existed")
+    assert routed.status["backfill"]["heldElsewhere"] == 7
+    OperationStatus.model_validate(routed.status)
     with pytest.raises(ValueError, match="type Backfill needs the backfill section"):
         OperationSpec.model_validate({"topic": "t", "type": "Backfill"})
 
