@@ -16,7 +16,7 @@ from . import checkpoint, metrics, routing
 from .config import JobConfig
 from .contract import ROW_LEVEL
 from .decode import frame
-from .kafka_offsets import floor_offsets, group_consumer
+from .kafka_offsets import floor_offsets, group_consumer, topic_identity
 from .ledger import merge_offsets
 from .registry import Registry
 from .table_writer import TableWriter, record_bytes
@@ -44,6 +44,7 @@ class BatchWriter:
     previous_end: tuple[int, dict[int, int] | None] = (-1, None)  # the last batch's end
     # Where a batch read outside the query starts and ends (:meth:`land`), not the offset log's
     given: tuple[dict[int, int], dict[int, int]] | None = None
+    identity_asked: bool = False  # topic_id asked again at the first batch (:meth:`_identify`)
 
     def __post_init__(self) -> None:
         destinations = self.config.destinations()
@@ -128,7 +129,19 @@ class BatchWriter:
         finally:
             self.given = None
 
+    def _identify(self) -> None:
+        """The topic's identity, when the job started before the topic existed: asked again
+        once, at the first batch (the topic has records by then), so that the offsets are
+        recorded with it and a topic created again later is told apart."""
+        if self.topic_id is not None or self.identity_asked:
+            return
+        self.identity_asked = True
+        self.topic_id = topic_identity(self.config)
+        for table in self.tables:
+            table.topic_id = self.topic_id
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self._identify()
         started = time.monotonic()
         metrics.doing("writing" if self.single_pass else "reading", batch_id)
         if self.single_pass:

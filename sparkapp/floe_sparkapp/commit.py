@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from . import metrics
-from .ledger import MAIN, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
+from .ledger import MAIN, OFFSETS, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
 
 log = logging.getLogger("floe.commit")
 T = TypeVar("T")
@@ -145,6 +145,26 @@ def _ref_at(metadata: Any, snapshot_id: int, ref: str = MAIN) -> Any:
         raise CommitConflict(f"{ref} moved from snapshot {snapshot_id} to "
                              f"{None if found is None else found.snapshotId()} during the batch")
     return found
+
+
+def _moved_by_others(metadata: Any, snapshot_id: int, ref: str = MAIN,
+                     limit: int = 10_000) -> None:
+    """Checks that branch ``ref`` is at ``snapshot_id``, or moved from there only by
+    snapshots that are not floe commits (a compaction, a manifest rewrite, a repair's or a
+    backfill's chunk: none adds a record at or above the offsets the batch was read from), so
+    that an append can go on top of them; raises CommitConflict otherwise (a floe commit in
+    between, or the branch rolled back past ``snapshot_id``)."""
+    current = _head_id(metadata, ref)
+    for _ in range(limit):
+        if current == snapshot_id:
+            return
+        snapshot = None if current is None else metadata.snapshot(current)
+        if snapshot is None or snapshot.summary().get(OFFSETS) is not None:
+            break
+        parent = snapshot.parentId()
+        current = None if parent is None else int(parent)
+    raise CommitConflict(f"{ref} moved from snapshot {snapshot_id} to {_head_id(metadata, ref)} "
+                         "during the batch, by a floe commit or a roll back")
 
 
 def _head_id(metadata: Any, ref: str = MAIN) -> int | None:
@@ -283,13 +303,13 @@ class BranchCommitter:
 
     def append(self, rows: Any, base_snapshot_id: int,
                summary: Callable[[Staged], dict[str, str]], tag: bool = True,
-               tasks: int | None = None) -> dict[str, float]:
+               tasks: int | None = None, rebase: bool = False) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
         written (:meth:`stage`, by ``tasks``), then ``summary`` makes the snapshot's summary
         from them (it may raise to send the batch back: the files are deleted) and
-        :meth:`publish` commits them (``tag``: as there); raises CommitConflict when ``main`` is
-        no longer at ``base_snapshot_id``.  Returns the seconds spent writing the files and
-        committing them."""
+        :meth:`publish` commits them (``tag``, ``rebase``: as there); raises CommitConflict
+        when ``main`` is no longer at ``base_snapshot_id``.  Returns the seconds spent writing
+        the files and committing them."""
         started = time.monotonic()
         staged = self.stage(rows, tasks)
         write_seconds = time.monotonic() - started
@@ -300,7 +320,7 @@ class BranchCommitter:
             raise
         try:
             metrics.doing("committing")
-            self.publish(staged, base_snapshot_id, properties, tag=tag)
+            self.publish(staged, base_snapshot_id, properties, tag=tag, rebase=rebase)
         except CommitUnknown:  # a snapshot may refer to the files (or come to): they stay
             raise
         except Exception:  # main moved on without the batch, or nothing reached the catalog
@@ -310,8 +330,11 @@ class BranchCommitter:
                 "commit_seconds": time.monotonic() - started - write_seconds}
 
     def _iceberg_table(self) -> Any:
-        return self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, self.table_ref)
+        jvm, session = self.spark._jvm, self.spark._jsparkSession
+        # The catalogs are the active session's: a thread other than the one that made the
+        # session (the job's start, run in a thread) has none until it is made active there.
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, self.table_ref)
 
     def stage(self, rows: Any, tasks: int | None = None) -> Staged:
         """Step 3 of an append: writes ``rows``' data files (the table's format, sort order and
@@ -364,17 +387,21 @@ class BranchCommitter:
                             str(error).splitlines()[0][:300])
 
     def publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
-                attempts: int = 5, tag: bool = True) -> None:
+                attempts: int = 5, tag: bool = True, rebase: bool = False) -> None:
         """Step 4 of an append: one metadata commit that adds a snapshot appending the staged
         files on top of ``base_snapshot_id`` with ``properties`` in its summary, makes it
         ``main``'s head and moves the writer's tag there; a compare-and-set, as
         :meth:`_merge`.  Raises CommitConflict only when ``main`` moved on without any of the
         snapshots tried, CommitUnknown when the catalog kept failing to answer or anything
         failed once a commit had been sent; any other error only before that.  Without
-        ``tag`` (a commit that is not the writer's: an operation's), the tag stays."""
+        ``tag`` (a commit that is not the writer's: an operation's), the tag stays.  With
+        ``rebase`` (the job's batch), snapshots that are not floe commits added on top of
+        ``base_snapshot_id`` meanwhile do not send the batch back: the files go on top of
+        them (:func:`_moved_by_others`), so maintenance and operations beside a busy job do
+        not make it write its batches again and again."""
         tried: set[int] = set()
         try:
-            self._publish(staged, base_snapshot_id, properties, attempts, tried, tag)
+            self._publish(staged, base_snapshot_id, properties, attempts, tried, tag, rebase)
         except (CommitConflict, CommitUnknown):
             raise
         except Exception as error:  # noqa: BLE001 - after a commit was sent, it may land
@@ -384,7 +411,7 @@ class BranchCommitter:
             raise
 
     def _publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
-                 attempts: int, tried: set[int], tag: bool = True) -> None:
+                 attempts: int, tried: set[int], tag: bool = True, rebase: bool = False) -> None:
         iceberg = self.spark._jvm.org.apache.iceberg
         table = staged.table
         operations = table.operations()
@@ -401,7 +428,10 @@ class BranchCommitter:
             base = operations.current()
             if _landed(base, tried, base_snapshot_id, ref=self.ref) is not None:
                 return
-            _ref_at(base, base_snapshot_id, self.ref)
+            if rebase:
+                _moved_by_others(base, base_snapshot_id, self.ref)
+            else:
+                _ref_at(base, base_snapshot_id, self.ref)
             tried.add(int(snapshot.snapshotId()))
             builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, self.ref)
             try:

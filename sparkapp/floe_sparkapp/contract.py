@@ -839,6 +839,12 @@ class ReplaySpec(_Model):
         10_000, ge=1, le=10_000_000,
         description="Records per Kafka transaction: each commits the partition's progress with "
                     "it, so a run stopped midway goes on after the last committed one.")
+    timestamps: Literal["original", "now"] = Field(
+        "original",
+        description="original: each record keeps its row's Kafka timestamp (the replay is "
+                    "refused where the topic's time-based retention would delete some); now: "
+                    "each record is stamped when produced, the original kept in header "
+                    "floe.original-timestamp (epoch milliseconds, as text).")
 
     def refused(self, topic: TopicSpec, table: TableLayout) -> str | None:
         """Why ``table``, one of ``topic``'s, cannot be replayed (what to change), or None."""

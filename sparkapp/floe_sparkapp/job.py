@@ -20,14 +20,15 @@ from pyspark.sql import SparkSession
 from . import catalog as catalogs
 from . import checkpoint, metrics, partial_batch, schemaless, schemas
 from .batch_writer import BatchWriter
-from .commit import sweep_branches
+from .commit import BranchCommitter, Staged, sweep_branches
 from .config import JobConfig, kafka_client_settings
 from .contract import ROW_LEVEL
 from .evolution import BreakingChange, evolve_for_writer
 from .kafka_offsets import (DataLossError, check_offsets_available, check_topic_identity,
-                            floor_offsets, starting_offsets, topic_identity, topic_partitions)
+                            floor_offsets, starting_offsets, topic_identity, topic_partitions,
+                            watermarks)
 from .layout import KEY_FIELDS, ensure_table, evolve_partitioning
-from .ledger import Committed, claim_table, last_commit
+from .ledger import Committed, claim_table, head, last_commit, summary_properties
 from .registry import Registry
 from .session import build_session, checkpoint_store, spark_catalog_conf
 from .upsert import with_deletion_vectors
@@ -170,6 +171,31 @@ def lowest_commit(found: list[Committed]) -> Committed:
                               for p in sorted(partitions)})
 
 
+def record_first_start(spark: SparkSession, config: JobConfig, tables: list[Any],
+                       partitions: list[int], topic_id: str | None) -> Committed:
+    """A ``latest`` job's very first start: Kafka's end offsets now, committed (no rows) to
+    each of the topic's tables, so that where it started outlives the checkpoint: a job that
+    lost its checkpoint before its first batch goes on from there, not from Kafka's end
+    again, and the records in between are not skipped."""
+    offsets = {p: high for p, (_, high) in watermarks(config, partitions).items()}
+    destinations = config.destinations()
+    names = tuple(d.table.identifier for d in destinations) if len(destinations) > 1 else ()
+    properties = summary_properties(config.writer, config.kafka.topic, offsets, None,
+                                    config.generation, 0, topic_id, names,
+                                    config.routing_digest() if names else None,
+                                    offsets if names else None)
+    for destination, table in zip(destinations, tables):
+        committer = BranchCommitter(spark, destination.table.catalog.name,
+                                    destination.table.identifier, config.writer,
+                                    destination.table.ref)
+        base = head(table, destination.table.ref)
+        committer.publish(Staged(committer._iceberg_table(), []),
+                          base.snapshot_id if base is not None else None, properties)
+    log.info("first start of %s at Kafka's latest offsets %s: recorded on its tables",
+             config.writer, offsets)
+    return Committed(offsets=offsets)
+
+
 FIRST_FETCH_WAIT_MS = 100
 
 
@@ -211,6 +237,9 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     resumes, floor = rewind_checkpoint(spark, config, committed, partitions)
+    if config.kafka.starting_offsets == "latest" and not resumes and \
+            not any(c.offsets for c in found):
+        committed = record_first_start(spark, config, tables, partitions, identity)
     # (unless a checkpoint resumes; earliest is Spark's own -2, which retention cannot overtake)
     start_at = starting_offsets(config, committed, partitions,
                                 floor if config.kafka.starting_offsets == "latest" else None)

@@ -5,6 +5,7 @@ still holds what follows the table's committed offsets; where a query starts fro
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -13,6 +14,8 @@ from . import checkpoint
 from .config import JobConfig, kafka_client_settings, kafka_consumer
 from .ledger import Committed
 from .librdkafka import librdkafka_settings
+
+log = logging.getLogger("floe.job")
 
 
 class DataLossError(RuntimeError):
@@ -28,11 +31,13 @@ def starting_offsets(config: JobConfig, committed: Committed, partitions: list[i
                      floor: dict[int, int] | None = None) -> str:
     """Spark's startingOffsets: the table's offsets where it has some, else ``floor`` (where a
     ``latest`` job first started, when its checkpoint was removed), else the configured
-    start."""
+    start.  A partition the table has no offsets for, once it has some for others, was added
+    after the job first started: from its start (``startingOffsets`` applies to the job's
+    very first start only)."""
     known = {**(floor or {}), **committed.offsets}
     if not known:
         return config.kafka.starting_offsets
-    fallback = -2 if config.kafka.starting_offsets == "earliest" else -1
+    fallback = -2 if config.kafka.starting_offsets == "earliest" or committed.offsets else -1
     offsets = {str(p): known.get(p, fallback) for p in sorted(set(partitions) | set(known))}
     return json.dumps({config.kafka.topic: offsets})
 
@@ -63,9 +68,14 @@ def topic_identity(config: JobConfig) -> str | None:
                                       request_timeout=30)[config.kafka.topic].result()
         cluster = admin.describe_cluster(request_timeout=30).result()
     except Exception as error:  # noqa: BLE001 - an unknown topic is created on first write
-        if "UNKNOWN_TOPIC" in str(error):
-            return None
-        raise
+        if "UNKNOWN_TOPIC" not in str(error):
+            log.warning("Kafka at %s did not say which cluster and topic %s are (%s): brokers "
+                        "before Kafka 3.1 have no topic IDs, and without them a topic deleted "
+                        "and created again, or another cluster behind the same address, is "
+                        "not told apart from the one the table's offsets are of; the job goes "
+                        "on without that check", config.kafka.bootstrap_servers,
+                        config.kafka.topic, str(error).splitlines()[0][:300])
+        return None
     return f"{cluster.cluster_id}/{topic.topic_id}"
 
 
@@ -174,11 +184,12 @@ def floor_offsets(spark: SparkSession, config: JobConfig,
     """Where ``partitions`` start when the table has no offsets for them: Kafka's earliest
     offsets (``startingOffsets: earliest``), or where the job first started (``latest``: the
     checkpoint's initial offsets), as ``startingOffsets`` applies to the very first start
-    only."""
+    only; a partition added since, from Kafka's earliest."""
     if not partitions:
         return {}
-    if config.kafka.starting_offsets == "earliest":
-        return {p: low for p, (low, _) in watermarks(config, partitions).items()}
-    initial = checkpoint.start_offsets(spark, config.checkpoint_location,
-                                       config.kafka.topic, 0) or {}
-    return {p: initial[p] for p in partitions if p in initial}
+    initial = {} if config.kafka.starting_offsets == "earliest" else (
+        checkpoint.start_offsets(spark, config.checkpoint_location, config.kafka.topic, 0) or {})
+    later = [p for p in partitions if p not in initial]  # (added after the first start)
+    earliest = ({p: low for p, (low, _) in watermarks(config, later).items()}
+                if later else {})
+    return {p: initial.get(p, earliest.get(p, 0)) for p in partitions}

@@ -107,24 +107,35 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
     if ref != MAIN and table.current_snapshot() is not None:
         # and what the branch gained since main's head: publishing walks it back to main
         older_than = min(older_than, _utc(table.current_snapshot().timestamp_ms))
-    held = held_since(  # and what a running action holds (``holding``)
-        [(name, getattr(table.snapshot_by_id(ref.snapshot_id), "timestamp_ms", None))
-         for name, ref in table.refs().items()], int(now.timestamp() * 1000))
+    held = _held(table, now)  # and what a running action holds (``holding``)
     if held is not None:
-        older_than = min(older_than, _utc(held))
+        older_than = min(older_than, held)
     rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
                      f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)}, "
                      f"retain_last => {settings.retain_last})").collect()
     return {**_first_row(rows), "olderThan": _sql_timestamp(older_than)}
 
 
+def _held(table: Any, now: dt.datetime) -> dt.datetime | None:
+    """When the oldest snapshot a running action holds (``holding``) was committed."""
+    held = held_since([(name, getattr(table.snapshot_by_id(ref.snapshot_id), "timestamp_ms",
+                                      None)) for name, ref in table.refs().items()],
+                      int(now.timestamp() * 1000))
+    return None if held is None else _utc(held)
+
+
 def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
     """Iceberg's action, not its procedure: the procedure refuses a threshold under 24 hours,
-    and floe allows 1 hour (its own writer's files are committed within a batch). A warehouse
+    and floe allows 1 hour (its own writer's files are committed within a batch). While an
+    action runs (a compaction may take hours), only files older than the snapshot it holds
+    are removed: the files it has written are not referenced until it commits. A warehouse
     on a store Spark has no Hadoop file system for (GCS, ADLS) is listed through PyIceberg's
     FileIO, which reaches it by its object API (ADLS's blob listing works on any account, the
     Data Lake one only on hierarchical ones)."""
     older_than = now - dt.timedelta(seconds=config.maintenance.remove_orphans.older_than_seconds)
+    held = _held(table, now)
+    if held is not None:
+        older_than = min(older_than, held)
     jvm, session = spark._jvm, spark._jsparkSession
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         session, _qualified(config))

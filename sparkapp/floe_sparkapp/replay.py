@@ -5,9 +5,10 @@ The rows are those of one snapshot (the request's, else the table's when the fir
 starts, held by the tag ``floe_replay_<uid>`` until the replay is recorded, so an attempt
 after a crash replays the same rows and expiry keeps them).  Each Kafka partition's rows go,
 in offset order, to the same partition of the target topic, with their key, headers and
-timestamp; a value is encoded again in the registry's wire format with the row's writer
-schema id (Avro with the writer schema itself, JSON as JSON), and a row kept raw (or with a
-part kept raw) is produced as the bytes it came as.
+timestamp (or, with ``timestamps: now``, stamped when produced, the row's timestamp in header
+``floe.original-timestamp``); a value is encoded again in the registry's wire format with the
+row's writer schema id (Avro with the writer schema itself, JSON as JSON), and a row kept raw
+(or with a part kept raw) is produced as the bytes it came as.
 
 Exactly once: a transactional producer (``transactional.id`` ``floe-replay-<uid>``: a new
 attempt fences a zombie of the last one) commits, with each transaction of
@@ -15,6 +16,9 @@ attempt fences a zombie of the last one) commits, with each transaction of
 ``floe-replay-<uid>``'s offset on the target partition (the next source offset to replay).  An
 attempt goes on from those offsets; a transaction that did not commit is aborted and its
 records never reach a ``read_committed`` consumer (floe's jobs read that way).
+
+Rows that keep their timestamps are refused where the target's time-based retention would
+delete them soon after they are produced (while the replay succeeds).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import io
 import json
 import logging
 import struct
+import time
 from decimal import Decimal
 from typing import Any, Iterator
 
@@ -40,6 +45,7 @@ log = logging.getLogger("floe.operation")
 
 HOLD_PREFIX = "floe_replay_"
 HOLD_MAX_AGE_MS = 7 * 86_400_000
+ORIGINAL_TIMESTAMP = "floe.original-timestamp"  # timestamps now: the row's, epoch ms as text
 
 
 class ReplayRefused(ValueError):
@@ -185,6 +191,42 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+# --- the target's retention -------------------------------------------------------------------
+
+def retention_horizon(configs: dict[str, str], now_ms: int) -> int | None:
+    """The Kafka timestamp (epoch ms) below which a topic with ``configs`` deletes a record
+    produced with it now, or None where it keeps it: the topic is only compacted, keeps
+    records for ever (``retention.ms`` -1), or stamps them itself (LogAppendTime)."""
+    retention = int(configs.get("retention.ms") or -1)
+    if "delete" not in configs.get("cleanup.policy", "delete") or retention < 0 \
+            or configs.get("message.timestamp.type", "CreateTime") != "CreateTime":
+        return None
+    return now_ms - retention
+
+
+def retention_refusal(topic: str, configs: dict[str, str], older: int, oldest_ms: int
+                      ) -> str | None:
+    """Why rows cannot be replayed with their timestamps to ``topic``, whose retention deletes
+    ``older`` of them (the oldest stamped ``oldest_ms``), or None where it deletes none."""
+    if not older:
+        return None
+    retention = int(configs["retention.ms"])
+    oldest = dt.datetime.fromtimestamp(oldest_ms / 1000, dt.timezone.utc)
+    return (f"topic {topic} deletes records older than {_span(retention)} (retention.ms "
+            f"{retention}), and {older} of the rows to replay are older (the oldest from "
+            f"{oldest:%Y-%m-%dT%H:%M:%SZ}): with their timestamps they would be deleted soon "
+            "after they are produced. Set replay.timestamps: now (each record stamped when "
+            f"produced, its original timestamp kept in header {ORIGINAL_TIMESTAMP}), or raise "
+            "the topic's retention.ms (-1 keeps records for ever)")
+
+
+def _span(ms: int) -> str:
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size} {unit}" + "s" * (ms != size)
+    return f"{ms} ms"
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 class Replay:
@@ -241,21 +283,49 @@ class Replay:
             rows = rows.filter(F.col("kafka.offset") < spec.to_offset)
         return rows
 
-    def _check_target(self, partitions: list[int]) -> None:
-        from confluent_kafka.admin import AdminClient
+    def _target(self) -> tuple[int, dict[str, str]] | None:
+        """The target topic's partition count and (for rows that keep their timestamps) its
+        configs; None where it does not exist."""
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
         admin = AdminClient({"bootstrap.servers": self.config.kafka.bootstrap_servers,
                              **librdkafka_settings(kafka_client_settings(self.config))})
         # (all topics: asking for one by name may create it where the brokers auto-create)
         found = admin.list_topics(timeout=30).topics.get(self.spec.topic)
         if found is None or found.error is not None or not found.partitions:
+            return None
+        if self.spec.timestamps != "original":
+            return len(found.partitions), {}
+        resource = ConfigResource(ResourceType.TOPIC, self.spec.topic)
+        entries = admin.describe_configs([resource])[resource].result(timeout=30)
+        return len(found.partitions), {name: entry.value for name, entry in entries.items()}
+
+    @staticmethod
+    def _extent(rows: DataFrame, horizon: int | None) -> list[Any]:
+        """Per Kafka partition of ``rows``: its first and last source offset, its rows, its
+        oldest Kafka timestamp (epoch ms) and how many are older than ``horizon``."""
+        stamp = F.unix_millis("kafka.timestamp")
+        return rows.groupBy(F.col("kafka.partition").alias("partition")).agg(
+            F.min("kafka.offset").alias("first"), F.max("kafka.offset").alias("last"),
+            F.count(F.lit(1)).alias("rows"), F.min(stamp).alias("oldest"),
+            F.count_if(F.lit(False) if horizon is None else stamp < horizon).alias("older")
+        ).collect()
+
+    def _check_target(self, target: tuple[int, dict[str, str]] | None, extent: list[Any]
+                      ) -> None:
+        partitions = [r["partition"] for r in extent]
+        if target is None:
             raise ReplayRefused(f"topic {self.spec.topic} does not exist: create it (with at "
                                 f"least {max(partitions, default=0) + 1} partitions) first")
-        if partitions and max(partitions) >= len(found.partitions):
+        if partitions and max(partitions) >= target[0]:
             raise ReplayRefused(
-                f"topic {self.spec.topic} has {len(found.partitions)} partitions and the rows "
-                f"come from partitions up to {max(partitions)}: each row goes to the partition "
-                "it came from; add partitions to it")
+                f"topic {self.spec.topic} has {target[0]} partitions and the rows come from "
+                f"partitions up to {max(partitions)}: each row goes to the partition it came "
+                "from; add partitions to it")
+        why = retention_refusal(self.spec.topic, target[1], sum(r["older"] for r in extent),
+                                min((r["oldest"] for r in extent), default=0))
+        if why is not None:
+            raise ReplayRefused(why)
 
     def _producer(self) -> Any:
         from confluent_kafka import Producer
@@ -281,21 +351,14 @@ class Replay:
         count = transactions = pending = after = 0
         producer.begin_transaction()
         for row in rows:
-            kafka = row["kafka"]
-            headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
-                       for h in (kafka["headers"] or [])]
-            key = row["key"]
-            record = {"key": None if key is None else bytes(key),
-                      "value": self.encoder.value(row), "partition": partition,
-                      "headers": headers or None,
-                      "timestamp": int(kafka["timestamp"].timestamp() * 1000)}
+            record = self._record(row, partition)
             while True:
                 try:
                     producer.produce(self.spec.topic, **record)
                     break
                 except BufferError:  # the producer's queue is full: let it send
                     producer.poll(1.0)
-            after = kafka["offset"] + 1
+            after = row["kafka"]["offset"] + 1
             count += 1
             pending += 1
             if pending >= size:
@@ -311,6 +374,21 @@ class Replay:
             producer.abort_transaction(30)
         return count, transactions
 
+    def _record(self, row: Any, partition: int) -> dict[str, Any]:
+        """What ``row`` is produced as: with its timestamp, or (``timestamps: now``) stamped
+        by the producer, its timestamp in header floe.original-timestamp."""
+        kafka, key = row["kafka"], row["key"]
+        headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
+                   for h in (kafka["headers"] or [])]
+        stamp = int(kafka["timestamp"].timestamp() * 1000)
+        record = {"key": None if key is None else bytes(key), "value": self.encoder.value(row),
+                  "partition": partition}
+        if self.spec.timestamps == "now":
+            headers.append((ORIGINAL_TIMESTAMP, str(stamp).encode()))
+        else:
+            record["timestamp"] = stamp
+        return {**record, "headers": headers or None}
+
     def _commit(self, producer: Any, consumer: Any, partition: int, after: int) -> None:
         from confluent_kafka import TopicPartition
 
@@ -322,12 +400,15 @@ class Replay:
     def run(self) -> dict[str, Any]:
         snapshot_id = self._snapshot()
         rows = self._rows(snapshot_id)
+        target = self._target()
+        horizon = (None if target is None
+                   else retention_horizon(target[1], int(time.time() * 1000)))
+        extent = self._extent(rows, horizon)
+        self._check_target(target, extent)
         # Per partition, the first and last source offset and the rows: what is replayed
-        total = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows.groupBy(
-            "kafka.partition").agg(F.min("kafka.offset"), F.max("kafka.offset"),
-                                   F.count(F.lit(1))).collect()}
+        total = {int(r["partition"]): (int(r["first"]), int(r["last"]), int(r["rows"]))
+                 for r in extent}
         partitions = sorted(total)
-        self._check_target(partitions)
         consumer = kafka_consumer(self.config, _group(self.request))
         producer = self._producer()
         produced = transactions = 0

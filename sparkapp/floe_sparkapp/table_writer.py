@@ -43,6 +43,7 @@ from .jvm_udf import newest_by_partition, parse_newest
 from .layout import KEY_FIELDS, files_bound_one_partition
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
+from .kafka_offsets import check_topic_identity
 from .registry import Registry
 from .schemas import FORMATS
 from .upsert import OP_COLUMN, Upsert, operation_rows
@@ -452,7 +453,8 @@ class TableWriter:
                 *[F.coalesce(F.sum(F.when(undecodable(rows) & (reason == F.lit(name)), 1)
                                    .otherwise(0)), F.lit(0)).alias(f"raw_{name}")
                   for name in RAW_REASONS])
-            timing = self.committer.append(observed, base, properties, tasks=tasks)
+            timing = self.committer.append(observed, base, properties, tasks=tasks,
+                                           rebase=True)
             counted = observation.get
             return int(counted["rows"]), {name: int(counted[f"raw_{name}"])
                                           for name in RAW_REASONS
@@ -551,6 +553,7 @@ class TableWriter:
         ref = self.config.table.ref
         base = head(table, ref).snapshot_id  # offsets below are read from here
         committed = last_commit(table, writer, topic, ref=ref)
+        check_topic_identity(self.config, committed, self.topic_id)
         if self.rejoins_at:
             committed = replace(committed,
                                 offsets=merge_offsets(committed.offsets, self.rejoins_at))

@@ -168,8 +168,8 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    deleted = AdminClient({"bootstrap.servers": stack.bootstrap}).delete_records(
-        [TopicPartition(kafka_topic, 0, held["0"] + 5)])
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})  # (kept: its futures need it)
+    deleted = admin.delete_records([TopicPartition(kafka_topic, 0, held["0"] + 5)])
     for future in deleted.values():
         future.result(timeout=30)
     head = orders_status(stack, namespace)["table"]["snapshotId"]

@@ -642,3 +642,145 @@ def test_a_compacted_topic_with_offset_gaps_lands_what_compaction_kept(
     run_once(config, spark)
 
     assert_exactly_once(table_rows(config), survivors)
+
+
+def test_a_latest_job_that_lost_its_checkpoint_skips_nothing_after_its_first_start(
+        stack, spark, tmp_path, topic, monkeypatch):
+    """``startingOffsets: latest`` applies to the job's very first start only: the history
+    before it is skipped, but what came after is landed even when the job stopped before its
+    first commit and lost its checkpoint (on every restart with a GCS or ADLS warehouse,
+    whose checkpoint is on an emptyDir), and a partition added while the job was down is
+    landed from its start."""
+    import json
+
+    from confluent_kafka.admin import NewPartitions
+
+    from floe_sparkapp.config import parse_config
+    from floe_sparkapp.ledger import last_commit
+    from floe_sparkapp.table_writer import TableWriter
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 30)  # history: skipped
+    history = dict(producer.sent)
+    data = json.loads(job_config(stack, tmp_path, topic).to_json())
+    data["kafka"]["startingOffsets"] = "latest"
+    config = parse_config(data)
+
+    def crash(self, *args, **kwargs):
+        raise RuntimeError("crashed before its first commit")
+
+    with monkeypatch.context() as patched:  # the first start ends before any commit
+        patched.setattr(TableWriter, "commit_batch", crash)
+        with pytest.raises(Exception, match="crashed before its first commit"):
+            run_once(config, spark)
+    assert last_commit(load_table(config), config.writer, topic).offsets == {
+        p: max(o for q, o in history if q == p) + 1 for p, _ in history}  # where it started
+
+    produce_orders(producer, 30, 30)  # after the first start: each lands
+    shutil.rmtree(config.checkpoint_location)
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, 4)]).values():
+        future.result(timeout=30)
+    later = AvroProducer(stack, topic)  # knows the new partition
+    for i in range(60, 70):
+        later.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA, partition=3)
+    later.flush()
+    run_once(config, spark)
+
+    after = {k: v for k, v in {**producer.sent, **later.sent}.items() if k not in history}
+    assert len(after) == 40
+    assert_exactly_once(table_rows(config), after)
+
+
+def test_a_commit_that_is_not_floes_during_a_batch_does_not_send_it_back(
+        stack, spark, tmp_path, topic, monkeypatch):
+    """A compaction or an operation that commits while a batch writes its files (here: a
+    snapshot that is not floe's, committed between every batch's files and its commit) no
+    longer sends the batch back to be written again, which starved a busy job beside its
+    maintenance: the files go on top, each batch is written once, every record lands once.
+    (A floe commit or a roll back in between still sends it back: the tests of zombies and of
+    roll backs during a batch.)"""
+    from floe_sparkapp.commit import BranchCommitter
+    from floe_sparkapp.ledger import OFFSETS, ancestors
+
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 60)
+    config = job_config(stack, tmp_path, topic, max_records=20)
+    stage, publish = BranchCommitter.stage, BranchCommitter.publish
+    staged: list[int] = []
+    done: set[str] = set()
+
+    def counted_stage(self, *args, **kwargs):
+        staged.append(1)
+        return stage(self, *args, **kwargs)
+
+    def maintenance_first(self, files, base, properties, *args, **kwargs):
+        if OFFSETS in properties and properties[OFFSETS] not in done:
+            done.add(properties[OFFSETS])
+            self._iceberg_table().newAppend().set("floe-test", "maintenance").commit()
+        return publish(self, files, base, properties, *args, **kwargs)
+
+    monkeypatch.setattr(BranchCommitter, "stage", counted_stage)
+    monkeypatch.setattr(BranchCommitter, "publish", maintenance_first)
+    run_once(config, spark)
+
+    assert_exactly_once(table_rows(config), producer.sent)
+    history = [s.summary for s in ancestors(load_table(config)) if s.summary is not None]
+    commits = [s for s in history if s.get(OFFSETS) is not None]
+    assert len(commits) >= 3 and len(done) == len(commits)
+    assert sum(1 for s in history if s.get("floe-test") == "maintenance") == len(commits)
+    assert len(staged) == len(commits)  # each batch written once
+
+
+def test_a_topic_made_after_the_job_started_is_recorded_with_its_identity(
+        stack, spark, tmp_path, unique_name):
+    """The job started before its topic existed: its first batch asks Kafka again which topic
+    it reads, so its commits carry the topic's identity (and a topic created again later is
+    told apart) instead of none for the whole run."""
+    from floe_sparkapp.kafka_offsets import topic_identity
+    from floe_sparkapp.ledger import last_commit
+
+    import json
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    topic = f"faults-later-{unique_name}".replace("_", "-")
+    SchemaRegistryClient({"url": stack.registry_url}).register_schema(
+        f"{topic}-value", Schema(json.dumps(V1_SCHEMA), "AVRO"))
+    config = job_config(stack, tmp_path, topic, interval=1)
+    assert topic_identity(config) is None
+    query = start(config, spark)
+    try:
+        try:
+            create_topic(stack.bootstrap, topic, partitions=2)
+        except Exception as error:  # the job's consumer may have made it first (auto-create)
+            assert "TOPIC_ALREADY_EXISTS" in str(error), error
+        producer = AvroProducer(stack, topic)
+        produce_orders(producer, 0, 20)
+        wait_for_rows(config, 20, timeout=180)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert_exactly_once(table_rows(config), producer.sent)
+    committed = last_commit(load_table(config), config.writer, topic)
+    assert committed.topic_id is not None and committed.topic_id == topic_identity(config)
+
+
+def test_brokers_that_do_not_say_the_topics_identity_only_lose_that_check(
+        stack, spark, tmp_path, topic, monkeypatch, caplog):
+    """Brokers without topic IDs (before Kafka 3.1) answer DescribeCluster or DescribeTopics
+    with an error: the job lands all the same, says in a warning what it cannot check, and
+    does not crash in a loop."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    def unsupported(self, *args, **kwargs):
+        raise KafkaException(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
+                                        "DescribeClusterRequest is not supported by broker"))
+
+    monkeypatch.setattr(AdminClient, "describe_cluster", unsupported)
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 20)
+    config = job_config(stack, tmp_path, topic)
+    run_once(config, spark)
+    assert_exactly_once(table_rows(config), producer.sent)
+    assert "did not say which cluster and topic" in caplog.text

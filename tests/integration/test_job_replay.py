@@ -137,3 +137,39 @@ def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_ro
         operate(config, request("narrow", topic=f"{source}-narrow"), spark)
     with pytest.raises(OperationRefused, match="is the topic the table lands"):
         operate(config, request("self", topic=source), spark)
+
+
+def test_old_rows_are_refused_where_the_topics_retention_deletes_them_or_stamped_now(
+        stack, spark, tmp_path, unique_name):
+    """Rows 30 days old, replayed to a topic that keeps records 7 days: with their timestamps
+    the replay is refused (the broker would delete them) and produces nothing; stamped now,
+    each row is in the topic once, recent, its timestamp in header floe.original-timestamp."""
+    source = f"replay-old-{unique_name}".replace("_", "-")
+    target = f"{source}-week"
+    # the source keeps its old records until the job has landed them
+    create_topic(stack.bootstrap, source, partitions=2, config={"retention.ms": "-1"})
+    create_topic(stack.bootstrap, target, partitions=2,
+                 config={"retention.ms": str(7 * 86_400_000)})
+    producer = AvroProducer(stack, source)
+    month_ago = int(time.time() * 1000) - 30 * 86_400_000
+    for i in range(10):
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
+                      timestamp_ms=month_ago + i)
+    producer.flush()
+    config = job_config(stack, tmp_path, source)
+    run_once(config, spark)
+    assert len(table_rows(config)) == 10
+
+    with pytest.raises(OperationRefused, match=r"\(retention\.ms 604800000\), and 10 of the rows "
+                                               r"to replay are older.* Set replay\.timestamps: "
+                                               "now"):
+        operate(config, request("old-kept", topic=target), spark)
+    outcome = operate(config, request("old-now", topic=target, timestamps="now"), spark)
+    assert outcome["records"] == outcome["producedThisAttempt"] == 10
+
+    produced = committed_records(stack, target)
+    assert len(produced) == 10  # each row once, none from the refused replay
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    assert all(m.timestamp()[1] > hour_ago for m in produced)
+    assert {m.key(): int(dict(m.headers())["floe.original-timestamp"].decode())
+            for m in produced} == {f"k{i}".encode(): month_ago + i for i in range(10)}

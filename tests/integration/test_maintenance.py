@@ -361,3 +361,33 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
     assert result["rewritten_data_files_count"] == old_files, (result, took)
     assert not [name for name in load_table(config).refs() if name.startswith(HOLD_PREFIX)]
     assert_exactly_once(table_rows(config), producer.sent)
+
+
+@pytest.mark.faults
+def test_orphan_removal_beside_a_running_compaction_keeps_the_files_it_has_written(
+        stack, spark, tmp_path, topic):
+    """A compaction (or a manifest rewrite) runs for hours and commits its files at the end:
+    while its hold is on the table, orphan removal deletes only files older than the snapshot
+    it started from, so the compaction's commit never refers to files already removed.  An
+    old orphan is removed as always."""
+    from floe_sparkapp.catalog import load_catalog
+    from floe_sparkapp.maintenance import holding, remove_orphans
+
+    producer = AvroProducer(stack, topic)
+    produce_old(producer, 0, 50)
+    config = config_with(stack, tmp_path, topic, orphan_older_than_seconds=3600)
+    run(config, spark, available_now=True, timeout=600)
+    referenced = data_files(config)
+    data_dir = Path(referenced[0].removeprefix("file:")).parent
+    old_orphan, written = data_dir / "old-orphan.parquet", data_dir / "compacted.parquet"
+    rows = table_rows(config)
+    with holding(config, "compaction"):
+        for orphan in (old_orphan, written):  # (the compaction's file: written since it began)
+            orphan.write_bytes(b"PAR1 not committed yet PAR1")
+        os.utime(old_orphan, (time.time() - 86_400, time.time() - 86_400))
+        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=3)  # hours into it
+        table = load_catalog(config.catalog()).load_table(config.table.identifier)
+        result = remove_orphans(spark, config, table, later)
+    assert (old_orphan.exists(), written.exists()) == (False, True)
+    assert result["removedFiles"] == 1
+    assert multiset(table_rows(config)) == multiset(rows)

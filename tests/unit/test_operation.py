@@ -418,6 +418,71 @@ def test_replay_refuses_its_own_topic_a_cdc_table_and_protobuf():
         "format": "protobuf", "schemaRegistry": {"url": "http://r", "subject": "s"}})
 
 
+def test_a_replay_keeps_the_rows_timestamps_unless_it_is_told_to_stamp_them_now():
+    from pydantic import ValidationError
+
+    def replay(**fields):
+        return OperationSpec.model_validate({"topic": "t", "type": "Replay",
+                                             "replay": {"topic": "copy", **fields}}).replay
+
+    assert replay().timestamps == "original"
+    assert replay(timestamps="now").model_dump(by_alias=True)["timestamps"] == "now"
+    with pytest.raises(ValidationError):
+        replay(timestamps="later")
+
+
+def test_rows_that_keep_their_timestamps_are_refused_where_the_topics_retention_deletes_them():
+    """Only a topic that deletes by time, and keeps the producer's timestamps, deletes the rows
+    older than its retention; the refusal says how many, the oldest, and what to do."""
+    from floe_sparkapp.replay import retention_horizon, retention_refusal
+
+    week = 7 * 86_400_000
+    deletes = {"cleanup.policy": "delete", "retention.ms": str(week),
+               "message.timestamp.type": "CreateTime"}
+    assert retention_horizon(deletes, NOW_MS) == NOW_MS - week
+    assert retention_horizon({**deletes, "cleanup.policy": "compact,delete"}, NOW_MS) == \
+        NOW_MS - week
+    assert retention_horizon({**deletes, "cleanup.policy": "compact"}, NOW_MS) is None
+    assert retention_horizon({**deletes, "retention.ms": "-1"}, NOW_MS) is None
+    assert retention_horizon({**deletes, "message.timestamp.type": "LogAppendTime"},
+                             NOW_MS) is None
+    assert retention_refusal("copy", deletes, 0, NOW_MS - week) is None
+    assert retention_refusal("copy", deletes, 12, 1_790_000_000_000) == (
+        "topic copy deletes records older than 7 days (retention.ms 604800000), and 12 of the "
+        "rows to replay are older (the oldest from 2026-09-21T14:13:20Z): with their "
+        "timestamps they would be deleted soon after they are produced. Set "
+        "replay.timestamps: now (each record stamped when produced, its original timestamp "
+        "kept in header floe.original-timestamp), or raise the topic's retention.ms (-1 keeps "
+        "records for ever)")
+    assert "older than 1 hour (retention.ms 3600000)" in retention_refusal(
+        "copy", {**deletes, "retention.ms": "3600000"}, 1, NOW_MS - week)
+
+
+def test_a_row_stamped_now_carries_its_timestamp_in_a_header():
+    """timestamps now: no timestamp for the producer (it stamps the record), the row's in
+    header floe.original-timestamp after the row's own headers; original: the row's."""
+    import datetime as dt
+
+    from pyspark.sql import Row
+
+    from floe_sparkapp.contract import ReplaySpec
+    from floe_sparkapp.replay import Encoder, Replay
+
+    at = dt.datetime.fromtimestamp(1_790_000_000).replace(microsecond=123_000)  # naive, local
+    row = Row(key=b"k", value_raw=b"v", kafka=Row(
+        offset=3, timestamp=at, headers=[Row(key="trace", value=bytearray(b"t1"))]))
+    replay = Replay.__new__(Replay)
+    replay.encoder = Encoder(None, "avro")
+    replay.spec = ReplaySpec(topic="copy", timestamps="now")
+    assert replay._record(row, 1) == {
+        "key": b"k", "value": b"v", "partition": 1,
+        "headers": [("trace", b"t1"), ("floe.original-timestamp", b"1790000000123")]}
+    replay.spec = ReplaySpec(topic="copy")
+    assert replay._record(row, 1) == {"key": b"k", "value": b"v", "partition": 1,
+                                      "headers": [("trace", b"t1")],
+                                      "timestamp": 1_790_000_000_123}
+
+
 def test_a_row_is_encoded_again_with_its_writer_schema():
     """What Spark reads from the table (rows, naive timestamps, maps as dicts, decimals) is
     written back with the writer schema: fastavro reads the record that was produced."""
