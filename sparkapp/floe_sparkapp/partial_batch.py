@@ -116,6 +116,8 @@ def finish(spark: SparkSession, config: JobConfig, registry: Registry | None, ta
                     config.kafka.topic, last.routing, config.table.identifier)
         return []
     start = {p: o for p, o in last.batch_start.items() if o < last.offsets.get(p, o)}
+    if not start:  # a batch that read nothing (or where a latest job first started)
+        return []
     destinations = began.destinations()
     lagging = behind(config, destinations, last, start)
     if not lagging:
