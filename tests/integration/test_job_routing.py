@@ -542,3 +542,31 @@ def test_a_backfill_of_a_route_added_later_leaves_the_records_another_table_took
     assert (outcome["landed"], outcome["heldElsewhere"]) == (5, 10), outcome
     every = table_rows(default) + table_rows(europe) + table_rows(america)
     assert_exactly_once(every, sales.sent)
+
+
+def test_a_routed_topic_starting_at_latest_lands_in_each_table_what_came_after(
+        stack, spark, tmp_path, unique_name):
+    """``startingOffsets: latest`` on a routed topic: the first start records where it began on
+    every table, and each table then lands only its records that came after, across starts."""
+    topic = f"routes-latest-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    sales = Sales(stack, topic)
+    base = sales_config(stack, tmp_path, topic)
+    data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data["kafka"]["startingOffsets"] = "latest"
+    config = parse_config(data)
+    default, europe, america = config.destinations()
+    sales.send("eu", range(0, 5))  # history: skipped
+    sales.send("us", range(100, 105))
+    run_once(config, spark)
+    started = end_offsets(sales)
+    for destination in (default, europe, america):
+        assert last_commit(load_table(destination), config.writer, topic).offsets == started
+    sales.send("eu", range(5, 10))
+    sales.send("apac", range(200, 203))
+    run_once(config, spark)
+    sales.send("us", range(105, 110))
+    run_once(config, spark)
+    assert ids(europe) == list(range(5, 10))
+    assert ids(america) == list(range(105, 110))
+    assert ids(default) == list(range(200, 203))
