@@ -377,7 +377,8 @@ def plan(world: OperationWorld) -> OperationPlan:
                                      "already: nothing to roll back")
         unsafe = _unsafe_rollback(world, table, found.snapshot_id)
         if unsafe is not None:
-            return unsafe(ends, waits)
+            phase, message = unsafe
+            return ends(phase, message) if phase == "Failed" else waits(message)
         moved = {"table": table, "fromSnapshotId": str(head.snapshot_id),
                  "toSnapshotId": str(found.snapshot_id),
                  "fromOffsets": by_partition(world.offsets),
@@ -407,21 +408,22 @@ def plan(world: OperationWorld) -> OperationPlan:
 
 
 
-def _unsafe_rollback(world: OperationWorld, table: str, to: int) -> Any:
-    """Why moving ``main`` of ``table`` back to snapshot ``to`` would lose rows for good,
-    as a function of (ends, waits), or None: a route's table before its first commit (it would
-    go on from where the topic's other tables are), or records after the snapshot that Kafka
-    no longer holds (the job could not land them again)."""
+def _unsafe_rollback(world: OperationWorld, table: str, to: int) -> tuple[str, str] | None:
+    """Why moving ``main`` of ``table`` back to snapshot ``to`` would lose rows for good, as
+    the operation's phase and message (``Pending`` while Kafka has not answered), or None: a
+    route's table before its first commit (it would go on from where the topic's other tables
+    are), or records after the snapshot that Kafka no longer holds (the job could not land
+    them again)."""
     at = world.offsets_at.get(to, {})
     if world.tables and table != world.tables[0] and not at:
-        return lambda ends, waits: ends("Failed", (
+        return "Failed", (
             f"cannot roll back: snapshot {to} of {table} is before the table's first commit of "
             "the topic's records, and a route's table without offsets goes on from where the "
             "topic's other tables are: the rows after it would not land again. Roll back to a "
             "snapshot at or after its first commit (the oldest whose summary has floe.offsets)"
-            "; nothing was changed"))
+            "; nothing was changed")
     if world.kafka_holds is None:
-        return lambda ends, waits: waits(
+        return "Pending", (
             f"asking Kafka whether it still holds the records after snapshot {to} of {table} "
             f"(the job lands them again): {world.kafka_error or 'no answer yet'}")
     gone = {p: (at.get(p, 0), low) for p, low in sorted(world.kafka_holds.items())
@@ -430,11 +432,11 @@ def _unsafe_rollback(world: OperationWorld, table: str, to: int) -> Any:
         return None
     where = ", ".join(f"partition {p} offsets {since} to {low - 1}"
                       for p, (since, low) in gone.items())
-    return lambda ends, waits: ends("Failed", (
+    return "Failed", (
         f"cannot roll back: Kafka no longer holds records after snapshot {to} of {table} that "
         f"main holds and the job would have to land again ({where}: past the topic's "
         "retention), so their rows would be lost. Roll back to a later snapshot, or keep the "
-        "rows and fix them with a Repair; nothing was changed"))
+        "rows and fix them with a Repair; nothing was changed")
 
 
 def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) -> OperationPlan:
