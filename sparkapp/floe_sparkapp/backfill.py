@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import routing
-from .commit import Staged, commit_with_retries
+from .commit import commit_with_retries
 from .config import JobConfig
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
@@ -174,6 +174,7 @@ class Backfill:
         elsewhere = self._elsewhere(partition, lo, upto)
         taken = 0
         if elsewhere is not None:
+            elsewhere = elsewhere.persist()  # the other tables read once: counted, left out
             taken = mine.join(elsewhere, mine["offset"] == elsewhere["_held"],
                               "left_semi").count()
             held = held.unionByName(elsewhere)
@@ -193,11 +194,12 @@ class Backfill:
             if count:
                 committer.append(rows, base, lambda _: properties, tag=self.into)
             else:  # no file: the commit moves the offsets alone
-                committer.publish(Staged(committer._iceberg_table(), []), base, properties,
-                                  tag=self.into)
+                committer.publish_summary(base, properties, tag=self.into)
             return count, taken
         finally:
             rows.unpersist()
+            if elsewhere is not None:
+                elsewhere.unpersist()
 
     def run(self) -> dict[str, Any]:
         table = self.writer.catalog.load_table(self.config.table.identifier)

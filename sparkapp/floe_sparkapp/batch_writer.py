@@ -50,8 +50,7 @@ class BatchWriter:
         destinations = self.config.destinations()
         uuids = self.table_uuids or [None] * len(destinations)
         rejoins = self.rejoins_at or [None] * len(destinations)
-        names = tuple(d.table.identifier for d in destinations) if len(destinations) > 1 else ()
-        routing = self.config.routing_digest() if names else None
+        names, routing = self.config.recorded_routing()
         self.tables = [TableWriter(destination, self.spark, self.registry, table_uuid=uuid,
                                    floor=self._floor, alone=len(destinations) == 1,
                                    topic_id=self.topic_id, tables=names, routing=routing,

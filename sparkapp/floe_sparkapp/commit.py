@@ -410,6 +410,12 @@ class BranchCommitter:
                                     ) from error
             raise
 
+    def publish_summary(self, base_snapshot_id: int | None, properties: dict[str, str],
+                        tag: bool = True) -> None:
+        """A commit without files on top of ``base_snapshot_id``: only its summary, such as
+        offsets that move on with no record to land (:meth:`publish`, as there)."""
+        self.publish(Staged(self._iceberg_table(), []), base_snapshot_id, properties, tag=tag)
+
     def _publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
                  attempts: int, tried: set[int], tag: bool = True, rebase: bool = False) -> None:
         iceberg = self.spark._jvm.org.apache.iceberg

@@ -109,6 +109,13 @@ class JobConfig(TopicSpec):
         """The digest of :meth:`routing`, recorded with each commit of a routed topic."""
         return hashlib.sha256(self.routing().encode()).hexdigest()[:16]
 
+    def recorded_routing(self) -> tuple[tuple[str, ...], str | None]:
+        """What each commit of a routed topic records of its routing: the tables'
+        identifiers and the digest of :meth:`routing`; nothing for a topic of one table."""
+        if not self.routes:
+            return (), None
+        return tuple(d.table.identifier for d in self.destinations()), self.routing_digest()
+
     def routed_as(self, routing: str) -> JobConfig:
         """This job with another :meth:`routing` (one its tables recorded)."""
         recorded = json.loads(routing)

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from . import catalog as catalogs
 from . import checkpoint, metrics, partial_batch, schemaless, schemas
 from .batch_writer import BatchWriter
-from .commit import BranchCommitter, Staged, sweep_branches
+from .commit import BranchCommitter, sweep_branches
 from .config import JobConfig, kafka_client_settings
 from .contract import ROW_LEVEL
 from .evolution import BreakingChange, evolve_for_writer
@@ -178,19 +178,16 @@ def record_first_start(spark: SparkSession, config: JobConfig, tables: list[Any]
     lost its checkpoint before its first batch goes on from there, not from Kafka's end
     again, and the records in between are not skipped."""
     offsets = {p: high for p, (_, high) in watermarks(config, partitions).items()}
-    destinations = config.destinations()
-    names = tuple(d.table.identifier for d in destinations) if len(destinations) > 1 else ()
+    names, routing = config.recorded_routing()
     properties = summary_properties(config.writer, config.kafka.topic, offsets, None,
-                                    config.generation, 0, topic_id, names,
-                                    config.routing_digest() if names else None,
+                                    config.generation, 0, topic_id, names, routing,
                                     offsets if names else None)
-    for destination, table in zip(destinations, tables):
+    for destination, table in zip(config.destinations(), tables):
         committer = BranchCommitter(spark, destination.table.catalog.name,
                                     destination.table.identifier, config.writer,
                                     destination.table.ref)
         base = head(table, destination.table.ref)
-        committer.publish(Staged(committer._iceberg_table(), []),
-                          base.snapshot_id if base is not None else None, properties)
+        committer.publish_summary(base.snapshot_id if base is not None else None, properties)
     log.info("first start of %s at Kafka's latest offsets %s: recorded on its tables",
              config.writer, offsets)
     return Committed(offsets=offsets)

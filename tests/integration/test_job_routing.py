@@ -6,6 +6,8 @@ record in any table."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from floe_sparkapp.ledger import last_commit
@@ -47,6 +49,23 @@ def routed_config(stack, tmp_path, topic: str):
                       route("orders", "cdc", ["id"]),
                       route("products", "append", [])]
     return parse_config(data)
+
+
+@contextlib.contextmanager
+def crashing_before(destination, monkeypatch):
+    """For the block, the driver stops between two tables' commits of a batch: before
+    ``destination``'s (the block expects that error)."""
+    commit_batch = TableWriter.commit_batch
+
+    def crash(self, *args, **kwargs):
+        if self.config.table.identifier == destination.table.identifier:
+            raise RuntimeError("crashed between two tables' commits")
+        return commit_batch(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TableWriter, "commit_batch", crash)
+        with pytest.raises(Exception, match="crashed between two tables' commits"):
+            yield
 
 
 def for_table(config, identifier: str):
@@ -116,17 +135,8 @@ def test_one_topic_routed_to_three_tables_exactly_once_through_a_crash_between_c
     send("audit", "c", 5, what="logout")
     note_sent()
 
-    commit_batch = TableWriter.commit_batch
-
-    def crash_before_orders(self, *args, **kwargs):
-        if self.config.table.identifier == orders.table.identifier:
-            raise RuntimeError("crashed between two tables' commits")
-        return commit_batch(self, *args, **kwargs)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(TableWriter, "commit_batch", crash_before_orders)
-        with pytest.raises(Exception, match="crashed between two tables' commits"):
-            run_once(config, spark)
+    with crashing_before(orders, monkeypatch):
+        run_once(config, spark)
     ahead = last_commit(load_table(customers), config.writer, topic).offsets
     behind = last_commit(load_table(orders), config.writer, topic).offsets
     assert sum(ahead.values()) > sum(behind.values()), (ahead, behind)
@@ -417,17 +427,8 @@ def test_fan_out_lands_a_record_in_every_table_whose_route_matches_through_a_cra
     produce(0, 120)
     run_once(config, spark)
     produce(120, 120)
-    commit_batch = TableWriter.commit_batch
-
-    def crash_before_gold(self, *args, **kwargs):
-        if self.config.table.identifier == gold.table.identifier:
-            raise RuntimeError("crashed between two tables' commits")
-        return commit_batch(self, *args, **kwargs)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(TableWriter, "commit_batch", crash_before_gold)
-        with pytest.raises(Exception, match="crashed between two tables' commits"):
-            run_once(config, spark)
+    with crashing_before(gold, monkeypatch):
+        run_once(config, spark)
     assert sum(last_commit(load_table(eu), config.writer, topic).offsets.values()) > sum(
         last_commit(load_table(gold), config.writer, topic).offsets.values())
     run_once(config, spark)
@@ -468,17 +469,8 @@ def test_a_routing_change_after_a_partial_batch_finishes_it_with_the_routing_it_
     sales.send("eu", range(10, 20))
     sales.send("us", range(105, 110))
     sales.send("apac", range(203, 206))
-    commit_batch = TableWriter.commit_batch
-
-    def crash_before_europe(self, *args, **kwargs):
-        if self.config.table.identifier == europe.table.identifier:
-            raise RuntimeError("crashed between two tables' commits")
-        return commit_batch(self, *args, **kwargs)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(TableWriter, "commit_batch", crash_before_europe)
-        with pytest.raises(Exception, match="crashed between two tables' commits"):
-            run_once(old, spark)
+    with crashing_before(europe, monkeypatch):
+        run_once(old, spark)
     partial_end = end_offsets(sales)
     assert last_commit(load_table(default), old.writer, topic).offsets == partial_end
     assert last_commit(load_table(europe), old.writer, topic).offsets != partial_end

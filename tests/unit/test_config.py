@@ -165,6 +165,9 @@ def test_a_routing_is_told_apart_by_its_digest_and_a_job_made_again_with_a_recor
     digests = {c.routing_digest() for c in [config, *changed]}
     assert len(digests) == 5
     assert parse_config(json.loads(config.to_json())).routing_digest() == config.routing_digest()
+    assert config.recorded_routing() == (("analytics.orders", "analytics.orders_eu",
+                                          "analytics.orders_us"), config.routing_digest())
+    assert parse_config(GOOD).recorded_routing() == ((), None)
     later = parse_config({**with_("routes", [eu]), "commit": {"interval": "5s"}})
     before = later.routed_as(config.routing())
     assert before.routing_digest() == config.routing_digest()
