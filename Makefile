@@ -49,12 +49,13 @@ stack-status: venv
 stack-env: venv
 	@$(PY) -m hack.stack env
 
-# The nemesis for as long as asked: every catalog and mode, faults between the job and each
+# The nemesis for as long as asked: every catalog and mode (routed: three tables, routing changes
+# and operations beside the job), faults between the job and each
 # neighbour; each run's result is added to bench/results/nemesis.jsonl.
 SECONDS ?= 1800
 SEED ?= 1
 CATALOGS ?= sqlite,postgresql,rest
-MODES ?= append,upsert
+MODES ?= append,upsert,routed
 nemesis: venv
 	$(PY) -m tests.integration.nemesis --seconds $(SECONDS) --seed $(SEED) \
 	  --catalog $(CATALOGS) --mode $(MODES) --record bench/results/nemesis.jsonl

@@ -13,7 +13,7 @@ from typing import Any
 
 from floe_sparkapp.avro_types import SchemaMappingError
 from floe_sparkapp.ledger import (MAIN, OWNER, ancestors, commits_since, last_commit,
-                                  operation_commits, operation_record)
+                                  operation_commits, operation_record, torn)
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
@@ -230,8 +230,13 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
     topic = Topic.from_body(dict(found))
     job = render.desired(topic, settings).job
     tables = tuple(t.identifier for t in topic.spec.tables())
+    conditions = ((found.get("status") or {}).get("conditions") or [])
+    data_loss = next(((c.get("message") or "", c["lastTransitionTime"])
+                      for c in conditions if c.get("type") == "JobRunning"
+                      and c.get("status") == "False" and c.get("reason") == "DataLoss"
+                      and c.get("lastTransitionTime")), None)
     world = replace(world, topic_found=True, topic_restart=topic.restart,
-                    topic_suspended=topic.spec.suspend, tables=tables)
+                    topic_suspended=topic.spec.suspend, topic_data_loss=data_loss, tables=tables)
     identifier = spec.table or tables[0]
     destination = next((d for d in job.destinations() if d.table.identifier == identifier), None)
     if destination is None:
@@ -262,7 +267,7 @@ def observe_operation(body: Mapping[str, Any], settings: OperatorSettings
             f"table {identifier} lands in branch {ref} (table.branch), and a roll back moves "
             f"main: roll main back with Iceberg's rollback_to_snapshot procedure, or drop the "
             f"branch to land again, into a new one made from main, what main lacks")), table, topic
-    ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms)
+    ancestry = tuple(operation.Snapshot(s.snapshot_id, s.timestamp_ms, torn(s))
                      for s in ancestors(table))
     world = replace(world, ancestry=ancestry,
                     offsets=last_commit(table, writer, kafka_topic).offsets)

@@ -217,6 +217,7 @@ class OperationStatus(_Model):
 class Snapshot:
     snapshot_id: int
     timestamp_ms: int
+    torn: bool = False  # one of an upsert batch's deletes, before its last snapshot
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,8 @@ class OperationWorld:
     topic_found: bool = False
     topic_restart: str | None = None  # the topic's restart annotation
     topic_suspended: bool = False
+    # the topic's job stopped with DataLoss: the condition's message and lastTransitionTime
+    topic_data_loss: tuple[str, str] | None = None
     tables: tuple[str, ...] = ()  # the topic's tables, its own first
     table_error: str | None = None  # the table could not be read
     ancestry: tuple[Snapshot, ...] = ()  # main's snapshots, newest first
@@ -319,13 +322,20 @@ def target(spec: RollbackSpec, ancestry: tuple[Snapshot, ...]) -> Snapshot | str
     """The snapshot to move back to, or why there is none."""
     if spec.snapshot_id is not None:
         wanted = int(spec.snapshot_id)
-        found = next((s for s in ancestry if s.snapshot_id == wanted), None)
-        if found is None:
+        at = next((i for i, s in enumerate(ancestry) if s.snapshot_id == wanted), None)
+        if at is None:
             return (f"snapshot {wanted} is not in main's history (a snapshot of another branch, "
                     "expired, or mistyped): nothing was changed")
-        return found
+        if ancestry[at].torn:
+            before = next((s.snapshot_id for s in ancestry[at + 1:] if not s.torn), None)
+            after = next((s.snapshot_id for s in reversed(ancestry[:at]) if not s.torn), None)
+            return (f"snapshot {wanted} is the first half of an upsert batch (its keys' rows "
+                    "deleted, its records not yet added): the table was never in that state "
+                    f"between batches. Roll back to {before} (before the batch) or {after} "
+                    "(after it); nothing was changed")
+        return ancestry[at]
     limit = epoch(spec.before) * 1000 if spec.before else 0
-    found = next((s for s in ancestry if s.timestamp_ms <= limit), None)
+    found = next((s for s in ancestry if s.timestamp_ms <= limit and not s.torn), None)
     if found is None:
         return f"main has no snapshot committed at or before {spec.before}: nothing was changed"
     return found
@@ -400,6 +410,16 @@ def plan(world: OperationWorld) -> OperationPlan:
         return ends("Succeeded", f"main of {table} was moved back to snapshot "
                                  f"{record['toSnapshotId']}, and the job has landed again "
                                  "every record it held before", rollback=shown)
+    lost = world.topic_data_loss
+    if lost is not None and epoch(lost[1]) >= epoch(record["rolledBackAt"]):
+        return ends("Failed", f"main of {table} was moved back to snapshot "
+                              f"{record['toSnapshotId']}, but the job stopped before landing "
+                              f"the records after it again ({behind} to go): Kafka no longer "
+                              f"holds them ({lost[0]}). Their rows are still in "
+                              f"snapshot {record['fromSnapshotId']} until it expires: restore "
+                              f"them with CALL <catalog>.system.set_current_snapshot('{table}', "
+                              f"{record['fromSnapshotId']}), then delete the job's "
+                              "SparkApplication so that it starts again", rollback=shown)
     suspended = (f" (KafkaIcebergTopic {spec.topic} is suspended: they land once it is "
                  "resumed)") if world.topic_suspended else ""
     return waits(f"main of {table} is at snapshot {record['toSnapshotId']}; the job lands "

@@ -54,7 +54,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from . import metrics
 from .ledger import MAIN, OFFSETS, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
@@ -192,6 +192,24 @@ def _landed(metadata: Any, snapshot_ids: set[int], base_snapshot_id: int,
     return None
 
 
+def _between(metadata: Any, head: int, base_snapshot_id: int,
+             limit: int = 10_000) -> set[int] | None:
+    """The snapshots from ``head`` down to ``base_snapshot_id`` (not included) in the table's
+    (Java) metadata; None when ``head``'s ancestry does not reach it."""
+    found: set[int] = set()
+    current: int | None = head
+    for _ in range(limit):
+        if current is None:
+            return None
+        if current == base_snapshot_id:
+            return found
+        found.add(current)
+        snapshot = metadata.snapshot(current)
+        parent = None if snapshot is None else snapshot.parentId()
+        current = None if parent is None else int(parent)
+    return None
+
+
 LOOK_WAITS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)  # seconds before each look at a commit's outcome
 
 
@@ -266,6 +284,7 @@ class BranchCommitter:
         upsert how many records applied (``applied``)."""
         branch = f"{branch_prefix(self.writer)}{uuid.uuid4().hex[:16]}"
         created = merged = False
+        made: list[int | None] = []  # the branch's head after each of an upsert's deletes
         applied = 0
         started = time.monotonic()
         write_seconds = 0.0
@@ -276,7 +295,8 @@ class BranchCommitter:
             target = f"{self.table_ref}.branch_{branch}"
             write_started = time.monotonic()
             if upsert is not None:
-                applied = upsert.apply(rows, target, properties)
+                applied = upsert.apply(rows, target, properties,
+                                       changed=lambda: made.append(self._head(branch)))
             else:
                 writer = rows.writeTo(target)
                 for key, value in properties.items():
@@ -284,7 +304,7 @@ class BranchCommitter:
                 writer.append()
             write_seconds = time.monotonic() - write_started
             metrics.doing("committing")
-            self._merge(branch, base_snapshot_id)
+            self._merge(branch, base_snapshot_id, made)
             merged = True
         except (CommitConflict, CommitUnknown):
             raise
@@ -500,9 +520,21 @@ class BranchCommitter:
                 builder = builder.removeRef(str(name))
         return builder
 
-    def _merge(self, branch: str, base_snapshot_id: int, attempts: int = 5) -> None:
+    def _head(self, branch: str) -> int | None:
+        """Where ``branch`` is now (None: it is gone)."""
+        found = self._iceberg_table().operations().refresh().ref(branch)
+        return None if found is None else int(found.snapshotId())
+
+    def _merge(self, branch: str, base_snapshot_id: int, made: Sequence[int | None] = (),
+               attempts: int = 5) -> None:
         """Step 4: one metadata commit that moves ``main`` from ``base_snapshot_id`` to the
         branch's head, moves the writer's tag there and drops the branch.
+
+        The branch must still hold what the batch made on it (``made``: its head after each
+        of an upsert's deletes): a driver that started meanwhile drops the branches it finds
+        (:func:`sweep_branches`), and a write to a branch that is gone makes it again at
+        ``main``'s head, without the deletes before it, which would leave each key's old row
+        beside its new one.  The batch then starts over (CommitConflict).
 
         A compare-and-set through the table's operations: ``main`` must still be at the batch's
         base, checked on the metadata the commit replaces.  (Iceberg's fast-forward only asks
@@ -510,7 +542,19 @@ class BranchCommitter:
         when it retries: it would undo a user's ``rollback_to_snapshot`` made meanwhile.)"""
         iceberg = self.spark._jvm.org.apache.iceberg
         operations = self._iceberg_table().operations()
-        head = int(operations.refresh().ref(branch).snapshotId())
+        metadata = operations.refresh()
+        found = metadata.ref(branch)
+        if found is None:
+            raise CommitConflict(f"the batch's branch {branch} was dropped before it was "
+                                 "committed (a driver that started meanwhile drops those it "
+                                 "finds): the batch starts over")
+        head = int(found.snapshotId())
+        kept = _between(metadata, head, base_snapshot_id)
+        lost = [i for i in made if i != base_snapshot_id and (kept is None or i not in kept)]
+        if lost:
+            raise CommitConflict(f"the batch's branch {branch} no longer holds its deletes "
+                                 f"(snapshot {lost[0]}): it was dropped and made again while "
+                                 "the batch wrote; the batch starts over")
         last_error: Exception | None = None
         for _ in range(attempts):
             base = operations.refresh()

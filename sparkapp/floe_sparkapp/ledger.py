@@ -39,6 +39,9 @@ TOPIC_ID = "floe.kafka-topic-id"  # <cluster id>/<topic id>: which topic the off
 TABLES = "floe.tables"  # a routed topic's tables, as the job that committed had them
 ROUTING = "floe.routing"  # a routed topic's routing (its digest) the batch was committed with
 BATCH_START = "floe.batch-start"  # a routed batch's start, per partition: where it was read from
+# On the snapshots an upsert batch makes before its last (its deletes, on the batch's branch):
+# not a state of the table between batches, so never a target to publish or roll back to.
+BATCH_PART = "floe.batch-part"
 DEAD_LETTER_ERROR = "floe.dead-letter-error"  # undecodable records the dead-letter topic refused
 OWNER = "floe.writer"  # the table property naming the resource that writes the table
 T = TypeVar("T")
@@ -60,6 +63,7 @@ class Committed:
     routing: str | None = None  # a routed topic's: the digest of the routing of its batch
     batch_start: dict[int, int] | None = None  # a routed topic's: where its batch was read from
     batch_id: int | None = None
+    from_rows: bool = False  # main's ancestry was cut with no tag below: read from its rows
 
 
 class TableInUse(RuntimeError):
@@ -135,7 +139,7 @@ def last_commit(table: Any, writer: str, topic: str | None = None,
     When the ancestry is cut (a parent expired) before it reaches one, the snapshot of the
     writer's offsets tag, which no expiry removes (module doc); when it ends at the table's
     root, nothing: the branch holds no commit."""
-    snapshot = head(table, ref) if at is None else table.snapshot_by_id(at)
+    start = snapshot = head(table, ref) if at is None else table.snapshot_by_id(at)
     while snapshot is not None:
         if _counts(snapshot.summary, writer, topic):
             return _committed(snapshot)
@@ -143,9 +147,50 @@ def last_commit(table: Any, writer: str, topic: str | None = None,
             return Committed()
         parent = table.snapshot_by_id(snapshot.parent_snapshot_id)
         if parent is None:
-            return tagged_commit(table, writer, topic, below=snapshot)
+            tagged = tagged_commit(table, writer, topic, below=snapshot)
+            return tagged if tagged.snapshot_id is not None else rows_commit(table, start, topic)
         snapshot = parent
     return Committed()
+
+
+_ROWS_SEEN: dict[tuple[str, int, str], dict[int, int]] = {}  # a snapshot's rows never change
+
+
+def rows_commit(table: Any, snapshot: Any, topic: str | None) -> Committed:
+    """What ``snapshot``'s rows say has landed of ``topic``: per partition, the offset after
+    its newest row.  For an ancestry cut at a snapshot that is not floe's (a compaction, a
+    manifest rewrite, an operation's chunk, whose parent expired) with no writer's tag below
+    it: ``main`` was rolled back there after later commits moved the tag, and the snapshot
+    holds every row up to a floe commit whose summary is gone.  Records after the newest row
+    that are not rows of the table (routed elsewhere, tombstones) are read again: each table
+    leaves what its own offsets hold, and a tombstone deletes a row that is already gone."""
+    if topic is None or snapshot is None:
+        return Committed()
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import EqualTo
+
+    key = (str(table.metadata.table_uuid), snapshot.snapshot_id, topic)
+    if key not in _ROWS_SEEN:
+        newest: dict[int, int] = {}
+        scan = table.scan(snapshot_id=snapshot.snapshot_id, row_filter=EqualTo("kafka.topic", topic),
+                          selected_fields=("kafka.partition", "kafka.offset"))
+        if next(iter(scan.plan_files()), None) is not None:
+            for batch in scan.to_arrow_batch_reader():
+                kafka = batch.column("kafka")
+                rows = pa.table({"p": pc.struct_field(kafka, "partition"),
+                                 "o": pc.struct_field(kafka, "offset")})
+                for found in rows.group_by("p").aggregate([("o", "max")]).to_pylist():
+                    p, o = int(found["p"]), int(found["o_max"])
+                    newest[p] = max(newest.get(p, -1), o)
+        if len(_ROWS_SEEN) > 64:
+            _ROWS_SEEN.clear()
+        _ROWS_SEEN[key] = {p: o + 1 for p, o in newest.items()}
+    offsets = _ROWS_SEEN[key]
+    if not offsets:
+        return Committed()
+    return Committed(snapshot.snapshot_id, dict(offsets), timestamp_ms=snapshot.timestamp_ms,
+                     from_rows=True)
 
 
 def tagged_commit(table: Any, writer: str, topic: str | None = None,
@@ -252,6 +297,13 @@ def publish(table: Any, branch: str, snapshot_id: int | None = None) -> Publicat
         return Publication(main_id, error=(
             f"snapshot {target} is not on branch {branch}: give one of its snapshots (its head "
             f"is {on_branch[0].snapshot_id})"))
+    if torn(on_branch[position]):
+        return Publication(main_id, error=(
+            f"snapshot {target} is the first half of an upsert batch on branch {branch} (its "
+            f"keys' rows deleted, its records not yet added): publish its parent "
+            f"{on_branch[position + 1].snapshot_id if position + 1 < len(on_branch) else ''} "
+            f"(before the batch) or the batch's snapshot "
+            f"{on_branch[position - 1].snapshot_id if position > 0 else ''} (after it)"))
     below = {s.snapshot_id for s in on_branch[position:]}
     if main_id is not None and main_id not in below:
         return Publication(main_id, error=(
@@ -265,6 +317,13 @@ def publish(table: Any, branch: str, snapshot_id: int | None = None) -> Publicat
     with table.transaction() as transaction:
         ManageSnapshots(transaction).set_current_snapshot(snapshot_id=target)
     return Publication(target, moved=True)
+
+
+def torn(snapshot: Any) -> bool:
+    """Whether ``snapshot`` is one an upsert batch made before its last (:data:`BATCH_PART`):
+    the table as no batch left it."""
+    summary = getattr(snapshot, "summary", None)
+    return summary is not None and summary.get(BATCH_PART) is not None
 
 
 def operation_snapshots(table: Any, uid: str, ref: str = MAIN) -> list[Any]:

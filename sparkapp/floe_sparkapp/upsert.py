@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .decode import scalar_at
+from .ledger import BATCH_PART
 
 # With table.op: what a decoded record does to its key's row (UPSERT or DELETE)
 OP_COLUMN, UPSERT, DELETE = "_floe_op", "upsert", "delete"
@@ -199,9 +200,12 @@ class Upsert:
 
     # --- the statements -----------------------------------------------------------------------
 
-    def apply(self, rows: DataFrame, target: str, properties: dict[str, str]) -> int:
+    def apply(self, rows: DataFrame, target: str, properties: dict[str, str],
+              changed: Callable[[], None] | None = None) -> int:
         """Changes ``target`` (the batch's branch) by the batch's records; the last snapshot
-        carries ``properties``.  Returns how many records applied.
+        carries ``properties``, the deletes before it :data:`~.ledger.BATCH_PART` (they are
+        not a state of the table between batches), and ``changed`` is called after each delete
+        (the committer notes where the branch is).  Returns how many records applied.
 
         Each change is a delete of the rows with the batch's keys (a semi-join: the table's key
         columns are read and probed against the batch's keys, broadcast to the tasks reading
@@ -241,11 +245,15 @@ class Upsert:
                 view = f"floe_{name}_{suffix}"
                 frame.filter(named).createOrReplaceTempView(view)
                 keys = ", ".join(f"s.{c}" for c in sources)
-                spark.sql(
+                statement = (
                     f"DELETE FROM {target} t WHERE t.value_error IS NULL"
                     f"{_bounds(targets, found)} AND "
                     f"({', '.join(f't.{c}' for c in targets)}) IN "
                     f"(SELECT {_broadcast(found)}{keys} FROM {view} s)")
+                with_commit_properties(spark, {BATCH_PART: name},
+                                       lambda: spark.sql(statement))
+                if changed is not None:
+                    changed()
             writer = upserts.writeTo(target)
             for key, value in properties.items():
                 writer = writer.option(f"snapshot-property.{key}", value)

@@ -359,7 +359,7 @@ def run_killed_between_branch_and_main(config: JobConfig, spark, monkeypatch) ->
 
     from floe_sparkapp.commit import BranchCommitter
 
-    def killed(self, branch, base_snapshot_id, attempts=5):
+    def killed(self, branch, *args, **kwargs):
         raise RuntimeError(f"killed between the branch {branch} and main")
 
     with monkeypatch.context() as patched:

@@ -44,6 +44,8 @@ from floe_sparkapp.config import JobConfig, parse_config
 
 from ..faultproxy import FaultProxy
 from .jobkit import AvroProducer, create_topic, job_config, load_table, local_job_env
+from .nemesis_routed import ROUTINGS, Operations, routed, write_routing
+from . import nemesis_routed
 
 BAD_VALUES = (b"\x00\xff\xff\xff\xff", b"\x00\x00\x00", b"\x01not-avro")
 ORDER = {"type": "record", "name": "NemesisOrder", "namespace": "floe.nemesis", "fields": [
@@ -56,8 +58,9 @@ class Plan:
     seconds: float
     seed: int
     catalog: str = "sqlite"  # sqlite | postgresql | rest
-    mode: str = "append"  # append | upsert
+    mode: str = "append"  # append | upsert | routed (nemesis_routed.py)
     keys: int = 200  # upsert: records share this many keys
+    history: int = 300  # routed: records produced before the job starts (at latest)
 
     def neighbours(self) -> list[str]:
         """The proxies the job's traffic goes through for this catalog."""
@@ -78,6 +81,9 @@ class Outcome:
     dead_letters: int = 0
     dead_letter_copies: int = 0  # bad records sent more than once (batches replayed)
     catch_up_seconds: float = 0.0
+    routings: set = field(default_factory=lambda: {"ab"})  # routed: the routings the run had
+    operations: Counter = field(default_factory=Counter)  # routed: attempts per operation
+    history: dict = field(default_factory=dict)  # routed: the history's end per partition
 
     def summary(self) -> dict[str, Any]:
         return {"seconds": self.plan.seconds, "seed": self.plan.seed,
@@ -89,6 +95,9 @@ class Outcome:
                 "dead_letters": self.dead_letters,
                 "dead_letter_copies": self.dead_letter_copies,
                 "catch_up_seconds": round(self.catch_up_seconds, 1),
+                **({"routings": sorted(self.routings),
+                    "operations": dict(sorted(self.operations.items()))}
+                   if self.plan.mode == "routed" else {}),
                 "violations": self.violations[:20], "holds": not self.violations}
 
 
@@ -186,11 +195,21 @@ class Records:
         return key.encode(), self.serialize(value, SerializationContext(self.topic,
                                                                          MessageField.VALUE))
 
-    def _loop(self) -> None:
-        def delivered(error, message):
-            if error is not None:
-                self.errors.append(str(error))
+    def _delivered(self, error, message) -> None:
+        if error is not None:
+            self.errors.append(str(error))
 
+    def produce(self, count: int) -> None:
+        """``count`` records now (the history a routed run's job starts after)."""
+        for _ in range(count):
+            key, value = self._record(self.count)
+            self.producer.produce(self.topic, key=key, value=value, on_delivery=self._delivered)
+            self.count += 1
+            self.producer.poll(0)
+        self.producer.flush(60)
+
+    def _loop(self) -> None:
+        delivered = self._delivered
         while not self.stopping.is_set():
             for _ in range(20):
                 key, value = self._record(self.count)
@@ -212,14 +231,17 @@ class Schedule:
     """One fault at a time, drawn from the seeded generator, each undone after its window."""
 
     def __init__(self, plan: Plan, proxy: FaultProxy, supervisor: Supervisor,
-                 outcome: Outcome, rng: random.Random):
+                 outcome: Outcome, rng: random.Random, config_file: Path | None = None):
         self.plan, self.proxy, self.supervisor = plan, proxy, supervisor
-        self.outcome, self.rng = outcome, rng
+        self.outcome, self.rng, self.config_file = outcome, rng, config_file
+        self.routing = "ab"
         self.kinds: list[tuple[str, float, Callable[[], None]]] = [
             ("latency", 3, self._latency), ("reset", 2, self._reset),
             ("lost-reply", 3, self._lost_reply), ("refused", 2, self._refused),
             ("down", 1, self._down), ("broker-restart", 0.5, self._broker_restart),
             ("kill", 1, self._kill)]
+        if plan.mode == "routed":
+            self.kinds.append(("reroute", 1, self._reroute))
 
     def run(self, until: float) -> None:
         """Every kind once first, in a seeded order (a run lasts until each has happened),
@@ -289,6 +311,18 @@ class Schedule:
     def _kill(self) -> None:
         self.supervisor.kill()
 
+    def _reroute(self) -> None:
+        """The routing changed and the job replaced (the operator deletes the application of a
+        changed spec, whatever its batch is doing)."""
+        self.reroute(self.rng.choice([r for r in ROUTINGS if r != self.routing]))
+
+    def reroute(self, routing: str) -> None:
+        assert self.config_file is not None
+        write_routing(self.config_file, routing)
+        self.routing = routing
+        self.outcome.routings.add(routing)
+        self.supervisor.kill()
+
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
@@ -330,20 +364,27 @@ def check(stack, config: JobConfig, dead_letter_topic: str, partitions: int,
     ends = end_offsets(stack.bootstrap, config.kafka.topic, partitions)
     records = read_topic(stack.bootstrap, config.kafka.topic, ends)
     outcome.produced = len(records)
-    table = load_table(config)
-    committed = last_commit(table, config.writer, config.kafka.topic)
-    if committed.offsets != {p: o for p, o in ends.items() if o}:
-        violations.append(f"the table's offsets {committed.offsets} are not Kafka's end "
-                          f"offsets {ends}")
-    tasks = list(table.scan().plan_files())
-    missing = [t.file.file_path for t in tasks
-               if not table.io.new_input(t.file.file_path).exists()]
-    missing += [d.file_path for t in tasks for d in t.delete_files
-                if not table.io.new_input(d.file_path).exists()]
+    missing: list[str] = []
+    for destination in config.destinations():
+        table = load_table(destination)
+        tasks = list(table.scan().plan_files())
+        missing += [t.file.file_path for t in tasks
+                    if not table.io.new_input(t.file.file_path).exists()]
+        missing += [d.file_path for t in tasks for d in t.delete_files
+                    if not table.io.new_input(d.file_path).exists()]
     if missing:
         violations.append(f"main refers to {len(missing)} missing file(s), e.g. {missing[:3]}")
         return
-    rows = table.scan().to_arrow().to_pylist()
+    if config.routes:
+        rows = nemesis_routed.check(config, records, ends, outcome.routings, _quantity,
+                                    violations)
+    else:
+        table = load_table(config)
+        committed = last_commit(table, config.writer, config.kafka.topic)
+        if committed.offsets != {p: o for p, o in ends.items() if o}:
+            violations.append(f"the table's offsets {committed.offsets} are not Kafka's end "
+                              f"offsets {ends}")
+        rows = table.scan().to_arrow().to_pylist()
     outcome.rows = len(rows)
     positions = Counter((r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows)
     duplicated = sorted(p for p, n in positions.items() if n > 1)
@@ -392,15 +433,16 @@ def check(stack, config: JobConfig, dead_letter_topic: str, partitions: int,
             sent[(int(found["floe.partition"]), int(found["floe.offset"]))] += 1
     outcome.dead_letters = sum(sent.values())
     outcome.dead_letter_copies = sum(1 for n in sent.values() if n > 1)
-    not_sent = sorted(bad - set(sent))
+    # The history a routed run's backfills land was never the job's to send
+    not_sent = sorted(p for p in bad - set(sent) if p[1] >= outcome.history.get(p[0], 0))
     if not_sent:
         violations.append(f"{len(not_sent)} bad record(s) not in the dead-letter topic, e.g. "
                           f"{not_sent[:5]}")
 
 
-def _id(payload: bytes) -> int:
-    """The id of an order as produced (Avro: a zig-zag varint right after the 5-byte header)."""
-    value, shift, i = 0, 0, 5
+def _varint(payload: bytes, i: int) -> tuple[int, int]:
+    """An Avro zig-zag varint at ``i``, and where the next field starts."""
+    value, shift = 0, 0
     while True:
         byte = payload[i]
         value |= (byte & 0x7F) << shift
@@ -408,15 +450,36 @@ def _id(payload: bytes) -> int:
         if not byte & 0x80:
             break
         shift += 7
-    return (value >> 1) ^ -(value & 1)
+    return (value >> 1) ^ -(value & 1), i
+
+
+def _id(payload: bytes) -> int:
+    """The id of an order as produced (Avro: a zig-zag varint right after the 5-byte header)."""
+    return _varint(payload, 5)[0]
+
+
+def _quantity(key: bytes, payload: bytes) -> int | None:
+    """The quantity of an order as produced (after its id and its item); None for a bad
+    record."""
+    if key.startswith(b"bad-"):
+        return None
+    _, i = _varint(payload, 5)
+    length, i = _varint(payload, i)
+    return _varint(payload, i + length)[0]
+
+
+def _offsets(config: JobConfig) -> dict[int, int]:
+    """The table's offsets ({} before it has any, or while it cannot be read)."""
+    try:
+        return last_commit(load_table(config), config.writer, config.kafka.topic).offsets
+    except Exception:  # noqa: BLE001 - not created yet
+        return {}
 
 
 def caught_up(config: JobConfig, ends: dict[int, int]) -> bool:
-    try:
-        committed = last_commit(load_table(config), config.writer, config.kafka.topic).offsets
-    except Exception:  # noqa: BLE001 - not created yet
-        return False
-    return all(committed.get(p, 0) >= o for p, o in ends.items() if o)
+    """Whether each of the topic's tables has committed up to ``ends``."""
+    return all(all(_offsets(destination).get(p, 0) >= o for p, o in ends.items() if o)
+               for destination in config.destinations())
 
 
 def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) -> Outcome:
@@ -431,15 +494,22 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     dead_letter = f"{name}.dlq"
     create_topic(stack.bootstrap, dead_letter, 1)
     workdir.mkdir(parents=True, exist_ok=True)
+    is_routed = plan.mode == "routed"
     config = job_config(stack, workdir, name, interval=2, max_records=2000,
-                        catalog=plan.catalog, mode=plan.mode, dead_letter=dead_letter,
-                        writer=f"nemesis/{name}")
+                        catalog=plan.catalog, mode="append" if is_routed else plan.mode,
+                        dead_letter=dead_letter, writer=f"nemesis/{name}")
     records = Records(stack, name, plan, rng)
     # The subject gets its schema before the job starts (the job reads it at its start).
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     records.serialize({"id": -1, "item": "", "quantity": 0},
                       SerializationContext(name, MessageField.VALUE))
+    if is_routed:  # history the job, starting at latest, leaves to the backfills
+        records.produce(plan.history)
+        outcome.history = end_offsets(stack.bootstrap, name, partitions)
+        data = json.loads(config.to_json())
+        data["kafka"]["startingOffsets"] = "latest"
+        config = parse_config(routed(data, "ab"))
     config_file = workdir / "job.json"
     config_file.write_text(faulty_config(stack, config, plan.catalog).to_json())
     env = local_job_env(stack)
@@ -447,10 +517,14 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     supervisor = Supervisor(command, env, workdir / "job.log", outcome)
     proxy = FaultProxy(stack.env["FLOE_TOXIPROXY_URL"])
     proxy.reset()
-    schedule = Schedule(plan, proxy, supervisor, outcome, rng)
+    schedule = Schedule(plan, proxy, supervisor, outcome, rng, config_file)
+    operations = Operations(config_file, env, workdir / "operations.log", config,
+                            lambda: bool(_offsets(config))) if is_routed else None
     log(f"nemesis {name}: {plan.seconds:.0f} s, seed {plan.seed}, job log {workdir / 'job.log'}")
     records.start()
     supervisor.start()
+    if operations is not None:
+        operations.start()
     try:
         schedule.run(time.monotonic() + plan.seconds)
     finally:
@@ -458,6 +532,14 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
         if not local_stack.health().get("kafka"):
             local_stack.start_component("kafka")
         records.stop()
+        if is_routed:
+            schedule.reroute("ab")  # the run ends with both routes
+    if operations is not None:
+        left = operations.finish(300)
+        outcome.operations.update(operations.attempts)
+        if left:
+            outcome.violations.append(f"operations that did not succeed within 300 s of the "
+                                      f"last fault: {left}")
     started = time.monotonic()
     ends = end_offsets(stack.bootstrap, name, partitions)
     deadline = started + 300
@@ -485,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--catalog", default="sqlite",
                         help="comma-separated: sqlite, postgresql, rest")
-    parser.add_argument("--mode", default="append", help="comma-separated: append, upsert")
+    parser.add_argument("--mode", default="append", help="comma-separated: append, upsert, routed")
     parser.add_argument("--record", help="append each run's result to this JSON-lines file")
     args = parser.parse_args(argv)
 

@@ -281,6 +281,42 @@ def test_offsets_survive_compaction_manifest_rewrite_and_expiry_to_one_snapshot(
         load_table(config).current_snapshot().snapshot_id
 
 
+@pytest.mark.faults
+def test_main_rolled_back_to_a_cut_maintenance_snapshot_below_the_writers_tag_lands_nothing_twice(
+        stack, spark, tmp_path, topic):
+    """``main`` rolled back to a manifest rewrite whose parent (a compaction) expired, the
+    writer's tag on a later commit ``main`` no longer has: neither the ancestry nor the tag
+    says what landed, the rows do.  A lost checkpoint then lands the later records again,
+    once, and the ones the rows hold not at all."""
+    producer = AvroProducer(stack, topic)
+    produce_orders(producer, 0, 90)
+    config = job_config(stack, tmp_path, topic, max_records=30)
+    run_once(config, spark)
+    name = f"{config.table.catalog.name}.{config.table.identifier}"
+    catalog = config.table.catalog.name
+    spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{name}', "
+              "options => map('min-input-files', '2'))").collect()
+    spark.sql(f"CALL {catalog}.system.rewrite_manifests('{name}')").collect()
+    spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
+              "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)").collect()
+    rewritten = load_table(config).current_snapshot().snapshot_id
+    held = producer.next_offsets()
+    produce_orders(producer, 90, 30)
+    run_once(config, spark)  # a floe commit on top: the writer's tag moves there
+    spark.sql(f"CALL {catalog}.system.rollback_to_snapshot('{name}', {rewritten})").collect()
+    table = load_table(config)
+    assert table.current_snapshot().snapshot_id == rewritten
+    assert table.snapshot_by_id(table.current_snapshot().parent_snapshot_id) is None
+    assert table.refs()[offsets_tag(config.writer)].snapshot_id != rewritten
+
+    committed = last_commit(table, config.writer, topic)
+    assert committed.offsets == held and committed.from_rows
+
+    shutil.rmtree(config.checkpoint_location)
+    run_once(config, spark)
+    assert_exactly_once(table_rows(config), producer.sent)
+
+
 def _root(table) -> int:
     snapshot = table.current_snapshot()
     while snapshot.parent_snapshot_id is not None:

@@ -94,6 +94,68 @@ def metadata(table) -> dict:
     return found
 
 
+@pytest.mark.faults
+def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_its_append_starts_over(
+        stack, spark, tmp_path, topic, monkeypatch):
+    """A driver that starts drops the batch branches it finds (a zombie's still writing among
+    them): the zombie's append, whose commit finds its branch gone, makes it again at main's
+    head, without the deletes before it.  Its batch must start over, not move main there:
+    each key keeps one row."""
+    producer = AvroProducer(stack, topic)
+    config = job_config(stack, tmp_path, topic, mode="upsert", max_records=1000)
+    latest: dict[str, dict] = {}
+    for i in range(100):  # keys k0 .. k99
+        key, value = update(producer, i)
+        latest[key] = value
+    producer.flush()
+    run_once(config, spark)
+    for i in range(KEYS, KEYS + 100):  # the same keys again
+        key, value = update(producer, i)
+        latest[key] = value
+    producer.flush()
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    # The batch's rows go through a filter that, in one task, drops the branches as a
+    # starting driver does (sweep_branches): after the append has loaded the table, before
+    # it commits.
+    marker = str(tmp_path / "swept")
+    catalog, identifier, writer = config.table.catalog, config.table.identifier, config.writer
+
+    def sweep_once(_):  # in a Python worker, while the append writes the batch's files
+        import os
+
+        from floe_sparkapp.catalog import load_catalog
+        from floe_sparkapp.commit import sweep_branches as sweep
+
+        try:  # one task of the batch's sweeps (the others go on)
+            claimed = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return True
+        dropped = sweep(load_catalog(catalog).load_table(identifier), writer)
+        os.write(claimed, ",".join(dropped).encode())
+        os.close(claimed)
+        return True
+
+    swept_udf = F.udf(sweep_once, "boolean").asNondeterministic()
+    write_to = DataFrame.writeTo
+
+    def swept_while_written(frame, target):
+        if "branch_" in target:
+            frame = frame.filter(swept_udf(F.lit(1)))
+        return write_to(frame, target)
+
+    monkeypatch.setattr(DataFrame, "writeTo", swept_while_written)
+    run_once(config, spark)
+
+    assert open(marker).read()  # the batch's branch was there to drop
+    rows = table_rows(config)
+    assert sorted(r["key"].decode() for r in rows) == sorted(latest)
+    assert {r["key"].decode(): r["value"]["item"] for r in rows} == {
+        k: v["item"] for k, v in latest.items()}
+
+
 def test_pyiceberg_changing_a_version_3_table_keeps_what_iceberg_java_wrote(
         stack, spark, tmp_path, topic):
     """floe changes an upsert table's metadata with PyIceberg (its writer, schema, tags) between

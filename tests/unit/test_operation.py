@@ -56,6 +56,21 @@ def test_a_rollback_that_would_lose_rows_for_good_is_refused_and_changes_nothing
                                              "timed out")
 
 
+def test_a_rollback_to_the_first_half_of_an_upsert_batch_is_refused_and_before_skips_it():
+    """Snapshot 25 is an upsert batch's delete (its keys' rows gone, its records not yet added
+    by snapshot 30): a state no batch left the table in.  Named, it is refused with the
+    snapshots before and after the batch; a time that falls on it picks the one before."""
+    torn = (ANCESTRY[0], Snapshot(25, NOW_MS - 61_000, torn=True), *ANCESTRY[1:])
+    refused = plan(world({"snapshotId": "25"}, ancestry=torn))
+    assert refused.actions == () and refused.status["phase"] == "Failed"
+    assert refused.status["message"] == (
+        "snapshot 25 is the first half of an upsert batch (its keys' rows deleted, its "
+        "records not yet added): the table was never in that state between batches. Roll "
+        "back to 20 (before the batch) or 30 (after it); nothing was changed")
+    before = plan(world({"before": "2026-11-18T11:05:39Z"}, ancestry=torn))  # 25's second
+    assert before.actions == (RollBack("analytics.orders", 30, 20, {}),)
+
+
 def rolled_back() -> dict:
     return {"table": "analytics.orders", "fromSnapshotId": "30", "toSnapshotId": "20",
             "fromOffsets": {"0": 300, "1": 290}, "toOffsets": {"0": 200, "1": 190},
@@ -89,6 +104,28 @@ def test_a_rollback_moves_main_back_then_restarts_the_job_then_waits_for_the_rec
     assert plan(world(status=done.status)).actions == ()
     for status in (first.status, second.status, relanding.status, done.status):
         OperationStatus.model_validate(status)
+
+
+def test_a_rollback_whose_records_kafka_deletes_before_they_land_again_fails_saying_where_they_are():
+    """Main moved back, then retention deleted records after the snapshot before the job
+    landed them again: the job stops with DataLoss, and the operation ends Failed (not Running
+    for ever) naming the snapshot that still holds their rows.  A DataLoss from before the
+    roll back is not this one's."""
+    stopped = ("the job stopped (exit code 3): Kafka no longer has records the table has not "
+               "got", "2026-11-18T11:07:00Z")
+    waiting = dict(record=rolled_back(), offsets={0: 250, 1: 190},
+                   topic_restart=restart_value(world()))
+    failed = plan(world(**waiting, topic_data_loss=stopped))
+    assert failed.actions == () and failed.status["phase"] == "Failed"
+    assert failed.status["message"] == (
+        "main of analytics.orders was moved back to snapshot 20, but the job stopped before "
+        "landing the records after it again (150 to go): Kafka no longer holds them (the job "
+        "stopped (exit code 3): Kafka no longer has records the table has not got). Their rows "
+        "are still in snapshot 30 until it expires: restore them with CALL "
+        "<catalog>.system.set_current_snapshot('analytics.orders', 30), then delete the job's "
+        "SparkApplication so that it starts again")
+    earlier = plan(world(**waiting, topic_data_loss=(stopped[0], "2026-11-18T11:00:00Z")))
+    assert earlier.status["phase"] == "Running"
 
 
 def test_before_picks_the_newest_snapshot_committed_at_or_before_the_time():
