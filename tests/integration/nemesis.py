@@ -518,13 +518,19 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     proxy = FaultProxy(stack.env["FLOE_TOXIPROXY_URL"])
     proxy.reset()
     schedule = Schedule(plan, proxy, supervisor, outcome, rng, config_file)
-    operations = Operations(config_file, env, workdir / "operations.log", config,
-                            lambda: bool(_offsets(config))) if is_routed else None
     log(f"nemesis {name}: {plan.seconds:.0f} s, seed {plan.seed}, job log {workdir / 'job.log'}")
-    records.start()
     supervisor.start()
-    if operations is not None:
+    operations = None
+    if is_routed:  # the job's first start commits where it starts: the history ends there
+        deadline = time.monotonic() + 300
+        while not _offsets(config) and time.monotonic() < deadline:
+            time.sleep(1)
+        history_end = int(time.time()) + 1
+        time.sleep(max(0.0, history_end - time.time()))
+        operations = Operations(config_file, env, workdir / "operations.log", config,
+                                history_end)
         operations.start()
+    records.start()
     try:
         schedule.run(time.monotonic() + plan.seconds)
     finally:

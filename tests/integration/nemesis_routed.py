@@ -3,9 +3,10 @@ under the job, and operations beside it.
 
 The records' ``quantity`` routes them: 0-32 to the ``_a`` table, 33-65 to ``_b``, the rest (and
 every record that cannot be decoded) to the topic's own table.  The job starts at ``latest``
-on a topic that already has history; beside it, Backfills of each table bring that history in
-and a Repair goes over the own table's raw rows, each started again until it succeeds (as the
-operator's attempts).  Among the faults, a routing change: the job's config rewritten (route
+on a topic that already has history, and records are produced once it has (its first start
+commits where it starts); beside it, Backfills of each table bring the history in (up to the
+job's first start, ``toTime``) and a Repair goes over the own table's raw rows, each started
+again until it succeeds (as the operator's attempts).  Among the faults, a routing change: the job's config rewritten (route
 ``_b`` removed, or the two routes' order swapped, or back to both) and its driver killed, as
 the operator replaces a job whose spec changed.  The checker then asks that each record be one
 row in all three tables together, in a table its quantity routes it to under some routing the
@@ -77,8 +78,10 @@ class Operations:
     gone is refused (not one of the topic's tables) and waits for it to come back."""
 
     def __init__(self, config_file: Path, env: dict[str, str], log_file: Path, config: JobConfig,
-                 ready: Callable[[], bool]):
-        self.config_file, self.env, self.ready = config_file, env, ready
+                 history_end: int):
+        """``history_end``: when the job first started (epoch seconds), the end of what the
+        backfills land."""
+        self.config_file, self.env, self.history_end = config_file, env, history_end
         self.log = log_file.open("a")
         self.pending = [("Backfill", name) for name in tables(config)] + [
             ("Repair", config.table.identifier)]
@@ -90,15 +93,14 @@ class Operations:
 
     def _request(self, kind: str, table: str, attempt: int) -> str:
         uid = f"{kind.lower()}-{table.rsplit('.', 1)[-1]}"
-        section = {"table": table}
+        section: dict[str, Any] = {"table": table}
         if kind == "Backfill":
-            section["recordsPerCommit"] = 150
+            section["recordsPerCommit"] = 50
+            section["toTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.history_end))
         return json.dumps({"uid": uid, "name": f"{uid}-{attempt}", "type": kind,
                            kind.lower(): section})
 
     def _loop(self) -> None:
-        while not self.ready() and not self.stopping.wait(2):
-            pass
         while self.pending and not self.stopping.is_set():
             kind, table = self.pending[0]
             self.attempts[f"{kind}:{table}"] += 1
