@@ -247,6 +247,20 @@ def test_two_drivers_on_one_checkpoint_land_each_record_once(stack, tmp_path, to
     assert_exactly_once(table_rows(config), producer.sent)
 
 
+def compacted_and_cut(spark, config) -> tuple[str, str]:
+    """A compaction and a manifest rewrite on top of ``main``, then an expiry keeping one
+    snapshot: ``main``'s ancestry is cut below its head.  Returns the catalog and the table's
+    name in it."""
+    name = f"{config.table.catalog.name}.{config.table.identifier}"
+    catalog = config.table.catalog.name
+    spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{name}', "
+              "options => map('min-input-files', '2'))").collect()
+    spark.sql(f"CALL {catalog}.system.rewrite_manifests('{name}')").collect()
+    spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
+              "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)").collect()
+    return catalog, name
+
+
 def test_offsets_survive_compaction_manifest_rewrite_and_expiry_to_one_snapshot(
         stack, spark, tmp_path, topic):
     """Two maintenance commits on top of floe's last, then someone's expiry keeping one
@@ -257,13 +271,7 @@ def test_offsets_survive_compaction_manifest_rewrite_and_expiry_to_one_snapshot(
     config = job_config(stack, tmp_path, topic, max_records=30)  # several files per partition
     run_once(config, spark)
     floe_snapshot = last_commit(load_table(config), config.writer, topic).snapshot_id
-    name = f"{config.table.catalog.name}.{config.table.identifier}"
-    catalog = config.table.catalog.name
-    spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{name}', "
-              "options => map('min-input-files', '2'))").collect()
-    spark.sql(f"CALL {catalog}.system.rewrite_manifests('{name}')").collect()
-    spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
-              "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)").collect()
+    catalog, name = compacted_and_cut(spark, config)
     table = load_table(config)
     head = table.current_snapshot()
     assert head.snapshot_id != floe_snapshot and \
@@ -292,13 +300,7 @@ def test_main_rolled_back_to_a_cut_maintenance_snapshot_below_the_writers_tag_la
     produce_orders(producer, 0, 90)
     config = job_config(stack, tmp_path, topic, max_records=30)
     run_once(config, spark)
-    name = f"{config.table.catalog.name}.{config.table.identifier}"
-    catalog = config.table.catalog.name
-    spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{name}', "
-              "options => map('min-input-files', '2'))").collect()
-    spark.sql(f"CALL {catalog}.system.rewrite_manifests('{name}')").collect()
-    spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
-              "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)").collect()
+    catalog, name = compacted_and_cut(spark, config)
     rewritten = load_table(config).current_snapshot().snapshot_id
     held = producer.next_offsets()
     produce_orders(producer, 90, 30)
