@@ -5,8 +5,10 @@ The records' ``quantity`` routes them: 0-32 to the ``_a`` table, 33-65 to ``_b``
 every record that cannot be decoded) to the topic's own table.  The job starts at ``latest``
 on a topic that already has history, and records are produced once it has (its first start
 commits where it starts); beside it, Backfills of each table bring the history in (up to the
-job's first start, ``toTime``) and a Repair goes over the own table's raw rows, each started
-again until it succeeds (as the operator's attempts).  Among the faults, a routing change: the job's config rewritten (route
+job's first start, ``toTime``), a Repair goes over the own table's raw rows and maintenance
+(compaction, a manifest rewrite, every table's) runs between them, each
+started again until it succeeds (as the operator's attempts and the CronJobs'); once they
+have, maintenance goes on in turn until the run ends.  Among the faults, a routing change: the job's config rewritten (route
 ``_b`` removed, or the two routes' order swapped, or back to both) and its driver killed, as
 the operator replaces a job whose spec changed.  The checker then asks that each record be one
 row in all three tables together, in a table its quantity routes it to under some routing the
@@ -71,11 +73,17 @@ def expected_tables(config: JobConfig, quantity: int | None, routings: set[str])
     return {b} | ({own} if routings - {"ab", "ba"} else set())
 
 
+# Not remove-orphans yet: on an s3:// warehouse a job process's run fails with "No FileSystem
+# for scheme s3" (Hadoop's listing of the table's location), a bug of its own.
+MAINTENANCE = ("compaction", "rewrite-manifests", "expire-snapshots")
+
+
 class Operations:
-    """Backfills of each table and a Repair of the own table, run beside the job as their own
-    processes (``python -m floe_sparkapp operate``) with the job's config as it is when each
-    starts: each started again until it succeeds.  A Backfill of ``_b`` while its route is
-    gone is refused (not one of the topic's tables) and waits for it to come back."""
+    """Backfills of each table, a Repair of the own table and maintenance actions, run beside
+    the job as their own processes (``python -m floe_sparkapp operate`` and ``maintain``) with
+    the job's config as it is when each starts: each started again until it succeeds, then
+    maintenance in turn.  A Backfill of ``_b`` while its route is gone is refused (not one of
+    the topic's tables) and waits for it to come back."""
 
     def __init__(self, config_file: Path, env: dict[str, str], log_file: Path, config: JobConfig,
                  history_end: int):
@@ -83,8 +91,9 @@ class Operations:
         backfills land."""
         self.config_file, self.env, self.history_end = config_file, env, history_end
         self.log = log_file.open("a")
-        self.pending = [("Backfill", name) for name in tables(config)] + [
-            ("Repair", config.table.identifier)]
+        own, a, b = tables(config)
+        self.pending = [("Backfill", own), ("compaction", own), ("Backfill", a),
+                        ("Repair", own), ("Backfill", b), ("rewrite-manifests", own)]
         self.done: Counter = Counter()
         self.attempts: Counter = Counter()
         self.stopping = threading.Event()
@@ -100,28 +109,44 @@ class Operations:
         return json.dumps({"uid": uid, "name": f"{uid}-{attempt}", "type": kind,
                            kind.lower(): section})
 
+    def _command(self, kind: str, table: str) -> list[str]:
+        base = [sys.executable, "-m", "floe_sparkapp"]
+        if kind in MAINTENANCE:  # every table of the topic, as the CronJob's
+            return [*base, "maintain", "--config", str(self.config_file), "--action", kind]
+        return [*base, "operate", "--config", str(self.config_file), "--operation",
+                self._request(kind, table, self.attempts[f"{kind}:{table}"])]
+
+    def _run(self, kind: str, table: str) -> bool:
+        self.attempts[f"{kind}:{table}"] += 1
+        self.process = subprocess.Popen(self._command(kind, table), env=self.env,
+                                        stdout=self.log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        return self.process.wait() == 0
+
     def _loop(self) -> None:
         while self.pending and not self.stopping.is_set():
             kind, table = self.pending[0]
-            self.attempts[f"{kind}:{table}"] += 1
-            command = [sys.executable, "-m", "floe_sparkapp", "operate", "--config",
-                       str(self.config_file), "--operation",
-                       self._request(kind, table, self.attempts[f"{kind}:{table}"])]
-            self.process = subprocess.Popen(command, env=self.env, stdout=self.log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-            if self.process.wait() == 0:
+            if self._run(kind, table):
                 self.done[f"{kind}:{table}"] += 1
                 self.pending.pop(0)
             else:  # tried again later; the others meanwhile
                 self.pending.append(self.pending.pop(0))
                 self.stopping.wait(3)
+        turn = 0
+        while not self.stopping.wait(10):  # then maintenance in turn until the run ends
+            self._run(MAINTENANCE[turn % len(MAINTENANCE)], "*")
+            turn += 1
 
     def start(self) -> None:
         self.thread.start()
 
     def finish(self, seconds: float) -> list[str]:
-        """Waits up to ``seconds`` for the pending operations; returns those left."""
-        self.thread.join(seconds)
+        """Waits up to ``seconds`` for the pending operations, stops maintenance (a killed
+        action leaves files no snapshot refers to, as a killed CronJob's would); returns the
+        operations left."""
+        deadline = time.monotonic() + seconds
+        while self.pending and self.thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(1)
         self.stopping.set()
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
