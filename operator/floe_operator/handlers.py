@@ -216,6 +216,10 @@ EVENT_CONDITIONS = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "DeadLe
 EVENT_REASONS = (NOT_WATCHING, ACCOUNT_MISSING)
 
 
+# (uid, condition type) -> the (status, reason) this operator's last visit wrote.
+_SEEN: dict[tuple[str, str], tuple[str, str]] = {}
+
+
 def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, Any]) -> None:
     """An Event for each condition whose status changed: what a user watching ``kubectl describe
     kit`` or an alerting tool wants to see. Conditions appearing on the first visit post nothing,
@@ -225,12 +229,21 @@ def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, An
     before."""
     before = {c.get("type"): c.get("status") for c in previous.get("conditions") or []}
     reasons = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
+    uid = ((body.get("metadata") or {}) if hasattr(body, "get") else {}).get("uid")
     for condition in current.get("conditions") or []:
         kind, now = condition["type"], condition["status"]
         was = before.get(kind)
         first_ready = was is None and kind == "Ready" and now == "True"
         needs_user = (kind == "JobRunning" and condition["reason"] in EVENT_REASONS
                       and reasons.get(kind) != condition["reason"])
+        # A visit may read a status older than the one the last visit wrote (a timer's body
+        # predates the watch event of that visit's patch): a change this operator saw already
+        # is said once.
+        if uid is not None:
+            last = _SEEN.get((uid, kind))
+            _SEEN[(uid, kind)] = (now, condition["reason"])
+            if last == (now, condition["reason"]):
+                continue
         if needs_user:
             kopf.warn(body, reason=condition["reason"], message=condition["message"][:1000])
         elif kind in EVENT_CONDITIONS and (was not in (None, now) or first_ready):
@@ -290,6 +303,8 @@ def visit_operation(body: Any, patch: kopf.Patch, logger: Any, **_: Any) -> None
 def on_delete(body: Any, logger: Any, **_: Any) -> None:
     meta = body["metadata"]
     _DELETIONS.begin(meta["uid"])  # before the lock: a refresh waiting for it does nothing
+    for key in [key for key in _SEEN if key[0] == meta["uid"]]:
+        _SEEN.pop(key, None)
     with _DELETIONS.lock(meta["uid"]):
         _delete(body, logger)
 

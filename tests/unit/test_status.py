@@ -225,3 +225,24 @@ def test_a_refresh_busy_when_the_deletion_begins_ends_before_it_and_none_acts_af
                            "deletionTimestamp": "2026-11-24T00:00:00Z"}}
     handlers.reconcile(body=marked, patch=kopf.Patch(), logger=None)
     assert happened == ["refresh", "delete"]
+
+
+def test_a_visit_reading_the_status_before_the_last_visits_patch_posts_nothing_again(
+        monkeypatch):
+    """A timer's body can predate the watch event of the previous visit's patch: the change it
+    sees was said already, once; the same reason appearing again after another is said again."""
+    posted = []
+    monkeypatch.setattr(handlers.kopf, "info", lambda body, reason, message:
+                        posted.append(("Normal", reason)))
+    monkeypatch.setattr(handlers.kopf, "warn", lambda body, reason, message:
+                        posted.append(("Warning", reason)))
+    body = {"metadata": {"uid": "u-stale"}}
+    starting = status(Observation(generation=1, app_name="floe-orders", table_exists=True), None)
+    stuck = status(Observation(generation=1, app_name="floe-orders", table_exists=True,
+                               account_missing="make it"), starting)
+    handlers._post_transitions(body, starting, stuck)
+    handlers._post_transitions(body, starting, stuck)  # the stale body: Starting still
+    assert posted == [("Warning", "ServiceAccountMissing")]
+    handlers._post_transitions(body, stuck, starting)
+    handlers._post_transitions(body, starting, stuck)  # missing again: said again
+    assert posted == [("Warning", "ServiceAccountMissing")] * 2
