@@ -32,8 +32,13 @@ ADLS_SHARED_KEY = "adls.auth.shared-key.account.key"
 
 
 # The stores Spark reaches through a Hadoop file system in floe's image (S3 through S3A): its
-# checkpoints, and the listings of remove-orphans.
+# checkpoints.
 HADOOP_SCHEMES = ("s3", "s3a", "file", "hdfs")
+# The stores whose listing for remove-orphans goes through Hadoop: those it reaches with no
+# settings of the catalog's (an object store is listed through the table's FileIO, with the
+# catalog's own endpoint and keys: Hadoop has no file system for ``s3://``, and its S3A
+# settings are made for the checkpoint's bucket only).
+HADOOP_LISTED = ("file", "hdfs")
 
 
 def scheme_of(location: str) -> str:
@@ -44,6 +49,11 @@ def scheme_of(location: str) -> str:
 def hadoop_reaches(location: str) -> bool:
     """Whether Spark's Hadoop file systems in floe's image reach ``location``."""
     return scheme_of(location) in (*HADOOP_SCHEMES, "")
+
+
+def hadoop_lists(location: str) -> bool:
+    """Whether remove-orphans lists ``location`` through Hadoop (or through the table's FileIO)."""
+    return scheme_of(location) in (*HADOOP_LISTED, "")
 
 
 def warehouse_scheme(catalog: CatalogSpec) -> str:

@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
-from .catalog import hadoop_reaches, load_catalog
+from .catalog import hadoop_lists, load_catalog
 from .fileio import files_under
 from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, MAIN, head, held_since, last_commit
 from .config import JobConfig
@@ -129,9 +129,9 @@ def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) 
     and floe allows 1 hour (its own writer's files are committed within a batch). While an
     action runs (a compaction may take hours), only files older than the snapshot it holds
     are removed: the files it has written are not referenced until it commits. A warehouse
-    on a store Spark has no Hadoop file system for (GCS, ADLS) is listed through PyIceberg's
-    FileIO, which reaches it by its object API (ADLS's blob listing works on any account, the
-    Data Lake one only on hierarchical ones)."""
+    on an object store (S3, GCS, ADLS) is listed through PyIceberg's FileIO, with the catalog's
+    own endpoint and keys, by the store's object API (ADLS's blob listing works on any account,
+    the Data Lake one only on hierarchical ones)."""
     older_than = now - dt.timedelta(seconds=config.maintenance.remove_orphans.older_than_seconds)
     held = _held(table, now)
     if held is not None:
@@ -142,7 +142,7 @@ def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) 
     action = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
               .deleteOrphanFiles(iceberg_table)
               .olderThan(int(older_than.timestamp() * 1000)))
-    if not hadoop_reaches(table.location()):
+    if not hadoop_lists(table.location()):
         action = action.compareToFileList(_listing(spark, table, older_than)._jdf)
     result = action.execute()
     removed = result.orphanFileLocations().iterator()

@@ -83,6 +83,7 @@ class Outcome:
     catch_up_seconds: float = 0.0
     routings: set = field(default_factory=lambda: {"ab"})  # routed: the routings the run had
     operations: Counter = field(default_factory=Counter)  # routed: attempts per operation
+    succeeded: Counter = field(default_factory=Counter)  # routed: successes per operation
     history: dict = field(default_factory=dict)  # routed: the history's end per partition
 
     def summary(self) -> dict[str, Any]:
@@ -96,7 +97,8 @@ class Outcome:
                 "dead_letter_copies": self.dead_letter_copies,
                 "catch_up_seconds": round(self.catch_up_seconds, 1),
                 **({"routings": sorted(self.routings),
-                    "operations": dict(sorted(self.operations.items()))}
+                    "operations": dict(sorted(self.operations.items())),
+                    "operations_succeeded": dict(sorted(self.succeeded.items()))}
                    if self.plan.mode == "routed" else {}),
                 "violations": self.violations[:20], "holds": not self.violations}
 
@@ -543,6 +545,7 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     if operations is not None:
         left = operations.finish(300)
         outcome.operations.update(operations.attempts)
+        outcome.succeeded.update(operations.done)
         if left:
             outcome.violations.append(f"operations that did not succeed within 300 s of the "
                                       f"last fault: {left}")

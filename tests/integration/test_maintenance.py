@@ -92,6 +92,20 @@ def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_pat
     run(config, spark, available_now=True, timeout=600)
     assert_exactly_once(table_rows(config), producer.sent)
 
+    # Orphan removal on the catalog's warehouse (a local directory, or the REST catalog's on
+    # S3): a file no snapshot holds goes, every file a snapshot holds stays.
+    orphaned = config_with(stack, tmp_path, topic, catalog, orphan_older_than_seconds=1)
+    table = load_table(config)
+    planted = f"{table.location()}/data/planted-orphan.parquet"
+    with table.io.new_output(planted).create() as out:
+        out.write(b"PAR1 left behind by a failed writer PAR1")
+    time.sleep(2)
+    removed = maintain(orphaned, "remove-orphans", spark)
+    assert removed["removedFiles"] == 1
+    assert not table.io.new_input(planted).exists()
+    assert all(table.io.new_input(path).exists() for path in data_files(config))
+    assert_exactly_once(table_rows(config), producer.sent)
+
 
 def test_compaction_leaves_the_partition_being_written_alone(stack, spark, tmp_path, topic):
     producer = AvroProducer(stack, topic)
