@@ -173,6 +173,13 @@ class BackfillStatus(_Model):
         None, description="A routed topic's: records of the ranges that another of the "
                           "topic's tables holds (taken before this table's route existed), "
                           "left there: a record lands in one table.")
+    undecodable: int | None = Field(
+        None, description="Records landed raw (value_raw, value_error) as they could not be "
+                          "decoded, in all attempts; sent to the dead-letter topic where the "
+                          "topic has one. A Repair decodes them once their schema is fixed.")
+    dead_letter_error: str | None = Field(
+        None, description="Why the dead-letter topic refused some of them (they are in the "
+                          "table, raw, either way).")
 
 
 class ReplayStatus(_Model):
@@ -545,7 +552,10 @@ def _backfilled(record: dict[str, Any], table: str) -> str:
             "already)" + (f"; left out: {len(left)} partition(s)" if left else "")
             + (f"; {record['heldElsewhere']} records left in the topic's other tables, which "
                "took them before this table's route existed" if record.get("heldElsewhere")
-               else ""))
+               else "")
+            + (f"; {record['undecodable']} records could not be decoded and landed raw"
+               if record.get("undecodable") else "")
+            + (f"; {record['deadLetterError']}" if record.get("deadLetterError") else ""))
 
 
 def _replayed(record: dict[str, Any], table: str) -> str:

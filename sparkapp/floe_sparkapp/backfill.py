@@ -22,30 +22,39 @@ Into a new table (``into``), made with the layout of the topic's table, the back
 table's writer: its commits carry the offsets as the job's do (the topic's writer, its tag),
 from where they are to Kafka's end when it starts, an empty commit for a chunk that had no
 record, so a KafkaIcebergTopic made for that table afterwards goes on from there.
+
+Records that do not decode land raw (``value_raw``, ``value_error``), as the job keeps them,
+and go to the topic's dead-letter topic before their chunk commits, as the job's batch sends
+them: once, but those the backfill's earlier runs sent (:mod:`.dead_letters`, read back from
+when this run started, less its clock margin).  Each commit's summary counts them
+(``floe.operation.undecodable``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import routing
+from . import dead_letters, routing
 from .commit import commit_with_retries
 from .config import JobConfig
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
 from .kafka_offsets import offsets_for_time, read_range, topic_partitions, watermarks
 from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, merge_offsets,
-                     operation_commits, record_operation, summary_properties)
-from .table_writer import TableWriter
+                     operation_commits, operation_snapshots, record_operation, summary_properties,
+                     summed)
+from .table_writer import TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
 
 RANGE = "floe.operation.range"
+UNDECODABLE = "floe.operation.undecodable"  # a commit's rows landed raw
 ATTEMPTS = 20  # a chunk whose commit finds main moved (the job committed) is read this often
 
 
@@ -103,6 +112,8 @@ class Backfill:
         self.into = self.spec.into is not None
         self.route = next(i for i, d in enumerate(top.destinations())
                           if d.table.identifier == source)
+        self.started_ms = int(time.time() * 1000)
+        self.dead_letter_error: str | None = None  # the dead-letter topic's last refusal
 
     def _records(self, partition: int, lo: int, hi: int) -> DataFrame:
         """Kafka's records ``[lo, hi)`` of one partition."""
@@ -184,8 +195,10 @@ class Backfill:
             count = rows.count()
             if count == 0 and not self.into:
                 return 0, taken
+            raw = self._undecodable(rows) if count else 0
             properties = {OPERATION: self.request.uid, OPERATION_ROWS: str(count),
-                          RANGE: f"{partition}:{lo}-{upto}"}
+                          RANGE: f"{partition}:{lo}-{upto}",
+                          **({UNDECODABLE: str(raw)} if raw else {})}
             if self.into:  # the offsets, as the job commits them (empty: they move on)
                 properties.update(summary_properties(
                     self.config.writer, self.config.kafka.topic,
@@ -200,6 +213,18 @@ class Backfill:
             rows.unpersist()
             if elsewhere is not None:
                 elsewhere.unpersist()
+
+    def _undecodable(self, rows: DataFrame) -> int:
+        """How many of the chunk's ``rows`` (persisted) did not decode; sent to the dead-letter
+        topic, where the topic has one, before the chunk commits (a refusal is reported on the
+        outcome: the rows are committed raw either way)."""
+        bad = rows.filter(undecodable(rows))
+        raw = bad.count()
+        if raw and self.config.dead_letter is not None:
+            refused = dead_letters.send(bad, raw, self.config, self.started_ms)
+            if refused is not None:
+                self.dead_letter_error = refused
+        return raw
 
     def run(self) -> dict[str, Any]:
         table = self.writer.catalog.load_table(self.config.table.identifier)
@@ -221,10 +246,15 @@ class Backfill:
                          start, end, count, taken)
         table = self.writer.catalog.load_table(self.config.table.identifier)
         commits, rows = operation_commits(table, self.request.uid, self.config.table.ref)
+        raw = summed(operation_snapshots(table, self.request.uid, self.config.table.ref),
+                     UNDECODABLE)
         return {**({"into": self.config.table.identifier} if self.into else {}),
                 "ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
                 "leftOut": {str(p): why for p, why in skipped.items()},
                 "landed": rows, "commits": commits,
+                **({"undecodable": raw} if raw else {}),
+                **({"deadLetterError": self.dead_letter_error}
+                   if self.dead_letter_error else {}),
                 **({"heldElsewhere": elsewhere} if self.top.routes and not self.into else {})}
 
 

@@ -87,16 +87,35 @@ def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
 def test_a_backfill_into_a_new_table_leaves_offsets_a_resource_goes_on_from(
         stack, spark, tmp_path, unique_name):
     """A table rebuilt from the topic: a backfill into a new table lands every record Kafka has
-    (eight offsets a commit), and a job made for that table afterwards goes on from its
-    offsets: each record once."""
+    (eight offsets a commit), those it cannot decode raw and in the dead-letter topic, once;
+    and a job made for that table afterwards goes on from its offsets: each record once."""
+    from .jobkit import consume_to_end
+
     topic = f"rebuild-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
+    dlq = f"{topic}.dlq"
+    create_topic(stack.bootstrap, dlq, partitions=1)
     producer = AvroProducer(stack, topic)
-    produce_orders(producer, 0, 30)
-    config = job_config(stack, tmp_path, topic)
+    produce_orders(producer, 0, 15)
+    bad = {f"bad-{i}".encode(): f"not avro {i}".encode() for i in range(3)}
+    for i, (key, payload) in enumerate(bad.items()):
+        producer.send(key=key, raw=payload, partition=i % 2)
+    produce_orders(producer, 15, 15)
+    producer.flush()
+    positions = {record["key"]: position for position, record in producer.sent.items()}
+    config = job_config(stack, tmp_path, topic, dead_letter=dlq)
     rebuilt = f"{config.table.identifier}_rebuilt"
     outcome = operate(config, request("rebuild", into=rebuilt, recordsPerCommit=8), spark)
-    assert outcome["into"] == rebuilt and outcome["landed"] == 30, outcome
+    assert outcome["into"] == rebuilt and outcome["landed"] == 33, outcome
+    assert outcome["undecodable"] == 3 and "deadLetterError" not in outcome, outcome
+    dead = consume_to_end(stack, dlq)
+    assert sorted(m.key() for m in dead) == sorted(bad)
+    for message in dead:
+        headers = dict(message.headers())
+        assert message.value() == bad[message.key()]
+        assert headers["floe.table"].decode() == rebuilt
+        assert (int(headers["floe.partition"]), int(headers["floe.offset"])) == \
+            positions[message.key()]
     data = json.loads(config.to_json())
     landing = parse_config({**data, "writer": "data/rebuilt",
                             "table": {**data["table"], "identifier": rebuilt},
@@ -107,5 +126,7 @@ def test_a_backfill_into_a_new_table_leaves_offsets_a_resource_goes_on_from(
     run_once(landing, spark)
     rows = table_rows(landing)
     assert_exactly_once(rows, producer.sent)
+    assert sorted(row["value_raw"] for row in rows if row["value_error"]) == sorted(bad.values())
+    assert len(consume_to_end(stack, dlq)) == len(bad)  # the job sent none of them again
     with pytest.raises(Exception, match="one of the topic's tables"):
         operate(config, request("self", into=config.table.identifier), spark)
