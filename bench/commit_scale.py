@@ -10,9 +10,13 @@ table's snapshots: the data files the commit added, the driver's commit (the one
 commit: manifest, manifest list, the compare-and-set), the write (the tasks) and the whole
 batch; the first batch (a cold JVM) is left out of the medians.
 
+Each batch's driver time by step (the ``steps`` of its batch line: :mod:`floe_sparkapp.steps`)
+is kept as medians too (``steps_median``): what the fixed cost of a batch is made of.
+
 Usage: python bench/commit_scale.py [--partitions 8,64,512] [--per-partition 100]
-                                    [--batches 6]
-Needs the local stack (started if not running).  Writes bench/results/commit_scale.json.
+                                    [--batches 6] [--output PATH]
+Needs the local stack (started if not running).  Writes bench/results/commit_scale.json (or
+``--output``).
 """
 
 from __future__ import annotations
@@ -57,7 +61,15 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
     def median(key: str) -> float:
         return round(statistics.median(line[key] for line in warm), 3)
 
+    names = sorted({name for line in warm for name in line.get("steps", {})})
+    steps = {name: round(statistics.median(line.get("steps", {}).get(name, 0.0)
+                                           for line in warm), 3) for name in names}
+    if names:  # the batch's time outside every step (Spark's own, between the steps)
+        steps["outside_steps"] = round(statistics.median(
+            line["seconds"] - sum(line.get("steps", {}).values()) for line in warm), 3)
     return {"partitions": partitions, "records": records, "batches": len(lines),
+            "records_per_batch": partitions * per_partition,
+            "steps_median": dict(sorted(steps.items(), key=lambda item: -item[1])),
             "data_files_per_commit": round(statistics.median(files[1:] or files)),
             "commit_seconds_median": median("commit_seconds"),
             "write_seconds_median": median("write_seconds"),
@@ -71,6 +83,7 @@ def main() -> int:
     parser.add_argument("--partitions", default="8,64,512")
     parser.add_argument("--per-partition", type=int, default=100)
     parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     from hack import stack as local_stack
 
@@ -84,7 +97,7 @@ def main() -> int:
                 f"commit {run['commit_seconds_median']} s, write {run['write_seconds_median']}"
                 f" s, batch {run['batch_seconds_median']} s (medians, warm)")
             runs.append(run)
-    RESULTS.write_text(json.dumps({
+    args.output.write_text(json.dumps({
         "command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}, indent=1) + "\n")
     print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} "

@@ -12,7 +12,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import checkpoint, metrics, routing
+from . import checkpoint, metrics, routing, steps
+from .steps import step
 from .config import JobConfig
 from .contract import ROW_LEVEL
 from .decode import frame
@@ -140,19 +141,24 @@ class BatchWriter:
             table.topic_id = self.topic_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self._identify()
+        steps.taken()  # (what ran between batches is not the batch's)
         started = time.monotonic()
+        with step("identify"):
+            self._identify()
         metrics.doing("writing" if self.single_pass else "reading", batch_id)
         if self.single_pass:
-            start, end = self._logged_offsets(batch_id)
+            with step("offset_log"):
+                start, end = self._logged_offsets(batch_id)
             if end is not None:
                 self._write(batch, batch_id, start, end, started)
                 return
         batch = batch.persist()
         try:
-            stats = self._stats(batch)
+            with step("stats"):
+                stats = self._stats(batch)
             stats_seconds = time.monotonic() - started
-            start, batch_next = self._batch_offsets(batch_id, stats)
+            with step("offset_log"):
+                start, batch_next = self._batch_offsets(batch_id, stats)
             if not batch_next:
                 return
             latest = [int(r["latest"].timestamp() * 1000) for r in stats]
@@ -193,11 +199,13 @@ class BatchWriter:
                     routed.unpersist()
         done = [o.offsets for o in outcomes if o.offsets is not None]
         if done:
-            self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
-                                         for p in set().union(*done)})
+            with step("consumer_group"):
+                self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
+                                             for p in set().union(*done)})
         seconds = time.monotonic() - started
-        metrics.record_batch([t.config.table.identifier for t in self.tables], outcomes,
-                             input_rows, input_bytes, seconds)
+        with step("metrics"):
+            metrics.record_batch([t.config.table.identifier for t in self.tables], outcomes,
+                                 input_rows, input_bytes, seconds)
         log.info(json.dumps({
             "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
             "input_rows": input_rows,
@@ -213,6 +221,7 @@ class BatchWriter:
             "commit_seconds": round(sum(o.commit_seconds for o in outcomes), 3),
             "expired_snapshots": sum(o.expired for o in outcomes),
             "expire_seconds": round(sum(o.expire_seconds for o in outcomes), 3),
+            "steps": steps.taken(),
             **({"tables": {t.config.table.identifier: o.written
                            for t, o in zip(self.tables, outcomes)}}
                if self.config.routes else {}),

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 from . import metrics
+from .steps import step
 from .ledger import MAIN, OFFSETS, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
 
 log = logging.getLogger("floe.commit")
@@ -331,7 +332,8 @@ class BranchCommitter:
         when ``main`` is no longer at ``base_snapshot_id``.  Returns the seconds spent writing
         the files and committing them."""
         started = time.monotonic()
-        staged = self.stage(rows, tasks)
+        with step("write"):
+            staged = self.stage(rows, tasks)
         write_seconds = time.monotonic() - started
         try:
             properties = summary(staged)
@@ -340,7 +342,8 @@ class BranchCommitter:
             raise
         try:
             metrics.doing("committing")
-            self.publish(staged, base_snapshot_id, properties, tag=tag, rebase=rebase)
+            with step("commit"):
+                self.publish(staged, base_snapshot_id, properties, tag=tag, rebase=rebase)
         except CommitUnknown:  # a snapshot may refer to the files (or come to): they stay
             raise
         except Exception:  # main moved on without the batch, or nothing reached the catalog
@@ -365,7 +368,8 @@ class BranchCommitter:
         ``tasks``: the rows are read and written by that many tasks (each taking several of
         the Kafka source's partitions, which Spark reads one a task) instead of as they come."""
         jvm = self.spark._jvm
-        table = self._iceberg_table()
+        with step("load_spark_table"):
+            table = self._iceberg_table()
         cache = _table_cache(self.spark)
         coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
         file_set = f"floe-{uuid.uuid4().hex}"

@@ -46,6 +46,7 @@ from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_with
 from .kafka_offsets import check_topic_identity
 from .registry import Registry
 from .schemas import FORMATS
+from .steps import step
 from .upsert import OP_COLUMN, Upsert, operation_rows
 
 log = logging.getLogger("floe.job")
@@ -431,7 +432,8 @@ class TableWriter:
                 errors = bad.count()  # (by reason: the write's own count below)
                 if errors:
                     metrics.doing("sending_dead_letters")
-                    failure = dead_letters.send(bad, errors, self.config, since_ms)
+                    with step("dead_letters"):
+                        failure = dead_letters.send(bad, errors, self.config, since_ms)
                     if failure is None:
                         dead.count = errors
                     else:
@@ -535,7 +537,8 @@ class TableWriter:
             self.rejoins_at = None
             if self.config.maintenance.expire_snapshots.enabled:
                 metrics.doing("expiring")
-                outcome = replace(outcome, **self._expire())
+                with step("expire"):
+                    outcome = replace(outcome, **self._expire())
         return outcome
 
     def _attempt(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
@@ -548,17 +551,19 @@ class TableWriter:
         value_framed = self.config.value.format != "raw"
         key_framed = self.config.key.framed
         metrics.doing("loading_table")
-        table = self.catalog.load_table(identifier)
+        with step("load_table"):
+            table = self.catalog.load_table(identifier)
         self._check_identity(table, batch_id)
         ref = self.config.table.ref
         base = head(table, ref).snapshot_id  # offsets below are read from here
-        committed = last_commit(table, writer, topic, ref=ref)
-        check_topic_identity(self.config, committed, self.topic_id)
-        if self.rejoins_at:
-            committed = replace(committed,
-                                offsets=merge_offsets(committed.offsets, self.rejoins_at))
-        ahead = checkpoint.ahead_of(start or {}, committed.offsets,
-                                    self._floor(table, start or {}, committed))
+        with step("ledger"):
+            committed = last_commit(table, writer, topic, ref=ref)
+            check_topic_identity(self.config, committed, self.topic_id)
+            if self.rejoins_at:
+                committed = replace(committed,
+                                    offsets=merge_offsets(committed.offsets, self.rejoins_at))
+            ahead = checkpoint.ahead_of(start or {}, committed.offsets,
+                                        self._floor(table, start or {}, committed))
         if ahead:
             raise CheckpointAhead(
                 f"CheckpointAhead: batch {batch_id} of {writer} would start above table "
@@ -572,11 +577,12 @@ class TableWriter:
                      writer, committed.snapshot_id, identifier)
             return Outcome()
         rows, counted = batch, None
-        value_ids, keys = ((self._expected_ids(table, "value", batch_id)
-                            if value_framed else [],
-                            self._expected_ids(table, KEY_FIELDS, batch_id)
-                            if key_framed else [])
-                           if single_pass else (list(schema_ids), list(key_ids)))
+        with step("expected_ids"):
+            value_ids, keys = ((self._expected_ids(table, "value", batch_id)
+                                if value_framed else [],
+                                self._expected_ids(table, KEY_FIELDS, batch_id)
+                                if key_framed else [])
+                               if single_pass else (list(schema_ids), list(key_ids)))
         above = {p: max((start or {}).get(p, 0), committed.offsets.get(p, 0))
                  for p in batch_next}
         partitions = sorted(p for p, o in batch_next.items() if o > above[p])
@@ -601,6 +607,10 @@ class TableWriter:
         fresh = fresh.withColumn(INGESTED, F.timestamp_micros(F.lit(ingest_micros(committed))))
 
         def summary(staged: Staged | None = None) -> dict[str, str]:
+            with step("summary"):
+                return _summary(staged)
+
+        def _summary(staged: Staged | None) -> dict[str, str]:
             found_vtts = vtts
             if counted is not None:
                 seen = counted.read()
@@ -626,9 +636,10 @@ class TableWriter:
                                       self.tables, self.routing,
                                       {p: above[p] for p in batch_next} if self.tables else None)
 
-        written, raw, timing = self._write(self._decode(fresh, table, value_ids, keys), base,
-                                           summary, dead, _committed_at(table, committed),
-                                           tasks)
+        with step("decode_plan"):
+            decoded = self._decode(fresh, table, value_ids, keys)
+        written, raw, timing = self._write(decoded, base, summary, dead,
+                                           _committed_at(table, committed), tasks)
         seen = counted.read() if counted is not None else {"vtts": vtts}
         return Outcome(offsets=offsets, written=written, raw=raw,
                        input_rows=seen.get("input_rows", 0), bytes=seen.get("bytes", 0),
