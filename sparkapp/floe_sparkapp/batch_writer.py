@@ -46,6 +46,7 @@ class BatchWriter:
     # Where a batch read outside the query starts and ends (:meth:`land`), not the offset log's
     given: tuple[dict[int, int], dict[int, int]] | None = None
     identity_asked: bool = False  # topic_id asked again at the first batch (:meth:`_identify`)
+    group: Any = None  # the consumer group's client, kept from batch to batch
 
     def __post_init__(self) -> None:
         destinations = self.config.destinations()
@@ -65,15 +66,19 @@ class BatchWriter:
         from confluent_kafka import TopicPartition
 
         try:
-            consumer = group_consumer(self.config)
-            try:
-                consumer.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
-                                         for p, o in sorted(offsets.items())], asynchronous=False)
-            finally:
-                consumer.close()
+            if self.group is None:
+                self.group = group_consumer(self.config)
+            self.group.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
+                                       for p, o in sorted(offsets.items())], asynchronous=False)
         except Exception as error:  # lag tooling only; the table holds the truth
             log.warning("could not commit offsets to consumer group %s: %s",
                         self.config.consumer_group, error)
+            group, self.group = self.group, None  # made anew at the next batch
+            if group is not None:
+                try:
+                    group.close()
+                except Exception:  # noqa: BLE001 - it is dropped either way
+                    pass
 
     def _stats(self, batch: DataFrame) -> list[Any]:
         """Per Kafka partition: last offset, newest timestamp, rows, bytes and (Avro) the writer
