@@ -604,8 +604,8 @@ class BranchCommitter:
         snapshots = metadata.snapshots()
         count = snapshots.size()
         # The oldest snapshot comes first: when it is not due, none is.
-        if count <= retain_last + max(1, retain_last // 10) or \
-                snapshots.get(0).timestampMillis() >= older_than_ms:
+        if not expiry_due(count, snapshots.get(0).timestampMillis() if count else None,
+                          older_than_ms, retain_last):
             return 0
         table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).commit()
         return count - table.operations().current().snapshots().size()
@@ -630,6 +630,15 @@ _UNANSWERED = re.compile(
     r"Unable to execute HTTP request|SdkClientException|UncheckedSQLException|"
     r"ServiceUnavailable|ServiceFailure|OperationalError|ConnectError|ConnectionError|"
     r"NewConnectionError|EOFException|SocketException|NoRouteToHost")
+
+
+def expiry_due(count: int, oldest_ms: int | None, older_than_ms: int, retain_last: int) -> bool:
+    """Whether a table of ``count`` snapshots, the oldest committed at ``oldest_ms``, has
+    snapshots to expire (:meth:`BranchCommitter.expire_snapshots`): more than a tenth of
+    ``retain_last`` (at least one) beyond the newest ``retain_last``, and the oldest older
+    than ``older_than_ms``."""
+    return (count > retain_last + max(1, retain_last // 10) and oldest_ms is not None
+            and oldest_ms < older_than_ms)
 
 
 def unanswered(error: BaseException) -> bool:

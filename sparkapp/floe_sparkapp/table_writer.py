@@ -30,7 +30,7 @@ from . import catalog as catalogs
 from . import cdc, checkpoint, dead_letters, metrics, schemaless, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
-from .commit import BranchCommitter, Staged, commit_with_retries
+from .commit import BranchCommitter, Staged, commit_with_retries, expiry_due
 from .ledger import (DEAD_LETTER_ERROR, MAIN, Committed, head, last_commit, merge_offsets,
                      summary_properties, tagged_commit)
 from .config import JobConfig
@@ -243,6 +243,7 @@ class TableWriter:
     # False: decode without evolving the table (a repair's dry run); a writer schema that
     # would evolve it leaves its records undecoded, with WOULD_EVOLVE and the changes
     evolve: bool = True
+    loaded: Any = None  # the table as the last attempt loaded it (PyIceberg)
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -552,7 +553,7 @@ class TableWriter:
         key_framed = self.config.key.framed
         metrics.doing("loading_table")
         with step("load_table"):
-            table = self.catalog.load_table(identifier)
+            table = self.loaded = self.catalog.load_table(identifier)
         self._check_identity(table, batch_id)
         ref = self.config.table.ref
         base = head(table, ref).snapshot_id  # offsets below are read from here
@@ -682,14 +683,20 @@ class TableWriter:
 
     def _expire(self) -> dict[str, Any]:
         """Expires the snapshots past the retention (``expireSnapshots``) after a commit; a
-        failure only delays it to a later batch (or the maintenance CronJob). Returns the
-        snapshots expired and the seconds it took (:class:`Outcome`'s fields)."""
+        failure only delays it to a later batch (or the maintenance CronJob). Looked at first
+        in the table as the batch loaded it: while none can be due, nothing more is loaded.
+        Returns the snapshots expired and the seconds it took (:class:`Outcome`'s fields)."""
         started = time.monotonic()
         older_than_ms = int((time.time() - self.config.snapshot_max_age_seconds) * 1000)
+        retain_last = self.config.maintenance.expire_snapshots.retain_last
         expired = 0
+        if self.loaded is not None:  # as the batch found it, with its commit (an upsert's two)
+            found = self.loaded.metadata.snapshots
+            if not expiry_due(len(found) + 2, min((s.timestamp_ms for s in found), default=None),
+                              older_than_ms, retain_last):
+                return {"expired": 0, "expire_seconds": time.monotonic() - started}
         try:
-            expired = self.committer.expire_snapshots(
-                older_than_ms, self.config.maintenance.expire_snapshots.retain_last)
+            expired = self.committer.expire_snapshots(older_than_ms, retain_last)
         except Exception as error:  # noqa: BLE001 - the commit stands; expiry comes again
             log.warning("could not expire the snapshots of %s: %s", self.table_name,
                         str(error).splitlines()[0][:500])
