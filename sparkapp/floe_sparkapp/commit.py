@@ -324,16 +324,17 @@ class BranchCommitter:
 
     def append(self, rows: Any, base_snapshot_id: int,
                summary: Callable[[Staged], dict[str, str]], tag: bool = True,
-               tasks: int | None = None, rebase: bool = False) -> dict[str, float]:
+               tasks: int | None = None, rebase: bool = False,
+               table: Any = None) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
-        written (:meth:`stage`, by ``tasks``), then ``summary`` makes the snapshot's summary
+        written (:meth:`stage`, by ``tasks``, into ``table``), then ``summary`` makes the snapshot's summary
         from them (it may raise to send the batch back: the files are deleted) and
         :meth:`publish` commits them (``tag``, ``rebase``: as there); raises CommitConflict
         when ``main`` is no longer at ``base_snapshot_id``.  Returns the seconds spent writing
         the files and committing them."""
         started = time.monotonic()
         with step("write"):
-            staged = self.stage(rows, tasks)
+            staged = self.stage(rows, tasks, table)
         write_seconds = time.monotonic() - started
         try:
             properties = summary(staged)
@@ -352,6 +353,20 @@ class BranchCommitter:
         return {"write_seconds": write_seconds,
                 "commit_seconds": time.monotonic() - started - write_seconds}
 
+    def load(self) -> Any:
+        """The table (its ref) through Iceberg's Java API, as the catalog has it now."""
+        return self._iceberg_table()
+
+    def spark_schema(self, table: Any) -> Any:
+        """The Spark schema of ``table`` (Java), as ``spark.table(...).schema`` gives it."""
+        import json
+
+        from pyspark.sql.types import StructType
+
+        converted = self.spark._jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(
+            table.schema())
+        return StructType.fromJson(json.loads(converted.json()))
+
     def _iceberg_table(self) -> Any:
         jvm, session = self.spark._jvm, self.spark._jsparkSession
         # The catalogs are the active session's: a thread other than the one that made the
@@ -359,17 +374,19 @@ class BranchCommitter:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
         return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, self.table_ref)
 
-    def stage(self, rows: Any, tasks: int | None = None) -> Staged:
+    def stage(self, rows: Any, tasks: int | None = None, table: Any = None) -> Staged:
         """Step 3 of an append: writes ``rows``' data files (the table's format, sort order and
         file size) and returns them, committing nothing.  Spark writes them the way Iceberg's
         ``rewrite_data_files`` does: to a file set the table cache names, whose files Iceberg's
         file rewrite coordinator holds for the caller instead of committing them.
 
         ``tasks``: the rows are read and written by that many tasks (each taking several of
-        the Kafka source's partitions, which Spark reads one a task) instead of as they come."""
+        the Kafka source's partitions, which Spark reads one a task) instead of as they come.
+        ``table``: the table (Java) as the rows were decoded for, else as the catalog has it."""
         jvm = self.spark._jvm
-        with step("load_spark_table"):
-            table = self._iceberg_table()
+        if table is None:
+            with step("load_spark_table"):
+                table = self._iceberg_table()
         cache = _table_cache(self.spark)
         coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
         file_set = f"floe-{uuid.uuid4().hex}"

@@ -244,6 +244,8 @@ class TableWriter:
     # would evolve it leaves its records undecoded, with WOULD_EVOLVE and the changes
     evolve: bool = True
     loaded: Any = None  # the table as the last attempt loaded it (PyIceberg)
+    # and through Iceberg's Java API, once its rows' decoding evolved it: the write goes there
+    java_table: Any = None
 
     def __post_init__(self) -> None:
         self.committer = BranchCommitter(self.spark, self.config.table.catalog.name,
@@ -353,7 +355,9 @@ class TableWriter:
                      if self.config.key.framed else None)
         plans = self._plans(table, schema_ids, "value") if fmt != "raw" else {}
         unfit = self._infer(fresh, table) if self.config.value.infer_schema else None
-        columns = self.spark.table(self.table_name).schema
+        with step("load_spark_table"):
+            self.java_table = self.committer.load()
+            columns = self.committer.spark_schema(self.java_table)
         if key_plans is not None:
             framed = fresh if "_key_schema_id" in fresh.columns else frame(fresh, "key")
             fresh = decode_framed_key(framed, key_plans, columns[KEY_FIELDS].dataType)
@@ -457,7 +461,7 @@ class TableWriter:
                                    .otherwise(0)), F.lit(0)).alias(f"raw_{name}")
                   for name in RAW_REASONS])
             timing = self.committer.append(observed, base, properties, tasks=tasks,
-                                           rebase=True)
+                                           rebase=True, table=self.java_table)
             counted = observation.get
             return int(counted["rows"]), {name: int(counted[f"raw_{name}"])
                                           for name in RAW_REASONS
@@ -552,6 +556,7 @@ class TableWriter:
         value_framed = self.config.value.format != "raw"
         key_framed = self.config.key.framed
         metrics.doing("loading_table")
+        self.java_table = None
         with step("load_table"):
             table = self.loaded = self.catalog.load_table(identifier)
         self._check_identity(table, batch_id)
