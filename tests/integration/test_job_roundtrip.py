@@ -143,6 +143,11 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
                and r.getMessage().startswith('{"event": "floe.batch"')]
     assert sum(b["rows"] for b in batches) == 305
     assert all(b["decode_failures"] == 0 and b["commit_seconds"] > 0 for b in batches)
+    # each with the driver's time by step, which together stay within the batch's
+    landing = [b for b in batches if b["rows"]]
+    assert landing and all({"load_table", "ledger", "decode_plan", "write", "commit"}
+                           <= set(b["steps"]) for b in landing), landing
+    assert all(sum(b["steps"].values()) <= b["seconds"] + 0.01 for b in batches), batches
     def progress_rows() -> int:  # the listener's events arrive asynchronously, other
         # queries' late ones too: only this query's count
         events = [json.loads(r.getMessage()) for r in caplog.records
