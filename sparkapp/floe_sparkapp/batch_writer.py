@@ -208,9 +208,8 @@ class BatchWriter:
                 self._commit_consumer_group({p: min(o.get(p, 0) for o in done)
                                              for p in set().union(*done)})
         seconds = time.monotonic() - started
-        with step("metrics"):
-            metrics.record_batch([t.config.table.identifier for t in self.tables], outcomes,
-                                 input_rows, input_bytes, seconds)
+        metrics.record_batch([t.config.table.identifier for t in self.tables], outcomes,
+                             input_rows, input_bytes, seconds)
         log.info(json.dumps({
             "event": "floe.batch", "writer": self.config.writer, "batch": batch_id,
             "input_rows": input_rows,
