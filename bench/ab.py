@@ -161,14 +161,14 @@ def main() -> int:
         workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic,
                          workload.value_pool(schema_id, args.size), args.records,
                          partitions=args.partitions)
-        options = {key: value for key, value in (("max_records_per_commit", args.per_commit),
+        job_options = {key: value for key, value in (("max_records_per_commit", args.per_commit),
                                                  ("interval", args.interval)) if value}
         runs: dict[str, list[dict]] = {"before": [], "after": []}
         for turn in range(args.rounds):
             order = ("before", "after") if turn % 2 == 0 else ("after", "before")
             for name in order:
                 result = run_floe(trees[name], topic, scratch / f"{name}-{turn}",
-                                  {**env, **jvm[name]}, args.size, options)
+                                  {**env, **jvm[name]}, args.size, job_options)
                 assert result["rows"] == args.records, (name, result)
                 runs[name].append(result)
                 log(f"{name} ({revisions[name]}), round {turn + 1}: "
@@ -205,7 +205,7 @@ def main() -> int:
              "batch_after_over_before": round(summary["after"]["batch_seconds_median"]
                                               / summary["before"]["batch_seconds_median"], 3),
              **({"partitions": args.partitions} if args.partitions != workload.PARTITIONS
-                else {}), **options}
+                else {}), **job_options}
     RESULTS.parent.mkdir(exist_ok=True)
     with RESULTS.open("a") as out:
         out.write(json.dumps(entry) + "\n")
