@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -495,6 +496,9 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     create_topic(stack.bootstrap, name, partitions)
     dead_letter = f"{name}.dlq"
     create_topic(stack.bootstrap, dead_letter, 1)
+    # Nothing of an earlier run of the same catalog, mode and seed: a stopped run's checkpoint
+    # names that run's topic, which the job rightly refuses to go on from.
+    shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True, exist_ok=True)
     is_routed = plan.mode == "routed"
     config = job_config(stack, workdir, name, interval=2, max_records=2000,
