@@ -496,9 +496,6 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     create_topic(stack.bootstrap, name, partitions)
     dead_letter = f"{name}.dlq"
     create_topic(stack.bootstrap, dead_letter, 1)
-    # Nothing of an earlier run of the same catalog, mode and seed: a stopped run's checkpoint
-    # names that run's topic, which the job rightly refuses to go on from.
-    shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True, exist_ok=True)
     is_routed = plan.mode == "routed"
     config = job_config(stack, workdir, name, interval=2, max_records=2000,
@@ -596,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.mode.split(","):
             plan = Plan(args.seconds, args.seed, catalog, mode)
             workdir = Path(local_stack.paths.RUN) / "nemesis" / f"{catalog}-{mode}-{args.seed}"
+            # Nothing of an earlier run of the same catalog, mode and seed: a stopped run's
+            # checkpoint names that run's topic, which the job rightly refuses to go on from.
+            shutil.rmtree(workdir, ignore_errors=True)
             outcome = run(stack, workdir, plan)
             holds &= not outcome.violations
             if args.record:
