@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
 from consumers import cpu_seconds  # noqa: E402
-from run import log, machine, steady_rate, triggers  # noqa: E402
+from run import log, machine, steady_rate, step_medians, triggers  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
 
@@ -80,13 +80,10 @@ def batch_medians(lines: list[dict]) -> dict[str, Any]:
     warm = lines[1:] or lines
     if not warm:
         return {}
-    names = sorted({name for line in warm for name in line.get("steps", {})})
-    steps = {name: round(statistics.median(line.get("steps", {}).get(name, 0.0)
-                                           for line in warm), 3) for name in names}
+    steps = step_medians(warm)
     return {"batches": len(lines),
             "batch_seconds_median": round(statistics.median(line["seconds"] for line in warm), 3),
-            **({"steps_median": dict(sorted(steps.items(), key=lambda item: -item[1]))}
-               if steps else {})}
+            **({"steps_median": steps} if steps else {})}
 
 
 def run_floe(tree: Path, topic: str, work: Path, env: dict[str, str], size: int,

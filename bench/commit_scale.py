@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
-from run import consume, log, machine  # noqa: E402
+from run import consume, log, machine, step_medians  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "commit_scale.json"
 
@@ -61,15 +61,9 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
     def median(key: str) -> float:
         return round(statistics.median(line[key] for line in warm), 3)
 
-    names = sorted({name for line in warm for name in line.get("steps", {})})
-    steps = {name: round(statistics.median(line.get("steps", {}).get(name, 0.0)
-                                           for line in warm), 3) for name in names}
-    if names:  # the batch's time outside every step (Spark's own, between the steps)
-        steps["outside_steps"] = round(statistics.median(
-            line["seconds"] - sum(line.get("steps", {}).values()) for line in warm), 3)
     return {"partitions": partitions, "records": records, "batches": len(lines),
             "records_per_batch": partitions * per_partition,
-            "steps_median": dict(sorted(steps.items(), key=lambda item: -item[1])),
+            "steps_median": step_medians(warm),
             "data_files_per_commit": round(statistics.median(files[1:] or files)),
             "commit_seconds_median": median("commit_seconds"),
             "write_seconds_median": median("write_seconds"),

@@ -196,6 +196,22 @@ def triggers(lines: list[dict[str, Any]]) -> list[tuple[int, float]]:
             for before, line in zip(lines, lines[1:])]
 
 
+def step_medians(warm: list[dict[str, Any]]) -> dict[str, float]:
+    """The median seconds of each driver step over a run's warm batch lines (their ``steps``),
+    and of the batch's time outside every step, the longest first; empty when the lines have
+    no steps (a job from before they were logged)."""
+    import statistics
+
+    names = sorted({name for line in warm for name in line.get("steps", {})})
+    if not names:
+        return {}
+    found = {name: round(statistics.median(line.get("steps", {}).get(name, 0.0)
+                                           for line in warm), 3) for name in names}
+    found["outside_steps"] = round(statistics.median(
+        line["seconds"] - sum(line.get("steps", {}).values()) for line in warm), 3)
+    return dict(sorted(found.items(), key=lambda item: -item[1]))
+
+
 def steady_rate(batches: list[tuple[int, float]]) -> int | None:
     """Rows/s of a batch once the JVM is warm: the median of the batches' rows/s (each
     ``(rows, seconds)``; the first run cold)."""
