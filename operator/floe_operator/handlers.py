@@ -229,7 +229,7 @@ def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, An
     before."""
     before = {c.get("type"): c.get("status") for c in previous.get("conditions") or []}
     reasons = {c.get("type"): c.get("reason") for c in previous.get("conditions") or []}
-    uid = ((body.get("metadata") or {}) if hasattr(body, "get") else {}).get("uid")
+    uid = (body.get("metadata") or {}).get("uid")
     for condition in current.get("conditions") or []:
         kind, now = condition["type"], condition["status"]
         was = before.get(kind)

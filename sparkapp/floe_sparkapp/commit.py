@@ -327,8 +327,9 @@ class BranchCommitter:
                tasks: int | None = None, rebase: bool = False,
                table: Any = None) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
-        written (:meth:`stage`, by ``tasks``, into ``table``), then ``summary`` makes the snapshot's summary
-        from them (it may raise to send the batch back: the files are deleted) and
+        written (:meth:`stage`, by ``tasks``, into ``table``), then ``summary`` makes the
+        snapshot's summary from them (it may raise to send the batch back: the files are
+        deleted) and
         :meth:`publish` commits them (``tag``, ``rebase``: as there); raises CommitConflict
         when ``main`` is no longer at ``base_snapshot_id``.  Returns the seconds spent writing
         the files and committing them."""

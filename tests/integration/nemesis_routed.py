@@ -6,14 +6,15 @@ every record that cannot be decoded) to the topic's own table.  The job starts a
 on a topic that already has history, and records are produced once it has (its first start
 commits where it starts); beside it, Backfills of each table bring the history in (up to the
 job's first start, ``toTime``), a Repair goes over the own table's raw rows and maintenance
-(compaction, a manifest rewrite, every table's) runs between them, each
-started again until it succeeds (as the operator's attempts and the CronJobs'); once they
-have, maintenance goes on in turn until the run ends.  Among the faults, a routing change: the job's config rewritten (route
-``_b`` removed, or the two routes' order swapped, or back to both) and its driver killed, as
-the operator replaces a job whose spec changed.  The checker then asks that each record be one
-row in all three tables together, in a table its quantity routes it to under some routing the
-run had (``_a``'s records always in ``_a``; ``_b``'s in ``_b`` or, while the route was gone,
-the own table), and that each table's offsets be Kafka's end offsets.
+(compaction, a manifest rewrite, every table's) runs between them, each started again until
+it succeeds (as the operator's attempts and the CronJobs'); once they have, maintenance goes
+on in turn until the run ends.  Among the faults, a routing change: the job's config
+rewritten (route ``_b`` removed, or the two routes' order swapped, or back to both) and its
+driver killed, as the operator replaces a job whose spec changed.  The checker then asks that
+each record be one row in all three tables together, in a table its quantity routes it to
+under some routing the run had (``_a``'s records always in ``_a``; ``_b``'s in ``_b`` or,
+while the route was gone, the own table), and that each table's offsets be Kafka's end
+offsets.
 """
 
 from __future__ import annotations
