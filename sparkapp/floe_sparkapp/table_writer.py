@@ -39,7 +39,7 @@ from .decode import INGESTED, NO_COLUMNS_YET
 from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
-from .jvm_udf import newest_by_partition, parse_newest
+from .jvm_udf import ingest_time, newest_by_partition, parse_newest
 from .layout import KEY_FIELDS, files_bound_one_partition
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
@@ -610,7 +610,7 @@ class TableWriter:
                                for x in (p, o)]) if committed.offsets else None
         fresh = rows if known is None else rows.filter(
             F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
-        fresh = fresh.withColumn(INGESTED, F.timestamp_micros(F.lit(ingest_micros(committed))))
+        fresh = fresh.withColumn(INGESTED, ingest_time(ingest_micros(committed)))
 
         def summary(staged: Staged | None = None) -> dict[str, str]:
             with step("summary"):
