@@ -6,6 +6,7 @@ Modes, all reading the same topic from the beginning to the end offsets it had a
 * ``floe-avro``: the floe job (``available_now``), Avro values decoded into ``value``;
 * ``floe-raw``:  the floe job with ``format: raw`` (no decoding, bytes in ``value_raw``);
 * ``noop``:      the same Spark Kafka source (same options) into Spark's ``noop`` sink;
+* ``noop-decoded``: the same, the values decoded as floe's job decodes them (no table);
 * ``spark-parquet``: the same source into plain zstd Parquet files of its columns;
 * ``python``:    a plain confluent-kafka consumer, fastavro, pyarrow and a Parquet file;
 * ``freshness``: the floe job on a processing-time trigger while records arrive at a steady
@@ -155,14 +156,41 @@ def _kafka_stream(spark, args: argparse.Namespace):
             .option("maxOffsetsPerTrigger", str(args.max_records_per_commit)).load())
 
 
+def _decoded(spark, stream, topic: str):
+    """floe's decoding of ``stream``'s values as the job does it (the Confluent framing read,
+    each value decoded with its writer schema and checked, the table's row made), with the
+    subject's latest schema and Spark's type for it: the job's work before the Iceberg
+    write."""
+    from pyspark.sql.types import StructType
+
+    from floe_sparkapp.contract import SchemaRegistrySpec
+    from floe_sparkapp.decode import WriterPlan, decode_framed, frame, table_rows
+    from floe_sparkapp.registry import Registry
+    from floe_sparkapp.schemas import mapped
+
+    found = Registry(SchemaRegistrySpec(url=os.environ["FLOE_SCHEMA_REGISTRY_URL"],
+                                        subject=f"{topic}-value")).latest()
+    _, writer = mapped(found)
+    jvm = spark.sparkContext._jvm
+    avro = jvm.org.apache.avro.Schema.Parser().parse(found.schema)
+    value_type = StructType.fromJson(json.loads(
+        jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType().json()))
+    plans = {found.schema_id: WriterPlan(found.schema_id, writer=writer)}
+    return table_rows(decode_framed(frame(stream), plans, value_type), has_value=True)
+
+
 def run_spark_sink(args: argparse.Namespace) -> dict[str, Any]:
-    """The Kafka source into Spark's ``noop`` sink (reading only), or (``spark-parquet``) into
-    plain zstd Parquet files of the source's columns: no decoding, no table, no protocol."""
+    """The Kafka source into Spark's ``noop`` sink (reading only; ``noop-decoded``: with floe's
+    decoding, :func:`_decoded`), or (``spark-parquet``) into plain zstd Parquet files of the
+    source's columns: no decoding, no table, no protocol."""
     started = time.monotonic()  # the JVM's start included, as for the peer's worker
     spark = session(args.driver_memory)
     session_seconds = time.monotonic() - started
-    writer = _kafka_stream(spark, args).writeStream.trigger(availableNow=True)
-    if args.mode == "noop":
+    stream = _kafka_stream(spark, args)
+    if args.mode == "noop-decoded":
+        stream = _decoded(spark, stream, args.topic)
+    writer = stream.writeStream.trigger(availableNow=True)
+    if args.mode.startswith("noop"):
         writer = writer.format("noop")
     else:
         writer = (writer.format("parquet").option("compression", "zstd")
@@ -618,6 +646,7 @@ def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_spark_sink,
+         "noop-decoded": run_spark_sink,
          "spark-parquet": run_spark_sink, "python": run_python,
          "freshness": run_freshness, "kafka-connect": run_kafka_connect,
          "kafka-connect-freshness": run_kafka_connect_freshness}
