@@ -57,7 +57,10 @@ def test_small_records_ahead_of_large_ones_do_not_make_a_commit_overshoot():
     assert size.replan is None
 
 
-def test_a_batch_too_small_to_tell_changes_nothing():
-    size = CommitSize(CommitSpec(maxRecordsPerCommit=50))
-    size.observe(rows=50, size=50 * 100 * MIB)
-    assert size.replan is None and size.limit == 50
+def test_a_few_records_say_nothing_unless_they_overshoot_the_cap():
+    commit = CommitSpec(maxRecordsPerCommit=1000, maxBytesPerCommit="1Mi")
+    size = CommitSize(commit)
+    size.observe(rows=10, size=10 * 10_000)  # 10 KB records, but only ten: not yet
+    assert size.replan is None and size.limit == 1000
+    size.observe(rows=10, size=10 * 200_000)  # ten records over the cap already
+    assert size.replan == MIB // 200_000
