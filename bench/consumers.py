@@ -106,8 +106,9 @@ def floe_config(args: argparse.Namespace, fmt: str):
         "table": {"catalog": {"name": "bench", "uri": f"jdbc:sqlite:{work / 'catalog.db'}",
                               "warehouse": f"file://{work / 'warehouse'}"},
                   "identifier": f"bench.{args.mode.replace('-', '_')}"},
-        "commit": {"interval": f"{args.interval}s",
-                   "maxRecordsPerCommit": args.max_records_per_commit},
+        "commit": {"interval": f"{args.interval}s",  # the job's own caps unless given
+                   **({"maxRecordsPerCommit": args.max_records_per_commit}
+                      if args.max_records_per_commit else {})},
         "checkpointLocation": str(work / "checkpoint"),
         "maintenance": {"expireSnapshots": {"enabled": bool(args.expire)}},
     })
@@ -146,6 +147,13 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
 
 
+def records_per_trigger(args: argparse.Namespace) -> int:
+    """The Spark sinks' batch: the records given, else the floe job's cap on records."""
+    from floe_sparkapp.contract import CommitSpec
+
+    return args.max_records_per_commit or CommitSpec().max_records_per_commit
+
+
 def _kafka_stream(spark, args: argparse.Namespace):
     """The Kafka source with the floe job's options, from the beginning of the topic."""
     return (spark.readStream.format("kafka")
@@ -153,7 +161,7 @@ def _kafka_stream(spark, args: argparse.Namespace):
             .option("subscribe", args.topic).option("startingOffsets", "earliest")
             .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
             .option("failOnDataLoss", "true")
-            .option("maxOffsetsPerTrigger", str(args.max_records_per_commit)).load())
+            .option("maxOffsetsPerTrigger", str(records_per_trigger(args))).load())
 
 
 def _decoded(spark, stream, topic: str):
@@ -660,7 +668,9 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100, help="value size the topic holds")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--interval", type=int, default=60, help="commit interval, seconds")
-    parser.add_argument("--max-records-per-commit", type=int, default=500_000)
+    parser.add_argument("--max-records-per-commit", type=int, default=None,
+                        help="floe: maxRecordsPerCommit (default: the job's own caps); the "
+                             "Spark sinks: their maxOffsetsPerTrigger (default: the same)")
     parser.add_argument("--seconds", type=int, default=300, help="freshness: producing time")
     parser.add_argument("--rate", type=int, default=2000, help="freshness: records per second")
     parser.add_argument("--schema-id", type=int, default=0, help="freshness: the value schema id")
