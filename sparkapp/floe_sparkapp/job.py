@@ -321,7 +321,7 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
             return
         trace = _java_stack_trace(query)
         if size.replan is not None and ("Replan: " in str(error) or "Replan: " in trace):
-            dropped = checkpoint.drop_planned(spark or SparkSession.getActiveSession(),
+            dropped = checkpoint.drop_planned(spark or SparkSession.builder.getOrCreate(),
                                               config.checkpoint_location)
             log.info("the query starts again with at most %d records a commit (batch %s "
                      "planned anew)", size.replan, dropped)
