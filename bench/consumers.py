@@ -6,6 +6,7 @@ Modes, all reading the same topic from the beginning to the end offsets it had a
 * ``floe-avro``: the floe job (``available_now``), Avro values decoded into ``value``;
 * ``floe-raw``:  the floe job with ``format: raw`` (no decoding, bytes in ``value_raw``);
 * ``noop``:      the same Spark Kafka source (same options) into Spark's ``noop`` sink;
+* ``noop-decoded``: the same, the values decoded as floe's job decodes them (no table);
 * ``spark-parquet``: the same source into plain zstd Parquet files of its columns;
 * ``python``:    a plain confluent-kafka consumer, fastavro, pyarrow and a Parquet file;
 * ``freshness``: the floe job on a processing-time trigger while records arrive at a steady
@@ -105,8 +106,9 @@ def floe_config(args: argparse.Namespace, fmt: str):
         "table": {"catalog": {"name": "bench", "uri": f"jdbc:sqlite:{work / 'catalog.db'}",
                               "warehouse": f"file://{work / 'warehouse'}"},
                   "identifier": f"bench.{args.mode.replace('-', '_')}"},
-        "commit": {"interval": f"{args.interval}s",
-                   "maxRecordsPerCommit": args.max_records_per_commit},
+        "commit": {"interval": f"{args.interval}s",  # the job's own caps unless given
+                   **({"maxRecordsPerCommit": args.max_records_per_commit}
+                      if args.max_records_per_commit else {})},
         "checkpointLocation": str(work / "checkpoint"),
         "maintenance": {"expireSnapshots": {"enabled": bool(args.expire)}},
     })
@@ -145,6 +147,13 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
 
 
+def records_per_trigger(args: argparse.Namespace) -> int:
+    """The Spark sinks' batch: the records given, else the floe job's cap on records."""
+    from floe_sparkapp.contract import CommitSpec
+
+    return args.max_records_per_commit or CommitSpec().max_records_per_commit
+
+
 def _kafka_stream(spark, args: argparse.Namespace):
     """The Kafka source with the floe job's options, from the beginning of the topic."""
     return (spark.readStream.format("kafka")
@@ -152,17 +161,44 @@ def _kafka_stream(spark, args: argparse.Namespace):
             .option("subscribe", args.topic).option("startingOffsets", "earliest")
             .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
             .option("failOnDataLoss", "true")
-            .option("maxOffsetsPerTrigger", str(args.max_records_per_commit)).load())
+            .option("maxOffsetsPerTrigger", str(records_per_trigger(args))).load())
+
+
+def _decoded(spark, stream, topic: str):
+    """floe's decoding of ``stream``'s values as the job does it (the Confluent framing read,
+    each value decoded with its writer schema and checked, the table's row made), with the
+    subject's latest schema and Spark's type for it: the job's work before the Iceberg
+    write."""
+    from pyspark.sql.types import StructType
+
+    from floe_sparkapp.contract import SchemaRegistrySpec
+    from floe_sparkapp.decode import WriterPlan, decode_framed, frame, table_rows
+    from floe_sparkapp.registry import Registry
+    from floe_sparkapp.schemas import mapped
+
+    found = Registry(SchemaRegistrySpec(url=os.environ["FLOE_SCHEMA_REGISTRY_URL"],
+                                        subject=f"{topic}-value")).latest()
+    _, writer = mapped(found)
+    jvm = spark.sparkContext._jvm
+    avro = jvm.org.apache.avro.Schema.Parser().parse(found.schema)
+    value_type = StructType.fromJson(json.loads(
+        jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType().json()))
+    plans = {found.schema_id: WriterPlan(found.schema_id, writer=writer)}
+    return table_rows(decode_framed(frame(stream), plans, value_type), has_value=True)
 
 
 def run_spark_sink(args: argparse.Namespace) -> dict[str, Any]:
-    """The Kafka source into Spark's ``noop`` sink (reading only), or (``spark-parquet``) into
-    plain zstd Parquet files of the source's columns: no decoding, no table, no protocol."""
+    """The Kafka source into Spark's ``noop`` sink (reading only; ``noop-decoded``: with floe's
+    decoding, :func:`_decoded`), or (``spark-parquet``) into plain zstd Parquet files of the
+    source's columns: no decoding, no table, no protocol."""
     started = time.monotonic()  # the JVM's start included, as for the peer's worker
     spark = session(args.driver_memory)
     session_seconds = time.monotonic() - started
-    writer = _kafka_stream(spark, args).writeStream.trigger(availableNow=True)
-    if args.mode == "noop":
+    stream = _kafka_stream(spark, args)
+    if args.mode == "noop-decoded":
+        stream = _decoded(spark, stream, args.topic)
+    writer = stream.writeStream.trigger(availableNow=True)
+    if args.mode.startswith("noop"):
         writer = writer.format("noop")
     else:
         writer = (writer.format("parquet").option("compression", "zstd")
@@ -618,6 +654,7 @@ def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_spark_sink,
+         "noop-decoded": run_spark_sink,
          "spark-parquet": run_spark_sink, "python": run_python,
          "freshness": run_freshness, "kafka-connect": run_kafka_connect,
          "kafka-connect-freshness": run_kafka_connect_freshness}
@@ -631,7 +668,9 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100, help="value size the topic holds")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--interval", type=int, default=60, help="commit interval, seconds")
-    parser.add_argument("--max-records-per-commit", type=int, default=500_000)
+    parser.add_argument("--max-records-per-commit", type=int, default=None,
+                        help="floe: maxRecordsPerCommit (default: the job's own caps); the "
+                             "Spark sinks: their maxOffsetsPerTrigger (default: the same)")
     parser.add_argument("--seconds", type=int, default=300, help="freshness: producing time")
     parser.add_argument("--rate", type=int, default=2000, help="freshness: records per second")
     parser.add_argument("--schema-id", type=int, default=0, help="freshness: the value schema id")

@@ -152,7 +152,8 @@ def ingest(env: dict[str, str], records: int, work: Path) -> dict[str, Any]:
 
 
 BACKLOG = "100:50000000,1000:10000000"  # value bytes : records
-BACKLOG_CONSUMERS = ("floe-avro", "kafka-connect", "spark-parquet")
+BACKLOG_CONSUMERS = ("floe-avro", "kafka-connect", "spark-parquet", "noop", "noop-decoded")
+SPARK_SINKS = ("spark-parquet", "noop", "noop-decoded")  # (their triggers are their batches)
 
 
 def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str, Any]:
@@ -160,7 +161,9 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
     many records read from the beginning by floe, the Kafka Connect sink and Spark's Parquet
     file sink, each from its start (the JVM's included) to its last record committed; their
     steady rates (floe's and the file sink's median trigger, the sink's median commit) and
-    peak memory beside."""
+    peak memory beside.  The ceiling beside them: Spark's Kafka source into the ``noop``
+    sink, reading only and with floe's decoding (``noop-decoded``): what is left to floe's
+    table write and commit is its steady rate over the decoded ceiling's."""
     results: dict[str, Any] = {}
     for size, records in shape.items():
         values, produce_seconds, runs = topic_runs(env, work, "backlog", size, records,
@@ -168,7 +171,7 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
         floe = runs["floe-avro"]
         assert floe["rows"] == records and floe["undecodable"] == 0, floe
         steady = {"floe-avro": steady_rate(triggers(floe["batch_lines"])),
-                  "spark-parquet": steady_rate(runs["spark-parquet"]["batch_rows_seconds"]),
+                  **{mode: steady_rate(runs[mode]["batch_rows_seconds"]) for mode in SPARK_SINKS},
                   "kafka-connect": runs["kafka-connect"].get("steady_rows_per_second")}
         rates = {mode: runs[mode]["rows_per_second"] for mode in BACKLOG_CONSUMERS}
         results[f"value_{size}b"] = {
@@ -180,6 +183,9 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
             "steady_vs_spark_parquet": (round(steady["floe-avro"] / steady["spark-parquet"], 3)
                                         if steady["floe-avro"] and steady["spark-parquet"]
                                         else None),
+            "steady_vs_noop_decoded": (round(steady["floe-avro"] / steady["noop-decoded"], 3)
+                                       if steady["floe-avro"] and steady["noop-decoded"]
+                                       else None),
             "kafka_connect_commits": runs["kafka-connect"]["commits"],
             "floe_batches": floe["batches"],
             "peak_rss_mib": {mode: peak_mib(runs[mode]) for mode in BACKLOG_CONSUMERS},
@@ -298,6 +304,8 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
     small_backlog = results.get("backlog", {}).get("value_100b", {})
     if small_backlog.get("steady_vs_spark_parquet") is not None:
         keys["steady_vs_spark_parquet_100b"] = small_backlog["steady_vs_spark_parquet"]
+    if small_backlog.get("steady_vs_noop_decoded") is not None:
+        keys["steady_vs_noop_decoded"] = small_backlog["steady_vs_noop_decoded"]
     for interval in (10, 60):
         found = results.get("freshness", {}).get(f"interval_{interval}s")
         if found:

@@ -170,6 +170,10 @@ CASES = [
          "commit.maxRecordsPerCommit: a commit never takes more than maxRecordsPerCommit",
          "commit.minRecords must not be above commit.maxRecordsPerCommit: a commit never "
          "takes more than maxRecordsPerCommit"),
+    Case(changed("spec.commit", {"maxBytesPerCommit": "1000Ki"}),
+         'spec.commit.maxBytesPerCommit: Invalid value: "1000Ki": '
+         "commit.maxBytesPerCommit must be at least 1Mi",
+         "commit.maxBytesPerCommit must be at least 1Mi"),
     Case(changed("spec.fanOut", True),
          "spec.fanOut: Invalid value: fanOut sends a record to every route that matches: it "
          "needs routes", "fanOut sends a record to every route that matches: it needs routes"),

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from . import checkpoint, metrics, routing, steps
 from .steps import step
+from .commit_size import CommitSize, Replan
 from .config import JobConfig
 from .contract import ROW_LEVEL
 from .decode import frame
@@ -47,6 +48,7 @@ class BatchWriter:
     given: tuple[dict[int, int], dict[int, int]] | None = None
     identity_asked: bool = False  # topic_id asked again at the first batch (:meth:`_identify`)
     group: Any = None  # the consumer group's client, kept from batch to batch
+    size: CommitSize | None = None  # the records a commit takes (the query's cap)
 
     def __post_init__(self) -> None:
         destinations = self.config.destinations()
@@ -147,6 +149,10 @@ class BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         steps.taken()  # (what ran between batches is not the batch's)
+        if self.given is None and self.size is not None and self.size.replan is not None:
+            raise Replan(f"Replan: batch {batch_id} was planned with at most "
+                         f"{self.size.limit} records; the last batch asks for "
+                         f"{self.size.replan}")
         started = time.monotonic()
         with step("identify"):
             self._identify()
@@ -230,6 +236,8 @@ class BatchWriter:
                            for t, o in zip(self.tables, outcomes)}}
                if self.config.routes else {}),
             "seconds": round(seconds, 3)}))
+        if self.given is None and self.size is not None:
+            self.size.observe(input_rows, input_bytes)
         if self.given is None:
             metrics.report_start(self.spark, self.config.writer)
         metrics.doing("waiting")

@@ -141,6 +141,20 @@ def clear_unfinished_writes(spark: Any, location: str) -> list[str]:
     return removed
 
 
+def drop_planned(spark: Any, location: str) -> int | None:
+    """Removes the offset log's last batch when it was planned but not completed, so that Spark
+    plans it anew (with the source's limits of the query's new start) instead of running the
+    planned one again; only for a batch that wrote nothing.  Returns its id, if removed."""
+    root = location.rstrip("/")
+    planned = _batch_ids(spark, f"{root}/offsets")
+    if not planned or planned[-1] in set(_batch_ids(spark, f"{root}/commits")):
+        return None
+    fs, _ = _fs(spark, root)
+    for name in (str(planned[-1]), f".{planned[-1]}.crc"):
+        fs.delete(spark._jvm.org.apache.hadoop.fs.Path(f"{root}/offsets/{name}"), False)
+    return planned[-1]
+
+
 def remove(spark: Any, location: str) -> None:
     fs, path = _fs(spark, location)
     if fs.exists(path) and not fs.delete(path, True):

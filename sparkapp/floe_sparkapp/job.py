@@ -21,6 +21,7 @@ from . import catalog as catalogs
 from . import checkpoint, metrics, partial_batch, schemaless, schemas
 from .batch_writer import BatchWriter
 from .commit import BranchCommitter, sweep_branches
+from .commit_size import CommitSize
 from .config import JobConfig, kafka_client_settings
 from .contract import ROW_LEVEL
 from .evolution import BreakingChange, evolve_for_writer
@@ -197,8 +198,10 @@ FIRST_FETCH_WAIT_MS = 100
 
 
 def start(config: JobConfig, spark: SparkSession | None = None, *,
-          available_now: bool = False, query_name: str | None = None) -> Any:
-    """Starts the streaming query; returns it (``available_now`` stops once caught up)."""
+          available_now: bool = False, query_name: str | None = None,
+          size: CommitSize | None = None) -> Any:
+    """Starts the streaming query; returns it (``available_now`` stops once caught up).
+    ``size``: the records a commit takes, as the job's last query left it (else sampled)."""
     if spark is None:
         spark = build_session(config)
         metrics.mark_start("session")
@@ -243,6 +246,8 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     if not resumes and committed.offsets:
         log.info("no checkpoint at %s: starting from the table's offsets %s",
                  config.checkpoint_location, committed.offsets)
+    size = size or CommitSize(config.commit)
+    limit = size.planned(config, partitions)
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
               .option("subscribe", config.kafka.topic)
@@ -250,7 +255,7 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
               .option("kafka.isolation.level", config.kafka.isolation_level)
               .option("includeHeaders", "true")
               .option("failOnDataLoss", "true")
-              .option("maxOffsetsPerTrigger", str(config.commit.max_records_per_commit))
+              .option("maxOffsetsPerTrigger", str(limit))
               # A new consumer's first fetch of a partition comes back empty after the broker
               # held it this long (500 ms by default) and Spark's consumer then fetches again:
               # every partition's first read in a job (a start's first batch) waited it.  The
@@ -259,7 +264,7 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
               .option("kafka.fetch.max.wait.ms", str(FIRST_FETCH_WAIT_MS)))
     commit = config.commit
     if commit.min_records and not available_now:  # by volume, or by time at the latest
-        reader = (reader.option("minOffsetsPerTrigger", str(commit.min_records))
+        reader = (reader.option("minOffsetsPerTrigger", str(min(commit.min_records, limit)))
                   .option("maxTriggerDelay", f"{commit.interval_seconds}s"))
     for key, value in kafka_client_settings(config).items():
         reader = reader.option(f"kafka.{key}", value)
@@ -267,7 +272,7 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
               .foreachBatch(BatchWriter(config, spark, registry,
                                         [str(t.metadata.table_uuid) for t in tables],
                                         identity, [committed.offsets if again else None
-                                                   for again in rejoin]))
+                                                   for again in rejoin], size=size))
               .option("checkpointLocation", config.checkpoint_location)
               .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}"))
     if available_now:
@@ -292,11 +297,15 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
         timeout: float | None = None, restarts: int = 3) -> None:
     """Runs the query until it stops (``available_now``) or fails; raises what it failed with.
 
-    A query stopped by :class:`CheckpointAhead` starts again, from the table's offsets.  SIGTERM
-    stops the query and returns (a batch it interrupts is simply not committed)."""
+    A query stopped by :class:`CheckpointAhead` starts again, from the table's offsets; one
+    stopped by :class:`.commit_size.Replan`, with the records a commit takes that its last
+    batch showed (not counted among the ``restarts``).  SIGTERM stops the query and returns (a
+    batch it interrupts is simply not committed)."""
     terminated = _StopOnSigterm()
-    for attempt in range(restarts + 1):
-        query = start(config, spark, available_now=available_now)
+    size = CommitSize(config.commit)
+    attempt = 0
+    while attempt <= restarts:
+        query = start(config, spark, available_now=available_now, size=size)
         terminated.watch(query)
         try:
             finished = query.awaitTermination(timeout)
@@ -311,13 +320,21 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
         if error is None:
             return
         trace = _java_stack_trace(query)
+        if size.replan is not None and ("Replan: " in str(error) or "Replan: " in trace):
+            dropped = checkpoint.drop_planned(spark or SparkSession.builder.getOrCreate(),
+                                              config.checkpoint_location)
+            log.info("the query starts again with at most %d records a commit (batch %s "
+                     "planned anew)", size.replan, dropped)
+            size.replanned()
+            continue
+        attempt += 1
         if "CheckpointAhead: " in str(error) or "CheckpointAhead: " in trace:
             log.warning("restarting the query from the table's offsets (attempt %d of %d): %s",
-                        attempt + 1, restarts, str(error).splitlines()[0][:300])
+                        attempt, restarts, str(error).splitlines()[0][:300])
             continue
         if _REPLAY_METRICS_BUG in trace:
             log.warning("restarting the query after Spark's replay metrics failure "
-                        "(attempt %d of %d)", attempt + 1, restarts)
+                        "(attempt %d of %d)", attempt, restarts)
             continue
         lost = _data_loss(config)
         if lost is not None:

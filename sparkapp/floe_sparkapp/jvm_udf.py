@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import Column
+from pyspark.sql import functions as F
 
 
 def jvm() -> Any:
@@ -60,6 +61,13 @@ def newest_by_partition(partition: Column, millis: Column) -> Column:
     """``dev.floe.count.NewestByPartition``: an aggregate of the newest ``millis`` per
     ``partition``, as the text ``partition:millis,...`` (:func:`parse_newest`)."""
     return apply(make("dev.floe.count.NewestByPartition"), partition, millis)
+
+
+def ingest_time(micros: int) -> Column:
+    """``dev.floe.lineage.IngestTime``: the timestamp ``micros`` (a batch's landing time) as a
+    function of no column, so the code Spark generates for a batch's plan is the same from one
+    batch to the next (a literal is inlined into it, and each new value compiled anew)."""
+    return F.timestamp_micros(apply(make("dev.floe.lineage.IngestTime", micros)))
 
 
 def parse_newest(text: str | None) -> dict[int, int]:

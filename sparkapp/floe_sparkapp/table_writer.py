@@ -39,7 +39,7 @@ from .decode import INGESTED, NO_COLUMNS_YET
 from .decode import KEY_FIELDS as DECODED_KEY
 from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
                      decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
-from .jvm_udf import newest_by_partition, parse_newest
+from .jvm_udf import ingest_time, newest_by_partition, parse_newest
 from .layout import KEY_FIELDS, files_bound_one_partition
 from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
                         look_for_writer, plan_evolution, value_struct)
@@ -453,16 +453,18 @@ class TableWriter:
                     return int(timing.pop("applied")), raw, timing
                 finally:
                     rows.unpersist()
-            observation = Observation(f"floe_{uuid.uuid4().hex}")
-            reason = raw_reason(F.col("value_error"))
-            observed = rows.observe(
-                observation, F.count(F.lit(1)).alias("rows"),
-                *[F.coalesce(F.sum(F.when(undecodable(rows) & (reason == F.lit(name)), 1)
-                                   .otherwise(0)), F.lit(0)).alias(f"raw_{name}")
-                  for name in RAW_REASONS])
+            with step("count_plan"):
+                observation = Observation(f"floe_{uuid.uuid4().hex}")
+                reason = raw_reason(F.col("value_error"))
+                observed = rows.observe(
+                    observation, F.count(F.lit(1)).alias("rows"),
+                    *[F.coalesce(F.sum(F.when(undecodable(rows) & (reason == F.lit(name)), 1)
+                                       .otherwise(0)), F.lit(0)).alias(f"raw_{name}")
+                      for name in RAW_REASONS])
             timing = self.committer.append(observed, base, properties, tasks=tasks,
                                            rebase=True, table=self.java_table)
-            counted = observation.get
+            with step("count_read"):
+                counted = observation.get
             return int(counted["rows"]), {name: int(counted[f"raw_{name}"])
                                           for name in RAW_REASONS
                                           if int(counted[f"raw_{name}"])}, timing
@@ -589,28 +591,29 @@ class TableWriter:
                                 self._expected_ids(table, KEY_FIELDS, batch_id)
                                 if key_framed else [])
                                if single_pass else (list(schema_ids), list(key_ids)))
-        above = {p: max((start or {}).get(p, 0), committed.offsets.get(p, 0))
-                 for p in batch_next}
-        partitions = sorted(p for p, o in batch_next.items() if o > above[p])
-        tasks = (write_tasks(partitions, batch_next, above,
-                             self.spark.sparkContext.defaultParallelism)
-                 if single_pass else None)
-        if single_pass:  # what the summary needs, counted as the files are written
-            if value_framed and "_schema_id" not in rows.columns:
-                rows = frame(rows)
-            if key_framed and "_key_schema_id" not in rows.columns:
-                rows = frame(rows, "key")
-            expected = {name: (column, ids) for name, column, ids, framed in (
-                ("value_ids", "_schema_id", value_ids, value_framed),
-                ("key_ids", "_key_schema_id", keys, key_framed)) if framed}
-            counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), expected,
-                            newest=tasks is not None or not files_bound_one_partition(table))
-            rows = rows.observe(counted.observation, *counted.metrics())
-        known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
-                               for x in (p, o)]) if committed.offsets else None
-        fresh = rows if known is None else rows.filter(
-            F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
-        fresh = fresh.withColumn(INGESTED, F.timestamp_micros(F.lit(ingest_micros(committed))))
+        with step("pass_plan"):
+            above = {p: max((start or {}).get(p, 0), committed.offsets.get(p, 0))
+                     for p in batch_next}
+            partitions = sorted(p for p, o in batch_next.items() if o > above[p])
+            tasks = (write_tasks(partitions, batch_next, above,
+                                 self.spark.sparkContext.defaultParallelism)
+                     if single_pass else None)
+            if single_pass:  # what the summary needs, counted as the files are written
+                if value_framed and "_schema_id" not in rows.columns:
+                    rows = frame(rows)
+                if key_framed and "_key_schema_id" not in rows.columns:
+                    rows = frame(rows, "key")
+                expected = {name: (column, ids) for name, column, ids, framed in (
+                    ("value_ids", "_schema_id", value_ids, value_framed),
+                    ("key_ids", "_key_schema_id", keys, key_framed)) if framed}
+                counted = _Pass(Observation(f"floe_batch_{uuid.uuid4().hex}"), expected,
+                                newest=tasks is not None or not files_bound_one_partition(table))
+                rows = rows.observe(counted.observation, *counted.metrics())
+            known = F.create_map(*[F.lit(x) for p, o in committed.offsets.items()
+                                   for x in (p, o)]) if committed.offsets else None
+            fresh = rows if known is None else rows.filter(
+                F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
+            fresh = fresh.withColumn(INGESTED, ingest_time(ingest_micros(committed)))
 
         def summary(staged: Staged | None = None) -> dict[str, str]:
             with step("summary"):

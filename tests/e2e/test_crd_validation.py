@@ -46,7 +46,8 @@ def test_a_valid_resource_is_accepted_with_defaults(api, namespace):
     assert spec["table"]["partitioning"] == "day"
     assert spec["table"]["deletionPolicy"] == "Retain"
     assert spec["table"]["catalog"]["type"] == "sql"
-    assert spec["commit"] == {"interval": "60s", "maxRecordsPerCommit": 500000}
+    assert spec["commit"] == {"interval": "60s", "maxRecordsPerCommit": 2000000,
+                              "maxBytesPerCommit": "512Mi"}
     assert spec["kafka"]["isolationLevel"] == "read_committed"
     assert spec["spark"]["executor"] == {"cores": 1, "instances": 1, "memory": "1g"}
     assert spec["suspend"] is False

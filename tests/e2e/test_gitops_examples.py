@@ -111,4 +111,5 @@ def test_the_base_alone_is_a_valid_topic_in_any_namespace(stack, namespace):
     assert "namespace" not in objects[0]["metadata"]  # the overlays decide it
     stored = server_dry_run(objects, "-n", namespace)
     assert stored["metadata"]["namespace"] == namespace
-    assert stored["spec"]["commit"] == {"interval": "60s", "maxRecordsPerCommit": 500000}
+    assert stored["spec"]["commit"] == {"interval": "60s", "maxRecordsPerCommit": 2000000,
+                                        "maxBytesPerCommit": "512Mi"}

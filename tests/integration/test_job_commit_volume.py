@@ -56,3 +56,48 @@ def test_a_burst_commits_when_enough_has_arrived_and_a_trickle_when_the_interval
         assert not failures
 
     assert_exactly_once(table_rows(config), producer.sent)
+
+
+NOTE = {"type": "record", "name": "Note", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "text", "type": "string"}]}
+LARGE = 16_000  # bytes of text in a large record
+
+
+def produce_notes(producer: AvroProducer, start_at: int, count: int, size: int) -> None:
+    for i in range(start_at, start_at + count):
+        producer.send(key=f"n{i}".encode(), value={"id": i, "text": "x" * size}, schema=NOTE)
+    producer.flush()
+
+
+def job_commits(config) -> list[int]:
+    """The records of each of the job's commits, oldest first."""
+    table = load_table(config)
+    return [int(s.summary["added-records"]) for s in
+            sorted(table.snapshots(), key=lambda s: s.sequence_number)
+            if s.summary.additional_properties.get("floe.writer") == config.writer
+            and "added-records" in s.summary.additional_properties]
+
+
+def test_a_commit_takes_about_max_bytes_of_records_and_plans_again_when_they_grow(
+        stack, spark, tmp_path, unique_name):
+    topic = f"bytes-{unique_name}".replace("_", "-")
+    create_topic(stack.bootstrap, topic, partitions=2)
+    producer = AvroProducer(stack, topic)
+    produce_notes(producer, 0, 100, LARGE)  # large records first, then small ones: the sample
+    produce_notes(producer, 100, 150, 50)  # of the newest finds small records only
+    config = job_config(stack, tmp_path, topic, max_records=1000)
+    config = config.model_copy(update={"commit": config.commit.model_copy(
+        update={"max_bytes_per_commit": "1Mi"})})
+    fit = 1024 * 1024 // LARGE  # large records in 1 MiB
+
+    with streaming(config, spark) as (failures, _):
+        wait_for_rows(config, 250, timeout=120)
+        assert job_commits(config) == [250]  # the batch that shows the records' size
+        produce_notes(producer, 250, 200, LARGE)
+        wait_for_rows(config, 450, timeout=180)
+        assert not failures
+
+    later = job_commits(config)[1:]
+    assert sum(later) == 200 and len(later) >= 200 // fit, later
+    assert max(later) <= fit, later  # planned again: about 1 MiB each
+    assert_exactly_once(table_rows(config), producer.sent)
