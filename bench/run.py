@@ -175,6 +175,7 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
                   "kafka-connect": runs["kafka-connect"].get("steady_rows_per_second")}
         rates = {mode: runs[mode]["rows_per_second"] for mode in BACKLOG_CONSUMERS}
         results[f"value_{size}b"] = {
+            "date": time.strftime("%Y-%m-%d"),
             "records": records, "value_bytes_mean": round(sum(map(len, values)) / len(values)),
             "partitions": workload.PARTITIONS, "produce_seconds": round(produce_seconds, 1),
             "seconds": {mode: round(runs[mode]["seconds"], 1) for mode in BACKLOG_CONSUMERS},
@@ -371,7 +372,8 @@ def main() -> int:
         results["runs"]["ingest"] = stamp
     if "backlog" in sections:
         shape = {int(b): int(r) for b, r in (p.split(":") for p in args.backlog.split(","))}
-        results["backlog"] = backlog(env, shape, work)
+        # the sizes not run this time keep their figures (each with its date)
+        results["backlog"] = {**results.get("backlog", {}), **backlog(env, shape, work)}
         results["runs"]["backlog"] = stamp
     if "freshness" in sections:
         plan = {int(i): int(s) for i, s in (p.split(":") for p in args.freshness_seconds.split(","))}
