@@ -181,8 +181,10 @@ def _decoded(spark, stream, topic: str):
     _, writer = mapped(found)
     jvm = spark.sparkContext._jvm
     avro = jvm.org.apache.avro.Schema.Parser().parse(found.schema)
+    spark_type = jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType()
+    # the table's value: every field optional, as floe's tables keep them
     value_type = StructType.fromJson(json.loads(
-        jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType().json()))
+        spark_type.json().replace('"nullable":false', '"nullable":true')))
     plans = {found.schema_id: WriterPlan(found.schema_id, writer=writer)}
     return table_rows(decode_framed(frame(stream), plans, value_type), has_value=True)
 
