@@ -149,9 +149,9 @@ def drop_planned(spark: Any, location: str) -> int | None:
     planned = _batch_ids(spark, f"{root}/offsets")
     if not planned or planned[-1] in set(_batch_ids(spark, f"{root}/commits")):
         return None
-    fs, _ = _fs(spark, root)
     for name in (str(planned[-1]), f".{planned[-1]}.crc"):
-        fs.delete(spark._jvm.org.apache.hadoop.fs.Path(f"{root}/offsets/{name}"), False)
+        fs, path = _fs(spark, f"{root}/offsets/{name}")
+        fs.delete(path, False)
     return planned[-1]
 
 
