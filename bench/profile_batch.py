@@ -12,9 +12,14 @@ Phases, each run ``--repeat`` times after a warm-up run, the best kept:
                        sorted by partition and offset), without the commit protocol;
 * ``raw_parquet``:     the cached Kafka rows into plain zstd Parquet files (a reference);
 * ``pass_counts_cpu_seconds``: the JVM's CPU for the batch's write as the job makes it, with
-                       each kind of the single pass's counts alone (:func:`pass_counts`).
+                       each kind of the single pass's counts alone (:func:`pass_counts`);
+* ``stages``:          the batch read from Kafka (not the cache, as the job reads it) through
+                       each step of the job's decoding in turn, into ``noop``, then written as
+                       the job writes it: the JVM's CPU and the wall clock of each, best of
+                       ``--repeat`` (:func:`stages`), and what each step adds a record.
 
 Usage: python bench/profile_batch.py [--records 1000000] [--sizes 100,1000] [--repeat 2]
+                                    [--only stages]
 Needs the local stack (started if not running). Writes bench/results/profile.json.
 """
 
@@ -53,7 +58,7 @@ def best(run: Callable[[], Any], repeat: int) -> float:
 
 
 def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
-            work: Path) -> dict[str, Any]:
+            work: Path, only: str | None = None) -> dict[str, Any]:
     from floe_sparkapp import job
 
     topic = f"bench-profile-{size}-{uuid.uuid4().hex[:6]}"
@@ -86,6 +91,9 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
         writer._stats(cached)
         cached.unpersist(blocking=True)
 
+    if only == "stages":
+        return {"records": records, "stages": stages(spark, writer.tables[0], table, kafka,
+                                                     records, repeat)}
     seconds = {"kafka_read": best(lambda: noop(kafka()), repeat),
                "cache_and_stats": best(cache_and_stats, repeat)}
     batch = kafka().persist()
@@ -103,6 +111,66 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
     return {"records": records, "seconds": {k: round(v, 2) for k, v in seconds.items()},
             "rows_per_second": {k: round(records / v) for k, v in seconds.items()},
             "pass_counts_cpu_seconds": cpu}
+
+
+def stages(spark, writer, table, kafka: Callable[[], Any], records: int,
+           repeat: int) -> dict[str, Any]:
+    """Each step of the job's decoding on top of the one before, the batch read from Kafka
+    each time, into ``noop``; then the write as the job makes it (staged, then discarded): the
+    JVM's CPU seconds and the wall seconds of each (best of ``repeat`` after a warm-up), and
+    the CPU microseconds each step adds a record."""
+    from pyspark.sql import functions as F
+
+    from floe_sparkapp import decode
+    from floe_sparkapp.decode import frame
+
+    pid = consumers.jvm_pid(spark)
+    ids = sorted(int(r[0]) for r in frame(kafka()).select("_schema_id").distinct().collect()
+                 if r[0] is not None)
+    plans = writer._plans(table, ids, "value")
+    writers = {p.schema_id: p.writer for p in plans.values() if p.writer is not None}
+    value_type = writer.committer.spark_schema(writer.committer.load())["value"].dataType
+
+    def unchecked(df):  # each writer's from_avro alone, without floe's check of the bytes
+        this = F.col("_schema_id")
+        return df.select("*", *[F.when(this == F.lit(i), decode._read(F.col("value"), w))
+                                .alias(f"_decoded_{i}") for i, w in writers.items()])
+
+    steps: dict[str, Callable[[], Any]] = {
+        "read": kafka,
+        "framed": lambda: frame(kafka()),
+        "from_avro": lambda: unchecked(frame(kafka())),
+        "checked": lambda: decode.decode_writers(frame(kafka()), writers),
+        "decoded": lambda: decode.decode_framed(frame(kafka()), plans, value_type),
+        "table_rows": lambda: writer._decode(frame(kafka()), table, ids),
+    }
+
+    def noop(df) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    def write() -> None:
+        staged = writer.committer.stage(writer._decode(frame(kafka()), table, ids))
+        writer.committer.discard(staged)
+
+    runs = {name: (lambda make=make: noop(make())) for name, make in steps.items()}
+    runs["written"] = write
+    found: dict[str, Any] = {}
+    for name, run in runs.items():
+        run()  # warm-up
+        cpu, wall = [], []
+        for _ in range(repeat):
+            started, began = consumers.cpu_seconds(pid), time.monotonic()
+            run()
+            wall.append(time.monotonic() - began)
+            cpu.append(consumers.cpu_seconds(pid) - started)
+        found[name] = {"cpu_seconds": round(min(cpu), 2), "wall_seconds": round(min(wall), 2)}
+        print(f"  {name}: {found[name]}", flush=True)
+    names = list(found)
+    found["cpu_us_added_a_record"] = {
+        name: round((found[name]["cpu_seconds"] - (found[names[i - 1]]["cpu_seconds"] if i
+                                                   else 0)) / records * 1e6, 3)
+        for i, name in enumerate(names)}
+    return found
 
 
 def pass_counts(spark, writer, table, batch, ids: list[int], partitions: list[int],
@@ -156,7 +224,10 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--only", choices=["stages"],
+                        help="only the decoding's steps (results/profile_stages.json)")
     args = parser.parse_args()
+    result = RESULT.with_name("profile_stages.json") if args.only else RESULT
 
     from hack import stack as local_stack
 
@@ -170,11 +241,12 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"), "machine": machine(), "versions": versions()}
     for size in (int(s) for s in args.sizes.split(",")):
         results[f"value_{size}b"] = found = profile(spark, env, size, args.records, args.repeat,
-                                                    work)
-        print(f"~{size} B values: " + ", ".join(f"{k} {v:,} rows/s" for k, v in
-                                                 found["rows_per_second"].items()), flush=True)
-    RESULT.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULT.relative_to(ROOT)}")
+                                                    work, args.only)
+        if "rows_per_second" in found:
+            print(f"~{size} B values: " + ", ".join(f"{k} {v:,} rows/s" for k, v in
+                                                     found["rows_per_second"].items()), flush=True)
+    result.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {result.relative_to(ROOT)}")
     return 0
 
 
