@@ -46,16 +46,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
 from consumers import cpu_seconds  # noqa: E402
-from run import log, machine, steady_rate, step_medians, triggers  # noqa: E402
+from benchkit import log, machine, steady_rate, step_medians, triggers, worktree  # noqa: E402,E501
 
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
-
-
-def worktree(revision: str, into: Path, name: str = "") -> Path:
-    path = into / (name or revision.replace("/", "_"))
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision],
-                   check=True, capture_output=True)
-    return path
 
 
 def _descendants(pid: int) -> set[int]:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
-from run import consume, log, machine, step_medians  # noqa: E402
+from benchkit import consume, log, machine, step_medians  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "commit_scale.json"
 

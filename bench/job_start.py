@@ -221,7 +221,8 @@ def record_restart(measured: dict, command: str) -> None:
     """The default's median restart to its first commit on the node, as
     ``restart_to_first_commit_seconds`` in results/latest.json (with its steps and the
     command), and the goal table in bench/README.md."""
-    from run import RESULTS, machine, versions, write_readme
+    from benchkit import machine, versions
+    from run import RESULTS, write_readme
 
     default = measured["restarts"]["default"]
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}

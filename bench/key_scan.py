@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from run import log, machine  # noqa: E402
+from benchkit import log, machine  # noqa: E402
 from upsert_bench import local_session  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "key_scan.json"

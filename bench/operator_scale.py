@@ -432,8 +432,7 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
-    from ab import worktree
-    from run import machine
+    from benchkit import machine, worktree
 
     from hack import stack as local_stack
     from hack.stack.cluster import JOB_NAMESPACES

@@ -42,7 +42,7 @@ sys.path.insert(0, str(BENCH))
 
 import consumers  # noqa: E402
 import workload  # noqa: E402
-from run import machine, versions  # noqa: E402
+from benchkit import machine, versions  # noqa: E402
 
 RESULT = BENCH / "results" / "profile.json"
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from floe_sparkapp.replay import PRODUCER_SETTINGS  # noqa: E402
-from run import log, machine  # noqa: E402
+from benchkit import log, machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "replay_transactions.json"
 # The replay's producer, and the same with librdkafka's retry backoff.

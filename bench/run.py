@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,36 +46,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 import workload  # noqa: E402
+from benchkit import (consume, log, machine, steady_rate, triggers,  # noqa: E402
+                      versions)
 
 RESULTS = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
 SIZES = (100, 1000)
 CONSUMERS = ("noop", "spark-parquet", "floe-avro", "floe-raw", "python", "kafka-connect")
 PEER_INTERVAL = 10  # the Kafka Connect sink's commit interval in the ingestion runs, seconds
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def consume(mode: str, topic: str, work: Path, env: dict[str, str], **options: Any) -> dict:
-    """Runs one consumer in a process of its own; its JSON result."""
-    command = [sys.executable, str(BENCH / "consumers.py"), mode, "--topic", topic,
-               "--work", str(work / mode)]
-    for key, value in options.items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
-    (work / mode).mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
-    (work / f"{mode}.log").write_text(done.stdout + done.stderr)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{mode} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
-    if "seconds" in result:
-        result["rows_per_second"] = round(result["rows"] / result["seconds"])
-        log(f"{mode} on {topic}: {result['rows']} rows in {result['seconds']:.1f}s = "
-            f"{result['rows_per_second']:,} rows/s")
-    return result
 
 
 def peak_mib(run: dict[str, Any]) -> int:
@@ -195,37 +171,6 @@ def backlog(env: dict[str, str], shape: dict[int, int], work: Path) -> dict[str,
     return results
 
 
-def triggers(lines: list[dict[str, Any]]) -> list[tuple[int, float]]:
-    """A floe run's triggers from its batch lines: each batch's rows over the time since the
-    previous batch ended, Spark's planning of the trigger included (as in its
-    ``triggerExecution``, which the other Spark consumers are timed by)."""
-    return [(line["input_rows"], line["at"] - before["at"])
-            for before, line in zip(lines, lines[1:])]
-
-
-def step_medians(warm: list[dict[str, Any]]) -> dict[str, float]:
-    """The median seconds of each driver step over a run's warm batch lines (their ``steps``),
-    and of the batch's time outside every step, the longest first; empty when the lines have
-    no steps (a job from before they were logged)."""
-    import statistics
-
-    names = sorted({name for line in warm for name in line.get("steps", {})})
-    if not names:
-        return {}
-    found = {name: round(statistics.median(line.get("steps", {}).get(name, 0.0)
-                                           for line in warm), 3) for name in names}
-    found["outside_steps"] = round(statistics.median(
-        line["seconds"] - sum(line.get("steps", {}).values()) for line in warm), 3)
-    return dict(sorted(found.items(), key=lambda item: -item[1]))
-
-
-def steady_rate(batches: list[tuple[int, float]]) -> int | None:
-    """Rows/s of a batch once the JVM is warm: the median of the batches' rows/s (each
-    ``(rows, seconds)``; the first run cold)."""
-    rates = sorted(rows / seconds for rows, seconds in batches if rows and seconds > 0)
-    return round(rates[len(rates) // 2]) if len(rates) >= 3 else None
-
-
 def steady_run(env: dict[str, str], work: Path, kind: str, interval: int, seconds: int,
                rate: int, mode: str = "freshness", **options: Any) -> dict[str, Any]:
     """The floe job on its trigger (``freshness`` consumer; or ``mode``, the peer) over a topic
@@ -319,18 +264,6 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
     return keys
 
 
-def machine() -> dict[str, Any]:
-    import pyspark
-
-    memory = Path("/proc/meminfo").read_text().split()[1]
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.processor())
-    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gib": round(int(memory) / 2**20),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "spark": pyspark.__version__}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=5_000_000)
@@ -398,17 +331,6 @@ def main() -> int:
     write_readme(results)
     log(f"wrote {RESULTS.relative_to(ROOT)} and the table in {README.relative_to(ROOT)}")
     return 0
-
-
-def versions() -> dict[str, str]:
-    from hack.stack import paths
-
-    from importlib.metadata import version
-
-    return {"kafka": paths.kafka_version(), "iceberg": paths.ICEBERG_VERSION,
-            "pyspark": version("pyspark"), "pyiceberg": version("pyiceberg"),
-            "confluent-kafka": version("confluent-kafka"), "kopf": version("kopf"),
-            "kubernetes": paths.KUBERNETES_VERSION}
 
 
 def _count(value: float | None) -> str:

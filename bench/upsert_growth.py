@@ -201,7 +201,8 @@ def record(entry: dict) -> None:
     """``upsert_vs_append_50m_rows`` in results/latest.json: at 50,000,000 rows, the lowest of
     the patterns' ratios (each pattern's beside it, and every size's), and the goal table in
     bench/README.md."""
-    from run import RESULTS, machine, versions, write_readme
+    from benchkit import machine, versions
+    from run import RESULTS, write_readme
 
     ratios = {f"{s['rows']}_rows": {k.removeprefix("upsert_vs_append_"): v for k, v in s.items()
                                     if k.startswith("upsert_vs_append_")}

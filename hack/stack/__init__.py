@@ -10,7 +10,7 @@ import json
 import shutil
 import sys
 import time
-from . import cds, cluster, components, images, node, paths, procs, provision
+from . import cds, cluster, components, images, kube, node, paths, procs, provision
 from .components import COMPONENTS, WAVES, State
 from .procs import ComponentError
 
@@ -203,9 +203,9 @@ def connection_env(state: State) -> dict[str, str]:
         **({"SPARK_SUBMIT_OPTS": f"-XX:SharedArchiveFile={archive}"} if archive.exists() else {}),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
         "FLOE_NODE_SHARED": str(node.shared_dir()),
-        "FLOE_KUBE_CA": str(components.ca_path()),
+        "FLOE_KUBE_CA": str(kube.ca_path()),
         "FLOE_KUBE_NOBODY_TOKEN": state["tokens"]["nobody"],
-        "KUBECONFIG": str(components.kubeconfig_path()),
+        "KUBECONFIG": str(kube.kubeconfig_path()),
         "PATH": paths.tool_path(),
     }
 

@@ -4,12 +4,11 @@ from ``images/spark-operator``, and the Prometheus Operator (:mod:`.monitoring`)
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 
-from . import images, monitoring, node, paths
+from . import images, kube, monitoring, node, paths
 from .procs import ComponentError
 
 SPARK_OPERATOR_NAMESPACE = "spark-operator"
@@ -41,29 +40,15 @@ def _wait(what: str, probe, timeout: float) -> None:
         time.sleep(1)
 
 
-def _tool_env() -> dict[str, str]:
-    from .components import kubeconfig_path
-
-    return {**os.environ, "KUBECONFIG": str(kubeconfig_path()), "PATH": paths.tool_path()}
-
-
-def _run(*cmd: str, stdin: str | None = None) -> str:
-    result = subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
-                            env=_tool_env())
-    if result.returncode != 0:
-        raise ComponentError(f"{' '.join(cmd[:3])} failed:\n{result.stdout}\n{result.stderr}")
-    return result.stdout
-
-
 def _namespace_active(namespace: str) -> bool:
     """True once the namespace exists; makes it when absent (one a test run is deleting is
     waited for: the chart puts spark-operator's Roles in it)."""
     phase = subprocess.run(["kubectl", "get", "namespace", namespace, "-o",
                             "jsonpath={.status.phase}"], capture_output=True, text=True,
-                           env=_tool_env())
+                           env=kube.tool_env())
     if phase.returncode != 0 and "NotFound" in phase.stderr:
         subprocess.run(["kubectl", "create", "namespace", namespace], capture_output=True,
-                       env=_tool_env())
+                       env=kube.tool_env())
         return False
     return phase.stdout == "Active"
 
@@ -77,7 +62,7 @@ def install_spark_operator() -> None:
     started = time.monotonic()
     for namespace in JOB_NAMESPACES:
         _wait(f"namespace {namespace}", lambda: _namespace_active(namespace), 300)
-    _run("helm", "upgrade", "--install", SPARK_OPERATOR_RELEASE, spark_operator_chart(),
+    kube.run("helm", "upgrade", "--install", SPARK_OPERATOR_RELEASE, spark_operator_chart(),
          "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace",
          "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
          "--set", f"image.tag={tag}",
@@ -102,13 +87,13 @@ def serve_namespace(namespace: str) -> None:
     (they went with the namespace; its chart makes them in each namespace it serves)."""
     import yaml
 
-    manifest = _run("helm", "get", "manifest", SPARK_OPERATOR_RELEASE,
+    manifest = kube.run("helm", "get", "manifest", SPARK_OPERATOR_RELEASE,
                     "--namespace", SPARK_OPERATOR_NAMESPACE)
     objects = [o for o in yaml.safe_load_all(manifest)
                if o and o.get("metadata", {}).get("namespace") == namespace]
     if not objects:
         raise ComponentError(f"spark-operator does not serve the namespace {namespace}")
-    _run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    kube.run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
 
 
 def ready(state: dict) -> None:

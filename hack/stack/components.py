@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import ssl
 import subprocess
 import urllib.request
 import uuid
@@ -26,24 +25,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import node, paths, procs
+from .kube import (ca_path, control_plane_flags, http_ok, kube_dir, kubeconfig_path,
+                   write_kubeconfig)
 from .node import NODE_IP
 
 State = dict[str, Any]
-
-_NO_VERIFY = ssl.create_default_context()
-_NO_VERIFY.check_hostname = False
-_NO_VERIFY.verify_mode = ssl.CERT_NONE
-
-
-def _http_ok(url: str, token: str | None = None, ok_codes: tuple[int, ...] = (200,)) -> bool:
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=2, context=_NO_VERIFY) as response:
-            return response.status in ok_codes
-    except urllib.error.HTTPError as error:
-        return error.code in ok_codes
 
 
 def new_state() -> State:
@@ -184,7 +170,7 @@ def _registry_command(state: State) -> list[str]:
 
 
 def _registry_healthy(state: State) -> bool:
-    return _http_ok(f"http://{NODE_IP}:{state['ports']['registry']}/health/ready")
+    return http_ok(f"http://{NODE_IP}:{state['ports']['registry']}/health/ready")
 
 
 # --- S3 ------------------------------------------------------------------------------------
@@ -207,7 +193,7 @@ def _s3_command(state: State) -> list[str]:
 
 def _s3_healthy(state: State) -> bool:
     # Unsigned requests are refused (403): the server answers, and authentication is on.
-    return _http_ok(f"http://{NODE_IP}:{state['ports']['s3']}/", ok_codes=(403,))
+    return http_ok(f"http://{NODE_IP}:{state['ports']['s3']}/", ok_codes=(403,))
 
 
 # --- Google Cloud Storage (fake-gcs-server) and Azure Blob Storage (Azurite) ---------------
@@ -239,7 +225,7 @@ def _gcs_command(state: State) -> list[str]:
 
 
 def _gcs_healthy(state: State) -> bool:
-    return _http_ok(f"{gcs_endpoint(state)}/storage/v1/b/{GCS_BUCKET}")
+    return http_ok(f"{gcs_endpoint(state)}/storage/v1/b/{GCS_BUCKET}")
 
 
 def _adls_root() -> Path:
@@ -390,7 +376,7 @@ def _rest_catalog_command(state: State) -> list[str]:
 
 
 def _rest_catalog_healthy(state: State) -> bool:
-    return _http_ok(f"{rest_catalog_uri(state)}/v1/config")
+    return http_ok(f"{rest_catalog_uri(state)}/v1/config")
 
 
 def rest_catalog_uri(state: State) -> str:
@@ -424,7 +410,7 @@ def toxiproxy_url(state: State) -> str:
 
 
 def _toxiproxy_healthy(state: State) -> bool:
-    if not _http_ok(f"{toxiproxy_url(state)}/version"):
+    if not http_ok(f"{toxiproxy_url(state)}/version"):
         return False
     with urllib.request.urlopen(f"{toxiproxy_url(state)}/proxies", timeout=2) as response:
         return set(json.load(response)) == set(PROXIED)
@@ -450,18 +436,10 @@ def _etcd_command(state: State) -> list[str]:
 
 
 def _etcd_healthy(state: State) -> bool:
-    return _http_ok(f"http://127.0.0.1:{state['ports']['etcd']}/health")
+    return http_ok(f"http://127.0.0.1:{state['ports']['etcd']}/health")
 
 
 # --- kube-apiserver ------------------------------------------------------------------------
-
-def kube_dir() -> Path:
-    return paths.RUN / "kube"
-
-
-def kubeconfig_path() -> Path:
-    return kube_dir() / "kubeconfig"
-
 
 def apiserver_url(state: State) -> str:
     return f"https://{NODE_IP}:{state['ports']['apiserver']}"
@@ -488,24 +466,6 @@ def _apiserver_prepare(state: State) -> None:
     write_kubeconfig(kubeconfig_path(), apiserver_url(state), "floe-admin", tokens["admin"])
 
 
-def ca_path() -> Path:
-    """The API server's serving certificate and its self-signed CA, made at its first start."""
-    return kube_dir() / "certs" / "apiserver.crt"
-
-
-def write_kubeconfig(path: Path, server: str, user: str, token: str) -> None:
-    config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "floe-local",
-        "clusters": [{"name": "floe-local",
-                      "cluster": {"server": server, "certificate-authority": str(ca_path())}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "floe-local",
-                      "context": {"cluster": "floe-local", "user": user, "namespace": "default"}}],
-    }
-    path.write_text(json.dumps(config, indent=2))
-    path.chmod(0o600)
-
-
 def _apiserver_command(state: State) -> list[str]:
     home = kube_dir()
     return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-apiserver"),
@@ -529,20 +489,10 @@ def _apiserver_command(state: State) -> list[str]:
 
 
 def _apiserver_healthy(state: State) -> bool:
-    return _http_ok(f"{apiserver_url(state)}/readyz", token=state["tokens"]["admin"])
+    return http_ok(f"{apiserver_url(state)}/readyz", token=state["tokens"]["admin"])
 
 
 # --- kube-controller-manager ---------------------------------------------------------------
-
-def control_plane_flags(state: State, port: str) -> list[str]:
-    """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for the API
-    and for checking their own callers, and a secure port on loopback."""
-    return [f"--kubeconfig={kubeconfig_path()}",
-            f"--authentication-kubeconfig={kubeconfig_path()}",
-            f"--authorization-kubeconfig={kubeconfig_path()}",
-            "--bind-address=127.0.0.1", f"--secure-port={state['ports'][port]}",
-            "--leader-elect=false"]
-
 
 def _controller_manager_command(state: State) -> list[str]:
     home = kube_dir()
@@ -560,7 +510,7 @@ def _controller_manager_command(state: State) -> list[str]:
 
 
 def _controller_manager_healthy(state: State) -> bool:
-    return _http_ok(f"https://127.0.0.1:{state['ports']['controller_manager']}/healthz")
+    return http_ok(f"https://127.0.0.1:{state['ports']['controller_manager']}/healthz")
 
 
 def _nothing(state: State) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from . import images, paths
+from . import images, kube, paths
 from .procs import ComponentError
 
 NAMESPACE = "monitoring"
@@ -28,9 +28,7 @@ def _log(message: str) -> None:
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
-    from .cluster import _run
-
-    return _run("kubectl", *args, stdin=stdin)
+    return kube.run("kubectl", *args, stdin=stdin)
 
 
 def _example(module: Path, name: str) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from . import paths
+from . import kube, paths
 
 NODE_NAME = "floe-node"
 NODE_IP = "10.250.0.1"
@@ -232,48 +232,38 @@ def kubelet_prepare(state: dict) -> None:
 
 
 def kubelet_command(state: dict) -> list[str]:
-    from .components import kube_dir, kubeconfig_path
-
     home = kubelet_dir()
     return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kubelet"),
             f"--config={home / 'config.json'}",
-            f"--kubeconfig={kubeconfig_path()}",
+            f"--kubeconfig={kube.kubeconfig_path()}",
             f"--root-dir={home / 'root'}",
-            f"--cert-dir={kube_dir() / 'kubelet-certs'}",
+            f"--cert-dir={kube.kube_dir() / 'kubelet-certs'}",
             f"--hostname-override={NODE_NAME}",
             f"--node-ip={NODE_IP}",
             "--v=1"]
 
 
 def kubelet_healthy(state: dict) -> bool:
-    from .components import _http_ok
-
-    return _http_ok("http://127.0.0.1:10248/healthz")
+    return kube.http_ok("http://127.0.0.1:10248/healthz")
 
 
 # --- kube-scheduler, kube-proxy ----------------------------------------------------------
 
 def scheduler_command(state: dict) -> list[str]:
-    from .components import control_plane_flags
-
     return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-scheduler"),
-            *control_plane_flags(state, "scheduler"), "--v=1"]
+            *kube.control_plane_flags(state, "scheduler"), "--v=1"]
 
 
 def scheduler_healthy(state: dict) -> bool:
-    from .components import _http_ok
-
-    return _http_ok(f"https://127.0.0.1:{state['ports']['scheduler']}/healthz")
+    return kube.http_ok(f"https://127.0.0.1:{state['ports']['scheduler']}/healthz")
 
 
 def proxy_prepare(state: dict) -> None:
-    from .components import kubeconfig_path
-
     home = paths.RUN / "kube-proxy"
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.json").write_text(json.dumps({
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig_path())},
+        "clientConnection": {"kubeconfig": str(kube.kubeconfig_path())},
         "mode": "iptables", "clusterCIDR": POD_CIDR, "hostnameOverride": NODE_NAME,
         "bindAddress": "0.0.0.0",
         "healthzBindAddress": f"127.0.0.1:{state['ports']['kube_proxy_health']}",
@@ -290,16 +280,12 @@ def proxy_command(state: dict) -> list[str]:
 
 
 def proxy_healthy(state: dict) -> bool:
-    from .components import _http_ok
-
-    return _http_ok(f"http://127.0.0.1:{state['ports']['kube_proxy_health']}/healthz")
+    return kube.http_ok(f"http://127.0.0.1:{state['ports']['kube_proxy_health']}/healthz")
 
 
 # --- CoreDNS -------------------------------------------------------------------------------
 
 def coredns_prepare(state: dict) -> None:
-    from .components import kubeconfig_path
-
     home = paths.RUN / "coredns"
     home.mkdir(parents=True, exist_ok=True)
     health = state["ports"]["coredns_health"]
@@ -308,7 +294,7 @@ def coredns_prepare(state: dict) -> None:
     errors
     health 127.0.0.1:{health}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
-        kubeconfig {kubeconfig_path()}
+        kubeconfig {kube.kubeconfig_path()}
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
     }}
@@ -329,21 +315,18 @@ def coredns_command(state: dict) -> list[str]:
 
 
 def coredns_healthy(state: dict) -> bool:
-    from .components import _http_ok
-
-    return _http_ok(f"http://127.0.0.1:{state['ports']['coredns_health']}/health")
+    return kube.http_ok(f"http://127.0.0.1:{state['ports']['coredns_health']}/health")
 
 
 def node_ready(api_token: str, server: str) -> bool:
     """True when the node is registered and Ready."""
     import urllib.request
 
-    from .components import _NO_VERIFY
 
     request = urllib.request.Request(f"{server}/api/v1/nodes/{NODE_NAME}")
     request.add_header("Authorization", f"Bearer {api_token}")
     try:
-        with urllib.request.urlopen(request, timeout=2, context=_NO_VERIFY) as response:
+        with urllib.request.urlopen(request, timeout=2, context=kube.NO_VERIFY) as response:
             node = json.load(response)
     except Exception:
         return False

@@ -122,6 +122,72 @@ def test_no_module_imports_itself_back(package):
     assert circles(imports(package)) == set()
 
 
+# Where the tree's modules live and the names they are imported by: the packages, and the
+# benchmarks' directory, whose scripts import each other by their plain names.
+TREE = {"floe_operator": ROOT / "operator" / "floe_operator",
+        "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp",
+        "hack": ROOT / "hack", "tests": ROOT / "tests", "": ROOT / "bench"}
+
+
+def tree_modules() -> dict[str, Path]:
+    """Every module of the tree by its dotted name (a package by its own name)."""
+    found = {}
+    for prefix, root in TREE.items():
+        for path in root.rglob("*.py"):
+            if any(part.startswith(".") or part == "__pycache__" for part in path.parts):
+                continue
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([prefix, *parts] if prefix else parts) or prefix] = path
+    return found
+
+
+def tree_imports() -> dict[str, set[str]]:
+    """Each module of the tree and the tree's modules it imports, anywhere in it (a name
+    imported from a package is the submodule when there is one, else the package)."""
+    modules = tree_modules()
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
+                    base = ".".join(filter(None, [base, node.module]))
+                else:
+                    base = node.module or ""
+                found.update(known(f"{base}.{alias.name}") if f"{base}.{alias.name}" in modules
+                             else known(base) for alias in node.names)
+        graph[name] = found - {None, name}
+    return graph
+
+
+def test_no_import_circle_anywhere_in_the_tree():
+    """The product, the stack, the benchmarks and the tests: a lower module takes what two
+    modules both need, never one of them from the other (lazy imports inside functions
+    count: they hide a circle, they do not undo it)."""
+    assert circles(tree_imports()) == set()
+
+
+def test_the_tree_is_seen_whole():  # the test above would pass on a graph that missed modules
+    graph = tree_imports()
+    assert {"floe_operator.plan", "floe_sparkapp.job", "hack.stack.components", "run",
+            "tests.e2e.conftest"} <= set(graph)
+    assert "hack.stack.kube" in graph["hack.stack.node"]  # relative, from a package
+    assert "benchkit" in graph["ab"]  # the benchmarks' plain names
+    assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
+
+
 def test_the_circle_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b", "c"),
                                                                        ("b", "c", "a"),
