@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .jvm_udf import java
+
 Offsets = dict[int, int]
 
 
@@ -22,8 +24,7 @@ class CheckpointAhead(RuntimeError):
 
 
 def _fs(spark: Any, location: str) -> tuple[Any, Any]:
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location)
+    path = java("org.apache.hadoop.fs.Path", spark._jvm)(location)
     return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
 
 
@@ -33,7 +34,7 @@ def _read(spark: Any, location: str) -> str | None:
         return None
     stream = fs.open(path)
     try:
-        return str(spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        return str(java("org.apache.commons.io.IOUtils", spark._jvm).toString(stream, "UTF-8"))
     finally:
         stream.close()
 

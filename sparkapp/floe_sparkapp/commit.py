@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 from . import metrics
+from .jvm_udf import java
 from .steps import step
 from .ledger import MAIN, OFFSETS, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
 
@@ -105,11 +106,16 @@ def _table_cache(spark: Any) -> Any:
     """Iceberg's ``SparkTableCache.get()``, through reflection: py4j cannot call a static
     method that shares its name with an instance method (``get(String)``)."""
     gateway = spark.sparkContext._gateway
-    jvm = spark._jvm
-    cls = jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(
-        "org.apache.iceberg.spark.SparkTableCache")
-    method = cls.getMethod("get", gateway.new_array(jvm.java.lang.Class, 0))
-    return method.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
+    cls = java("java.lang.Thread", spark._jvm).currentThread().getContextClassLoader() \
+        .loadClass("org.apache.iceberg.spark.SparkTableCache")
+    method = cls.getMethod("get", gateway.new_array(java("java.lang.Class", spark._jvm), 0))
+    return method.invoke(None, gateway.new_array(java("java.lang.Object", spark._jvm), 0))
+
+
+def _metadata_classes(spark: Any) -> tuple[Any, Any]:
+    """Iceberg's ``TableMetadata`` and ``SnapshotRef`` (Java)."""
+    return (java("org.apache.iceberg.TableMetadata", spark._jvm),
+            java("org.apache.iceberg.SnapshotRef", spark._jvm))
 
 
 def _kafka_order_id(table: Any) -> int | None:
@@ -231,10 +237,8 @@ class Staged:
         column bounds (no data read); None when a file's bounds do not say: the table keeps
         no bounds of ``kafka.partition`` or ``kafka.timestamp`` (``write.metadata.metrics``),
         or the file holds records of several partitions."""
-        from .jvm_udf import jvm
-
-        iceberg = jvm().org.apache.iceberg.types
-        types, read = iceberg.Types, iceberg.Conversions.fromByteBuffer
+        types = java("org.apache.iceberg.types.Types")
+        read = java("org.apache.iceberg.types.Conversions").fromByteBuffer
         schema = self.table.schema()
         partition_id = schema.findField("kafka.partition").fieldId()
         timestamp_id = schema.findField("kafka.timestamp").fieldId()
@@ -364,7 +368,7 @@ class BranchCommitter:
 
         from pyspark.sql.types import StructType
 
-        converted = self.spark._jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(
+        converted = java("org.apache.iceberg.spark.SparkSchemaUtil", self.spark._jvm).convert(
             table.schema())
         return StructType.fromJson(json.loads(converted.json()))
 
@@ -372,8 +376,9 @@ class BranchCommitter:
         jvm, session = self.spark._jvm, self.spark._jsparkSession
         # The catalogs are the active session's: a thread other than the one that made the
         # session (the job's start, run in a thread) has none until it is made active there.
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
-        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, self.table_ref)
+        java("org.apache.spark.sql.SparkSession", jvm).setActiveSession(session)
+        return java("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(session,
+                                                                             self.table_ref)
 
     def stage(self, rows: Any, tasks: int | None = None, table: Any = None) -> Staged:
         """Step 3 of an append: writes ``rows``' data files (the table's format, sort order and
@@ -389,7 +394,7 @@ class BranchCommitter:
             with step("load_spark_table"):
                 table = self._iceberg_table()
         cache = _table_cache(self.spark)
-        coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        coordinator = java("org.apache.iceberg.spark.FileRewriteCoordinator", jvm).get()
         file_set = f"floe-{uuid.uuid4().hex}"
         if table.operations().current().formatVersion() >= 3:  # row lineage: new rows have none
             from pyspark.sql import functions as F
@@ -460,7 +465,7 @@ class BranchCommitter:
 
     def _publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
                  attempts: int, tried: set[int], tag: bool = True, rebase: bool = False) -> None:
-        iceberg = self.spark._jvm.org.apache.iceberg
+        TableMetadata, _ = _metadata_classes(self.spark)  # noqa: N806
         table = staged.table
         operations = table.operations()
         last_error: Exception | None = None
@@ -481,10 +486,10 @@ class BranchCommitter:
             else:
                 _ref_at(base, base_snapshot_id, self.ref)
             tried.add(int(snapshot.snapshotId()))
-            builder = iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, self.ref)
+            builder = TableMetadata.buildFrom(base).setBranchSnapshot(snapshot, self.ref)
             try:
                 if tag:
-                    builder = self._tag(iceberg, base, builder, snapshot.snapshotId())
+                    builder = self._tag(base, builder, snapshot.snapshotId())
                 self._commit_metadata(operations, base, builder.build())
                 return
             except Exception as error:  # noqa: BLE001 - whatever it says, look (module doc)
@@ -529,13 +534,14 @@ class BranchCommitter:
                  _first_line(error))
         return False
 
-    def _tag(self, iceberg: Any, base: Any, builder: Any, head: int) -> Any:
+    def _tag(self, base: Any, builder: Any, head: int) -> Any:
         """``builder`` moving the writer's offsets tag to ``head`` and dropping the tags of the
         writers before it (a renamed resource's)."""
+        _, SnapshotRef = _metadata_classes(self.spark)  # noqa: N806
         tag = offsets_tag(self.writer)
         old_tag = base.ref(tag)
-        new_tag = (iceberg.SnapshotRef.tagBuilder(head) if old_tag is None
-                   else iceberg.SnapshotRef.builderFrom(old_tag, head)).build()
+        new_tag = (SnapshotRef.tagBuilder(head) if old_tag is None
+                   else SnapshotRef.builderFrom(old_tag, head)).build()
         builder = builder.setRef(tag, new_tag)
         for name in base.refs().keySet().toArray():
             if str(name).startswith(OFFSETS_TAG_PREFIX) and str(name) != tag:
@@ -562,7 +568,7 @@ class BranchCommitter:
         base, checked on the metadata the commit replaces.  (Iceberg's fast-forward only asks
         that ``main`` be an ancestor of the branch, and re-applies itself on fresh metadata
         when it retries: it would undo a user's ``rollback_to_snapshot`` made meanwhile.)"""
-        iceberg = self.spark._jvm.org.apache.iceberg
+        TableMetadata, SnapshotRef = _metadata_classes(self.spark)  # noqa: N806
         operations = self._iceberg_table().operations()
         metadata = operations.refresh()
         found = metadata.ref(branch)
@@ -583,13 +589,13 @@ class BranchCommitter:
             if _landed(base, {head}, base_snapshot_id, ref=self.ref) is not None:
                 return
             target = _ref_at(base, base_snapshot_id, self.ref)
-            moved = (iceberg.SnapshotRef.branchBuilder(head) if target is None
-                     else iceberg.SnapshotRef.builderFrom(target, head)).build()
-            builder = (iceberg.TableMetadata.buildFrom(base).setRef(self.ref, moved)
+            moved = (SnapshotRef.branchBuilder(head) if target is None
+                     else SnapshotRef.builderFrom(target, head)).build()
+            builder = (TableMetadata.buildFrom(base).setRef(self.ref, moved)
                        .removeRef(branch))
             try:
                 self._commit_metadata(operations, base,
-                                      self._tag(iceberg, base, builder, head).build())
+                                      self._tag(base, builder, head).build())
                 return
             except Exception as error:  # noqa: BLE001 - whatever it says, look (module doc)
                 last_error = error

@@ -8,6 +8,7 @@ among ``functions.udf``'s overloads may land on the untyped Scala one, which Spa
 from __future__ import annotations
 
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -22,11 +23,27 @@ def jvm() -> Any:
     return context._jvm
 
 
+# The Java classes looked up, per JVM view (a gateway made again has a view of its own)
+_classes: WeakKeyDictionary[Any, dict[str, Any]] = WeakKeyDictionary()
+
+
+def java(name: str, view: Any = None) -> Any:
+    """The Java class ``name`` (fully qualified, ``org.apache.iceberg.spark.Spark3Util``) in
+    the driver's JVM (or in ``view``), looked up once.  py4j resolves ``jvm.org.apache.x.Y``
+    one name at a time, and each prefix that is not a class (``org``, ``org.apache``, ...) is
+    a class lookup that fails only after searching every jar on Spark's class path: a few
+    milliseconds each, every batch.  The full name is one lookup, and then none."""
+    view = jvm() if view is None else view
+    known = _classes.setdefault(view, {})
+    found = known.get(name)
+    if found is None:
+        found = known[name] = getattr(view, name)
+    return found
+
+
 def make(class_name: str, *args: Any) -> Any:
     """An instance of floe's Java class ``class_name``."""
-    found = jvm()
-    for part in class_name.split("."):
-        found = getattr(found, part)
+    found = java(class_name)
     try:
         return found(*args)
     except TypeError:  # py4j: the class is not on the classpath

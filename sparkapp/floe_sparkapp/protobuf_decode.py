@@ -16,7 +16,7 @@ from pyspark.sql import Column
 from pyspark.sql import types as T
 
 from .json_schema_types import spark_type
-from .jvm_udf import apply, jvm, make
+from .jvm_udf import apply, java, make
 from .protobuf_types import protobuf_to_iceberg
 from .schemas import NOTE_FIELD, OK_FIELD, Writer
 
@@ -34,7 +34,7 @@ def writer_type(descriptor: bytes, message: str) -> T.StructType:
 def read(framed: Column, writer: Writer) -> Column:
     """``framed`` (header included) decoded with ``writer``."""
     struct = writer_type(writer.descriptor, writer.schema)
-    java_type = jvm().org.apache.spark.sql.types.DataType.fromJson(struct.json())
+    java_type = java("org.apache.spark.sql.types.DataType").fromJson(struct.json())
     decoder = make(DECODER, bytearray(writer.descriptor), writer.schema,
                    ",".join(index.hex() for index in writer.indexes), java_type)
     return apply(decoder, framed)

@@ -54,11 +54,12 @@ def configured_value(value: Any) -> StructType | None:
 def infer(values: Any) -> StructType:
     """The fields of a DataFrame of JSON texts (one column), as an Iceberg struct (optional
     fields; objects with no fields left out): one pass over them."""
+    from .jvm_udf import java
+
     spark = values.sparkSession
-    jvm = spark._jvm
     reader = (spark._jsparkSession.read().option("mode", "DROPMALFORMED")
               .option("allowNonNumericNumbers", "false"))
-    texts = getattr(values._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+    texts = getattr(values._jdf, "as")(java("org.apache.spark.sql.Encoders", spark._jvm).STRING())
     inferred = reader.json(texts)
     from pyspark.sql import types as T
 

@@ -338,9 +338,12 @@ class _Callable:
 
 def with_commit_properties(spark: Any, properties: dict[str, str], run: Any) -> None:
     """Runs ``run`` (a SQL write) with ``properties`` added to the snapshots it commits."""
+    from .jvm_udf import java
+
     jvm = spark._jvm
-    java_properties = jvm.java.util.HashMap()
+    java_properties = java("java.util.HashMap", jvm)()
     for key, value in properties.items():
         java_properties.put(key, value)
-    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-        java_properties, _Callable(run), jvm.java.lang.Class.forName("java.lang.RuntimeException"))
+    java("org.apache.iceberg.spark.CommitMetadata", jvm).withCommitProperties(
+        java_properties, _Callable(run),
+        java("java.lang.Class", jvm).forName("java.lang.RuntimeException"))
