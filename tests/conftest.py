@@ -210,7 +210,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     """A local SparkSession with the connector jars; catalogs are added per test."""
     from pyspark.sql import SparkSession
 
-    from floe_sparkapp.session import SESSION_CONF
+    from floe_sparkapp.session import SESSION_CONF, keep_function_lookups
 
     scratch = tmp_path_factory.mktemp("spark")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -228,10 +228,16 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config(map=SESSION_CONF)  # the job's own settings
         .config("spark.local.dir", str(scratch / "local"))
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")
+        # The client compiler alone (C1), as the job processes of the tests run
+        # (integration/jobkit.py): the session runs hundreds of small plans, each its own
+        # generated code, which C2 compiled again for speed it never paid back (a third of the
+        # session's CPU in a suite run: bench/results/suite_cpu.json).
+        .config("spark.driver.extraJavaOptions",
+                f"-Dderby.system.home={scratch} -XX:TieredStopAtLevel=1")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
+    keep_function_lookups()  # as the job's own session does (session.build_session)
     yield session
     session.stop()
 
