@@ -210,7 +210,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     """A local SparkSession with the connector jars; catalogs are added per test."""
     from pyspark.sql import SparkSession
 
-    from floe_sparkapp.session import SESSION_CONF, keep_function_lookups
+    from floe_sparkapp.session import SESSION_CONF
 
     scratch = tmp_path_factory.mktemp("spark")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -230,14 +230,13 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
         # The client compiler alone (C1), as the job processes of the tests run
         # (integration/jobkit.py): the session runs hundreds of small plans, each its own
-        # generated code, which C2 compiled again for speed it never paid back (a third of the
-        # session's CPU in a suite run: bench/results/suite_cpu.json).
+        # generated code, which C2 compiled again for speed it never paid back (C2's thread
+        # took 37-52 % of the session's CPU in a suite run: bench/results/suite_cpu.json).
         .config("spark.driver.extraJavaOptions",
                 f"-Dderby.system.home={scratch} -XX:TieredStopAtLevel=1")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
-    keep_function_lookups()  # as the job's own session does (session.build_session)
     yield session
     session.stop()
 

@@ -3,9 +3,6 @@ and shuffles sized to its cores."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
-from weakref import WeakKeyDictionary
-
 from pyspark.sql import SparkSession
 
 from . import catalog as catalogs
@@ -30,32 +27,7 @@ SESSION_CONF = {
 }
 
 
-def keep_function_lookups() -> None:
-    """Makes PySpark look each SQL function's Java method up once per JVM instead of at every
-    call: ``F.col``, ``F.lit``, ``F.when`` each cost three py4j round trips, two of them
-    finding ``functions`` and its method again, and a batch's plan makes hundreds of calls
-    (about a quarter of an 800-record batch's driver time).  Idempotent; a PySpark without
-    the private hook it replaces is left as it is."""
-    from pyspark.sql.functions import builtin
-
-    found: Callable[[str, Any], Any] | None = getattr(builtin, "_get_jvm_function", None)
-    if found is None or getattr(found, "floe_kept", False):
-        return
-    kept: WeakKeyDictionary[Any, dict[str, Any]] = WeakKeyDictionary()  # per JVM view
-
-    def lookup(name: str, context: Any) -> Any:
-        known = kept.setdefault(context._jvm, {})
-        method = known.get(name)
-        if method is None:
-            method = known[name] = found(name, context)
-        return method
-
-    lookup.floe_kept = True  # type: ignore[attr-defined]
-    builtin._get_jvm_function = lookup
-
-
 def build_session(config: JobConfig) -> SparkSession:
-    keep_function_lookups()
     builder = SparkSession.builder.appName(f"floe {config.writer}")
     for key, value in {**SESSION_CONF, **spark_catalog_conf(config)}.items():
         builder = builder.config(key, value)

@@ -35,30 +35,3 @@ def test_another_view_asks_again():  # a gateway made again: the classes of the 
     java("java.util.HashMap", first)
     java("java.util.HashMap", second)
     assert second.asked == ["java.util.HashMap"]
-
-
-def test_pyspark_looks_each_sql_function_up_once_per_jvm(monkeypatch):
-    from pyspark.sql.functions import builtin
-
-    from floe_sparkapp.session import keep_function_lookups
-
-    asked: list[tuple[str, object]] = []
-
-    def lookup(name, context):  # PySpark's: two py4j round trips each
-        asked.append((name, context._jvm))
-        return f"{name} of {context._jvm}"
-
-    monkeypatch.setattr(builtin, "_get_jvm_function", lookup)
-    keep_function_lookups()
-    keep_function_lookups()  # (once is enough: not wrapped twice)
-
-    class Context:
-        def __init__(self, jvm):
-            self._jvm = jvm
-
-    first, second = Context(View()), Context(View())
-    found = [builtin._get_jvm_function(name, context)
-             for context, name in ((first, "col"), (first, "col"), (first, "lit"),
-                                   (second, "col"))]
-    assert found[0] == found[1] == f"col of {first._jvm}"
-    assert asked == [("col", first._jvm), ("lit", first._jvm), ("col", second._jvm)]
