@@ -122,8 +122,8 @@ def stages(spark, writer, table, kafka: Callable[[], Any], records: int,
     from pyspark.sql import functions as F
 
     from floe_sparkapp import decode
-    from floe_sparkapp.decode import frame
 
+    frame = decode.frame
     pid = consumers.jvm_pid(spark)
     ids = sorted(int(r[0]) for r in frame(kafka()).select("_schema_id").distinct().collect()
                  if r[0] is not None)

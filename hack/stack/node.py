@@ -322,7 +322,6 @@ def node_ready(api_token: str, server: str) -> bool:
     """True when the node is registered and Ready."""
     import urllib.request
 
-
     request = urllib.request.Request(f"{server}/api/v1/nodes/{NODE_NAME}")
     request.add_header("Authorization", f"Bearer {api_token}")
     try:
