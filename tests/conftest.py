@@ -228,16 +228,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config(map=SESSION_CONF)  # the job's own settings
         .config("spark.local.dir", str(scratch / "local"))
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
-        # The client compiler alone (C1), as the job processes of the tests run
-        # (integration/jobkit.py): the session runs hundreds of small plans, each its own
-        # generated code, which C2 compiled again for speed it never paid back (C2's thread
-        # took 37-52 % of the session's CPU in a suite run: bench/results/suite_cpu.json).
-        # C1 alone defaults to a 48 MiB code cache, which the session's hundreds of plans fill:
-        # the JVM's sweeper then flushes and C1 compiles again without end (a fifth of the
-        # session's CPU), so the cache keeps the size it has with C2 (240 MiB).
-        .config("spark.driver.extraJavaOptions",
-                f"-Dderby.system.home={scratch} -XX:TieredStopAtLevel=1 "
-                "-XX:ReservedCodeCacheSize=240m")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
