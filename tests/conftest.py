@@ -201,6 +201,9 @@ def stack() -> Iterator[Stack]:
         os.environ.update(env)  # the stack's tools on the PATH before the demo is removed
         if not ready:
             _remove_the_demo()
+            from .leftovers import clear_topics
+
+            clear_topics(env["FLOE_KAFKA_BOOTSTRAP"])
             (parts / "stack-ready").touch()
     yield Stack(state, env)
 
@@ -211,6 +214,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     from pyspark.sql import SparkSession
 
     from floe_sparkapp.session import SESSION_CONF
+    from hack.stack.cds import jit_options
 
     scratch = tmp_path_factory.mktemp("spark")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -228,7 +232,9 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config(map=SESSION_CONF)  # the job's own settings
         .config("spark.local.dir", str(scratch / "local"))
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")
+        # The image's JIT thresholds, as a job's driver has them (hack/stack/cds.py).
+        .config("spark.driver.extraJavaOptions",
+                f"-Dderby.system.home={scratch} {jit_options()}")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

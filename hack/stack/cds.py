@@ -38,6 +38,17 @@ def _key(classpath: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def jit_options() -> str:
+    """The Spark image's JIT thresholds (``FLOE_JIT_OPTS`` in images/spark/Dockerfile): the
+    server compiler later than HotSpot's defaults.  The tests' session takes them too: over
+    the same 19 tests it used 0.81x the CPU in the same wall clock (bench/results/
+    suite_cpu.json), CPU its group's neighbours on the machine's two cores then have."""
+    for line in (paths.REPO / "images" / "spark" / "Dockerfile").read_text().splitlines():
+        if line.startswith("ENV FLOE_JIT_OPTS="):
+            return line.split("=", 1)[1].strip('"')
+    raise LookupError("images/spark/Dockerfile sets no FLOE_JIT_OPTS")
+
+
 def archive_path(classpath: str) -> Path:
     return paths.CACHE / "cds" / f"local-{_key(classpath)}.jsa"
 
