@@ -48,11 +48,9 @@ def _names(column: str) -> tuple[str, str]:
     return f"{prefix}_schema_id", f"{prefix}_frame_error"
 
 
-def frame(df: DataFrame, column: str = "value", also: Mapping[str, Column] | None = None
-          ) -> DataFrame:
+def frame(df: DataFrame, column: str = "value") -> DataFrame:
     """Adds ``_schema_id`` (the framed writer schema id) and ``_frame_error`` (for the key:
-    ``_key_schema_id``, ``_key_frame_error``), and the columns ``also`` names, in one
-    projection."""
+    ``_key_schema_id``, ``_key_frame_error``)."""
     value = F.col(column)
     magic = F.substring(value, 1, 1)
     error = (
@@ -72,7 +70,7 @@ def frame(df: DataFrame, column: str = "value", also: Mapping[str, Column] | Non
     signed = F.when(unsigned >= F.lit(2 ** 31), unsigned - F.lit(2 ** 32)).otherwise(unsigned)
     schema_id = F.when(value.isNotNull() & error.isNull(), signed.cast("int"))
     id_name, error_name = _names(column)
-    return df.withColumns({error_name: error, id_name: schema_id, **(also or {})})
+    return df.withColumn(error_name, error).withColumn(id_name, schema_id)
 
 
 
@@ -147,25 +145,13 @@ def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
     error = F.coalesce(F.col("_frame_error"),
                        F.when(F.col("value").isNotNull(), failure_col.cast("string")))
     note = F.when(error.isNull() & F.col("value").isNotNull(), partial_col.cast("string"))
-    return _with_reasons(df, error, note, decoded_col.cast(value_type),
-                         [*_decoded_names(plans)])
-
-
-def _with_reasons(df: DataFrame, error: Column, note: Column, value: Column,
-                  dropped: list[str]) -> DataFrame:
-    """The decoded rows with ``_value`` (``value`` where there is no ``error``), and
-    ``value_error`` and ``value_raw`` where there is an ``error`` or a ``note``; without
-    ``dropped``.  Two projections, as two DataFrame operations (each is analysed anew over the
-    whole plan, 20-30 ms a batch): the reasons once, then what depends on them (an expression
-    of a conditional branch is evaluated again where it is repeated)."""
     checked = df.select("*", error.alias("_error"), note.alias("_note"),
-                        F.when(error.isNull(), value).alias("_value"))
+                        F.when(error.isNull(), decoded_col.cast(value_type)).alias("_value"))
     kept_raw = F.col("_error").isNotNull() | F.col("_note").isNotNull()
-    gone = {*dropped, "_value", "value_error", "value_raw"}
-    kept = [name for name in df.columns if name not in gone]  # (df's schema is known already)
-    return checked.select(*[F.col(f"`{name}`") for name in kept], F.col("_value"),
-                          F.coalesce(F.col("_error"), F.col("_note")).alias("value_error"),
-                          F.when(kept_raw, F.col("value")).alias("value_raw"))
+    return (checked
+            .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
+            .withColumn("value_raw", F.when(kept_raw, F.col("value")))
+            .drop("_error", "_note", *_decoded_names(plans)))
 
 
 def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target: T.StructType,
@@ -507,10 +493,15 @@ def decode_json(df: DataFrame, value_type: T.StructType,
                    ).otherwise(plain_error)
     note = F.when(error.isNull(), F.when(framed, partial_col.cast("string"))
                   .otherwise(plain_note))
-    return _with_reasons(df, error, note,
-                         F.when(framed, decoded_col.cast(value_type)).otherwise(plain),
-                         ["_plain", _plain_checked_name("_plain"), "_frame_error",
-                          *_decoded_names(plans or {})])
+    checked = df.select("*", error.alias("_error"), note.alias("_note"),
+                        F.when(error.isNull(), F.when(framed, decoded_col.cast(value_type))
+                               .otherwise(plain)).alias("_value"))
+    kept_raw = F.col("_error").isNotNull() | F.col("_note").isNotNull()
+    return (checked
+            .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
+            .withColumn("value_raw", F.when(kept_raw, F.col("value")))
+            .drop("_error", "_note", "_plain", _plain_checked_name("_plain"), "_frame_error",
+                  *_decoded_names(plans or {})))
 
 
 # Plain JSON of a table whose value columns are inferred, none yet (decode_raw's reason)

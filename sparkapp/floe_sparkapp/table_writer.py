@@ -598,13 +598,11 @@ class TableWriter:
             tasks = (write_tasks(partitions, batch_next, above,
                                  self.spark.sparkContext.defaultParallelism)
                      if single_pass else None)
-            ingested = {INGESTED: ingest_time(ingest_micros(committed))}
             if single_pass:  # what the summary needs, counted as the files are written
-                columns = rows.columns
-                if value_framed and "_schema_id" not in columns:
-                    rows, ingested = frame(rows, also=ingested), {}
-                if key_framed and "_key_schema_id" not in columns:
-                    rows, ingested = frame(rows, "key", also=ingested), {}
+                if value_framed and "_schema_id" not in rows.columns:
+                    rows = frame(rows)
+                if key_framed and "_key_schema_id" not in rows.columns:
+                    rows = frame(rows, "key")
                 expected = {name: (column, ids) for name, column, ids, framed in (
                     ("value_ids", "_schema_id", value_ids, value_framed),
                     ("key_ids", "_key_schema_id", keys, key_framed)) if framed}
@@ -615,8 +613,7 @@ class TableWriter:
                                    for x in (p, o)]) if committed.offsets else None
             fresh = rows if known is None else rows.filter(
                 F.col("offset") >= F.coalesce(known[F.col("partition")], F.lit(0)))
-            if ingested:
-                fresh = fresh.withColumns(ingested)
+            fresh = fresh.withColumn(INGESTED, ingest_time(ingest_micros(committed)))
 
         def summary(staged: Staged | None = None) -> dict[str, str]:
             with step("summary"):
