@@ -14,9 +14,10 @@ Each batch's driver time by step (the ``steps`` of its batch line: :mod:`floe_sp
 is kept as medians too (``steps_median``): what the fixed cost of a batch is made of.
 
 Usage: python bench/commit_scale.py [--partitions 8,64,512] [--per-partition 100]
-                                    [--batches 6] [--output PATH]
+                                    [--batches 6] [--output PATH] [--record]
 Needs the local stack (started if not running).  Writes bench/results/commit_scale.json (or
-``--output``).
+``--output``); ``--record`` also writes ``batch_fixed_seconds_800`` (the warm batches' median
+of the run of 8 partitions × 100 records: a batch of 800 records) to results/latest.json.
 """
 
 from __future__ import annotations
@@ -72,12 +73,35 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
             "data_files_each": files, "rows_per_second": result["rows_per_second"]}
 
 
+def record(entry: dict) -> None:
+    """``batch_fixed_seconds_800`` in results/latest.json (with its steps and command), and
+    the goal table in bench/README.md."""
+    from benchkit import versions
+    from run import RESULTS as LATEST, write_readme
+
+    small = [r for r in entry["runs"] if r["records_per_batch"] == 800]
+    if not small:
+        return
+    results = json.loads(LATEST.read_text()) if LATEST.exists() else {}
+    results["batch_fixed_seconds_800"] = small[0]["batch_seconds_median"]
+    results["batch_fixed_800"] = {key: small[0][key] for key in (
+        "partitions", "batches", "batch_seconds_median", "write_seconds_median",
+        "commit_seconds_median", "steps_median")}
+    results.setdefault("runs", {})["batch_fixed_800"] = {
+        "command": entry["command"], "date": entry["date"], "machine": entry["machine"],
+        "versions": versions()}
+    LATEST.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_readme(results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="8,64,512")
     parser.add_argument("--per-partition", type=int, default=100)
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--record", action="store_true",
+                        help="record batch_fixed_seconds_800 in results/latest.json")
     args = parser.parse_args()
     from hack import stack as local_stack
 
@@ -91,9 +115,11 @@ def main() -> int:
                 f"commit {run['commit_seconds_median']} s, write {run['write_seconds_median']}"
                 f" s, batch {run['batch_seconds_median']} s (medians, warm)")
             runs.append(run)
-    args.output.write_text(json.dumps({
-        "command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}, indent=1) + "\n")
+    entry = {"command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
+             "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}
+    args.output.write_text(json.dumps(entry, indent=1) + "\n")
+    if args.record:
+        record(entry)
     print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} "
           f"{'batch s':>8}")
     for run in runs:
