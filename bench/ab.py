@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
+from benchkit import log, machine, steady_rate, step_medians, triggers, worktree  # noqa: E402
 from consumers import cpu_seconds  # noqa: E402
-from benchkit import log, machine, steady_rate, step_medians, triggers, worktree  # noqa: E402,E501
 
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
 

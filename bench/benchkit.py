@@ -6,6 +6,7 @@ for them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -47,7 +48,7 @@ def triggers(lines: list[dict[str, Any]]) -> list[tuple[int, float]]:
     previous batch ended, Spark's planning of the trigger included (as in its
     ``triggerExecution``, which the other Spark consumers are timed by)."""
     return [(line["input_rows"], line["at"] - before["at"])
-            for before, line in zip(lines, lines[1:])]
+            for before, line in itertools.pairwise(lines)]
 
 
 def step_medians(warm: list[dict[str, Any]]) -> dict[str, float]:
@@ -86,9 +87,9 @@ def machine() -> dict[str, Any]:
 
 
 def versions() -> dict[str, str]:
-    from hack.stack import paths
-
     from importlib.metadata import version
+
+    from hack.stack import paths
 
     return {"kafka": paths.kafka_version(), "iceberg": paths.ICEBERG_VERSION,
             "pyspark": version("pyspark"), "pyiceberg": version("pyiceberg"),

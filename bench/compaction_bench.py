@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,8 +94,8 @@ def main() -> int:
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
     from floe_sparkapp.job import run
-    from floe_sparkapp.session import build_session
     from floe_sparkapp.maintenance import maintain
+    from floe_sparkapp.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="floe-compaction-bench-"))
     topic = f"bench-compaction-{uuid.uuid4().hex[:8]}"

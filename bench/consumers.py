@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -269,9 +271,10 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
+
     from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.ledger import WRITER, OFFSETS, last_commit
     from floe_sparkapp.job import start
+    from floe_sparkapp.ledger import OFFSETS, WRITER, last_commit
 
     config = floe_config(args, "avro")
     spark = session(args.driver_memory)
@@ -419,13 +422,11 @@ class ConnectWorker:
         self.process: Any = None
 
     def start(self, heap: str) -> None:
-        import subprocess
-
         # The namespace exists beforehand, as in any deployment: two tasks creating it at once
         # on a fresh catalog collide (the table they create is the sink's own).
         self.catalog().create_namespace(CONNECT_TABLE.split(".")[0])
 
-        self.log = open(self.work / "connect.log", "w")
+        self.log = open(self.work / "connect.log", "w")  # noqa: SIM115 - closed by stop()
         self.process = subprocess.Popen(
             ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
              f"-Dlog4j2.configurationFile={self.work / 'log4j2.properties'}",
@@ -492,7 +493,7 @@ class ConnectWorker:
         self.process.terminate()
         try:
             self.process.wait(60)
-        except Exception:
+        except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
         return peak
@@ -564,7 +565,7 @@ def _steady_commits(snapshots: list[Any]) -> int | None:
     before (the first commit, after the worker's start, and the last, a remainder, left out)."""
     rates = sorted(int(now.summary["added-records"]) * 1000
                    / (now.timestamp_ms - before.timestamp_ms)
-                   for before, now in zip(snapshots[1:], snapshots[2:-1])
+                   for before, now in itertools.pairwise(snapshots[1:-1])
                    if now.timestamp_ms > before.timestamp_ms
                    and now.summary and "added-records" in now.summary)
     return round(rates[len(rates) // 2]) if len(rates) >= 3 else None
@@ -628,7 +629,7 @@ def latency_figures(latency_ms, produced_ms, measured_from_ms: int, warmup: int)
     import numpy as np
 
     measured = latency_ms[produced_ms >= measured_from_ms]
-    return {"warmup_seconds": warmup, "rows_measured": int(len(measured)),
+    return {"warmup_seconds": warmup, "rows_measured": len(measured),
             "freshness_p50_seconds": float(np.percentile(measured, 50)) / 1000,
             "freshness_p99_seconds": float(np.percentile(measured, 99)) / 1000,
             "freshness_max_seconds": float(measured.max()) / 1000}

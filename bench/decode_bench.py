@@ -210,9 +210,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from hack.stack import provision
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
+
+    from hack.stack import provision
 
     jars = provision.spark_jar_list()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pyarrow

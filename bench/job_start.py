@@ -68,7 +68,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from hack.stack.procs import stop_group  # noqa: E402
-from workload import SMALL as SCHEMA, job_spec  # noqa: E402 - ~100-byte order records
+from workload import SMALL as SCHEMA  # noqa: E402 - ~100-byte order records
+from workload import job_spec  # noqa: E402
 
 STEPS = ("launch", "session", "tables", "first_batch")
 
@@ -171,9 +172,8 @@ def node(env: dict[str, str], variants: dict[str, str], starts: int,
 def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
               starts: int) -> list[dict]:
     """One variant's resource on the node, restarted ``starts`` times: each restart's start."""
-    from operator_scale import node_topic
-
     from hack.stack.cluster import JOB_NAMESPACES
+    from operator_scale import node_topic
     from tests.jobstarts import Recorder
 
     namespace = JOB_NAMESPACES[-1]  # served by the node's spark-operator
@@ -203,11 +203,11 @@ def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
             topic.patch_spec({"spark": {"conf": {"spark.floe.benchRestart": str(n)}}})
             # the records go once the old driver is gone (the new one has its name), so that
             # they wait for the new job's first batch
-            if not topic.wait_until(lambda: len(recorder.pods) > pods, timeout=300,
+            if not topic.wait_until(lambda: len(recorder.pods) > pods, timeout=300,  # noqa: B023 - called within this iteration
                                     interval=0.5):
                 raise SystemExit(f"{name}: restart {n} made no driver pod ({work})")
             topic.produce(10 + n * 200, 200)
-            if not topic.wait_until(lambda: len(committed()) > before and topic.landed(),
+            if not topic.wait_until(lambda: len(committed()) > before and topic.landed(),  # noqa: B023 - called within this iteration
                                     timeout=600, interval=1):
                 raise SystemExit(f"{name}: restart {n} reached no commit ({work})")
             print(f"[bench] {name} restart {n}: {committed()[-1]}", file=sys.stderr, flush=True)

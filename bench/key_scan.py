@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -81,10 +82,10 @@ def one(spark, rows: int, batch: int, files: int, rounds: int) -> dict:
     batch_keys = keys.count()
     found: dict[str, dict[str, float]] = {}
     for name, column in (("nested", F.col("value.id")), ("top_level", F.col("key_top"))):
-        def read() -> None:
+        def read(column: Any = column) -> None:  # the loop's column, bound here
             spark.table(table).select(F.sum(column)).collect()
 
-        def probe() -> None:
+        def probe(column: Any = column) -> None:
             matched = spark.table(table).join(F.broadcast(keys), column == F.col("k"),
                                               "left_semi").count()
             assert matched == batch_keys, (matched, batch_keys)

@@ -21,10 +21,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import requests
 
@@ -231,9 +232,8 @@ def run(sizes: list[int], env: dict[str, str], work: Path, timeout: float) -> di
     sys.path.insert(0, str(ROOT))
     from kubernetes import config
 
-    from tests.e2e.kube import FLOE_CRD, OPERATION_CRD, SPARK_CRD, install_crd
-
     import workload
+    from tests.e2e.kube import FLOE_CRD, OPERATION_CRD, SPARK_CRD, install_crd
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     install_crd(api_client, FLOE_CRD)
@@ -433,7 +433,6 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
     from benchkit import machine, worktree
-
     from hack import stack as local_stack
     from hack.stack.cluster import JOB_NAMESPACES
 

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from floe_sparkapp.replay import PRODUCER_SETTINGS  # noqa: E402
 from benchkit import log, machine  # noqa: E402
+from floe_sparkapp.replay import PRODUCER_SETTINGS  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "replay_transactions.json"
 # The replay's producer, and the same with librdkafka's retry backoff.

@@ -46,8 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 import workload  # noqa: E402
-from benchkit import (consume, log, machine, steady_rate, triggers,  # noqa: E402
-                      versions)
+from benchkit import consume, log, machine, steady_rate, triggers, versions  # noqa: E402
 
 RESULTS = BENCH / "results" / "latest.json"
 README = BENCH / "README.md"
@@ -405,7 +404,7 @@ def write_readme(results: dict[str, Any]) -> None:
                   "| commit interval | rate, warm-up | sink | p50 | p99 | p99 / interval | "
                   "batch mean | commit / batch time | snapshots/h | data files/h | peak RSS |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for name, entry in fresh.items():
+        for entry in fresh.values():
             lines.append(
                 f"| {entry['interval_seconds']} s | {entry['rate']}/s, "
                 f"{entry.get('warmup_seconds', 0)} s | floe | "
@@ -464,16 +463,17 @@ def write_readme(results: dict[str, Any]) -> None:
                   "| values | floe (Avro) | Kafka Connect Iceberg sink | Spark Kafka → Parquet "
                   "files | floe / sink | floe steady / Parquet steady | peak RSS, floe / "
                   "sink / Parquet |", "|---|---|---|---|---|---|---|"]
-        for entry in sorted(backlog_runs.values(), key=lambda e: e["value_bytes_mean"]):
-            r, st, rss = (entry["rows_per_second"], entry["steady_rows_per_second"],
-                          entry["peak_rss_mib"])
 
-            def both(mode: str) -> str:
-                return (f"{r[mode]:,} rows/s ({entry['seconds'][mode]:.0f} s), steady "
-                        f"{'-' if st.get(mode) is None else f'{st[mode]:,}'}")
+        def both(entry: dict[str, Any], mode: str) -> str:
+            r, st = entry["rows_per_second"], entry["steady_rows_per_second"]
+            return (f"{r[mode]:,} rows/s ({entry['seconds'][mode]:.0f} s), steady "
+                    f"{'-' if st.get(mode) is None else f'{st[mode]:,}'}")
+
+        for entry in sorted(backlog_runs.values(), key=lambda e: e["value_bytes_mean"]):
+            rss = entry["peak_rss_mib"]
             lines.append(f"| {entry['records']:,} × ~{entry['value_bytes_mean']} B | "
-                         f"{both('floe-avro')} | {both('kafka-connect')} | "
-                         f"{both('spark-parquet')} | {entry['backlog_vs_kafka_connect']} | "
+                         f"{both(entry, 'floe-avro')} | {both(entry, 'kafka-connect')} | "
+                         f"{both(entry, 'spark-parquet')} | {entry['backlog_vs_kafka_connect']} | "
                          f"{entry['steady_vs_spark_parquet']} | {rss['floe-avro']} / "
                          f"{rss['kafka-connect']} / {rss['spark-parquet']} MiB |")
     restart = results.get("restart")

@@ -65,8 +65,8 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
     from floe_sparkapp.job import run
-    from floe_sparkapp.session import spark_catalog_conf
     from floe_sparkapp.maintenance import maintain
+    from floe_sparkapp.session import spark_catalog_conf
 
     config = parse_config(job_spec(
         env, work, topic, mode, mode=mode,

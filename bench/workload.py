@@ -30,12 +30,12 @@ FIELDS = [
     {"name": "note", "type": ["null", "string"], "default": None},
 ]
 SMALL = {"type": "record", "name": "Order", "namespace": "bench", "fields": FIELDS}
-LARGE = {"type": "record", "name": "Order", "namespace": "bench", "fields": FIELDS + [
+LARGE = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+    *FIELDS,
     {"name": "description", "type": "string"},
     {"name": "attributes", "type": {"type": "map", "values": "string"}},
 ]}
-WORDS = ("alpine cobalt ember fjord granite harbor indigo juniper kestrel lagoon meadow nectar "
-         "orchid prairie quartz river saffron tundra umber violet willow yarrow zephyr").split()
+WORDS = ["alpine", "cobalt", "ember", "fjord", "granite", "harbor", "indigo", "juniper", "kestrel", "lagoon", "meadow", "nectar", "orchid", "prairie", "quartz", "river", "saffron", "tundra", "umber", "violet", "willow", "yarrow", "zephyr"]
 
 
 def job_spec(env: dict[str, str], work: Path, topic: str, name: str, *, mode: str = "append",

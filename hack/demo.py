@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient

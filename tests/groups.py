@@ -28,9 +28,9 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -19,9 +19,11 @@ import json
 import statistics
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 STARTING, STARTED = '"event": "floe.starting"', '"event": "floe.started"'
 STEPS = ("submit", "pod", "launch", "session", "tables", "first_batch")
@@ -103,10 +105,8 @@ class Recorder:
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
         while True:
             stopping = self.stopped.is_set()  # one visit more after the stop
-            try:
+            with suppress(Exception):  # the API server restarting: the next poll
                 self._visit(core, custom)
-            except Exception:  # noqa: BLE001 - the API server restarting: the next poll
-                pass
             if stopping:
                 return
             self.stopped.wait(2)

@@ -14,8 +14,9 @@ import json
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 
 class Waits:

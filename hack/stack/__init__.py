@@ -10,6 +10,7 @@ import json
 import shutil
 import sys
 import time
+
 from . import cds, cluster, components, images, kube, node, paths, procs, provision
 from .components import COMPONENTS, WAVES, State
 from .procs import ComponentError
@@ -37,7 +38,7 @@ def health(state: State | None = None) -> dict[str, bool]:
     for name, component in COMPONENTS.items():
         try:
             result[name] = bool(state) and procs.pid_of(name) is not None and component.healthy(state)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a probe failing in any way is a component down
             result[name] = False
     return result
 
@@ -210,5 +211,18 @@ def connection_env(state: State) -> dict[str, str]:
     }
 
 
-__all__ = ["up", "provision_all", "down", "ensure_up", "health", "is_up", "load_state", "connection_env",
-           "stop_component", "start_component", "ComponentError", "paths", "State"]
+__all__ = [
+    "ComponentError",
+    "State",
+    "connection_env",
+    "down",
+    "ensure_up",
+    "health",
+    "is_up",
+    "load_state",
+    "paths",
+    "provision_all",
+    "start_component",
+    "stop_component",
+    "up",
+]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from functools import partial
 
 from . import images, kube, monitoring, node, paths
 from .procs import ComponentError
@@ -61,7 +62,7 @@ def install_spark_operator() -> None:
     image = images.image_id(images.SPARK_OPERATOR_IMAGE) or ""
     started = time.monotonic()
     for namespace in JOB_NAMESPACES:
-        _wait(f"namespace {namespace}", lambda: _namespace_active(namespace), 300)
+        _wait(f"namespace {namespace}", partial(_namespace_active, namespace), 300)
     kube.run("helm", "upgrade", "--install", SPARK_OPERATOR_RELEASE, spark_operator_chart(),
          "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace",
          "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",

@@ -20,13 +20,13 @@ import secrets
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import node, paths, procs
-from .kube import (ca_path, control_plane_flags, http_ok, kube_dir, kubeconfig_path,
-                   write_kubeconfig)
+from .kube import ca_path, control_plane_flags, http_ok, kube_dir, kubeconfig_path, write_kubeconfig
 from .node import NODE_IP
 
 State = dict[str, Any]

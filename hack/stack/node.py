@@ -327,7 +327,7 @@ def node_ready(api_token: str, server: str) -> bool:
     try:
         with urllib.request.urlopen(request, timeout=2, context=kube.NO_VERIFY) as response:
             node = json.load(response)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an API server not answering, or not yet: not ready
         return False
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in node.get("status", {}).get("conditions", []))

@@ -12,9 +12,9 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import closing
+from collections.abc import Callable
+from contextlib import closing, suppress
 from pathlib import Path
-from typing import Callable
 
 from . import paths
 
@@ -90,7 +90,7 @@ def wait_healthy(name: str, probe: Callable[[], bool], timeout: float) -> float:
         try:
             if probe():
                 return time.monotonic() - started
-        except Exception:  # a probe may fail in any way while the component starts
+        except Exception:  # noqa: BLE001 - a probe may fail in any way while the component starts
             pass
         if pid_of(name) is None:
             raise ComponentError(f"{name} exited while starting; last lines of {log_path(name)}:\n"
@@ -107,10 +107,8 @@ def stop(name: str, *, kill: bool = False, timeout: float = 20) -> bool:
     if pid is None:
         _pid_path(name).unlink(missing_ok=True)
         return False
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     deadline = time.monotonic() + timeout
     while pid_of(name) is not None and time.monotonic() < deadline:
         time.sleep(0.2)

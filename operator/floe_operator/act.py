@@ -9,21 +9,34 @@ from typing import Any
 
 import kopf
 
-from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table, publish, retried
+from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import BreakingChange, apply_approved_breaking, apply_evolution
 from floe_sparkapp.layout import LayoutMismatch, ensure_table
-
-from floe_sparkapp.config import JobConfig
+from floe_sparkapp.ledger import TableInUse, claim_table, hand_over_table, publish, retried
 
 from . import clients, kube, observe
 from .clients import Secrets
-from .view import Account, App, World
 from .errors import retry_later
 from .names import PUBLISH
-from .plan import (Action, Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable, DeleteApp,
-                   DeleteCronJob, DropTable, EnsureAccount, EvolveTable, Event, Log,
-                   PublishBranch, Wait)
+from .plan import (
+    Action,
+    Apply,
+    ApplyApproved,
+    ClaimTable,
+    CreateApp,
+    CreateTable,
+    DeleteApp,
+    DeleteCronJob,
+    DropTable,
+    EnsureAccount,
+    Event,
+    EvolveTable,
+    Log,
+    PublishBranch,
+    Wait,
+)
 from .render import Topic, spark_account
+from .view import Account, App, World
 
 
 def run(actions: tuple[Action, ...], world: World, topic: Topic, job: JobConfig,
@@ -220,9 +233,10 @@ def run_operation(actions: tuple[Any, ...], world: Any, table: Any, topic: Topic
     """Runs an operation's plan (:func:`operation.plan`): a roll back of ``table`` (loaded by
     this visit: its commit holds only if ``main`` is still where the plan saw it), the
     restart of its topic's job, its Spark job's attempts."""
+    from pyiceberg.exceptions import CommitFailedException
+
     from floe_sparkapp.contract import OperationRequest
     from floe_sparkapp.ledger import roll_back
-    from pyiceberg.exceptions import CommitFailedException
 
     from .names import RESTART
     from .operation import DeleteRun, RestartJob, RollBack, StartRun

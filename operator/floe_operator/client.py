@@ -112,9 +112,8 @@ class Cluster:
              tail: int | None = None) -> Iterator[str]:
         args: dict[str, Any] = {"tail_lines": tail} if tail is not None else {}
         if follow:
-            for line in watch.Watch().stream(self.core.read_namespaced_pod_log, pod, namespace,
-                                             **args):
-                yield line
+            yield from watch.Watch().stream(self.core.read_namespaced_pod_log, pod, namespace,
+                                             **args)
             return
         yield from self.core.read_namespaced_pod_log(pod, namespace, **args).splitlines()
 

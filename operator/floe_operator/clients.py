@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyiceberg.types import StructType
+
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import CatalogSpec, SchemaRegistrySpec
 from floe_sparkapp.librdkafka import librdkafka_settings
 from floe_sparkapp.registry import Registry
 from floe_sparkapp.schemas import table_struct
-from pyiceberg.types import StructType
 
 from . import kube
 from .render import Topic, secret_refs

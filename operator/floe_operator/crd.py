@@ -12,8 +12,16 @@ from typing import Any
 import yaml
 
 from . import operation
-from .resource import (GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaIcebergTopicSpec,
-                       KafkaIcebergTopicStatus)
+from .resource import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    KafkaIcebergTopicSpec,
+    KafkaIcebergTopicStatus,
+)
 
 _DROP = {"title"}
 

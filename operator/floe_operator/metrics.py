@@ -11,6 +11,7 @@ resources); the visits per resource are a counter.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -112,10 +113,8 @@ def forget(namespace: str, name: str) -> None:
     """Drops a deleted resource's series."""
     _seen.pop((namespace, name), None)
     for metric in _PER_TOPIC:
-        try:
+        with suppress(KeyError):
             metric.remove(namespace, name)
-        except KeyError:
-            pass
     for metric in _PER_ACTION:
         for labels in [s for s in list(metric._metrics) if s[:2] == (namespace, name)]:
             metric.remove(*labels)

@@ -11,29 +11,44 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
+from pyiceberg.types import StructType
+
 from floe_sparkapp.avro_types import SchemaMappingError
-from floe_sparkapp.ledger import (MAIN, OWNER, ancestors, commits_since, last_commit,
-                                  operation_commits, operation_record, torn)
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
+from floe_sparkapp.ledger import (
+    MAIN,
+    OWNER,
+    ancestors,
+    commits_since,
+    last_commit,
+    operation_commits,
+    operation_record,
+    torn,
+)
 from floe_sparkapp.maintenance import PROPERTY_PREFIX as MAINTENANCE_PROPERTY
 from floe_sparkapp.schemaless import configured_value
 from floe_sparkapp.schemas import table_struct
-from pyiceberg.types import StructType
-from pydantic import ValidationError
 
 from . import kube, operation, render, report
-from .clients import (Secrets, catalog_config, catalogs, end_offsets, registries,
-                      registry_config, watermarks)
 from .appstate import error_of, state_of
+from .clients import (
+    Secrets,
+    catalog_config,
+    catalogs,
+    end_offsets,
+    registries,
+    registry_config,
+    watermarks,
+)
 from .clock import epoch, iso, now_ms
 from .names import GROUP, JOB_METRICS_PORT
 from .render import Topic
-from .settings import OperatorSettings
 from .resource import KafkaIcebergTopicSpec
+from .settings import OperatorSettings
 from .view import App, BranchView, Children, Deletion, RegistryView, TableView, World
-
 
 # --- the table ---------------------------------------------------------------------------------
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from floe_sparkapp.contract import BackfillSpec, RepairSpec, ReplaySpec, Rule, _Model
 from pydantic import Field
+
+from floe_sparkapp.contract import BackfillSpec, RepairSpec, ReplaySpec, Rule, _Model
 
 from .clock import epoch, iso
 from .names import OPERATION_KIND, OPERATION_PLURAL

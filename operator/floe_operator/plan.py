@@ -37,13 +37,12 @@ from floe_sparkapp.evolution import plan_evolution
 from . import redact, render
 from .appstate import ENDED, FAILED, SUBMITTING, AppState
 from .clock import epoch, iso
-from .view import App, Deletion, TableView, World, as_status_offsets, by_partition
 from .names import APPROVAL
 from .render import Topic
 from .resource import GROUP
 from .settings import OperatorSettings
 from .status import Observation, status
-
+from .view import App, Deletion, TableView, World, as_status_offsets, by_partition
 
 # --- actions -----------------------------------------------------------------------------------
 

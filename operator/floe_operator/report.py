@@ -10,8 +10,9 @@ import datetime as dt
 import re
 from typing import Any
 
-from .clock import epoch
 from floe_sparkapp.units import short_duration
+
+from .clock import epoch
 
 NONE = "-"
 

@@ -12,10 +12,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from floe_sparkapp.contract import (ResourcesSpec, Rule, SecretRef, TopicSpec, _duration, _Model,
-                                   duration_rule)
-from floe_sparkapp.units import duration_seconds
 from pydantic import Field
+
+from floe_sparkapp.contract import (
+    ResourcesSpec,
+    Rule,
+    SecretRef,
+    TopicSpec,
+    _duration,
+    _Model,
+    duration_rule,
+)
+from floe_sparkapp.units import duration_seconds
 
 from .names import GROUP, KIND, PLURAL, VERSION  # noqa: F401 - the resource's names
 

@@ -18,8 +18,13 @@ import time
 
 from . import logs
 from .config import ConfigError, load_config
-from .exit_codes import (DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, OPERATION_REFUSED,
-                         TABLE_IN_USE)
+from .exit_codes import (
+    DATA_LOSS,
+    INVALID_CONFIG,
+    MAINTENANCE_FAILED,
+    OPERATION_REFUSED,
+    TABLE_IN_USE,
+)
 from .maintenance import ACTIONS
 
 
@@ -49,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         return INVALID_CONFIG
 
     if args.command == "maintain":
-        from .maintenance import MaintenanceError, maintain as run_action
+        from .maintenance import MaintenanceError
+        from .maintenance import maintain as run_action
 
         failed = False
         for destination in config.destinations():  # the topic's table, then each route's
@@ -64,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return _operate(config, args.operation)
 
     from . import metrics
-    from .ledger import TableInUse
     from .job import run
     from .kafka_offsets import DataLossError
+    from .ledger import TableInUse
 
     metrics.starting(config.writer, entered)
     metrics.serve(config.writer, [d.table.identifier for d in config.destinations()], entered)

@@ -46,9 +46,18 @@ from .config import JobConfig
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
 from .kafka_offsets import offsets_for_time, read_range, topic_partitions, watermarks
-from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, merge_offsets,
-                     operation_commits, operation_snapshots, record_operation, summary_properties,
-                     summed)
+from .ledger import (
+    OPERATION,
+    OPERATION_ROWS,
+    head,
+    last_commit,
+    merge_offsets,
+    operation_commits,
+    operation_snapshots,
+    record_operation,
+    summary_properties,
+    summed,
+)
 from .table_writer import TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import checkpoint, metrics, routing, steps
-from .steps import step
 from .commit_size import CommitSize, Replan
 from .config import JobConfig
 from .contract import ROW_LEVEL
@@ -21,6 +21,7 @@ from .decode import frame
 from .kafka_offsets import floor_offsets, group_consumer, topic_identity
 from .ledger import merge_offsets
 from .registry import Registry
+from .steps import step
 from .table_writer import TableWriter, record_bytes
 
 log = logging.getLogger("floe.job")
@@ -72,15 +73,13 @@ class BatchWriter:
                 self.group = group_consumer(self.config)
             self.group.commit(offsets=[TopicPartition(self.config.kafka.topic, p, o)
                                        for p, o in sorted(offsets.items())], asynchronous=False)
-        except Exception as error:  # lag tooling only; the table holds the truth
+        except Exception as error:  # noqa: BLE001 - lag tooling only; the table holds the truth
             log.warning("could not commit offsets to consumer group %s: %s",
                         self.config.consumer_group, error)
             group, self.group = self.group, None  # made anew at the next batch
             if group is not None:
-                try:
+                with suppress(Exception):  # it is dropped either way
                     group.close()
-                except Exception:  # noqa: BLE001 - it is dropped either way
-                    pass
 
     def _stats(self, batch: DataFrame) -> list[Any]:
         """Per Kafka partition: last offset, newest timestamp, rows, bytes and (Avro) the writer

@@ -14,8 +14,8 @@ from typing import Any
 from urllib.parse import quote, urlparse
 
 from . import format_v3
-from .contract import CatalogSpec
 from .config import ConfigError
+from .contract import CatalogSpec
 
 SPARK_TYPES = {"rest": "rest"}
 # Iceberg's FileIO for a warehouse's scheme (Spark's side).

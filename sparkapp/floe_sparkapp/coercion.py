@@ -19,11 +19,24 @@ and why in ``value_error``, its bytes kept in ``value_raw``: the record is not k
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType,
-                             FloatType, IcebergType, IntegerType, LongType, NestedField,
-                             StringType, StructType, TimestamptzType)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
 
 DECIMAL = re.compile(r"^decimal\((\d+), ?(\d+)\)$")
 SIMPLE: dict[str, IcebergType] = {

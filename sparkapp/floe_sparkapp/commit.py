@@ -53,13 +53,14 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from . import metrics
 from .jvm_udf import java
-from .steps import step
 from .ledger import MAIN, OFFSETS, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
+from .steps import step
 
 log = logging.getLogger("floe.commit")
 T = TypeVar("T")
@@ -451,7 +452,7 @@ class BranchCommitter:
             self._publish(staged, base_snapshot_id, properties, attempts, tried, tag, rebase)
         except (CommitConflict, CommitUnknown):
             raise
-        except Exception as error:  # noqa: BLE001 - after a commit was sent, it may land
+        except Exception as error:  # after a commit was sent, it may land
             if tried:
                 raise CommitUnknown(f"the batch's commit was sent, then: {_first_line(error)}"
                                     ) from error
@@ -639,7 +640,7 @@ class BranchCommitter:
             try:
                 self._sql(f"ALTER TABLE {self.table_ref} DROP BRANCH IF EXISTS `{branch}`")
                 return
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - a conflict is tried again, else logged
                 if not is_conflict(error):
                     break
         # Left behind, the branch only pins its snapshot until someone drops it.
@@ -697,7 +698,7 @@ def commit_with_retries(attempt: Callable[[], T], *, attempts: int = 10,
                     f"batch not committed after {attempts} conflicting attempts; another "
                     "writer or maintenance keeps moving the table's main branch") from None
             time.sleep(backoff_seconds * (2 ** min(conflicts - 1, 5)))
-        except Exception as error:  # noqa: BLE001 - only an unanswered call is tried again
+        except Exception as error:  # only an unanswered call is tried again
             now = time.monotonic()
             outage_started = outage_started or now
             if not unanswered(error) or now - outage_started > outage_seconds:

@@ -19,15 +19,24 @@ against the API server, the operator and the job.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from .ledger import MAIN
-from .units import (DURATION, DURATION_MAX_LENGTH, QUANTITY, cel_bytes, cel_seconds,
-                    duration_seconds, seconds, size_bytes)
+from .units import (
+    DURATION,
+    DURATION_MAX_LENGTH,
+    QUANTITY,
+    cel_bytes,
+    cel_seconds,
+    duration_seconds,
+    seconds,
+    size_bytes,
+)
 
 CRON = (r"^(@(yearly|annually|monthly|weekly|daily|hourly)|"
         r"[-0-9*/,A-Za-z?]+(\s+[-0-9*/,A-Za-z?]+){4})$")
@@ -430,7 +439,8 @@ def partition_field(text: str) -> tuple[str, str, int | None]:
 
 
 class TableSpec(TableLayout):
-    RULES = TableLayout.RULES + (
+    RULES = (
+        *TableLayout.RULES,
         Rule("!has(self.branch) || (self.branch != 'main' && !self.branch.startsWith('floe_'))",
              "table.branch names the branch floe lands in instead of main: leave it out to land "
              "in main, and do not start it with floe_ (floe's own refs)", ".branch", None,

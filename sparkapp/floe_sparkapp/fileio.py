@@ -9,7 +9,8 @@ translates the catalog's properties)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from pyiceberg.io.pyarrow import PyArrowFileIO

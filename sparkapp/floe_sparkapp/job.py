@@ -25,9 +25,16 @@ from .commit_size import CommitSize
 from .config import JobConfig, kafka_client_settings
 from .contract import ROW_LEVEL
 from .evolution import BreakingChange, evolve_for_writer
-from .kafka_offsets import (DataLossError, check_offsets_available, check_topic_identity,
-                            floor_offsets, starting_offsets, topic_identity, topic_partitions,
-                            watermarks)
+from .kafka_offsets import (
+    DataLossError,
+    check_offsets_available,
+    check_topic_identity,
+    floor_offsets,
+    starting_offsets,
+    topic_identity,
+    topic_partitions,
+    watermarks,
+)
 from .layout import KEY_FIELDS, ensure_table, evolve_partitioning
 from .ledger import Committed, claim_table, head, last_commit, summary_properties
 from .registry import Registry

@@ -22,15 +22,27 @@ function, :func:`ensure_table`.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortDirection, SortField, SortOrder
 from pyiceberg.transforms import (
-    BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, Transform,
-    TruncateTransform, VoidTransform, YearTransform,
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    VoidTransform,
+    YearTransform,
 )
 from pyiceberg.types import (
     BinaryType,
@@ -324,10 +336,8 @@ def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,
         return with_lineage(_with_root_snapshot(existing)), False
     except NoSuchTableError:
         pass
-    try:
+    with suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(table.namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     schema = table_schema(value, table.mode, key)
     try:
         created = catalog.create_table(
@@ -346,9 +356,11 @@ def _with_root_snapshot(table: Any) -> Any:
         from pyiceberg.exceptions import CommitFailedException
 
         try:
-            with table.transaction() as transaction:
-                with transaction.update_snapshot().fast_append():
-                    pass  # no files: an empty snapshot for the first commit to build on
+            with (
+                table.transaction() as transaction,
+                transaction.update_snapshot().fast_append(),
+            ):
+                pass  # no files: an empty snapshot for the first commit to build on
         except CommitFailedException:  # someone else made it first
             table.refresh()
     return table

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 WRITER = "floe.writer"
 OFFSETS = "floe.offsets"

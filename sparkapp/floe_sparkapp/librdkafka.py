@@ -29,7 +29,7 @@ def librdkafka_settings(java: dict[str, str]) -> dict[str, str]:
     return settings
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _librdkafka_has(key: str) -> bool:
     """Whether librdkafka has a setting of that name (a client made with it alone says)."""
     from confluent_kafka import Consumer, KafkaException

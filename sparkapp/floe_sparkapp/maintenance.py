@@ -28,13 +28,14 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .catalog import hadoop_lists, load_catalog
-from .fileio import files_under
-from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, MAIN, head, held_since, last_commit
 from .config import JobConfig
 from .contract import ROW_LEVEL
+from .fileio import files_under
+from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, MAIN, head, held_since, last_commit
 
 log = logging.getLogger("floe.maintenance")
 

@@ -13,7 +13,8 @@ import json
 import logging
 import os
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import Counter, Enum, Gauge, Histogram, start_http_server
 from pyspark.sql.streaming import StreamingQueryListener

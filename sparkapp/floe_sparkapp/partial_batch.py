@@ -24,7 +24,8 @@ what it always did: the new routing from the next record on.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -129,7 +130,7 @@ def finish(spark: SparkSession, config: JobConfig, registry: Registry | None, ta
                 "" if began is config else " and the routes changed since")
     tables = [ready(destination) for destination in destinations]
     rejoins = []
-    for destination, made in zip(destinations, tables):
+    for made in tables:
         committed = last_commit(made, config.writer, config.kafka.topic, ref=config.table.ref)
         below = {p: o for p, o in start.items() if committed.offsets.get(p, 0) < o}
         rejoins.append(below or None)  # (a table with nothing yet, or that joined again)

@@ -31,20 +31,27 @@ those changes (``wouldEvolve``).
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from .commit import CommitConflict, commit_with_retries, is_conflict
 from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
 from .dead_letters import TABLE
 from .decode import frame, raw_reason
 from .layout import KEY_FIELDS
-from .commit import CommitConflict, commit_with_retries, is_conflict
-from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, operation_snapshots,
-                     record_operation, summed)
+from .ledger import (
+    OPERATION,
+    OPERATION_ROWS,
+    head,
+    last_commit,
+    operation_snapshots,
+    record_operation,
+    summed,
+)
 from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
@@ -338,7 +345,7 @@ class Repair:
         decoded, stayed, evolving = 0, {}, {}
         for partition, lo, hi, n in planned:
             (count, still, evolves), _ = commit_with_retries(
-                lambda: self._chunk(partition, lo, hi), attempts=ATTEMPTS)
+                partial(self._chunk, partition, lo, hi), attempts=ATTEMPTS)
             decoded += count + sum(evolves.values())
             _add(stayed, still)
             for change, rows in evolves.items():

@@ -14,11 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyiceberg.types import (BooleanType, DoubleType, IcebergType, ListType, LongType,
-                             NestedField, StringType, StructType)
+from pyiceberg.types import (
+    BooleanType,
+    DoubleType,
+    IcebergType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
 from .coercion import coerced_struct, iceberg_type
 from .evolution import EvolutionPlan, _keep_wider, _union_value, plan_evolution, value_struct
+
 
 def declared_struct(columns: Any) -> StructType | None:
     """``value.columns`` as the value struct (every field optional; a dotted name is a field of

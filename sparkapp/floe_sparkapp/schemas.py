@@ -8,9 +8,9 @@ raw on a breaking change until it is approved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Mapping
 
 from . import cdc
 from .avro_types import MappedValue, SchemaMappingError

@@ -20,8 +20,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -31,19 +32,45 @@ from . import cdc, checkpoint, dead_letters, metrics, schemaless, schemas
 from .avro_types import SchemaMappingError
 from .checkpoint import CheckpointAhead
 from .commit import BranchCommitter, Staged, commit_with_retries, expiry_due
-from .ledger import (DEAD_LETTER_ERROR, MAIN, Committed, head, last_commit, merge_offsets,
-                     summary_properties, tagged_commit)
 from .config import JobConfig
 from .contract import RAW_REASONS, ROW_LEVEL
-from .decode import INGESTED, NO_COLUMNS_YET
+from .decode import (
+    INGESTED,
+    NO_COLUMNS_YET,
+    WriterPlan,
+    decode_framed,
+    decode_framed_key,
+    decode_json,
+    decode_json_key,
+    decode_raw,
+    frame,
+    framed_ids,
+    raw_reason,
+    table_rows,
+)
 from .decode import KEY_FIELDS as DECODED_KEY
-from .decode import (WriterPlan, decode_framed_key, decode_framed, decode_json,
-                     decode_json_key, decode_raw, frame, framed_ids, raw_reason, table_rows)
+from .evolution import (
+    BreakingChange,
+    WouldEvolve,
+    evolve_for_writer,
+    fit_without_evolution,
+    look_for_writer,
+    plan_evolution,
+    value_struct,
+)
 from .jvm_udf import ingest_time, newest_by_partition, parse_newest
-from .layout import KEY_FIELDS, files_bound_one_partition
-from .evolution import (BreakingChange, WouldEvolve, evolve_for_writer, fit_without_evolution,
-                        look_for_writer, plan_evolution, value_struct)
 from .kafka_offsets import check_topic_identity
+from .layout import KEY_FIELDS, files_bound_one_partition
+from .ledger import (
+    DEAD_LETTER_ERROR,
+    MAIN,
+    Committed,
+    head,
+    last_commit,
+    merge_offsets,
+    summary_properties,
+    tagged_commit,
+)
 from .registry import Registry
 from .schemas import FORMATS
 from .steps import step
@@ -482,7 +509,7 @@ class TableWriter:
         if not recent and column == "value" and self.registry is not None and \
                 self.config.value.format != "raw":
             try:
-                recent.update({i: batch_id for i in self._fitting_ids(table)})
+                recent.update(dict.fromkeys(self._fitting_ids(table), batch_id))
             except Exception as error:  # noqa: BLE001 - the batch then finds its ids
                 log.warning("could not read the versions of %s: %s",
                             self.registry.config.subject, str(error).splitlines()[0][:300])
@@ -513,7 +540,7 @@ class TableWriter:
         """Notes the writer schema ids a batch has; returns those it was not decoded for."""
         recent = self.recent[column]
         new = sorted(schema_id for schema_id in found if schema_id not in recent)
-        recent.update({schema_id: batch_id for schema_id in found})
+        recent.update(dict.fromkeys(found, batch_id))
         return new
 
     def commit_batch(self, batch: DataFrame, batch_id: int, start: dict[int, int] | None,
@@ -526,7 +553,7 @@ class TableWriter:
         with ``single_pass`` (an append) there was none, and they are found as it writes."""
         assert not single_pass or self.upsert is None
         for column, ids in (("value", schema_ids), (KEY_FIELDS, key_ids)):
-            self.recent[column].update({i: batch_id for i in ids})
+            self.recent[column].update(dict.fromkeys(ids, batch_id))
         dead = _DeadLetters()
         for redecode in range(REDECODES + 1):
             try:

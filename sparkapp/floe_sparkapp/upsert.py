@@ -26,8 +26,10 @@ the branch's last snapshot, its append's.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import partial
+from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -251,7 +253,7 @@ class Upsert:
                     f"({', '.join(f't.{c}' for c in targets)}) IN "
                     f"(SELECT {_broadcast(found)}{keys} FROM {view} s)")
                 with_commit_properties(spark, {BATCH_PART: name},
-                                       lambda: spark.sql(statement))
+                                       partial(spark.sql, statement))
                 if changed is not None:
                     changed()
             writer = upserts.writeTo(target)
@@ -333,7 +335,7 @@ class _Callable:
         self.function()
 
     class Java:
-        implements = ["java.util.concurrent.Callable"]
+        implements: ClassVar[list[str]] = ["java.util.concurrent.Callable"]
 
 
 def with_commit_properties(spark: Any, properties: dict[str, str], run: Any) -> None:

@@ -5,24 +5,33 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from contextlib import closing
-import socket
+from contextlib import closing, suppress
 
 import pytest
 from kubernetes import client
-
 from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 from hack.stack.procs import stop_group
 
-from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, OPERATION_CRD, REFRESH_SECONDS, ROOT,
-                   SPARK_POD_DEFAULTS, UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
-                   delete_namespace_without_operator, drop_topic_finalizers, install_crd,
-                   wait_until)
+from .kube import (
+    FAILOVER_BACKOFF_SECONDS,
+    FLOE_CRD,
+    OPERATION_CRD,
+    REFRESH_SECONDS,
+    ROOT,
+    SPARK_POD_DEFAULTS,
+    UNSERVED_SUBMIT_WAIT_SECONDS,
+    admin_client,
+    delete_namespace_without_operator,
+    drop_topic_finalizers,
+    install_crd,
+    wait_until,
+)
 
 # The namespaces where the node's spark-operator runs the jobs of tests marked `node`, taken in
 # turn. Once a test is done with one, it is deleted and made again (spark-operator's Roles
@@ -63,10 +72,8 @@ def _renew(api: client.ApiClient, name: str) -> None:
 
 def _renew_in_background(api: client.ApiClient, name: str) -> None:
     def renew() -> None:
-        try:
+        with suppress(Exception):  # the next test to take it renews it itself
             _renew(api, name)
-        except Exception:  # noqa: BLE001 - the next test to take it renews it itself
-            pass
 
     _renewing[name] = threading.Thread(target=renew, daemon=True, name=f"renew-{name}")
     _renewing[name].start()

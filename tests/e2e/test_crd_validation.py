@@ -13,7 +13,6 @@ from floe_operator.render import Topic, job_config
 from floe_operator.settings import OperatorSettings
 
 from ..contract_cases import CASES, TRANSITIONS, VALID, changed, routed, upsert
-
 from .kube import FLOE_CRD, admin_client, install_crd
 
 pytestmark = pytest.mark.e2e

@@ -13,8 +13,18 @@ from confluent_kafka.schema_registry import Schema, SchemaReference
 from kubernetes import client
 
 from ..integration.jobkit import AvroProducer, create_topic
-from ..integration.test_job_formats import (COMMON, V1, V2, V3, FramedProducer, framed,
-                                            message_class, proto_order, python_view, table_view)
+from ..integration.test_job_formats import (
+    COMMON,
+    V1,
+    V2,
+    V3,
+    FramedProducer,
+    framed,
+    message_class,
+    proto_order,
+    python_view,
+    table_view,
+)
 from .kube import admin_client, wait_until
 from .test_operator import logs, orders_rows, orders_status, topic_body, topic_catalog
 
@@ -63,7 +73,7 @@ def test_a_protobuf_topic_lands_evolves_and_waits_for_approval_through_the_opera
     def value_fields() -> dict[str, str]:
         try:
             table = catalog.load_table("analytics.orders")
-        except Exception:  # not made yet
+        except Exception:  # noqa: BLE001 - not made yet
             return {}
         return {f.name: str(f.field_type) for f in
                 table.schema().find_field("value").field_type.fields}

@@ -71,7 +71,7 @@ def overlay_namespaces(stack):
         return False
 
     for name in created:
-        assert wait_until(lambda: gone(name), timeout=60), f"namespace {name} not deleted"
+        assert wait_until(lambda: gone(name), timeout=60), f"namespace {name} not deleted"  # noqa: B023 - called within this iteration
 
 
 def test_each_overlay_builds_and_the_api_server_accepts_it(stack, overlay_namespaces):

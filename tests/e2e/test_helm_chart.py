@@ -84,7 +84,8 @@ def test_cluster_wide_mode_renders_a_cluster_role_and_a_hardened_deployment(stac
         "RoleBinding", "Service", "ServiceAccount"]  # the Pod: `helm test`'s
     roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
     assert set(roles) == {"floe-floe-operator", "floe-floe-operator-spark"}
-    assert roles["floe-floe-operator"]["rules"] == OPERATOR_RULES + [
+    assert roles["floe-floe-operator"]["rules"] == [
+        *OPERATOR_RULES,
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
          "resourceNames": ["floe"], "verbs": ["get", "patch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
@@ -139,7 +140,8 @@ def test_namespaced_mode_renders_roles_in_each_watched_namespace_and_nothing_clu
     operator_roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "floe-floe-operator"]
     assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
     for role in operator_roles:
-        assert role["rules"] == OPERATOR_RULES + [
+        assert role["rules"] == [
+            *OPERATOR_RULES,
             {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
              "verbs": ["get", "list", "watch", "patch"]}]
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == [

@@ -16,7 +16,8 @@ from kubernetes import client
 
 from ..integration.test_job_roundtrip import produce_orders
 from .kube import ROOT, admin_client, wait_until
-from .test_operator import declared_orders, logs as job_logs, orders_status, plugin_env
+from .test_operator import declared_orders, orders_status, plugin_env
+from .test_operator import logs as job_logs
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,14 @@ from kubernetes.client.rest import ApiException
 from hack.demo import node_values
 from hack.stack import monitoring
 
-from .kube import (REFRESH_SECONDS, ROOT, admin_client, delete_namespace_without_operator,
-                   install_crd, wait_until)
+from .kube import (
+    REFRESH_SECONDS,
+    ROOT,
+    admin_client,
+    delete_namespace_without_operator,
+    install_crd,
+    wait_until,
+)
 from .test_helm_chart import CRDS
 from .test_operator import declared_orders, logs, orders_status
 
@@ -177,7 +183,7 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
         # (a figure the operator has only from the table's next read comes a visit later)
         for expr in (r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]):
             for metric in _metric_names(expr):
-                assert wait_until(lambda: query(f'{metric}{{namespace=~"{namespace}|{release}"}}'),
+                assert wait_until(lambda: query(f'{metric}{{namespace=~"{namespace}|{release}"}}'),  # noqa: B023 - called within this iteration
                                   timeout=30, interval=1), (metric, expr)
 
         # Every dashboard panel's query has series for the resource.
@@ -187,7 +193,7 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
             for target in panel["targets"]:
                 expr = (target["expr"].replace("$namespace", namespace).replace("$name", "orders")
                         .replace("$__rate_interval", "1m"))
-                assert wait_until(lambda: query(expr), timeout=30, interval=1), (panel["title"],
+                assert wait_until(lambda: query(expr), timeout=30, interval=1), (panel["title"],  # noqa: B023 - called within this iteration
                                                                                  expr)
     finally:  # the resource goes while its operator runs, then the release and its namespace
         def listed() -> list[dict]:

@@ -17,15 +17,22 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
 from kubernetes import client
 
-from hack.demo import (NAMESPACE, RELEASE, RELEASE_NAMESPACE, node_resource, node_spark,
-                       node_values, uninstall)
+from hack.demo import (
+    NAMESPACE,
+    RELEASE,
+    RELEASE_NAMESPACE,
+    node_resource,
+    node_spark,
+    node_values,
+    uninstall,
+)
 
 from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic
 from ..integration.test_job_roundtrip import produce_orders

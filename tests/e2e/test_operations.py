@@ -47,7 +47,7 @@ def commits_of(catalog, uid: str) -> int:
 
     try:
         return operation_commits(catalog.load_table("analytics.orders"), uid)[0]
-    except Exception:  # the catalog busy with a commit
+    except Exception:  # noqa: BLE001 - the catalog busy with a commit
         return 0
 
 
@@ -95,8 +95,14 @@ def test_a_rollback_moves_main_back_and_the_records_after_it_land_again_once(
     and the table ends with every record once."""
     from ..integration.nemesis import end_offsets
     from ..integration.test_job_roundtrip import produce_orders
-    from .test_operator import (declared_orders, kill_driver, logs, orders_rows, orders_status,
-                                topic_catalog)
+    from .test_operator import (
+        declared_orders,
+        kill_driver,
+        logs,
+        orders_rows,
+        orders_status,
+        topic_catalog,
+    )
 
     kafka_topic = f"rollback-{unique_name}".replace("_", "-")
     producer = declared_orders(stack, shared, namespace, kafka_topic, 20,
@@ -246,7 +252,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     lands more records. Its driver is killed after its first commit: the operator starts a
     second attempt, which goes on from the rows still raw. Every record ends as one row,
     decoded."""
-    from ..integration.test_job_repair import WIDE as wide
+    from ..integration.test_job_repair import WIDE
     from ..integration.test_job_roundtrip import order, produce_orders
     from .test_operator import declared_orders, logs, orders_rows, topic_catalog
 
@@ -265,7 +271,7 @@ def test_a_repair_beside_the_running_job_decodes_the_raw_rows_once_with_its_driv
     # The table is made from the subject's latest version: the wider one comes after
     assert wait_until(lambda: landed(10), timeout=300, interval=1), logs(tmp_path, namespace)
     for i in range(10, 50):
-        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=wide)
+        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
     producer.flush()
     assert wait_until(lambda: landed(50) and raw() == 40, timeout=300, interval=1), \
         logs(tmp_path, namespace)
@@ -383,7 +389,7 @@ def test_a_replay_produces_the_table_once_with_its_driver_killed_and_floe_lands_
     def rows(identifier: str) -> list[dict]:
         try:
             return catalog.load_table(identifier).scan().to_arrow().to_pylist()
-        except Exception:  # not made yet, or the catalog busy with a commit
+        except Exception:  # noqa: BLE001 - not made yet, or the catalog busy with a commit
             return []
 
     assert wait_until(lambda: len(rows("analytics.orders")) == 600, timeout=300, interval=2), \

@@ -17,14 +17,13 @@ import requests
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kubernetes import client
 
-from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic, recreate_topic
-from ..integration.test_job_roundtrip import V1, V2, order, produce_orders
 from floe_operator.clock import epoch
 from floe_operator.plan import failover_delay
 from hack.demo import node_spark
 
-from .kube import (FAILOVER_BACKOFF_SECONDS, SPARK_CRD, admin_client, install_crd,
-                   wait_until)
+from ..integration.jobkit import AvroProducer, assert_exactly_once, create_topic, recreate_topic
+from ..integration.test_job_roundtrip import V1, V2, order, produce_orders
+from .kube import FAILOVER_BACKOFF_SECONDS, SPARK_CRD, admin_client, install_crd, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -122,7 +121,7 @@ def orders_rows(catalog) -> list[dict]:
     """The rows of analytics.orders, or none while it cannot be read yet (polled by tests)."""
     try:
         return catalog.load_table("analytics.orders").scan().to_arrow().to_pylist()
-    except Exception:  # not created yet, or the catalog busy with a commit
+    except Exception:  # noqa: BLE001 - not created yet, or the catalog busy with a commit
         return []
 
 
@@ -436,7 +435,7 @@ def test_registry_versions_evolve_the_table_and_a_breaking_one_waits_for_approva
     def value_fields() -> dict[str, str]:
         try:
             table = catalog.load_table("analytics.orders")
-        except Exception:
+        except Exception:  # noqa: BLE001 - not made yet, or the catalog busy with a commit
             return {}
         return {f.name: str(f.field_type) for f in
                 table.schema().find_field("value").field_type.fields}
@@ -540,7 +539,7 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
 
         def failed_over() -> bool:  # kept: the count starts over once the job is healthy again
             seen.update(record())
-            return seen.get("failovers") == failover
+            return seen.get("failovers") == failover  # noqa: B023 - called within this iteration
 
         assert wait_until(failed_over, timeout=120), logs(tmp_path, namespace)
         assert "driver container failed with ExitCode: 137" in seen["lastFailure"]
@@ -548,7 +547,7 @@ def test_a_job_that_keeps_failing_or_ends_is_recreated_by_the_operator_and_recor
         # status' timestamps are whole seconds).
         assert epoch(seen["lastFailoverTime"]) + 1 >= killed + failover_delay(
             failover - 1, FAILOVER_BACKOFF_SECONDS)
-        assert wait_until(lambda: len(failover_events()) == failover, timeout=30)
+        assert wait_until(lambda: len(failover_events()) == failover, timeout=30)  # noqa: B023 - called within this iteration
         event = failover_events()[-1]
         assert event.type == "Warning"
         assert f"recreating it (failover {failover})" in event.message
@@ -654,7 +653,7 @@ def test_a_job_stopped_by_data_loss_is_not_failed_over_until_the_spec_changes(
     def new_rows() -> list:
         try:
             return catalog.load_table("analytics.orders_again").scan().to_arrow().to_pylist()
-        except Exception:
+        except Exception:  # noqa: BLE001 - not made yet, or the catalog busy with a commit
             return []
 
     assert wait_until(lambda: len(new_rows()) >= 5, timeout=240, interval=2), \
@@ -685,7 +684,7 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
         body["spec"]["spark"]["checkpointLocation"] = str(tmp_path / f"checkpoint-{name}")
         custom.create_namespaced_custom_object(*resources, body)
     for name in policies:
-        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(tmp_path, namespace)
+        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(tmp_path, namespace)  # noqa: B023 - called within this iteration
     for name in policies:  # both at once: each waits on its own application (unseen here)
         custom.delete_namespaced_custom_object(*resources, name)
 
@@ -697,7 +696,7 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
             return error.status == 404
 
     for name in policies:
-        assert wait_until(lambda: gone(name), timeout=60), logs(tmp_path, namespace)
+        assert wait_until(lambda: gone(name), timeout=60), logs(tmp_path, namespace)  # noqa: B023 - called within this iteration
     assert exists("analytics.kept")
     assert not exists("analytics.dropped")
 
@@ -829,7 +828,7 @@ def test_a_routed_topic_lands_in_each_table_once_through_a_killed_driver(
     def rows(identifier: str) -> list[dict]:
         try:
             return catalog.load_table(identifier).scan().to_arrow().to_pylist()
-        except Exception:  # not made yet, or the catalog busy with a commit
+        except Exception:  # noqa: BLE001 - not made yet, or the catalog busy with a commit
             return []
 
     def sent(region: str) -> dict:

@@ -8,8 +8,14 @@ import subprocess
 import pytest
 from kubernetes import client
 
-from .kube import (REFRESH_SECONDS, SPARK_CRD, admin_client, install_crd, running_job_pods,
-                   wait_until)
+from .kube import (
+    REFRESH_SECONDS,
+    SPARK_CRD,
+    admin_client,
+    install_crd,
+    running_job_pods,
+    wait_until,
+)
 from .test_operator import topic_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]

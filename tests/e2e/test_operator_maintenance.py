@@ -11,8 +11,14 @@ from kubernetes import client
 from ..integration.jobkit import OBJECT_STORES, AvroProducer, create_topic, object_store
 from ..integration.test_maintenance import multiset, produce_old
 from .kube import SPARK_POD_DEFAULTS, admin_client, wait_until
-from .test_operator import (logs, orders_rows, postgres_catalog, rest_catalog, topic_body,
-                            topic_catalog)
+from .test_operator import (
+    logs,
+    orders_rows,
+    postgres_catalog,
+    rest_catalog,
+    topic_body,
+    topic_catalog,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -133,7 +139,7 @@ def test_maintenance_cron_jobs_follow_the_spec_and_one_run_on_the_node_compacts_
     for batch in range(4):
         produce_old(producer, batch * 30, 30)
         assert wait_until(
-            lambda: len(orders_rows(topic_catalog(shared, spec_catalog))) == (batch + 1) * 30,
+            lambda: len(orders_rows(topic_catalog(shared, spec_catalog))) == (batch + 1) * 30,  # noqa: B023 - called within this iteration
             timeout=180), logs(tmp_path, namespace)
     app_uid = custom.get_namespaced_custom_object(
         "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications",

@@ -281,7 +281,7 @@ def wait_for_rows(config: JobConfig, count: int, timeout: float = 180,
             snapshot = table.current_snapshot()
             if snapshot is not None and snapshot.snapshot_id != scanned:  # read once per commit
                 rows, scanned = table.scan().to_arrow().to_pylist(), snapshot.snapshot_id
-        except Exception:  # the table may not exist yet, or the catalog is down: open again
+        except Exception:  # noqa: BLE001 - no table yet, or the catalog down: open again
             rows, scanned, catalog = [], None, None
         if len(rows) >= count:
             return rows

@@ -34,19 +34,20 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.config import JobConfig, parse_config
+from floe_sparkapp.ledger import last_commit
 
 from ..faultproxy import FaultProxy
+from . import nemesis_routed
 from .jobkit import AvroProducer, create_topic, job_config, load_table, local_job_env
 from .nemesis_routed import ROUTINGS, Operations, routed, write_routing
-from . import nemesis_routed
 
 BAD_VALUES = (b"\x00\xff\xff\xff\xff", b"\x00\x00\x00", b"\x01not-avro")
 ORDER = {"type": "record", "name": "NemesisOrder", "namespace": "floe.nemesis", "fields": [

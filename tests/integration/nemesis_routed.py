@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from floe_sparkapp.config import JobConfig, parse_config
 from floe_sparkapp.ledger import last_commit
@@ -36,7 +37,7 @@ from .jobkit import load_table
 
 # Routings the run moves between; the first is where it starts and ends.
 ROUTINGS = ("ab", "a", "ba")
-A_VALUES = [str(q) for q in range(0, 33)]
+A_VALUES = [str(q) for q in range(33)]
 B_VALUES = [str(q) for q in range(33, 66)]
 
 

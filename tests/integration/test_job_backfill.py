@@ -13,9 +13,18 @@ from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
 from floe_sparkapp.operations import operate
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config,
-                     killed_after_first, load_table, run_once, streaming, table_rows,
-                     wait_for_rows)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    killed_after_first,
+    load_table,
+    run_once,
+    streaming,
+    table_rows,
+    wait_for_rows,
+)
 from .test_job_roundtrip import normalize, produce_orders
 
 pytestmark = pytest.mark.integration
@@ -24,7 +33,7 @@ pytestmark = pytest.mark.integration
 def _committed(config) -> dict[int, int]:
     try:
         return last_commit(load_table(config), config.writer, config.kafka.topic).offsets
-    except Exception:  # not made yet
+    except Exception:  # noqa: BLE001 - not made yet
         return {}
 
 

@@ -14,8 +14,17 @@ from floe_sparkapp.commit import BranchCommitter
 from floe_sparkapp.ledger import ancestors, head, last_commit, publish
 from floe_sparkapp.maintenance import maintain
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     run_once, table_rows, with_maintenance, with_sections)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+    with_maintenance,
+    with_sections,
+)
 from .test_job_roundtrip import V1, order, produce_orders
 
 pytestmark = [pytest.mark.integration]

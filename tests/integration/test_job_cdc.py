@@ -12,8 +12,16 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
-                     run_killed_between_branch_and_main, run_once, table_rows)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    duckdb_rows,
+    job_config,
+    load_table,
+    run_killed_between_branch_and_main,
+    run_once,
+    table_rows,
+)
 from .test_job_upsert import delete_files
 
 pytestmark = [pytest.mark.integration]

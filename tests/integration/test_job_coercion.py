@@ -13,8 +13,16 @@ import pytest
 from confluent_kafka.schema_registry import Schema
 from pyiceberg.types import BinaryType, DecimalType, LongType, TimestamptzType
 
-from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, load_table,
-                     run_once, table_rows, with_sections)
+from .jobkit import (
+    AvroProducer,
+    consume_to_end,
+    create_topic,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+    with_sections,
+)
 from .test_job_formats import framed
 
 pytestmark = [pytest.mark.integration]

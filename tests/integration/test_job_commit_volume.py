@@ -10,8 +10,14 @@ import pytest
 from floe_sparkapp.ledger import last_commit
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, streaming,
-    table_rows, wait_for_rows,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    streaming,
+    table_rows,
+    wait_for_rows,
 )
 from .test_job_roundtrip import produce_orders
 

@@ -10,8 +10,15 @@ import requests
 from floe_sparkapp.job import run, start
 from floe_sparkapp.ledger import last_commit
 
-from .jobkit import (AvroProducer, create_topic, job_config, load_table, table_rows,
-                     valid_through, wait_for_rows)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    job_config,
+    load_table,
+    table_rows,
+    valid_through,
+    wait_for_rows,
+)
 from .test_job_roundtrip import V1, V2, normalize, order
 
 pytestmark = pytest.mark.integration

@@ -10,15 +10,25 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from floe_sparkapp.ledger import branch_prefix, offsets_tag
 from floe_sparkapp.job import start
 from floe_sparkapp.kafka_offsets import DataLossError
+from floe_sparkapp.ledger import branch_prefix, offsets_tag
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
-    recreate_topic, run_once, streaming, table_rows, wait_for_rows,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    recreate_topic,
+    run_once,
+    streaming,
+    table_rows,
+    wait_for_rows,
 )
-from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
+from .test_job_roundtrip import V1 as V1_SCHEMA
+from .test_job_roundtrip import order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -737,12 +747,12 @@ def test_a_topic_made_after_the_job_started_is_recorded_with_its_identity(
     """The job started before its topic existed: its first batch asks Kafka again which topic
     it reads, so its commits carry the topic's identity (and a topic created again later is
     told apart) instead of none for the whole run."""
-    from floe_sparkapp.kafka_offsets import topic_identity
-    from floe_sparkapp.ledger import last_commit
-
     import json
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from floe_sparkapp.kafka_offsets import topic_identity
+    from floe_sparkapp.ledger import last_commit
 
     topic = f"faults-later-{unique_name}".replace("_", "-")
     SchemaRegistryClient({"url": stack.registry_url}).register_schema(
@@ -753,7 +763,7 @@ def test_a_topic_made_after_the_job_started_is_recorded_with_its_identity(
     try:
         try:
             create_topic(stack.bootstrap, topic, partitions=2)
-        except Exception as error:  # the job's consumer may have made it first (auto-create)
+        except Exception as error:  # noqa: BLE001 - the job's consumer may have made it first
             assert "TOPIC_ALREADY_EXISTS" in str(error), error
         producer = AvroProducer(stack, topic)
         produce_orders(producer, 0, 20)

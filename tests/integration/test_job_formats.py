@@ -214,7 +214,7 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
     assert query.exception() is None
 
     by_key = {r["key"].decode(): r for r in rows}
-    for position, sent in producer.sent.items():
+    for sent in producer.sent.values():
         key = sent["key"].decode()
         if key in ("corrupt", "v3"):
             continue

@@ -15,12 +15,20 @@ import pytest
 from confluent_kafka.schema_registry import Schema
 
 from floe_sparkapp.commit import BranchCommitter
-from floe_sparkapp.ledger import last_commit, offsets_tag
 from floe_sparkapp.job import start
+from floe_sparkapp.ledger import last_commit, offsets_tag
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
-    run_once, streaming, table_rows, wait_for_rows,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    run_once,
+    streaming,
+    table_rows,
+    wait_for_rows,
 )
 from .test_job_formats import FramedProducer, framed
 from .test_job_roundtrip import V1, order, produce_orders
@@ -271,7 +279,7 @@ def test_offsets_survive_compaction_manifest_rewrite_and_expiry_to_one_snapshot(
     config = job_config(stack, tmp_path, topic, max_records=30)  # several files per partition
     run_once(config, spark)
     floe_snapshot = last_commit(load_table(config), config.writer, topic).snapshot_id
-    catalog, name = compacted_and_cut(spark, config)
+    _catalog, _name = compacted_and_cut(spark, config)
     table = load_table(config)
     head = table.current_snapshot()
     assert head.snapshot_id != floe_snapshot and \

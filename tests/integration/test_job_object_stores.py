@@ -12,13 +12,22 @@ import sys
 import time
 
 import pytest
+
 from floe_sparkapp.fileio import files_under
 from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.maintenance import maintain
 
 from .jobkit import (
-    OBJECT_STORES, AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-    local_job_env, run_once, table_rows, with_maintenance,
+    OBJECT_STORES,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    run_once,
+    table_rows,
+    with_maintenance,
 )
 from .test_maintenance import multiset, produce_old
 

@@ -11,8 +11,15 @@ import pytest
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     run_once, table_rows)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+)
 from .test_job_roundtrip import V1, order, produce_orders
 
 pytestmark = pytest.mark.integration
@@ -41,7 +48,7 @@ def test_time_partitioning_puts_each_record_in_its_hour_or_month(
     producer = AvroProducer(stack, topic)
     step = HOUR_MS if partitioning == "hour" else 31 * DAY_MS
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-    times = [int((start.timestamp() * 1000)) + (i % 3) * step + i for i in range(90)]
+    times = [int(start.timestamp() * 1000) + (i % 3) * step + i for i in range(90)]
     for i, at in enumerate(times):
         producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1, timestamp_ms=at)
     producer.flush()

@@ -14,9 +14,18 @@ from floe_sparkapp.ledger import OPERATION, ancestors, operation_record
 from floe_sparkapp.operations import OperationRefused, operate
 from floe_sparkapp.repair import LEFT_OUT
 
-from .jobkit import (AvroProducer, assert_exactly_once, consume_to_end, create_topic,
-                     job_config, killed_after_first, load_table, route_table, run_once,
-                     table_rows)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    consume_to_end,
+    create_topic,
+    job_config,
+    killed_after_first,
+    load_table,
+    route_table,
+    run_once,
+    table_rows,
+)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration
@@ -103,9 +112,9 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
 def test_a_repair_refuses_a_table_it_cannot_repair(stack, spark, tmp_path, unique_name):
     config = job_config(stack, tmp_path, f"norepair-{unique_name}".replace("_", "-"),
                         fmt="raw")
-    with pytest.raises(OperationRefused, match="value.format is raw"):
+    with pytest.raises(OperationRefused, match=r"value.format is raw"):
         operate(config, request("raw"), spark)
-    with pytest.raises(OperationRefused, match="analytics.other is not one of the topic's"):
+    with pytest.raises(OperationRefused, match=r"analytics.other is not one of the topic's"):
         operate(config, request("other", table="analytics.other"), spark)
 
 

@@ -14,8 +14,15 @@ from floe_sparkapp.config import parse_config
 from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.operations import OperationRefused, operate
 
-from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, killed_after_first,
-                     run_once, table_rows)
+from .jobkit import (
+    AvroProducer,
+    consume_to_end,
+    create_topic,
+    job_config,
+    killed_after_first,
+    run_once,
+    table_rows,
+)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration

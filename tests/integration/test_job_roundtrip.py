@@ -13,16 +13,24 @@ from decimal import Decimal
 import fastavro
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
-
 from prometheus_client import REGISTRY
 
 from floe_sparkapp.contract import RAW_REASONS
-from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
+from floe_sparkapp.ledger import last_commit
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, consume_to_end, create_topic, duckdb_rows, group_offsets,
-    job_config, load_table, run_once, table_rows, valid_through,
+    AvroProducer,
+    assert_exactly_once,
+    consume_to_end,
+    create_topic,
+    duckdb_rows,
+    group_offsets,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+    valid_through,
 )
 
 pytestmark = pytest.mark.integration
@@ -355,7 +363,7 @@ def test_a_small_batch_over_many_partitions_is_written_in_one_file_a_core(
         assert data_file.sort_order_id == table.sort_order().order_id
         positions = list(zip(column(data_file, "kafka", "partition"),
                              column(data_file, "kafka", "offset")))
-        assert positions == sorted(positions) and len(set(p for p, _ in positions)) > 1
+        assert positions == sorted(positions) and len({p for p, _ in positions}) > 1
 
 
 def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(

@@ -9,11 +9,26 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
-from pyiceberg.types import (BooleanType, DecimalType, DoubleType, ListType, LongType,
-                             StringType, StructType, TimestamptzType)
+from pyiceberg.types import (
+    BooleanType,
+    DecimalType,
+    DoubleType,
+    ListType,
+    LongType,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
 
-from .jobkit import (AvroProducer, create_topic, job_config, load_table, run_once, table_rows,
-                     with_sections)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+    with_sections,
+)
 
 pytestmark = [pytest.mark.integration]
 

@@ -5,11 +5,21 @@ Spark."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
-                     run_killed_between_branch_and_main, run_once, table_rows, with_sections)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    duckdb_rows,
+    job_config,
+    load_table,
+    run_killed_between_branch_and_main,
+    run_once,
+    table_rows,
+    with_sections,
+)
 from .test_job_roundtrip import V1, order
 
 pytestmark = [pytest.mark.integration]
@@ -149,7 +159,7 @@ def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_it
     monkeypatch.setattr(DataFrame, "writeTo", swept_while_written)
     run_once(config, spark)
 
-    assert open(marker).read()  # the batch's branch was there to drop
+    assert Path(marker).read_text()  # the batch's branch was there to drop
     rows = table_rows(config)
     assert sorted(r["key"].decode() for r in rows) == sorted(latest)
     assert {r["key"].decode(): r["value"]["item"] for r in rows} == {

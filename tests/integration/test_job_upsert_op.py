@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, run_once,
-                     table_rows, with_sections)
+from .jobkit import (
+    AvroProducer,
+    consume_to_end,
+    create_topic,
+    job_config,
+    run_once,
+    table_rows,
+    with_sections,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -66,7 +73,7 @@ def test_an_operation_field_inserts_updates_and_deletes_rows_by_key_columns(
     applied = {r["value"]["id"]: r["value"]["name"] for r in rows if r["value_error"] is None}
     assert applied == {0: "third-0", 2: "again-2", 3: "first-3", 4: "first-4", 5: "back-5",
                        7: "first-7", 8: "first-8", 9: "first-9"}
-    raw = sorted((r["value_error"] for r in rows if r["value_error"]))
+    raw = sorted(r["value_error"] for r in rows if r["value_error"])
     assert raw == [
         "op field action is null: the record's operation is unknown",
         "op merge (field action) is not an insert (c, r, index), update (u) or delete "

@@ -15,13 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import run, start
+from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
-    table_rows, wait_for_rows, with_maintenance,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    table_rows,
+    wait_for_rows,
+    with_maintenance,
 )
 from .test_job_roundtrip import V1, order
 

@@ -6,8 +6,22 @@ import json
 
 import pytest
 from pyiceberg.types import (
-    BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType, IntegerType,
-    ListType, LongType, MapType, StringType, StructType, TimestampType, TimestamptzType, UUIDType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+    UUIDType,
 )
 
 from floe_sparkapp.avro_types import AvroMappingError, avro_to_iceberg

@@ -124,7 +124,7 @@ def test_a_new_sql_catalog_opened_by_two_processes_at_once_opens_in_both(tmp_pat
     monkeypatch.setattr(SqlCatalog, "_init_catalog", racing)
     opened = load_catalog(catalog)
     opened.create_namespace("analytics")
-    assert raced and [n for n in opened.list_namespaces()] == [("analytics",)]
+    assert raced and list(opened.list_namespaces()) == [("analytics",)]
 
 
 def test_gcs_warehouse_uses_gcsfileio_and_pyiceberg_reads_it_without_credentials_when_told():

@@ -45,7 +45,7 @@ class Cluster:
 ])
 def test_each_operation_command_makes_its_operation(argv, kind, section, monkeypatch, capsys):
     cluster = Cluster()
-    args = cli._parser().parse_args(argv + ["-w"])
+    args = cli._parser().parse_args([*argv, "-w"])
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     assert cli.COMMANDS[args.command](cluster, "data", args) == 0
     (body,) = cluster.made

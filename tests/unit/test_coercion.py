@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from pyiceberg.types import (DecimalType, LongType, NestedField, StringType, StructType,
-                             TimestamptzType)
+from pyiceberg.types import (
+    DecimalType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
 
 from floe_sparkapp.coercion import coerced_struct, iceberg_type
 from floe_sparkapp.contract import Coercion, ValueSpec

@@ -237,7 +237,7 @@ def test_the_secrets_values_come_from_their_mounts_or_the_environment(tmp_path, 
 
     assert kafka_client_settings(config) == {"sasl.jaas.config": "jaas-config"}
     monkeypatch.delenv("KAFKA_JAAS")
-    with pytest.raises(ConfigError, match="secrets.kafka.env: environment variable.*KAFKA_JAAS"):
+    with pytest.raises(ConfigError, match=r"secrets.kafka.env: environment variable.*KAFKA_JAAS"):
         kafka_client_settings(config)
 
 

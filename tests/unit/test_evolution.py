@@ -8,7 +8,11 @@ from floe_sparkapp.avro_types import avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.contract import CatalogSpec, TableSpec
 from floe_sparkapp.evolution import (
-    BreakingChange, apply_evolution, plan_evolution, required_fields_added, value_struct,
+    BreakingChange,
+    apply_evolution,
+    plan_evolution,
+    required_fields_added,
+    value_struct,
 )
 from floe_sparkapp.layout import ensure_table
 
@@ -207,7 +211,7 @@ def test_partition_fields_are_made_and_evolved_as_the_spec_says(tmp_path):
         "kafka_timestamp_hour", "value_customer_name"]
     assert len(table.specs()) == 2
 
-    with pytest.raises(LayoutMismatch, match="has no column value.region to partition by"):
+    with pytest.raises(LayoutMismatch, match=r"has no column value.region to partition by"):
         evolve_partitioning(table, spec.model_copy(update={"partition_by": ("value.region",)}))
 
 
@@ -228,7 +232,7 @@ def test_an_upsert_tables_key_columns_and_operation_field_must_be_fields_of_the_
         f"table.op.field: the value has no field action (the value's fields: {fields}). Name "
         "single-valued fields of the value.")
     header = spec.model_copy(update={"op": OpSpec(header="op")})
-    table, created = ensure_table(opened, header, value)
+    table, _created = ensure_table(opened, header, value)
     assert table.properties["floe.mode"] == "upsert"
 
 

@@ -7,9 +7,19 @@ from dataclasses import replace
 
 import pytest
 
-from floe_operator.operation import (DeleteRun, OperationSpec, OperationStatus, OperationWorld,
-                                     RestartJob, RollBack, Run, Snapshot, StartRun, plan,
-                                     restart_value)
+from floe_operator.operation import (
+    DeleteRun,
+    OperationSpec,
+    OperationStatus,
+    OperationWorld,
+    RestartJob,
+    RollBack,
+    Run,
+    Snapshot,
+    StartRun,
+    plan,
+    restart_value,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -113,8 +123,8 @@ def test_a_rollback_whose_records_kafka_deletes_before_they_land_again_fails_say
     roll back is not this one's."""
     stopped = ("the job stopped (exit code 3): Kafka no longer has records the table has not "
                "got", "2026-11-18T11:07:00Z")
-    waiting = dict(record=rolled_back(), offsets={0: 250, 1: 190},
-                   topic_restart=restart_value(world()))
+    waiting = {"record": rolled_back(), "offsets": {0: 250, 1: 190},
+                   "topic_restart": restart_value(world())}
     failed = plan(world(**waiting, topic_data_loss=stopped))
     assert failed.actions == () and failed.status["phase"] == "Failed"
     assert failed.status["message"] == (
@@ -301,10 +311,10 @@ def test_a_repair_that_cannot_run_fails_at_once_with_what_to_change():
 
 
 def test_the_repair_spec_checks_its_ranges():
-    with pytest.raises(ValueError, match="fromOffset must be below repair.toOffset"):
+    with pytest.raises(ValueError, match=r"fromOffset must be below repair.toOffset"):
         OperationSpec.model_validate({"topic": "t", "type": "Repair",
                                       "repair": {"fromOffset": 5, "toOffset": 5}})
-    with pytest.raises(ValueError, match="fromTime must be before repair.toTime"):
+    with pytest.raises(ValueError, match=r"fromTime must be before repair.toTime"):
         OperationSpec.model_validate({"topic": "t", "type": "Repair", "repair": {
             "fromTime": "2026-11-27T10:00:00Z", "toTime": "2026-11-27T09:00:00Z"}})
     with pytest.raises(ValueError, match="type Repair needs the repair section"):

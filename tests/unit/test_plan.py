@@ -9,11 +9,24 @@ import pytest
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, StructType
 
 from floe_operator import render
-from floe_operator.view import App, Children, Deletion, RegistryView, TableView, World
-from floe_operator.plan import (Apply, ApplyApproved, ClaimTable, CreateApp, CreateTable,
-                                DeleteApp, DeleteCronJob, DropTable, EvolveTable, Event, Log,
-                                Wait, plan, plan_delete)
+from floe_operator.plan import (
+    Apply,
+    ApplyApproved,
+    ClaimTable,
+    CreateApp,
+    CreateTable,
+    DeleteApp,
+    DeleteCronJob,
+    DropTable,
+    Event,
+    EvolveTable,
+    Log,
+    Wait,
+    plan,
+    plan_delete,
+)
 from floe_operator.settings import OperatorSettings
+from floe_operator.view import App, Children, Deletion, RegistryView, TableView, World
 
 pytestmark = pytest.mark.unit
 
@@ -93,8 +106,8 @@ def kinds(actions):
     return [f"Apply{a.kind}" if isinstance(a, Apply) else type(a).__name__ for a in actions]
 
 
-FAILED = dict(state="FAILED", error="driver container failed with ExitCode: 1, Reason: Error",
-              terminated_at="2026-11-18T11:06:35Z")  # 5 s before NOW_MS
+FAILED = {"state": "FAILED", "error": "driver container failed with ExitCode: 1, Reason: Error",
+              "terminated_at": "2026-11-18T11:06:35Z"}  # 5 s before NOW_MS
 FAILED_ON_DATA_LOSS = dict(FAILED, error="driver container failed with ExitCode: 3")
 APPLICATION_RECORD = {"sparkApplication": {"name": "floe-orders", "failovers": 2,
                                            "lastFailoverTime": "2026-11-18T10:00:00Z"}}
@@ -187,7 +200,7 @@ def test_a_plan_is_the_same_for_the_same_world_and_changes_nothing_it_was_given(
     again = plan(TOPIC, world, APPLICATION_RECORD, SETTINGS)
     assert first.actions == again.actions
     assert first.status == again.status
-    assert APPLICATION_RECORD == before
+    assert before == APPLICATION_RECORD
 
 
 def test_a_new_table_is_made_for_this_resource_and_its_job_created_with_an_event():
@@ -336,8 +349,8 @@ def test_a_missing_driver_account_is_named_and_the_job_waits_for_it():
 
 
 def test_the_operator_makes_the_default_driver_account_where_a_resource_needs_it():
-    from floe_operator.view import Account
     from floe_operator.plan import EnsureAccount
+    from floe_operator.view import Account
 
     making = OperatorSettings(spark_image="floe/floe-spark:test",
                               spark_account_role="floe-spark-driver")
@@ -536,7 +549,7 @@ def test_a_changed_spec_whose_job_never_lands_runs_the_last_stable_spec_until_th
     restarted = plan(runs, replace(later, children=replace(
         later.children, app=App("floe-orders", state="RUNNING", generation="3",
                                 fingerprint="old"))), after, SETTINGS)
-    assert [e.message for e in restarted.actions if isinstance(e, Event)][0].startswith(
+    assert next(e.message for e in restarted.actions if isinstance(e, Event)).startswith(
         "generation 3 is rolled back: generation 2's spec runs")
     # Its job landing: Ready, with the reason; the phase says so.
     landed = plan(runs, replace(steady(runs), now_ms=NOW_MS + 400_000, children=replace(

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from floe_operator.render import Topic, config_map, cron_jobs, job_fingerprint, spark_application
-from floe_sparkapp.units import duration_seconds, size_bytes
 from floe_operator.settings import OperatorSettings
 from floe_sparkapp.config import parse_config
+from floe_sparkapp.units import duration_seconds, size_bytes
 
 pytestmark = pytest.mark.unit
 
@@ -224,8 +224,8 @@ def test_a_volume_mount_must_name_a_volume():
 
     spec = json.loads(json.dumps(BODY["spec"]))
     spec["spark"] = {"volumeMounts": [{"name": "data", "mountPath": "/srv/lake"}]}
-    with pytest.raises(ValueError, match="every volumeMounts entry must name a volume in "
-                                         "spark.volumes"):
+    with pytest.raises(ValueError, match=r"every volumeMounts entry must name a volume in "
+                                         r"spark.volumes"):
         KafkaIcebergTopicSpec.model_validate(spec)
 
 
@@ -277,7 +277,7 @@ def test_long_names_get_children_of_their_own_within_kubernetes_limits():
 
     short = topic("orders")
     assert (short.child_name, short.label) == ("floe-orders", "orders")
-    assert [j["metadata"]["name"] for j in cron_jobs(short, OperatorSettings())][0] == (
+    assert next(j["metadata"]["name"] for j in cron_jobs(short, OperatorSettings())) == (
         "floe-orders-compaction")
 
     # Four actions of a 46-character name; two names that share their first 58 characters.

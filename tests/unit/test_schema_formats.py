@@ -7,14 +7,28 @@ import json
 
 import pytest
 from pyiceberg.types import (
-    BinaryType, BooleanType, DateType, DoubleType, FloatType, IntegerType, ListType, LongType,
-    MapType, StringType, StructType, TimestamptzType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestamptzType,
 )
 
 from floe_sparkapp.avro_types import SchemaMappingError
 from floe_sparkapp.json_schema_types import json_schema_to_iceberg
-from floe_sparkapp.protobuf_types import (ProtobufCompileError, compile_schema, message_of,
-                                          protobuf_to_iceberg)
+from floe_sparkapp.protobuf_types import (
+    ProtobufCompileError,
+    compile_schema,
+    message_of,
+    protobuf_to_iceberg,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -67,13 +81,13 @@ def test_a_protobuf_records_message_index_names_its_message():
     assert (first.name, first.indexes) == ("t.v1.All", (b"\x00", b"\x02\x00"))
     deep = message_of(descriptor, "t.v1.Second.Deep")  # [1, 0]: count 2, then 1 and 0
     assert deep.indexes == (b"\x04\x02\x00",)
-    with pytest.raises(SchemaMappingError, match="has no message t.v1.Missing; it has t.v1.All"):
+    with pytest.raises(SchemaMappingError, match=r"has no message t.v1.Missing; it has t.v1.All"):
         message_of(descriptor, "t.v1.Missing")
 
 
 def test_a_protobuf_schema_protoc_refuses_is_reported_with_protocs_reason():
-    with pytest.raises(ProtobufCompileError, match="protoc cannot compile the schema: .*"
-                                                   "t/missing.proto"):
+    with pytest.raises(ProtobufCompileError, match=r"protoc cannot compile the schema: .*"
+                                                   r"t/missing.proto"):
         compile_schema('syntax = "proto3";\nimport "t/missing.proto";\nmessage M { int32 a = 1; }')
 
 
@@ -125,5 +139,5 @@ def test_a_json_schema_that_is_not_an_object_is_one_value_field():
 
 
 def test_a_json_schema_ref_to_nothing_is_refused_by_name():
-    with pytest.raises(SchemaMappingError, match="no referenced schema named 'other.json'"):
+    with pytest.raises(SchemaMappingError, match=r"no referenced schema named 'other.json'"):
         json_schema_to_iceberg('{"type": "object", "properties": {"a": {"$ref": "other.json"}}}')

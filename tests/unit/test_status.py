@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from floe_operator import handlers, plan
-from floe_operator.view import App
 from floe_operator.plan import failover_delay
 from floe_operator.status import Observation, status
+from floe_operator.view import App
 
 pytestmark = pytest.mark.unit
 
@@ -44,8 +44,8 @@ def test_a_running_job_on_an_existing_table_is_ready_with_its_progress():
 
 
 def test_a_dead_letter_topic_that_refused_the_newest_commits_records_is_failing_not_unready():
-    landing = dict(generation=1, app_state="RUNNING", app_name="floe-orders", table_exists=True,
-                   dead_letter_topic="orders.dlq")
+    landing = {"generation": 1, "app_state": "RUNNING", "app_name": "floe-orders", "table_exists": True,
+                   "dead_letter_topic": "orders.dlq"}
     assert conditions(status(Observation(**landing), None))["DeadLetter"] == ("True", "Delivering")
     message = ("2 undecodable record(s) not sent to dead-letter topic orders.dlq after 3 "
                "attempts (they are in value_raw): RecordTooLargeException: ...")
