@@ -40,19 +40,27 @@ from benchkit import consume, log, machine, step_medians  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "commit_scale.json"
 
 
-def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
-        batches: int) -> dict:
+def one(env: dict[str, str], work: Path, partitions: int, per_partition: int, batches: int) -> dict:
     topic = f"bench-commits-{partitions}-{uuid.uuid4().hex[:6]}"
     bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
     workload.create_topic(bootstrap, topic, partitions)
-    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                  workload.schema_for(100))
+    schema_id = workload.register(
+        env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value", workload.schema_for(100)
+    )
     records = partitions * per_partition * batches
     log(f"producing {records:,} values to {topic} ({partitions} partitions)")
-    workload.produce(bootstrap, topic, workload.value_pool(schema_id, 100), records,
-                     partitions=partitions)
-    result = consume("floe-avro", topic, work / topic, env, size=100, interval=1,
-                     max_records_per_commit=partitions * per_partition)
+    workload.produce(
+        bootstrap, topic, workload.value_pool(schema_id, 100), records, partitions=partitions
+    )
+    result = consume(
+        "floe-avro",
+        topic,
+        work / topic,
+        env,
+        size=100,
+        interval=1,
+        max_records_per_commit=partitions * per_partition,
+    )
     assert result["rows"] == records, (result["rows"], records)
     lines = result["batch_lines"]
     files = result["data_files_each"]
@@ -61,15 +69,20 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
     def median(key: str) -> float:
         return round(statistics.median(line[key] for line in warm), 3)
 
-    return {"partitions": partitions, "records": records, "batches": len(lines),
-            "records_per_batch": partitions * per_partition,
-            "steps_median": step_medians(warm),
-            "data_files_per_commit": round(statistics.median(files[1:] or files)),
-            "commit_seconds_median": median("commit_seconds"),
-            "write_seconds_median": median("write_seconds"),
-            "batch_seconds_median": median("seconds"),
-            "commit_seconds_each": [line["commit_seconds"] for line in lines],
-            "data_files_each": files, "rows_per_second": result["rows_per_second"]}
+    return {
+        "partitions": partitions,
+        "records": records,
+        "batches": len(lines),
+        "records_per_batch": partitions * per_partition,
+        "steps_median": step_medians(warm),
+        "data_files_per_commit": round(statistics.median(files[1:] or files)),
+        "commit_seconds_median": median("commit_seconds"),
+        "write_seconds_median": median("write_seconds"),
+        "batch_seconds_median": median("seconds"),
+        "commit_seconds_each": [line["commit_seconds"] for line in lines],
+        "data_files_each": files,
+        "rows_per_second": result["rows_per_second"],
+    }
 
 
 def main() -> int:
@@ -87,19 +100,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="floe-commit-scale-") as scratch:
         for partitions in (int(p) for p in args.partitions.split(",")):
             run = one(env, Path(scratch), partitions, args.per_partition, args.batches)
-            log(f"{partitions} partitions: {run['data_files_per_commit']} files a commit, "
+            log(
+                f"{partitions} partitions: {run['data_files_per_commit']} files a commit, "
                 f"commit {run['commit_seconds_median']} s, write {run['write_seconds_median']}"
-                f" s, batch {run['batch_seconds_median']} s (medians, warm)")
+                f" s, batch {run['batch_seconds_median']} s (medians, warm)"
+            )
             runs.append(run)
-    args.output.write_text(json.dumps({
-        "command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}, indent=1) + "\n")
-    print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} "
-          f"{'batch s':>8}")
+    args.output.write_text(
+        json.dumps(
+            {
+                "command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": machine(),
+                "runs": runs,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} {'batch s':>8}")
     for run in runs:
-        print(f"{run['partitions']:>10} {run['data_files_per_commit']:>12} "
-              f"{run['commit_seconds_median']:>9} {run['write_seconds_median']:>8} "
-              f"{run['batch_seconds_median']:>8}")
+        print(
+            f"{run['partitions']:>10} {run['data_files_per_commit']:>12} "
+            f"{run['commit_seconds_median']:>9} {run['write_seconds_median']:>8} "
+            f"{run['batch_seconds_median']:>8}"
+        )
     return 0
 
 

@@ -28,7 +28,7 @@ def clear_topics(bootstrap: str, timeout: float = 120) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     doomed = topics_to_clear(list(admin.list_topics(timeout=30).topics))
     for start in range(0, len(doomed), BATCH):
-        futures = admin.delete_topics(doomed[start:start + BATCH], operation_timeout=60)
+        futures = admin.delete_topics(doomed[start : start + BATCH], operation_timeout=60)
         for future in futures.values():
             try:
                 future.result(timeout=90)

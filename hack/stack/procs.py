@@ -69,16 +69,23 @@ def pid_of(name: str) -> int | None:
     return pid
 
 
-def spawn(name: str, cmd: list[str], *, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> int:
+def spawn(
+    name: str, cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> int:
     paths.LOGS.mkdir(parents=True, exist_ok=True)
     _pid_path(name).parent.mkdir(parents=True, exist_ok=True)
     with log_path(name).open("a") as out:
         out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
     _pid_path(name).write_text(str(proc.pid))
     return proc.pid
 
@@ -93,11 +100,14 @@ def wait_healthy(name: str, probe: Callable[[], bool], timeout: float) -> float:
         except Exception:  # noqa: BLE001 - a probe may fail in any way while the component starts
             pass
         if pid_of(name) is None:
-            raise ComponentError(f"{name} exited while starting; last lines of {log_path(name)}:\n"
-                                 f"{log_tail(name)}")
+            raise ComponentError(
+                f"{name} exited while starting; last lines of {log_path(name)}:\n{log_tail(name)}"
+            )
         if time.monotonic() - started > timeout:
-            raise ComponentError(f"{name} not healthy after {timeout:.0f}s; last lines of "
-                                 f"{log_path(name)}:\n{log_tail(name)}")
+            raise ComponentError(
+                f"{name} not healthy after {timeout:.0f}s; last lines of "
+                f"{log_path(name)}:\n{log_tail(name)}"
+            )
         time.sleep(0.3)
 
 

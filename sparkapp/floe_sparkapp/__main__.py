@@ -30,17 +30,20 @@ from .maintenance import ACTIONS
 
 def main(argv: list[str] | None = None) -> int:
     entered = time.time()
-    parser = argparse.ArgumentParser(prog="python -m floe_sparkapp",
-                                     description="floe's Spark job: a Kafka topic into Iceberg.")
+    parser = argparse.ArgumentParser(
+        prog="python -m floe_sparkapp", description="floe's Spark job: a Kafka topic into Iceberg."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the streaming job")
     run.add_argument("--config", required=True, help="job config (JSON)")
-    run.add_argument("--available-now", action="store_true",
-                     help="stop once caught up with the topic instead of running forever")
+    run.add_argument(
+        "--available-now",
+        action="store_true",
+        help="stop once caught up with the topic instead of running forever",
+    )
     maintain = sub.add_parser("maintain", help="run one table maintenance action")
     maintain.add_argument("--config", required=True, help="job config (JSON)")
-    maintain.add_argument("--action", required=True,
-                          choices=ACTIONS)
+    maintain.add_argument("--action", required=True, choices=ACTIONS)
     operate = sub.add_parser("operate", help="run one operation (a KafkaIcebergOperation's)")
     operate.add_argument("--config", required=True, help="job config (JSON)")
     operate.add_argument("--operation", required=True, help="the operation (JSON)")

@@ -52,4 +52,4 @@ def files_under(io: PyArrowFileIO, location: str) -> Iterator[tuple[str, Any]]:
     store = io.fs_by_scheme(scheme, netloc)
     for info in store.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)):
         if info.type == FileType.File:
-            yield location + info.path[len(root):], info
+            yield location + info.path[len(root) :], info

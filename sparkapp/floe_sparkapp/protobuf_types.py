@@ -60,14 +60,28 @@ WELL_KNOWN = "google/protobuf/"
 
 # FieldDescriptor.TYPE_* numbers
 _SCALARS: dict[int, IcebergType] = {
-    1: DoubleType(), 2: FloatType(), 3: LongType(), 4: LongType(), 5: IntegerType(),
-    6: LongType(), 7: LongType(), 8: BooleanType(), 9: StringType(), 12: BinaryType(),
-    13: LongType(), 15: IntegerType(), 16: LongType(), 17: IntegerType(), 18: LongType(),
+    1: DoubleType(),
+    2: FloatType(),
+    3: LongType(),
+    4: LongType(),
+    5: IntegerType(),
+    6: LongType(),
+    7: LongType(),
+    8: BooleanType(),
+    9: StringType(),
+    12: BinaryType(),
+    13: LongType(),
+    15: IntegerType(),
+    16: LongType(),
+    17: IntegerType(),
+    18: LongType(),
 }
 _MESSAGE, _GROUP, _ENUM = 11, 10, 14
 _SPECIAL: dict[str, IcebergType] = {"google.protobuf.Timestamp": TimestamptzType()}
-_UNSUPPORTED = {"google.protobuf.Duration": "a Duration (Spark reads it as an interval, which "
-                                            "Iceberg has no type for)"}
+_UNSUPPORTED = {
+    "google.protobuf.Duration": "a Duration (Spark reads it as an interval, which "
+    "Iceberg has no type for)"
+}
 
 
 class ProtobufCompileError(SchemaMappingError):
@@ -89,10 +103,20 @@ def compile_schema(schema: str, references: tuple[tuple[str, str], ...] = ()) ->
             path.write_text(text)
         out = root / "__floe.desc"
         done = subprocess.run(
-            [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}",
-             f"-I{Path(grpc_tools.__file__).parent / '_proto'}", "--include_imports",
-             f"--descriptor_set_out={out}", WRITER_FILE],
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"-I{root}",
+                f"-I{Path(grpc_tools.__file__).parent / '_proto'}",
+                "--include_imports",
+                f"--descriptor_set_out={out}",
+                WRITER_FILE,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             message = (done.stderr or done.stdout).strip().replace(str(root) + "/", "")
             raise ProtobufCompileError(f"protoc cannot compile the schema: {message[:500]}")
@@ -150,7 +174,8 @@ def message_of(descriptor_set: bytes, name: str | None = None) -> Message:
         if not match:
             raise SchemaMappingError(
                 f"the Protobuf schema has no message {name}; it has "
-                f"{', '.join(full for full, _ in found)}")
+                f"{', '.join(full for full, _ in found)}"
+            )
         full, path = match[0]
     encoded = _zigzag_varint(len(path)) + b"".join(_zigzag_varint(i) for i in path)
     return Message(full, (b"\x00", encoded) if path == (0,) else (encoded,))
@@ -187,15 +212,16 @@ def protobuf_to_iceberg(descriptor_set: bytes, message: str, first_id: int = 1) 
         for field in descriptor.fields:
             at = f"{where}.{field.name}" if where else field.name
             field_id = new_id()
-            is_map = (field.type == _MESSAGE and field.message_type.GetOptions().map_entry)
+            is_map = field.type == _MESSAGE and field.message_type.GetOptions().map_entry
             if is_map:
                 key_field, value_field = field.message_type.fields
                 key_id, value_id = new_id(), new_id()
                 value = field_type(value_field, f"{at}.value", path)
                 if value is None:
                     continue
-                kind: IcebergType = MapType(key_id, field_type(key_field, at, path), value_id,
-                                            value, value_required=False)
+                kind: IcebergType = MapType(
+                    key_id, field_type(key_field, at, path), value_id, value, value_required=False
+                )
             elif _repeated(field):
                 element_id = new_id()
                 element = field_type(field, f"{at}.element", path)

@@ -28,8 +28,12 @@ class Registry:
     ``latest_ttl_seconds``: how long the subject's latest version is kept (the client keeps
     it for good when None, which suits a client used once)."""
 
-    def __init__(self, config: SchemaRegistrySpec, user_info: str | None = None,
-                 latest_ttl_seconds: float | None = None):
+    def __init__(
+        self,
+        config: SchemaRegistrySpec,
+        user_info: str | None = None,
+        latest_ttl_seconds: float | None = None,
+    ):
         settings: dict[str, object] = {"url": config.url}
         if latest_ttl_seconds is not None:
             settings["cache.latest.ttl.sec"] = latest_ttl_seconds
@@ -59,14 +63,22 @@ class Registry:
             if error.http_status_code == 404:
                 return None
             raise
-        return RegisteredSchema(schema_id, found.schema_str, found.schema_type or "AVRO",
-                                references=self._references(found.references))
+        return RegisteredSchema(
+            schema_id,
+            found.schema_str,
+            found.schema_type or "AVRO",
+            references=self._references(found.references),
+        )
 
     def latest(self, subject: str | None = None) -> RegisteredSchema:
         found = self.client.get_latest_version(subject or self.config.subject)
-        return RegisteredSchema(found.schema_id, found.schema.schema_str,
-                                found.schema.schema_type or "AVRO", found.version,
-                                self._references(found.schema.references))
+        return RegisteredSchema(
+            found.schema_id,
+            found.schema.schema_str,
+            found.schema.schema_type or "AVRO",
+            found.version,
+            self._references(found.schema.references),
+        )
 
     def version_ids(self, subject: str | None = None, newest: int = 50) -> list[int]:
         """The schema ids of the subject's versions (the ``newest`` of them), oldest first."""

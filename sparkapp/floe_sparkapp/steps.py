@@ -42,7 +42,9 @@ def taken() -> dict[str, float]:
     """The steps' seconds since the last call (to the millisecond, the longest first); starts
     counting anew."""
     found, _ = _state()
-    result = {name: round(seconds, 3)
-              for name, seconds in sorted(found.items(), key=lambda item: -item[1])}
+    result = {
+        name: round(seconds, 3)
+        for name, seconds in sorted(found.items(), key=lambda item: -item[1])
+    }
     found.clear()
     return result
