@@ -465,7 +465,9 @@ class ConnectWorker:
                 # the registry's converter, reading the Confluent framing (4-byte content ids)
                 "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
                 "value.converter.apicurio.registry.url": registry,
-                "value.converter.apicurio.registry.id-handler": "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+                "value.converter.apicurio.registry.id-handler": (
+                    "io.apicurio.registry.serde.Legacy4ByteIdHandler"
+                ),
                 "value.converter.apicurio.registry.use-id": "contentId",
                 "consumer.auto.offset.reset": "earliest",
                 "consumer.isolation.level": "read_committed",
@@ -489,7 +491,9 @@ class ConnectWorker:
                 "iceberg.control.commit.interval-ms": str(interval * 1000),
                 "iceberg.kafka.bootstrap.servers": bootstrap,
                 "transforms": "metadata",
-                "transforms.metadata.type": "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
+                "transforms.metadata.type": (
+                    "org.apache.iceberg.connect.transforms.KafkaMetadataTransform"
+                ),
             },
         )
         (self.work / "log4j2.properties").write_text(

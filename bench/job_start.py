@@ -240,8 +240,8 @@ def _restarts(env: dict[str, str], work: Path, name: str, settings: str, starts:
             # the records go once the old driver is gone (the new one has its name), so that
             # they wait for the new job's first batch
             if not topic.wait_until(
-                lambda: len(recorder.pods) > pods,
-                timeout=300,  # noqa: B023 - called within this iteration
+                lambda: len(recorder.pods) > pods,  # noqa: B023 - called within this iteration
+                timeout=300,
                 interval=0.5,
             ):
                 raise SystemExit(f"{name}: restart {n} made no driver pod ({work})")

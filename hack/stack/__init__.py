@@ -195,12 +195,16 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_TOXIPROXY_URL": components.toxiproxy_url(state),
         # The same neighbours through their fault proxies (tests/faultproxy.py adds the faults)
         "FLOE_FAULTY_KAFKA_BOOTSTRAP": components.proxied_address(state, "kafka"),
-        "FLOE_FAULTY_SCHEMA_REGISTRY_URL": f"http://{components.proxied_address(state, 'registry')}/apis/ccompat/v7",
+        "FLOE_FAULTY_SCHEMA_REGISTRY_URL": (
+            f"http://{components.proxied_address(state, 'registry')}/apis/ccompat/v7"
+        ),
         "FLOE_FAULTY_S3_ENDPOINT": f"http://{components.proxied_address(state, 's3')}",
         "FLOE_FAULTY_POSTGRES_JDBC": f"jdbc:postgresql://"
         f"{components.proxied_address(state, 'postgres')}/"
         f"{components.POSTGRES_DATABASE}",
-        "FLOE_FAULTY_REST_CATALOG_URI": f"http://{components.proxied_address(state, 'rest_catalog')}",
+        "FLOE_FAULTY_REST_CATALOG_URI": (
+            f"http://{components.proxied_address(state, 'rest_catalog')}"
+        ),
         "FLOE_SPARK_JARS": ",".join(jars),
         # The same jars on the driver's class path, where the JVMs' class-data-sharing archive
         # (hack/stack/cds.py) holds their classes too: a local JVM starts seconds sooner.

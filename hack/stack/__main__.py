@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             result = health(state)
             for name, ok in result.items():
                 print(
-                    f"{name:<26} {'healthy' if ok else 'DOWN':<8} log: {paths.LOGS / (name + '.log')}"
+                    f"{name:<26} {'healthy' if ok else 'DOWN':<8} "
+                    f"log: {paths.LOGS / (name + '.log')}"
                 )
             return 0 if all(result.values()) else 1
         if state is None:

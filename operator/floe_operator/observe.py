@@ -351,9 +351,9 @@ def observe_operation(
             replace(
                 world,
                 refused=(
-                    f"table {identifier} lands in branch {ref} (table.branch), and a roll back moves "
-                    f"main: roll main back with Iceberg's rollback_to_snapshot procedure, or drop the "
-                    f"branch to land again, into a new one made from main, what main lacks"
+                    f"table {identifier} lands in branch {ref} (table.branch), and a roll back "
+                    f"moves main: roll main back with Iceberg's rollback_to_snapshot procedure, or "
+                    f"drop the branch to land again, into a new one made from main, what main lacks"
                 ),
             ),
             table,

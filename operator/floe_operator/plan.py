@@ -352,8 +352,8 @@ def _plan_table(topic: Topic, world: World, decided: _Decisions) -> bool:
             "TableAdopted",
             (
                 f"table {topic.spec.table.identifier} was written by {table.owner}, which is gone: "
-                f"this resource takes it over and goes on from the offsets committed for Kafka topic "
-                f"{topic.spec.kafka.topic}"
+                f"this resource takes it over and goes on from the offsets committed for Kafka "
+                f"topic {topic.spec.kafka.topic}"
             ),
         ),
     )
@@ -772,8 +772,9 @@ def _plan_rollback(
             True,
             "RolledBack",
             (
-                f"generation {topic.generation}'s job did not become healthy within {policy.window} "
-                f"({reason.splitlines()[0][:300] if reason else 'no error'}): rolling back to "
+                f"generation {topic.generation}'s job did not become healthy within "
+                f"{policy.window} ({reason.splitlines()[0][:300] if reason else 'no error'}): "
+                f"rolling back to "
                 f"generation {stable['generation']}'s spec; the resource keeps its spec as written"
             ),
         )

@@ -305,9 +305,10 @@ def job_metrics(text: str, now: dt.datetime) -> str:
         lines.append("Kafka lag:   " + ", ".join(f"partition {p}: {int(v)}" for p, v in lag))
     batches = total("floe_job_batch_duration_seconds_count")
     if batches:
+        commit_seconds = total("floe_job_commit_duration_seconds_sum")
+        commits = max(1, total("floe_job_commit_duration_seconds_count"))
         lines.append(
             f"Batches:     {total('floe_job_batch_duration_seconds_sum') / batches:.2f} s "
-            f"on average, commits "
-            f"{total('floe_job_commit_duration_seconds_sum') / max(1, total('floe_job_commit_duration_seconds_count')):.2f} s"
+            f"on average, commits {commit_seconds / commits:.2f} s"
         )
     return "\n".join(lines) + "\n"

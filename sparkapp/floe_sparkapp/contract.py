@@ -603,8 +603,8 @@ class TableLayout(_Model):
             max_length=MAX_PARTITION_FIELDS,
             description=(
                 "More partition fields after partitioning's (set partitioning none for these "
-                "alone), each an Iceberg transform of a column of the value, the decoded key or the "
-                "lineage: value.region (identity), year(f), month(f), day(f), hour(f), "
+                "alone), each an Iceberg transform of a column of the value, the decoded key or "
+                "the lineage: value.region (identity), year(f), month(f), day(f), hour(f), "
                 "bucket(16, value.customer_id), truncate(4, value.sku). A change evolves the "
                 "table's partition spec; files written before keep theirs."
             ),

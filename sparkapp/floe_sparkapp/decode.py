@@ -4,8 +4,9 @@ Values in the Confluent wire format are decoded in the JVM, once per writer sche
 in the batch: Avro with ``from_avro``, Protobuf with ``from_protobuf`` (the message-index array
 after the header checked and cut per record), JSON Schema with ``from_json``.  Each is then
 projected by name onto the table's current value struct (missing fields null, widened types
-cast).  Plain JSON values (no header) are parsed against the table's struct directly.  A value that cannot be decoded keeps its bytes in ``value_raw`` with the
-reason in ``value_error``; no record is dropped.  A null value (tombstone) is a row with a null
+cast).  Plain JSON values (no header) are parsed against the table's struct directly.  A value
+that cannot be decoded keeps its bytes in ``value_raw`` with the reason in ``value_error``; no
+record is dropped.  A null value (tombstone) is a row with a null
 value and no error.
 """
 

@@ -350,9 +350,9 @@ def publish(table: Any, branch: str, snapshot_id: int | None = None) -> Publicat
             error=(
                 f"main (snapshot {main_id}) is not an ancestor of branch {branch}'s snapshot "
                 f"{target}: main changed outside floe (a write to main, or a roll back to a "
-                f"snapshot the branch does not have), and floe does not force it. Roll main back to "
-                f"a snapshot of the branch, or drop the branch: the job then lands again, into a "
-                f"new branch made from main, what main lacks"
+                f"snapshot the branch does not have), and floe does not force it. Roll main back "
+                f"to a snapshot of the branch, or drop the branch: the job then lands again, into "
+                f"a new branch made from main, what main lacks"
             ),
         )
     from pyiceberg.table.update.snapshot import ManageSnapshots

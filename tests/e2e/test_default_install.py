@@ -96,8 +96,8 @@ def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_driv
         expected = {str(p): o for p, o in producer.next_offsets().items()}
         return offsets.get("committed") == expected and offsets.get("lag") == 0
 
-    operator_log = lambda: (
-        subprocess.run(  # noqa: E731 - read only when a wait fails
+    operator_log = lambda: (  # noqa: E731 - read only when a wait fails
+        subprocess.run(
             [
                 "kubectl",
                 "logs",

@@ -273,8 +273,8 @@ def test_prometheus_scrapes_the_operator_and_a_running_job_through_the_charts_mo
                     .replace("$name", "orders")
                     .replace("$__rate_interval", "1m")
                 )
-                assert wait_until(lambda: query(expr), timeout=30, interval=1), (
-                    panel["title"],  # noqa: B023 - called within this iteration
+                assert wait_until(lambda: query(expr), timeout=30, interval=1), (  # noqa: B023 - called within this iteration
+                    panel["title"],
                     expr,
                 )
     finally:  # the resource goes while its operator runs, then the release and its namespace

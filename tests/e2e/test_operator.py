@@ -871,9 +871,9 @@ def test_deletion_policy_retain_keeps_the_table_and_delete_drops_it(
         body["spec"]["spark"]["checkpointLocation"] = str(tmp_path / f"checkpoint-{name}")
         custom.create_namespaced_custom_object(*resources, body)
     for name in policies:
-        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(
+        assert wait_until(lambda: exists(f"analytics.{name}"), timeout=60), logs(  # noqa: B023 - called within this iteration
             tmp_path, namespace
-        )  # noqa: B023 - called within this iteration
+        )
     for name in policies:  # both at once: each waits on its own application (unseen here)
         custom.delete_namespaced_custom_object(*resources, name)
 

@@ -1,4 +1,5 @@
-"""Two operator replicas sharing a KopfPeering: only one acts; when it dies, the other takes over."""
+"""Two operator replicas sharing a KopfPeering: only one acts; when it dies, the other takes
+over."""
 
 from __future__ import annotations
 

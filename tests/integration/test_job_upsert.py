@@ -114,7 +114,7 @@ def metadata(table) -> dict:
 
 
 @pytest.mark.faults
-def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_its_append_starts_over(
+def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_its_append_starts_over(  # noqa: E501 - the name is the test's sentence
     stack, spark, tmp_path, topic, monkeypatch
 ):
     """A driver that starts drops the batch branches it finds (a zombie's still writing among

@@ -157,7 +157,7 @@ def test_a_rollback_moves_main_back_then_restarts_the_job_then_waits_for_the_rec
         OperationStatus.model_validate(status)
 
 
-def test_a_rollback_whose_records_kafka_deletes_before_they_land_again_fails_saying_where_they_are():
+def test_a_rollback_whose_records_kafka_deletes_before_they_land_again_fails_saying_where_they_are():  # noqa: E501 - the name is the test's sentence
     """Main moved back, then retention deleted records after the snapshot before the job
     landed them again: the job stops with DataLoss, and the operation ends Failed (not Running
     for ever) naming the snapshot that still holds their rows.  A DataLoss from before the
