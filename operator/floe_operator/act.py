@@ -122,9 +122,11 @@ def _run_on_table(
     if isinstance(action, EvolveTable):
         return _evolve(world, topic, job, logger)
     if isinstance(action, ApplyApproved):
-        table = world.table.handle
+        table, registry = world.table.handle, world.registry
+        # planned only where the registry's value was read (plan._plan_schema)
+        assert registry is not None and registry.value is not None
         try:
-            renamed = apply_approved_breaking(table, world.registry.value, action.version)
+            renamed = apply_approved_breaking(table, registry.value, action.version)
         except BreakingChange as refused:
             logger.warning(
                 "schema: approved version %s cannot be applied: %s", action.version, refused
@@ -253,9 +255,11 @@ def _create_table(
 
 
 def _evolve(world: World, topic: Topic, job: JobConfig, logger: Any) -> World:
-    table = world.table.handle
+    table, registry = world.table.handle, world.registry
+    # planned only where the registry's value was read (plan._plan_schema)
+    assert registry is not None and registry.value is not None
     try:
-        evolution = apply_evolution(table, world.registry.value)
+        evolution = apply_evolution(table, registry.value)
     except BreakingChange:  # the table changed since the visit looked: the next plan says so
         table.refresh()
         return _table(world, table, topic, job)

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
 
@@ -223,7 +223,7 @@ def _now() -> dt.datetime:
 
 
 def _topic(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
-    item = cluster.topic(namespace, name)
+    item: dict[str, Any] | None = cluster.topic(namespace, name)
     if item is None:
         raise Failure(f'KafkaIcebergTopic "{name}" not found in namespace "{namespace}"')
     return item

@@ -7,10 +7,10 @@ dependencies (``pip install floe``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from .names import GROUP, JOB_METRICS_PORT, OPERATION_PLURAL, PLURAL, VERSION
 
@@ -59,7 +59,10 @@ class Cluster:
 
     def topic(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            found = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+            return cast(dict[str, Any], found)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -76,20 +79,23 @@ class Cluster:
             yield event["type"], event["object"]
 
     def create_operation(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.custom.create_namespaced_custom_object(
+        made = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, OPERATION_PLURAL, body
         )
+        return cast(dict[str, Any], made)
 
     def operation(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(
+        found = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, namespace, OPERATION_PLURAL, name
         )
+        return cast(dict[str, Any], found)
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """A merge patch of the resource (its spec, or its annotations)."""
-        return self.custom.patch_namespaced_custom_object(
+        patched = self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, body
         )
+        return cast(dict[str, Any], patched)
 
     def annotate(self, namespace: str, name: str, key: str, value: str) -> dict[str, Any]:
         return self.patch(namespace, name, {"metadata": {"annotations": {key: value}}})
@@ -114,13 +120,14 @@ class Cluster:
         app = ((item.get("status") or {}).get("sparkApplication") or {}).get("name")
         if not app:
             return None
-        pods = self.core.list_namespaced_pod(
+        pods: list[Any] = self.core.list_namespaced_pod(
             item["metadata"]["namespace"],
             label_selector=f"sparkoperator.k8s.io/app-name={app},spark-role=driver",
         ).items
         if not pods:
             return None
-        return max(pods, key=lambda p: p.metadata.creation_timestamp).metadata.name
+        newest: str | None = max(pods, key=lambda p: p.metadata.creation_timestamp).metadata.name
+        return newest
 
     def logs(
         self, namespace: str, pod: str, *, follow: bool = False, tail: int | None = None

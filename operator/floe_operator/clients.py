@@ -197,7 +197,8 @@ def group_offsets(
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(kafka_settings(job, secrets))
+    settings: dict[str, str | int | float | bool] = {**kafka_settings(job, secrets)}
+    admin = AdminClient(settings)
     found = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
     )

@@ -12,16 +12,8 @@ from typing import Any
 import yaml
 
 from . import operation
-from .resource import (
-    GROUP,
-    KIND,
-    PLURAL,
-    SHORT_NAMES,
-    SINGULAR,
-    VERSION,
-    KafkaIcebergTopicSpec,
-    KafkaIcebergTopicStatus,
-)
+from .names import GROUP, KIND, PLURAL, VERSION
+from .resource import SHORT_NAMES, SINGULAR, KafkaIcebergTopicSpec, KafkaIcebergTopicStatus
 
 _DROP = {"title"}
 
@@ -74,7 +66,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
 def _schema(model: Any) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True, mode="validation")
     defs = schema.pop("$defs", {})
-    return _structural(schema, defs)
+    structural: dict[str, Any] = _structural(schema, defs)
+    return structural
 
 
 def spec_schema() -> dict[str, Any]:
@@ -92,7 +85,8 @@ def _without_defaults(node: Any) -> Any:
 def status_schema() -> dict[str, Any]:
     """The status's schema, without defaults: the API server would fill in what the operator
     did not write, and the operator would see a change where there is none."""
-    return _without_defaults(_schema(KafkaIcebergTopicStatus))
+    schema: dict[str, Any] = _without_defaults(_schema(KafkaIcebergTopicStatus))
+    return schema
 
 
 def _condition_column(kind: str) -> str:

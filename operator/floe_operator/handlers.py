@@ -28,9 +28,9 @@ from floe_sparkapp.contract import CommitSpec
 
 from . import act, clients, metrics, observe, operation, render, view
 from .clock import epoch, now_ms
-from .plan import APPROVAL, Plan, invalid, plan, plan_delete, stalled_since
+from .names import APPROVAL, GROUP, PLURAL, VERSION
+from .plan import Plan, invalid, plan, plan_delete, stalled_since
 from .render import MANAGED_BY, SPARK_API
-from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
 from .status import ACCOUNT_MISSING, NOT_WATCHING
 
@@ -80,30 +80,40 @@ def _invalid(error: ValidationError) -> str:
 
 
 @kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
-async def floe_apps(namespace: str, labels: Mapping[str, str], body: Any, **_: Any) -> dict:
+async def floe_apps(
+    namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any
+) -> dict[tuple[str, str], view.App]:
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.app_entry(namespace, labels, body)
 
 
 @kopf.index("v1", "configmaps", labels=MANAGED_BY)
 async def floe_config_maps(
-    namespace: str, name: str, annotations: Mapping[str, str], **_: Any
-) -> dict:
+    namespace: str | None, name: str, annotations: Mapping[str, str], **_: Any
+) -> dict[tuple[str, str], str]:
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.config_map_entry(namespace, name, annotations)
 
 
 @kopf.index("batch", "v1", "cronjobs", labels=MANAGED_BY)
 async def floe_cron_jobs(
-    namespace: str, name: str, labels: Mapping[str, str], annotations: Mapping[str, str], **_: Any
-) -> dict:
+    namespace: str | None,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    **_: Any,
+) -> dict[tuple[str, str], tuple[str, str]]:
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.cron_job_entry(namespace, name, labels, annotations)
 
 
 @kopf.index("v1", "serviceaccounts")
 async def floe_accounts(
-    namespace: str, name: str, labels: Mapping[str, str], meta: Any, **_: Any
-) -> dict:
+    namespace: str | None, name: str, labels: Mapping[str, str], meta: Any, **_: Any
+) -> dict[tuple[str, str], view.Account]:
     """The ServiceAccounts a driver may run as: a missing one is named on the status (or made,
     with FLOE_SPARK_ACCOUNT_ROLE), and the job waits for it."""
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.account_entry(namespace, name, labels, meta.get("ownerReferences") or [])
 
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import base64
 import functools
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from . import redact
 from .errors import retry_later
+from .names import GROUP, PLURAL, VERSION
 from .render import SPARK_API
-from .resource import GROUP, PLURAL, VERSION
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 SPARK_PLURAL = "sparkapplications"
@@ -113,9 +113,10 @@ def apply_config_map(body: dict[str, Any]) -> None:
 
 def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return custom().get_namespaced_custom_object(
+        found = custom().get_namespaced_custom_object(
             SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
         )
+        return cast(dict[str, Any], found)
     except ApiException as error:
         if error.status == 404:
             return None
@@ -125,9 +126,11 @@ def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
 def spark_applications(namespace: str, selector: str) -> list[dict[str, Any]]:
     """The SparkApplications of ``namespace`` that ``selector`` (labels) selects."""
     try:
-        return custom().list_namespaced_custom_object(
+        found = custom().list_namespaced_custom_object(
             SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, label_selector=selector
-        )["items"]
+        )
+        items: list[dict[str, Any]] = cast(dict[str, Any], found)["items"]
+        return items
     except ApiException as error:
         raise _temporary(f"listing SparkApplications {selector}", error) from None
 
@@ -136,9 +139,10 @@ def create_spark_application(body: dict[str, Any]) -> dict[str, Any] | None:
     """Creates the application and returns it; None if one by that name exists already."""
     meta = body["metadata"]
     try:
-        return custom().create_namespaced_custom_object(
+        made = custom().create_namespaced_custom_object(
             SPARK_GROUP, SPARK_VERSION, meta["namespace"], SPARK_PLURAL, body
         )
+        return cast(dict[str, Any], made)
     except ApiException as error:
         if error.status == 409:
             return None
@@ -159,14 +163,16 @@ def running_pods(namespace: str, app: str) -> list[str]:
     """The pods of a SparkApplication (its driver and executors) that have not ended, terminating
     ones included: what may still write to its table."""
     try:
-        found = core().list_namespaced_pod(
-            namespace, label_selector=f"{SPARK_GROUP}/app-name={app}"
+        pods: list[Any] = (
+            core()
+            .list_namespaced_pod(namespace, label_selector=f"{SPARK_GROUP}/app-name={app}")
+            .items
         )
     except ApiException as error:
         raise _temporary(f"listing the pods of {app}", error) from None
     return sorted(
         pod.metadata.name
-        for pod in found.items
+        for pod in pods
         if (pod.status.phase if pod.status else None) not in ("Succeeded", "Failed")
     )
 
@@ -216,7 +222,8 @@ def annotate_topic(namespace: str, name: str, key: str, value: str) -> None:
 
 def get_topic(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        found = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return cast(dict[str, Any], found)
     except ApiException as error:
         if error.status == 404:
             return None

@@ -11,11 +11,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from pyiceberg.types import StructType
 
 from floe_sparkapp.avro_types import SchemaMappingError
 from floe_sparkapp.config import JobConfig
+from floe_sparkapp.contract import BackfillSpec, RepairSpec, ReplaySpec
 from floe_sparkapp.evolution import value_struct
 from floe_sparkapp.layout import LayoutMismatch, check_layout
 from floe_sparkapp.ledger import (
@@ -250,7 +252,7 @@ def job_activity(namespace: str, app: App) -> str:
         # Its status and reason only: the same words at each visit (no status write each time).
         said = (
             f"{error.status} {error.reason}"
-            if hasattr(error, "status")
+            if isinstance(error, ApiException)
             else f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         )
         return f"not saying what it does: its metrics could not be read ({said})"
@@ -325,9 +327,11 @@ def observe_operation(
         return world, None, topic
     batch = spec.type in operation.BATCHES
     if batch:
+        section = spec.section  # a Repair's, a Backfill's or a Replay's (the model checks)
+        assert isinstance(section, (RepairSpec, BackfillSpec, ReplaySpec))
         world = replace(
             world,
-            refused=spec.section.refused(topic.spec, destination.table),
+            refused=section.refused(topic.spec, destination.table),
             run=_newest_run(meta["namespace"], world.uid),
         )
     config = catalog_config(destination, Secrets.of(topic))

@@ -16,10 +16,12 @@ an operation tried again after a crash of the operator finds its record and does
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from floe_sparkapp.contract import BackfillSpec, RepairSpec, ReplaySpec, Rule, _Model
 
@@ -31,7 +33,7 @@ KIND, PLURAL = OPERATION_KIND, OPERATION_PLURAL
 SINGULAR = "kafkaicebergoperation"
 SHORT_NAMES = ["kio"]
 
-_TIME = {"format": "date-time"}
+_TIME: JsonDict = {"format": "date-time"}
 _DIGITS = r"^[0-9]{1,19}$"
 
 
@@ -577,7 +579,12 @@ def _unsafe_rollback(world: OperationWorld, table: str, to: int) -> tuple[str, s
     )
 
 
-def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) -> OperationPlan:
+def _batch(
+    world: OperationWorld,
+    spec: OperationSpec,
+    ends: Callable[..., OperationPlan],
+    waits: Callable[..., OperationPlan],
+) -> OperationPlan:
     """An operation run as a Spark job (Repair, Backfill): the job started (again, after a
     failed attempt, up to :data:`MAX_ATTEMPTS`), until its outcome is recorded on the table."""
     section = spec.section
@@ -591,7 +598,7 @@ def _batch(world: OperationWorld, spec: OperationSpec, ends: Any, waits: Any) ->
     previous = world.status
     run = world.run
     attempts = max(run.attempt if run else 0, int(previous.get("attempts") or 0))
-    more = {
+    more: dict[str, Any] = {
         "attempts": attempts or None,
         "application": run.name if run else previous.get("application"),
         "lastError": previous.get("lastError"),

@@ -37,9 +37,8 @@ from floe_sparkapp.evolution import plan_evolution
 from . import redact, render
 from .appstate import ENDED, FAILED, SUBMITTING, AppState
 from .clock import epoch, iso
-from .names import APPROVAL
+from .names import APPROVAL, GROUP, RESTART
 from .render import Topic
-from .resource import GROUP
 from .settings import OperatorSettings
 from .status import Observation, status
 from .view import App, Deletion, TableView, World, as_status_offsets, by_partition
@@ -185,7 +184,8 @@ class Plan:
 def failover_delay(failovers: int, first: float = 10, most: float = 300) -> float:
     """Seconds to wait before recreating a failed job: ``first`` (10 s), doubling with each
     failover in a row, at most ``most`` (5 minutes)."""
-    return min(most, first * 2**failovers)
+    doubling: int = 2**failovers  # (an int's power is typed Any: a negative one is a float)
+    return min(most, first * doubling)
 
 
 # The job's exit codes for what only the user can resolve.
@@ -438,7 +438,7 @@ def _plan_job(
             if topic.rolled_back_to is not None
             else f"spec changed (generation {app.generation} -> {topic.generation})"
             if app.generation != str(topic.generation)
-            else f"restart asked for ({render.RESTART}: {topic.restart})"
+            else f"restart asked for ({RESTART}: {topic.restart})"
             if topic.restart
             else "the operator's settings changed"
         )
@@ -656,7 +656,8 @@ def _lag(world: World) -> int | None:
     views = [world.table, *world.routes.values()]
     if world.latest_offsets is None or any(view.error for view in views):
         return None
-    return as_status_offsets(_lowest(views), world.latest_offsets)["lag"]
+    lag: int | None = as_status_offsets(_lowest(views), world.latest_offsets)["lag"]
+    return lag
 
 
 def healthy(topic: Topic, world: World, settings: OperatorSettings) -> bool:

@@ -21,8 +21,8 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
-from .names import JOB_METRICS_PORT, OPERATION_KIND, PUBLISH, RESTART
-from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
+from .names import GROUP, JOB_METRICS_PORT, KIND, OPERATION_KIND, PUBLISH, RESTART, VERSION
+from .resource import KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 
 JOB_CONFIG_KEY = "job.json"
@@ -233,7 +233,7 @@ def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
 
 # What only the maintenance runs, the deletion or the operator use: changing it does not
 # restart the job (the job expires snapshots itself, so their retention restarts it).
-NOT_THE_JOBS = {
+NOT_THE_JOBS: dict[str, Any] = {
     "generation": True,
     "suspend": True,
     "table": {"deletion_policy"},

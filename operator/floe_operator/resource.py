@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from floe_sparkapp.contract import (
     ResourcesSpec,
@@ -37,17 +38,24 @@ class ExecutorSpec(ResourcesSpec):
 
 # A Kubernetes object the API server checks where it is used (a pod), kept as written here.
 # Volume names are DNS labels (at most 63 characters), which also bounds the CEL rule's cost.
-_NAME = {"type": "string", "maxLength": 63}
-_K8S_OBJECT = {
+_NAME: JsonDict = {"type": "string", "maxLength": 63}
+_K8S_OBJECT: JsonDict = {
     "type": "object",
     "required": ["name"],
     "properties": {"name": _NAME},
     "x-kubernetes-preserve-unknown-fields": True,
 }
+_VOLUME_MOUNTS: JsonDict = {
+    "items": {
+        **_K8S_OBJECT,
+        "required": ["name", "mountPath"],
+        "properties": {"name": _NAME, "mountPath": {"type": "string", "maxLength": 4096}},
+    }
+}
 
 # Objects of the pod's own API (a toleration, an EnvFromSource, an affinity, a security
 # context), kept as written: the API server checks them in the pod.
-_POD_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_POD_OBJECT: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
 def _pod_object_field(schema: dict[str, Any]) -> None:
@@ -56,7 +64,14 @@ def _pod_object_field(schema: dict[str, Any]) -> None:
     schema.update(_POD_OBJECT)
 
 
-_LABELS = {"maxProperties": 64}
+_LABELS: JsonDict = {"maxProperties": 64}
+_ENV_VARS: JsonDict = {
+    "items": {
+        **_POD_OBJECT,
+        "required": ["name"],
+        "properties": {"name": {"type": "string", "maxLength": 253}},
+    }
+}
 
 
 class PodSpec(_Model):
@@ -104,13 +119,7 @@ class PodSpec(_Model):
         max_length=64,
         description="Extra environment variables of the Spark containers (Kubernetes EnvVar "
         "objects, e.g. valueFrom a Secret).",
-        json_schema_extra={
-            "items": {
-                **_POD_OBJECT,
-                "required": ["name"],
-                "properties": {"name": {"type": "string", "maxLength": 253}},
-            }
-        },
+        json_schema_extra=_ENV_VARS,
     )
     env_from: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -186,13 +195,7 @@ class _SparkJob(_Model):
         max_length=32,
         description="Where the Spark containers mount those volumes (Kubernetes VolumeMount "
         "objects).",
-        json_schema_extra={
-            "items": {
-                **_K8S_OBJECT,
-                "required": ["name", "mountPath"],
-                "properties": {"name": _NAME, "mountPath": {"type": "string", "maxLength": 4096}},
-            }
-        },
+        json_schema_extra=_VOLUME_MOUNTS,
     )
 
 
@@ -251,7 +254,7 @@ class KafkaIcebergTopicSpec(TopicSpec):
 # ``kubectl explain kit.status`` reads these descriptions, and the API server keeps no field
 # that is not here.
 
-_TIME = {"format": "date-time"}
+_TIME: JsonDict = {"format": "date-time"}
 _OFFSETS = "Per Kafka partition (its number as the key), "
 
 

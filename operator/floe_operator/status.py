@@ -286,7 +286,9 @@ def merge_conditions(
                 "reason": condition.reason,
                 "message": condition.message,
                 "observedGeneration": generation,
-                "lastTransitionTime": now if moved else old.get("lastTransitionTime", now),
+                "lastTransitionTime": (
+                    now if moved or old is None else old.get("lastTransitionTime", now)
+                ),
             }
         )
     return merged

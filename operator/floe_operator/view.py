@@ -14,8 +14,8 @@ from pyiceberg.types import StructType
 
 from .appstate import error_of, state_of
 from .clock import epoch
+from .names import GROUP, KIND
 from .render import APPLIED, Topic
-from .resource import GROUP, KIND
 
 GENERATION = f"{GROUP}/generation"
 FINGERPRINT = f"{GROUP}/job-fingerprint"

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return _operate(config, args.operation)
 
     from . import metrics
-    from .job import run
+    from .job import run as run_job
     from .kafka_offsets import DataLossError
     from .ledger import TableInUse
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics.serve(config.writer, [d.table.identifier for d in config.destinations()], entered)
 
     try:
-        run(config, available_now=args.available_now)
+        run_job(config, available_now=args.available_now)
     except DataLossError as error:
         print(f"floe: {error}", file=sys.stderr)
         return DATA_LOSS

@@ -202,7 +202,7 @@ class _Mapper:
 
 
 def _full_name(schema: dict[str, Any], namespace: str | None) -> str:
-    name = schema["name"]
+    name: str = schema["name"]
     if "." in name:
         return name
     space = schema.get("namespace", namespace)

@@ -10,6 +10,7 @@ its ADLSFileIO; PyIceberg reads all three through :class:`floe_sparkapp.fileio.A
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -112,7 +113,9 @@ S3A_OPTIONS = {
 }
 
 
-def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset()) -> dict[str, str]:
+def s3a_conf(
+    catalog: CatalogSpec, location: str, given: AbstractSet[str] = frozenset()
+) -> dict[str, str]:
     """Hadoop S3A settings for a checkpoint ``location`` in the warehouse's bucket: the catalog's
     endpoint, path style, keys and region, for that bucket alone (``fs.s3a.bucket.<b>.*``), so
     the checkpoint is written where and as the table is. A key the user set in ``given``

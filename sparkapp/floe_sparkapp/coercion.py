@@ -182,7 +182,7 @@ def notes(
     as ``target``) that could not be converted."""
     from pyspark.sql import types as T
 
-    found = []
+    found: list[Any] = []
     if not isinstance(source, T.StructType) or not isinstance(target, T.StructType):
         return found
     present = {f.name: f.dataType for f in source.fields}

@@ -137,7 +137,8 @@ def _kafka_order_id(table: Any) -> int | None:
         f.transform().isIdentity() and f.direction().toString() == "ASC" for f in fields
     ):
         return None
-    return order.orderId()
+    order_id: int = order.orderId()
+    return order_id
 
 
 def _ref_times(metadata: Any) -> list[tuple[str, int | None]]:
@@ -149,7 +150,7 @@ def _ref_times(metadata: Any) -> list[tuple[str, int | None]]:
     return found
 
 
-def _ref_at(metadata: Any, snapshot_id: int, ref: str = MAIN) -> Any:
+def _ref_at(metadata: Any, snapshot_id: int | None, ref: str = MAIN) -> Any:
     """Branch ``ref``'s ref in the table's (Java) metadata, which must still be at
     ``snapshot_id``; None for a branch not made yet, which is made where ``main`` is, so
     ``main`` must be there."""
@@ -165,7 +166,9 @@ def _ref_at(metadata: Any, snapshot_id: int, ref: str = MAIN) -> Any:
     return found
 
 
-def _moved_by_others(metadata: Any, snapshot_id: int, ref: str = MAIN, limit: int = 10_000) -> None:
+def _moved_by_others(
+    metadata: Any, snapshot_id: int | None, ref: str = MAIN, limit: int = 10_000
+) -> None:
     """Checks that branch ``ref`` is at ``snapshot_id``, or moved from there only by
     snapshots that are not floe commits (a compaction, a manifest rewrite, a repair's or a
     backfill's chunk: none adds a record at or above the offsets the batch was read from), so
@@ -198,7 +201,7 @@ def _head_id(metadata: Any, ref: str = MAIN) -> int | None:
 def _landed(
     metadata: Any,
     snapshot_ids: set[int],
-    base_snapshot_id: int,
+    base_snapshot_id: int | None,
     limit: int = 10_000,
     ref: str = MAIN,
 ) -> int | None:
@@ -482,7 +485,7 @@ class BranchCommitter:
     def publish(
         self,
         staged: Staged,
-        base_snapshot_id: int,
+        base_snapshot_id: int | None,
         properties: dict[str, str],
         attempts: int = 5,
         tag: bool = True,
@@ -521,7 +524,7 @@ class BranchCommitter:
     def _publish(
         self,
         staged: Staged,
-        base_snapshot_id: int,
+        base_snapshot_id: int | None,
         properties: dict[str, str],
         attempts: int,
         tried: set[int],
@@ -575,7 +578,7 @@ class BranchCommitter:
         operations.commit(base, metadata)
 
     def _outcome(
-        self, operations: Any, tried: set[int], base_snapshot_id: int, error: Exception
+        self, operations: Any, tried: set[int], base_snapshot_id: int | None, error: Exception
     ) -> bool:
         """After a commit raised ``error``: whether one of the ``tried`` snapshots is in
         ``main``'s ancestry all the same (the catalog applied it and its reply was lost).
@@ -721,14 +724,15 @@ class BranchCommitter:
             # an ancestor of the branch, through the snapshots between
             older_than_ms = min(older_than_ms, metadata.currentSnapshot().timestampMillis())
         snapshots = metadata.snapshots()
-        count = snapshots.size()
+        count: int = snapshots.size()
         # The oldest snapshot comes first: when it is not due, none is.
         if not expiry_due(
             count, snapshots.get(0).timestampMillis() if count else None, older_than_ms, retain_last
         ):
             return 0
         table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).commit()
-        return count - table.operations().current().snapshots().size()
+        left: int = table.operations().current().snapshots().size()
+        return count - left
 
     def _drop(self, branch: str) -> None:
         for _ in range(5):

@@ -151,7 +151,7 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def parse_config(data: str | dict) -> JobConfig:
+def parse_config(data: str | dict[str, Any]) -> JobConfig:
     try:
         if isinstance(data, str):
             return JobConfig.model_validate_json(data)

@@ -25,6 +25,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from .ledger import MAIN
 from .units import (
@@ -560,7 +561,7 @@ class TableLayout(_Model):
     """A table the topic lands in, as the spec's ``table`` and each route's ``table`` write
     it (the spec's adds the catalog, which every route's table is in)."""
 
-    RULES = (
+    RULES: ClassVar[tuple[Rule, ...]] = (
         Rule(
             "self.mode != 'append' || !has(self.keyColumns) || size(self.keyColumns) == 0",
             "keyColumns apply to modes upsert and cdc only",
@@ -1088,7 +1089,7 @@ class TopicSpec(_Model):
 
 # --- the operations the job runs (a KafkaIcebergOperation's spec, the operator's) ------------
 
-_TIME = {"format": "date-time"}
+_TIME: JsonDict = {"format": "date-time"}
 
 
 def rfc3339_seconds(text: str) -> float:

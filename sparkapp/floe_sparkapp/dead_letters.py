@@ -81,7 +81,7 @@ def _cause(error: Exception) -> str:
     """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
     line of the error."""
     text = str(error)
-    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
+    causes: list[str] = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
     if causes:
         return causes[-1][:500]
     found = re.search(r"([\w.$]+(?:Exception|Error): [^\n]*)", text)
@@ -90,6 +90,7 @@ def _cause(error: Exception) -> str:
 
 def _not_yet_sent(bad: DataFrame, config: JobConfig, since_ms: int) -> DataFrame:
     """``bad`` but the records already in the dead-letter topic."""
+    assert config.dead_letter is not None
     try:
         sent = already_sent(config, since_ms)
     except Exception as error:  # noqa: BLE001 - then all are sent; a consumer keeps one
@@ -207,7 +208,7 @@ def records(spark: Any, config: JobConfig) -> DataFrame:
     )
     for key, value in kafka_client_settings(config).items():
         reader = reader.option(f"kafka.{key}", value)
-    found = reader.load()
+    found: DataFrame = reader.load()
     own = F.expr(f"filter(headers, h -> NOT startswith(h.key, '{HEADER_PREFIX}'))")
     stamp = header("floe.timestamp").cast("long")
     return (

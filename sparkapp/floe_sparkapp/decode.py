@@ -142,8 +142,8 @@ def project(
                 for f in source.fields
             ]
         )
-        present = F.filter(entries, lambda entry: entry.getField("value").isNotNull())
-        return F.when(col.isNotNull(), F.map_from_entries(present))
+        given = F.filter(entries, lambda entry: entry.getField("value").isNotNull())
+        return F.when(col.isNotNull(), F.map_from_entries(given))
     if source == T.DecimalType(20, 0) and isinstance(target, T.LongType):
         # a Protobuf uint64 (upcast by from_protobuf): the same 64 bits as a signed long
         return F.when(col > F.lit(2**63 - 1), col - F.lit(2**64)).otherwise(col).cast(target)
@@ -305,17 +305,17 @@ def _beyond_range(col: Column, kind: T.DataType, path: str = "") -> Column | Non
         return F.coalesce(*found) if found else None
     if isinstance(kind, (T.ArrayType, T.MapType)):
         array = isinstance(kind, T.ArrayType)
-        element = kind.elementType if array else kind.valueType
+        element = kind.elementType if isinstance(kind, T.ArrayType) else kind.valueType
         where = f"{path}[]"
         if _beyond_range(F.lit(None), element, where) is None:  # (no float inside)
             return None
-        return F.when(
-            F.exists(
-                col if array else F.map_values(col),
-                lambda item: _beyond_range(item, element, where).isNotNull(),
-            ),
-            F.lit(where),
-        )
+
+        def beyond(item: Column) -> Column:
+            found = _beyond_range(item, element, where)
+            assert found is not None  # a float inside, as for F.lit(None) above
+            return found.isNotNull()
+
+        return F.when(F.exists(col if array else F.map_values(col), beyond), F.lit(where))
     return None
 
 

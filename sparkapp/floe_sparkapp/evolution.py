@@ -239,7 +239,7 @@ def _value_or_refuse(table: Any, column: str = "value") -> StructType:
     return current
 
 
-def _union_value(table: Any, value: StructType, column: str = "value") -> None:
+def _union_value(table: Any, value: IcebergType, column: str = "value") -> None:
     with table.update_schema() as update:
         update.union_by_name(Schema(NestedField(1, column, value, required=False)))
 

@@ -34,9 +34,10 @@ def enable() -> None:
             by_alias: bool = True,
             **kwargs: Any,
         ) -> str:
-            return super(TableMetadataV3, self).model_dump_json(
+            dumped: str = super(TableMetadataV3, self).model_dump_json(
                 exclude_none=exclude_none, exclude=exclude, by_alias=by_alias, **kwargs
             )
+            return dumped
 
         TableMetadataV3.model_dump_json = model_dump_json  # type: ignore[method-assign]
     _enabled = True

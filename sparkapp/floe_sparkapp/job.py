@@ -66,8 +66,10 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     elif config.value.format == "json":  # without a registry: the declared columns, if any
         value = schemaless.configured_value(config.value)
     if config.key.decoded:
+        key_registry = config.key_registry()
+        assert key_registry is not None  # the contract: a decoded key needs the value's registry
         key = schemas.table_struct(
-            Registry(config.key_registry(), config.registry_auth()).latest(),
+            Registry(key_registry, config.registry_auth()).latest(),
             message=config.key.message,
         ).struct
     catalog = catalogs.load_catalog(config.catalog())
@@ -517,4 +519,5 @@ def _java_stack_trace(query: Any) -> str:
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
+    assert jvm is not None  # the query ran in this process's session
     return str(jvm.org.apache.commons.lang3.exception.ExceptionUtils.getStackTrace(failure.get()))

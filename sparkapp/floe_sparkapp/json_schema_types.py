@@ -196,7 +196,7 @@ def spark_type(kind: IcebergType) -> Any:
         return T.ArrayType(spark_type(kind.element_type))
     if isinstance(kind, MapType):
         return T.MapType(spark_type(kind.key_type), spark_type(kind.value_type))
-    simple = {
+    simple: dict[IcebergType, Any] = {
         BooleanType(): T.BooleanType(),
         IntegerType(): T.IntegerType(),
         LongType(): T.LongType(),

@@ -60,6 +60,7 @@ def apply(udf_maker: Any, *columns: Column) -> Column:
     from pyspark.sql.classic.column import _to_java_column, _to_seq
 
     context = SparkContext._active_spark_context
+    assert context is not None  # columns are applied in a running session
     return JvmColumn(udf_maker.asUdf().apply(_to_seq(context, list(columns), _to_java_column)))
 
 

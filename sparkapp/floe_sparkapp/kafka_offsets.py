@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from . import checkpoint
 from .config import JobConfig, kafka_client_settings, kafka_consumer
@@ -123,7 +123,7 @@ def check_topic_identity(config: JobConfig, committed: Committed, identity: str 
 
 def read_range(
     spark: SparkSession, config: JobConfig, start: dict[int, int], end: dict[int, int]
-) -> Any:
+) -> DataFrame:
     """The topic's records ``[start, end)`` per partition, as a Spark batch (a DataFrame with
     the columns the query's batches have)."""
     topic = config.kafka.topic

@@ -79,7 +79,7 @@ KEY_FIELDS = "key_fields"  # the decoded Kafka key (key.format avro, json or pro
 KEY_FIELDS_ID = 7
 MODE = "floe.mode"  # the table property recording the mode the table was made for
 
-_TRANSFORMS: dict[str, Transform] = {
+_TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "hour": HourTransform(),
     "day": DayTransform(),
     "month": MonthTransform(),
@@ -220,7 +220,7 @@ def _offset_ids(struct: StructType, offset: int) -> StructType:
     return assign_fresh_schema_ids(_Schema(*struct.fields), lambda: next(counter)).as_struct()
 
 
-def partition_fields(table: TableLayout) -> list[tuple[str, Transform, str]]:
+def partition_fields(table: TableLayout) -> list[tuple[str, Transform[Any, Any], str]]:
     """The table's partition fields, as (column path, transform, field name): ``partitioning``
     on ``kafka.timestamp`` first, then ``partitionBy``'s."""
     fields = []
@@ -234,13 +234,12 @@ def partition_fields(table: TableLayout) -> list[tuple[str, Transform, str]]:
         )
     for text in table.partition_by:
         column, name, width = partition_field(text)
-        transform = (
-            BucketTransform(width)
-            if name == "bucket"
-            else TruncateTransform(width)
-            if name == "truncate"
-            else _TRANSFORMS[name]
-        )
+        transform: Transform[Any, Any]
+        if name in ("bucket", "truncate"):
+            assert width is not None  # the spec's pattern gives bucket and truncate a width
+            transform = BucketTransform(width) if name == "bucket" else TruncateTransform(width)
+        else:
+            transform = _TRANSFORMS[name]
         suffix = "" if name == "identity" else f"_{name}" + (f"_{width}" if width else "")
         fields.append((column, transform, column.replace(".", "_") + suffix))
     return fields

@@ -102,7 +102,7 @@ def _counts(summary: Any, writer: str, topic: str | None) -> bool:
         return False
     if topic is not None and summary.get(TOPIC) is not None:
         return summary.get(TOPIC) == topic and summary.get(WRITER) is not None
-    return summary.get(WRITER) == writer
+    return bool(summary.get(WRITER) == writer)
 
 
 def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
@@ -185,7 +185,8 @@ def rows_commit(table: Any, snapshot: Any, topic: str | None) -> Committed:
         newest: dict[int, int] = {}
         scan = table.scan(
             snapshot_id=snapshot.snapshot_id,
-            row_filter=EqualTo("kafka.topic", topic),
+            # pyiceberg's EqualTo(term, literal): the pydantic plugin sees only the fields
+            row_filter=EqualTo("kafka.topic", topic),  # type: ignore[call-arg]
             selected_fields=("kafka.partition", "kafka.offset"),
         )
         if next(iter(scan.plan_files()), None) is not None:
@@ -264,7 +265,8 @@ OPERATION_ROWS = "floe.operation.rows"  # in its snapshot's summary: the rows it
 
 def ancestors(table: Any, limit: int = 100_000, ref: str = MAIN) -> list[Any]:
     """Branch ``ref``'s snapshots, newest first, as far as its ancestry reaches."""
-    found, snapshot = [], head(table, ref)
+    found: list[Any] = []
+    snapshot = head(table, ref)
     while snapshot is not None and len(found) < limit:
         found.append(snapshot)
         if snapshot.parent_snapshot_id is None:
@@ -398,6 +400,7 @@ def retried(table: Any, commit: Callable[[], T], attempts: int = 10) -> T:
             if attempt == attempts - 1:
                 raise
             table.refresh()
+    raise ValueError(f"retried needs at least one attempt, not {attempts}")
 
 
 def record_operation(table: Any, uid: str, record: dict[str, Any]) -> None:

@@ -17,7 +17,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import Counter, Enum, Gauge, Histogram, start_http_server
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 log = logging.getLogger("floe.metrics")
 
@@ -129,7 +136,7 @@ class ProgressLogger(StreamingQueryListener):
     commit duration and conflicts), so the two together cover what the job reports.
     """
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's names)
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's names)
         log.info(
             json.dumps(
                 {
@@ -141,7 +148,7 @@ class ProgressLogger(StreamingQueryListener):
             )
         )
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         progress = event.progress
         record_progress(progress.sources)
         log.info(
@@ -160,10 +167,10 @@ class ProgressLogger(StreamingQueryListener):
             )
         )
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
         log.info(
             json.dumps(
                 {"event": "floe.query.terminated", "id": str(event.id), "error": event.exception}
@@ -174,7 +181,7 @@ class ProgressLogger(StreamingQueryListener):
 _registered: set[int] = set()
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Adds the listener to a session once."""
     key = id(spark)
     if key not in _registered:
@@ -201,7 +208,7 @@ def starting(writer: str, at: float) -> None:
     log.info(json.dumps({"event": "floe.starting", "writer": writer}))
 
 
-def report_start(spark, writer: str) -> None:
+def report_start(spark: SparkSession, writer: str) -> None:
     """Logs, once, the job's start up to its first commit, step by step: the process (the
     earlier of the JVM and Python) to the entry point, to the session, to the query, to the
     first batch committed."""
@@ -209,10 +216,8 @@ def report_start(spark, writer: str) -> None:
         return
     now = _start["reported"] = time.time()
     try:
-        jvm = (
-            spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getStartTime()
-            / 1000
-        )
+        view: Any = spark.sparkContext._jvm  # (None without a JVM: caught as any failure)
+        jvm = view.java.lang.management.ManagementFactory.getRuntimeMXBean().getStartTime() / 1000
     except Exception:  # noqa: BLE001 - the line is still worth having without it
         jvm = _start["main"]
     began = min(jvm, _start["main"])

@@ -417,7 +417,9 @@ class Repair:
             len(planned),
             " (dry run)" if spec.dry_run else "",
         )
-        decoded, stayed, evolving = 0, {}, {}
+        decoded = 0
+        stayed: dict[str, dict[str, Any]] = {}
+        evolving: dict[str, int] = {}
         for partition, lo, hi, n in planned:
             (count, still, evolves), _ = commit_with_retries(
                 partial(self._chunk, partition, lo, hi), attempts=ATTEMPTS

@@ -281,7 +281,8 @@ class Replay:
         tag = self._tag
         held = self.table.refs().get(tag)
         if held is not None:
-            return held.snapshot_id
+            held_id: int = held.snapshot_id
+            return held_id
         if self.spec.snapshot_id is not None:
             snapshot_id = int(self.spec.snapshot_id)
             if self.table.snapshot_by_id(snapshot_id) is None:

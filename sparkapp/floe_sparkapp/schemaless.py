@@ -83,7 +83,9 @@ def infer(values: Any) -> StructType:
 
     kind = T._parse_datatype_json_string(inferred.schema().json())
     ids = iter(range(1, 1_000_000))
-    return _iceberg(kind, ids) or StructType()
+    found = _iceberg(kind, ids) or StructType()
+    assert isinstance(found, StructType)  # a DataFrame's schema is a struct
+    return found
 
 
 def _iceberg(kind: Any, ids: Any) -> IcebergType | None:

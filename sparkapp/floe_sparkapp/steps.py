@@ -9,11 +9,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _local = threading.local()
 
 
-def _state() -> tuple[dict[str, float], list[list]]:
+def _state() -> tuple[dict[str, float], list[list[Any]]]:
     if not hasattr(_local, "taken"):
         _local.taken, _local.open = {}, []
     return _local.taken, _local.open

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -98,9 +98,11 @@ def _committed_at(table: Any, committed: Committed) -> int:
     was made (its oldest metadata that is known)."""
     found = table.snapshot_by_id(committed.snapshot_id) if committed.snapshot_id else None
     if found is not None:
-        return found.timestamp_ms
+        committed_ms: int = found.timestamp_ms
+        return committed_ms
     history = table.metadata.metadata_log
-    return min([entry.timestamp_ms for entry in history] + [table.metadata.last_updated_ms])
+    made_ms: int = min([entry.timestamp_ms for entry in history] + [table.metadata.last_updated_ms])
+    return made_ms
 
 
 def _newest_by_partition(batch: DataFrame, partitions: list[int]) -> dict[int, int]:
@@ -383,7 +385,7 @@ class TableWriter:
             routes=tuple(sorted(plan.routes.items())),
         )
 
-    def _plans(self, table: Any, schema_ids: list[int], column: str) -> dict[int, WriterPlan]:
+    def _plans(self, table: Any, schema_ids: Sequence[int], column: str) -> dict[int, WriterPlan]:
         """The plans of ``schema_ids`` (made, and kept, on first sight)."""
         if table.schema().schema_id != self.planned_for:  # e.g. an approval renamed columns
             self.plans.clear()
@@ -418,7 +420,7 @@ class TableWriter:
             self._plans(table, keys, KEY_FIELDS)
 
     def _decode(
-        self, fresh: DataFrame, table: Any, schema_ids: list[int], key_ids: list[int] = ()
+        self, fresh: DataFrame, table: Any, schema_ids: Sequence[int], key_ids: Sequence[int] = ()
     ) -> DataFrame:
         """Table rows from Kafka rows; ``schema_ids`` are the writer schema ids of the batch's
         values, ``key_ids`` those of its keys (Avro keys)."""
@@ -520,7 +522,7 @@ class TableWriter:
         dead: _DeadLetters,
         since_ms: int,
         tasks: int | None = None,
-    ) -> tuple[int, dict[str, int], dict[str, float]]:
+    ) -> tuple[int, dict[str, int], dict[str, Any]]:
         """Commits ``rows`` with the snapshot summary ``summary`` makes (for an append, once
         the files are written, by ``tasks``: it may then raise :class:`UnplannedSchemas`);
         returns the rows written, the undecodable ones among them by reason and the committer's
@@ -654,8 +656,8 @@ class TableWriter:
         start: dict[int, int] | None,
         batch_next: dict[int, int],
         vtts: int | None = None,
-        schema_ids: list[int] = (),
-        key_ids: list[int] = (),
+        schema_ids: Sequence[int] = (),
+        key_ids: Sequence[int] = (),
         *,
         single_pass: bool = False,
     ) -> Outcome:
@@ -705,8 +707,8 @@ class TableWriter:
         start: dict[int, int] | None,
         batch_next: dict[int, int],
         vtts: int | None,
-        schema_ids: list[int],
-        key_ids: list[int],
+        schema_ids: Sequence[int],
+        key_ids: Sequence[int],
         single_pass: bool,
         dead: _DeadLetters,
     ) -> Outcome:
@@ -829,6 +831,7 @@ class TableWriter:
                         f"batch {batch_id} has writer schema ids it was not decoded for: "
                         + "; ".join(f"{c} {ids}" for c, ids in new.items() if ids)
                     )
+                latest: dict[int, int] | None
                 if "newest" in seen:
                     latest = {p: t for p, t in seen["newest"].items() if p in partitions}
                 else:
@@ -855,7 +858,7 @@ class TableWriter:
         written, raw, timing = self._write(
             decoded, base, summary, dead, _committed_at(table, committed), tasks
         )
-        seen = counted.read() if counted is not None else {"vtts": vtts}
+        seen: dict[str, Any] = counted.read() if counted is not None else {"vtts": vtts}
         return Outcome(
             offsets=offsets,
             written=written,

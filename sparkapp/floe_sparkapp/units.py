@@ -69,10 +69,14 @@ def duration_seconds(text: str) -> int:
 
 def size_bytes(text: str) -> int:
     """'256Mi', '1G', '512m' (Spark's way: lower case is binary) as bytes."""
-    number, unit = _SIZE.match(text).groups()
+    found = _SIZE.match(text)
+    if found is None:
+        raise ValueError(f"not a size: {text!r}")
+    number, unit = found.groups()
     unit = unit or ""
     if unit.endswith("i") or unit.islower():
-        return round(float(number) * 1024 ** ("KMGT".index(unit[0].upper()) + 1))
+        scale: int = 1024 ** ("KMGT".index(unit[0].upper()) + 1)
+        return round(float(number) * scale)
     return round(float(number) * _SIZE_UNIT[unit])
 
 

@@ -181,6 +181,7 @@ class Upsert:
             F.count_if(keyed).alias("keyed"),
             F.count_distinct(F.when(keyed, identity)).alias("keys"),
         ).first()
+        assert seen is not None  # an aggregate over all the rows has one row
         if seen["ended"]:  # the newest tombstone of the record's Kafka key in this batch
             deleted_at = F.max(F.when(ended, F.col("_floe_position"))).over(
                 Window.partitionBy(kafka_key)
@@ -330,7 +331,9 @@ def _keys_of(frame: DataFrame, columns: list[str], named: Any) -> dict[str, Any]
         if types[column] in _BOUNDED:
             value = F.when(named, F.col(column))
             aggregates += [F.min(value).alias(f"_floe_lo{i}"), F.max(value).alias(f"_floe_hi{i}")]
-    return frame.agg(*aggregates).first().asDict()
+    found = frame.agg(*aggregates).first()
+    assert found is not None  # an aggregate over all the rows has one row
+    return found.asDict()
 
 
 def _bounds(targets: list[str], found: dict[str, Any]) -> str:
