@@ -6,8 +6,8 @@ PYTEST_ARGS ?=
 # The suite's groups run side by side in this many processes (tests/groups.py); 0: serially.
 WORKERS ?= 3
 
-.PHONY: demo test venv prereqs crds stack-up stack-down stack-status stack-env clean nemesis \
-	bench bench-backlog bench-restart bench-upsert
+.PHONY: demo test lint venv prereqs crds stack-up stack-down stack-status stack-env clean \
+	nemesis bench bench-backlog bench-restart bench-upsert
 
 demo: venv
 	$(PY) -m hack.demo
@@ -19,7 +19,15 @@ test: prereqs
 	  $(MAKE) --no-print-directory $(VENV)/.installed; installed=$$?; \
 	  wait $$provision; provisioned=$$?; \
 	  test $$installed -eq 0 && test $$provisioned -eq 0
+	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS) --junitxml=reports/junit.xml
+
+# The linter, the formatter's check and the type checker (pyproject.toml): the venv alone, no
+# stack and no toolchains.
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 venv: prereqs $(VENV)/.installed
 

@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
+from benchkit import log, machine, steady_rate, step_medians, triggers, worktree  # noqa: E402
 from consumers import cpu_seconds  # noqa: E402
-from benchkit import log, machine, steady_rate, step_medians, triggers, worktree  # noqa: E402,E501
 
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
 
@@ -74,26 +74,49 @@ def batch_medians(lines: list[dict]) -> dict[str, Any]:
     if not warm:
         return {}
     steps = step_medians(warm)
-    return {"batches": len(lines),
-            "batch_seconds_median": round(statistics.median(line["seconds"] for line in warm), 3),
-            **({"steps_median": steps} if steps else {})}
+    return {
+        "batches": len(lines),
+        "batch_seconds_median": round(statistics.median(line["seconds"] for line in warm), 3),
+        **({"steps_median": steps} if steps else {}),
+    }
 
 
-def run_floe(tree: Path, topic: str, work: Path, env: dict[str, str], size: int,
-             options: dict[str, Any] | None = None) -> dict:
+def run_floe(
+    tree: Path,
+    topic: str,
+    work: Path,
+    env: dict[str, str],
+    size: int,
+    options: dict[str, Any] | None = None,
+) -> dict:
     """One run of ``tree``'s floe job over the topic; its result, as bench/consumers.py says,
     with the CPU seconds its processes used (the driver's Python and JVM, sampled every half
     second while they run: a figure that noisy neighbours on a shared machine move less than
     the wall clock)."""
     work.mkdir(parents=True)
-    command = [sys.executable, str(tree / "bench" / "consumers.py"), "floe-avro",
-               "--topic", topic, "--work", str(work), "--size", str(size)]
+    command = [
+        sys.executable,
+        str(tree / "bench" / "consumers.py"),
+        "floe-avro",
+        "--topic",
+        topic,
+        "--work",
+        str(work),
+        "--size",
+        str(size),
+    ]
     for key, value in (options or {}).items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=tree,
-                                   env={**os.environ, **env, "PYTHONPATH": path})
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=err,
+            text=True,
+            cwd=tree,
+            env={**os.environ, **env, "PYTHONPATH": path},
+        )
         used: dict[int, float] = {}
         while process.poll() is None:
             for pid in {process.pid} | _descendants(process.pid):
@@ -108,13 +131,16 @@ def run_floe(tree: Path, topic: str, work: Path, env: dict[str, str], size: int,
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if process.returncode != 0 or not lines:
         raise RuntimeError(f"{tree.name} failed ({process.returncode}):\n{stderr[-3000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
-    return {"rows": result["rows"], "seconds": round(result["seconds"], 2),
-            "rows_per_second": round(result["rows"] / result["seconds"]),
-            "steady_rows_per_second": steady_rate(triggers(result["batch_lines"])),
-            "cpu_seconds": round(sum(used.values()), 1),
-            "cpu_microseconds_per_row": round(sum(used.values()) / result["rows"] * 1e6, 2),
-            **batch_medians(result["batch_lines"])}
+    result = json.loads(lines[-1][len("RESULT ") :])
+    return {
+        "rows": result["rows"],
+        "seconds": round(result["seconds"], 2),
+        "rows_per_second": round(result["rows"] / result["seconds"]),
+        "steady_rows_per_second": steady_rate(triggers(result["batch_lines"])),
+        "cpu_seconds": round(sum(used.values()), 1),
+        "cpu_microseconds_per_row": round(sum(used.values()) / result["rows"] * 1e6, 2),
+        **batch_medians(result["batch_lines"]),
+    }
 
 
 def main() -> int:
@@ -135,73 +161,121 @@ def main() -> int:
 
     state, _ = stack.ensure_up()
     env = stack.connection_env(state)
-    revisions = {name: subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev],
-                                      check=True, capture_output=True, text=True).stdout.strip()
-                 for name, rev in (("before", args.before), ("after", args.after))}
+    revisions = {
+        name: subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", rev],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for name, rev in (("before", args.before), ("after", args.after))
+    }
     scratch = Path(tempfile.mkdtemp(prefix="floe-ab-"))
     trees = {name: worktree(rev, scratch, name) for name, rev in revisions.items()}
-    jvm = {name: {"SPARK_SUBMIT_OPTS": f"{env.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()}
-           for name, options in (("before", args.jvm_before), ("after", args.jvm_after))}
+    jvm = {
+        name: {"SPARK_SUBMIT_OPTS": f"{env.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()}
+        for name, options in (("before", args.jvm_before), ("after", args.jvm_after))
+    }
     try:
         topic = f"bench-ab-{args.size}-{uuid.uuid4().hex[:6]}"
         workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic, args.partitions)
-        schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                      workload.schema_for(args.size))
+        schema_id = workload.register(
+            env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value", workload.schema_for(args.size)
+        )
         log(f"producing {args.records:,} values of ~{args.size} bytes to {topic}")
-        workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic,
-                         workload.value_pool(schema_id, args.size), args.records,
-                         partitions=args.partitions)
-        job_options = {key: value for key, value in (("max_records_per_commit", args.per_commit),
-                                                 ("interval", args.interval)) if value}
+        workload.produce(
+            env["FLOE_KAFKA_BOOTSTRAP"],
+            topic,
+            workload.value_pool(schema_id, args.size),
+            args.records,
+            partitions=args.partitions,
+        )
+        job_options = {
+            key: value
+            for key, value in (
+                ("max_records_per_commit", args.per_commit),
+                ("interval", args.interval),
+            )
+            if value
+        }
         runs: dict[str, list[dict]] = {"before": [], "after": []}
         for turn in range(args.rounds):
             order = ("before", "after") if turn % 2 == 0 else ("after", "before")
             for name in order:
-                result = run_floe(trees[name], topic, scratch / f"{name}-{turn}",
-                                  {**env, **jvm[name]}, args.size, job_options)
+                result = run_floe(
+                    trees[name],
+                    topic,
+                    scratch / f"{name}-{turn}",
+                    {**env, **jvm[name]},
+                    args.size,
+                    job_options,
+                )
                 assert result["rows"] == args.records, (name, result)
                 runs[name].append(result)
-                log(f"{name} ({revisions[name]}), round {turn + 1}: "
+                log(
+                    f"{name} ({revisions[name]}), round {turn + 1}: "
                     f"{result['rows_per_second']:,} rows/s, steady "
                     f"{result['steady_rows_per_second']:,}, "
                     f"{result['cpu_microseconds_per_row']} CPU µs a row, batch "
-                    f"{result.get('batch_seconds_median')} s (median)")
+                    f"{result.get('batch_seconds_median')} s (median)"
+                )
     finally:
         for tree in trees.values():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           capture_output=True)
-    summary = {name: {"revision": revisions[name],
-                      **({"jvm": options} if (options := getattr(args, f"jvm_{name}")) else {}),
-                      "rows_per_second": round(statistics.median(
-                          r["rows_per_second"] for r in results)),
-                      "steady_rows_per_second": round(statistics.median(
-                          [r["steady_rows_per_second"] for r in results
-                           if r["steady_rows_per_second"]] or [0])),
-                      "cpu_microseconds_per_row": statistics.median(
-                          r["cpu_microseconds_per_row"] for r in results),
-                      "batch_seconds_median": statistics.median(
-                          r["batch_seconds_median"] for r in results),
-                      "runs": results}
-               for name, results in runs.items()}
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                capture_output=True,
+            )
+    summary = {
+        name: {
+            "revision": revisions[name],
+            **({"jvm": options} if (options := getattr(args, f"jvm_{name}")) else {}),
+            "rows_per_second": round(statistics.median(r["rows_per_second"] for r in results)),
+            "steady_rows_per_second": round(
+                statistics.median(
+                    [r["steady_rows_per_second"] for r in results if r["steady_rows_per_second"]]
+                    or [0]
+                )
+            ),
+            "cpu_microseconds_per_row": statistics.median(
+                r["cpu_microseconds_per_row"] for r in results
+            ),
+            "batch_seconds_median": statistics.median(r["batch_seconds_median"] for r in results),
+            "runs": results,
+        }
+        for name, results in runs.items()
+    }
     ratio = summary["after"]["rows_per_second"] / summary["before"]["rows_per_second"]
-    steady = (summary["after"]["steady_rows_per_second"]
-              / (summary["before"]["steady_rows_per_second"] or float("nan")))
-    entry = {"command": "python bench/ab.py " + " ".join(sys.argv[1:]),
-             "date": time.strftime("%Y-%m-%d"), "machine": machine(), "records": args.records,
-             "size": args.size, **summary, "after_over_before": round(ratio, 3),
-             "steady_after_over_before": round(steady, 3),
-             "cpu_after_over_before": round(summary["after"]["cpu_microseconds_per_row"]
-                                            / summary["before"]["cpu_microseconds_per_row"], 3),
-             "batch_after_over_before": round(summary["after"]["batch_seconds_median"]
-                                              / summary["before"]["batch_seconds_median"], 3),
-             **({"partitions": args.partitions} if args.partitions != workload.PARTITIONS
-                else {}), **job_options}
+    steady = summary["after"]["steady_rows_per_second"] / (
+        summary["before"]["steady_rows_per_second"] or float("nan")
+    )
+    entry = {
+        "command": "python bench/ab.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "records": args.records,
+        "size": args.size,
+        **summary,
+        "after_over_before": round(ratio, 3),
+        "steady_after_over_before": round(steady, 3),
+        "cpu_after_over_before": round(
+            summary["after"]["cpu_microseconds_per_row"]
+            / summary["before"]["cpu_microseconds_per_row"],
+            3,
+        ),
+        "batch_after_over_before": round(
+            summary["after"]["batch_seconds_median"] / summary["before"]["batch_seconds_median"], 3
+        ),
+        **({"partitions": args.partitions} if args.partitions != workload.PARTITIONS else {}),
+        **job_options,
+    }
     RESULTS.parent.mkdir(exist_ok=True)
     with RESULTS.open("a") as out:
         out.write(json.dumps(entry) + "\n")
-    log(f"after/before: {ratio:.3f} over the run, {steady:.3f} steady, "
+    log(
+        f"after/before: {ratio:.3f} over the run, {steady:.3f} steady, "
         f"{entry['cpu_after_over_before']:.3f} in CPU a row, "
-        f"{entry['batch_after_over_before']:.3f} a batch (median)")
+        f"{entry['batch_after_over_before']:.3f} a batch (median)"
+    )
     print(json.dumps(entry, indent=2))
     return 0
 

@@ -6,6 +6,7 @@ for them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -24,8 +25,15 @@ def log(message: str) -> None:
 
 def consume(mode: str, topic: str, work: Path, env: dict[str, str], **options: Any) -> dict:
     """Runs one consumer in a process of its own; its JSON result."""
-    command = [sys.executable, str(BENCH / "consumers.py"), mode, "--topic", topic,
-               "--work", str(work / mode)]
+    command = [
+        sys.executable,
+        str(BENCH / "consumers.py"),
+        mode,
+        "--topic",
+        topic,
+        "--work",
+        str(work / mode),
+    ]
     for key, value in options.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     (work / mode).mkdir(parents=True, exist_ok=True)
@@ -34,11 +42,13 @@ def consume(mode: str, topic: str, work: Path, env: dict[str, str], **options: A
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{mode} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     if "seconds" in result:
         result["rows_per_second"] = round(result["rows"] / result["seconds"])
-        log(f"{mode} on {topic}: {result['rows']} rows in {result['seconds']:.1f}s = "
-            f"{result['rows_per_second']:,} rows/s")
+        log(
+            f"{mode} on {topic}: {result['rows']} rows in {result['seconds']:.1f}s = "
+            f"{result['rows_per_second']:,} rows/s"
+        )
     return result
 
 
@@ -46,8 +56,10 @@ def triggers(lines: list[dict[str, Any]]) -> list[tuple[int, float]]:
     """A floe run's triggers from its batch lines: each batch's rows over the time since the
     previous batch ended, Spark's planning of the trigger included (as in its
     ``triggerExecution``, which the other Spark consumers are timed by)."""
-    return [(line["input_rows"], line["at"] - before["at"])
-            for before, line in zip(lines, lines[1:])]
+    return [
+        (line["input_rows"], line["at"] - before["at"])
+        for before, line in itertools.pairwise(lines)
+    ]
 
 
 def step_medians(warm: list[dict[str, Any]]) -> dict[str, float]:
@@ -59,10 +71,13 @@ def step_medians(warm: list[dict[str, Any]]) -> dict[str, float]:
     names = sorted({name for line in warm for name in line.get("steps", {})})
     if not names:
         return {}
-    found = {name: round(statistics.median(line.get("steps", {}).get(name, 0.0)
-                                           for line in warm), 3) for name in names}
-    found["outside_steps"] = round(statistics.median(
-        line["seconds"] - sum(line.get("steps", {}).values()) for line in warm), 3)
+    found = {
+        name: round(statistics.median(line.get("steps", {}).get(name, 0.0) for line in warm), 3)
+        for name in names
+    }
+    found["outside_steps"] = round(
+        statistics.median(line["seconds"] - sum(line.get("steps", {}).values()) for line in warm), 3
+    )
     return dict(sorted(found.items(), key=lambda item: -item[1]))
 
 
@@ -77,27 +92,45 @@ def machine() -> dict[str, Any]:
     import pyspark
 
     memory = Path("/proc/meminfo").read_text().split()[1]
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.processor())
-    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gib": round(int(memory) / 2**20),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "spark": pyspark.__version__}
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(int(memory) / 2**20),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "spark": pyspark.__version__,
+    }
 
 
 def versions() -> dict[str, str]:
-    from hack.stack import paths
-
     from importlib.metadata import version
 
-    return {"kafka": paths.kafka_version(), "iceberg": paths.ICEBERG_VERSION,
-            "pyspark": version("pyspark"), "pyiceberg": version("pyiceberg"),
-            "confluent-kafka": version("confluent-kafka"), "kopf": version("kopf"),
-            "kubernetes": paths.KUBERNETES_VERSION}
+    from hack.stack import paths
+
+    return {
+        "kafka": paths.kafka_version(),
+        "iceberg": paths.ICEBERG_VERSION,
+        "pyspark": version("pyspark"),
+        "pyiceberg": version("pyiceberg"),
+        "confluent-kafka": version("confluent-kafka"),
+        "kopf": version("kopf"),
+        "kubernetes": paths.KUBERNETES_VERSION,
+    }
 
 
 def worktree(revision: str, into: Path, name: str = "") -> Path:
     path = into / (name or revision.replace("/", "_"))
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision],
+        check=True,
+        capture_output=True,
+    )
     return path

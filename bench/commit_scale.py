@@ -41,19 +41,27 @@ from benchkit import consume, log, machine, step_medians  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "commit_scale.json"
 
 
-def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
-        batches: int) -> dict:
+def one(env: dict[str, str], work: Path, partitions: int, per_partition: int, batches: int) -> dict:
     topic = f"bench-commits-{partitions}-{uuid.uuid4().hex[:6]}"
     bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
     workload.create_topic(bootstrap, topic, partitions)
-    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                  workload.schema_for(100))
+    schema_id = workload.register(
+        env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value", workload.schema_for(100)
+    )
     records = partitions * per_partition * batches
     log(f"producing {records:,} values to {topic} ({partitions} partitions)")
-    workload.produce(bootstrap, topic, workload.value_pool(schema_id, 100), records,
-                     partitions=partitions)
-    result = consume("floe-avro", topic, work / topic, env, size=100, interval=1,
-                     max_records_per_commit=partitions * per_partition)
+    workload.produce(
+        bootstrap, topic, workload.value_pool(schema_id, 100), records, partitions=partitions
+    )
+    result = consume(
+        "floe-avro",
+        topic,
+        work / topic,
+        env,
+        size=100,
+        interval=1,
+        max_records_per_commit=partitions * per_partition,
+    )
     assert result["rows"] == records, (result["rows"], records)
     lines = result["batch_lines"]
     files = result["data_files_each"]
@@ -62,34 +70,51 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int,
     def median(key: str) -> float:
         return round(statistics.median(line[key] for line in warm), 3)
 
-    return {"partitions": partitions, "records": records, "batches": len(lines),
-            "records_per_batch": partitions * per_partition,
-            "steps_median": step_medians(warm),
-            "data_files_per_commit": round(statistics.median(files[1:] or files)),
-            "commit_seconds_median": median("commit_seconds"),
-            "write_seconds_median": median("write_seconds"),
-            "batch_seconds_median": median("seconds"),
-            "commit_seconds_each": [line["commit_seconds"] for line in lines],
-            "data_files_each": files, "rows_per_second": result["rows_per_second"]}
+    return {
+        "partitions": partitions,
+        "records": records,
+        "batches": len(lines),
+        "records_per_batch": partitions * per_partition,
+        "steps_median": step_medians(warm),
+        "data_files_per_commit": round(statistics.median(files[1:] or files)),
+        "commit_seconds_median": median("commit_seconds"),
+        "write_seconds_median": median("write_seconds"),
+        "batch_seconds_median": median("seconds"),
+        "commit_seconds_each": [line["commit_seconds"] for line in lines],
+        "data_files_each": files,
+        "rows_per_second": result["rows_per_second"],
+    }
 
 
 def record(entry: dict) -> None:
     """``batch_fixed_seconds_800`` in results/latest.json (with its steps and command), and
     the goal table in bench/README.md."""
     from benchkit import versions
-    from run import RESULTS as LATEST, write_readme
+    from run import RESULTS as LATEST
+    from run import write_readme
 
     small = [r for r in entry["runs"] if r["records_per_batch"] == 800]
     if not small:
         return
     results = json.loads(LATEST.read_text()) if LATEST.exists() else {}
     results["batch_fixed_seconds_800"] = small[0]["batch_seconds_median"]
-    results["batch_fixed_800"] = {key: small[0][key] for key in (
-        "partitions", "batches", "batch_seconds_median", "write_seconds_median",
-        "commit_seconds_median", "steps_median")}
+    results["batch_fixed_800"] = {
+        key: small[0][key]
+        for key in (
+            "partitions",
+            "batches",
+            "batch_seconds_median",
+            "write_seconds_median",
+            "commit_seconds_median",
+            "steps_median",
+        )
+    }
     results.setdefault("runs", {})["batch_fixed_800"] = {
-        "command": entry["command"], "date": entry["date"], "machine": entry["machine"],
-        "versions": versions()}
+        "command": entry["command"],
+        "date": entry["date"],
+        "machine": entry["machine"],
+        "versions": versions(),
+    }
     LATEST.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     write_readme(results)
 
@@ -100,8 +125,11 @@ def main() -> int:
     parser.add_argument("--per-partition", type=int, default=100)
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--record", action="store_true",
-                        help="record batch_fixed_seconds_800 in results/latest.json")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="record batch_fixed_seconds_800 in results/latest.json",
+    )
     args = parser.parse_args()
     from hack import stack as local_stack
 
@@ -111,21 +139,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="floe-commit-scale-") as scratch:
         for partitions in (int(p) for p in args.partitions.split(",")):
             run = one(env, Path(scratch), partitions, args.per_partition, args.batches)
-            log(f"{partitions} partitions: {run['data_files_per_commit']} files a commit, "
+            log(
+                f"{partitions} partitions: {run['data_files_per_commit']} files a commit, "
                 f"commit {run['commit_seconds_median']} s, write {run['write_seconds_median']}"
-                f" s, batch {run['batch_seconds_median']} s (medians, warm)")
+                f" s, batch {run['batch_seconds_median']} s (medians, warm)"
+            )
             runs.append(run)
-    entry = {"command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
-             "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}
+    entry = {
+        "command": "python bench/commit_scale.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "runs": runs,
+    }
     args.output.write_text(json.dumps(entry, indent=1) + "\n")
     if args.record:
         record(entry)
-    print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} "
-          f"{'batch s':>8}")
+    print(f"{'partitions':>10} {'files/commit':>12} {'commit s':>9} {'write s':>8} {'batch s':>8}")
     for run in runs:
-        print(f"{run['partitions']:>10} {run['data_files_per_commit']:>12} "
-              f"{run['commit_seconds_median']:>9} {run['write_seconds_median']:>8} "
-              f"{run['batch_seconds_median']:>8}")
+        print(
+            f"{run['partitions']:>10} {run['data_files_per_commit']:>12} "
+            f"{run['commit_seconds_median']:>9} {run['write_seconds_median']:>8} "
+            f"{run['batch_seconds_median']:>8}"
+        )
     return 0
 
 

@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -30,9 +30,14 @@ from decode_bench import SCHEMA  # noqa: E402 - the same ~100-byte order records
 from workload import job_spec  # noqa: E402
 
 
-def produce(env: dict[str, str], topic: str, records: int, keys: int | None = None,
-            schema: dict | None = None, change: Callable[[int, int, dict], dict] | None = None
-            ) -> None:
+def produce(
+    env: dict[str, str],
+    topic: str,
+    records: int,
+    keys: int | None = None,
+    schema: dict | None = None,
+    change: Callable[[int, int, dict], dict] | None = None,
+) -> None:
     """``records`` orders on 4 partitions, timestamped two days ago (in a partition compaction
     may take); with ``keys``, updates of that many keys in turn, keyed by key (a key's updates
     share a partition), else each record a key of its own.  ``change(i, key, order)``: the
@@ -46,24 +51,37 @@ def produce(env: dict[str, str], topic: str, records: int, keys: int | None = No
     bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result()
-    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
-                               json.dumps(schema or SCHEMA))
+    serialize = AvroSerializer(
+        SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}), json.dumps(schema or SCHEMA)
+    )
     context = SerializationContext(topic, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "compression.type": "lz4"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "compression.type": "lz4",
+        }
+    )
     two_days_ago = int(time.time() * 1000) - 2 * 86_400_000
     for i in range(records):
         key = i % keys if keys else i
-        order = {"id": key, "customer": f"customer-{key % 977}",
-                 "item": f"update-{i}" if keys else f"item-{i % 131}",
-                 "quantity": i % 50, "price": (i % 10_000) / 100,
-                 "status": ("NEW", "PAID", "SHIPPED")[i % 3],
-                 "at": two_days_ago + i, "note": None if i % 4 else "gift wrap"}
+        order = {
+            "id": key,
+            "customer": f"customer-{key % 977}",
+            "item": f"update-{i}" if keys else f"item-{i % 131}",
+            "quantity": i % 50,
+            "price": (i % 10_000) / 100,
+            "status": ("NEW", "PAID", "SHIPPED")[i % 3],
+            "at": two_days_ago + i,
+            "note": None if i % 4 else "gift wrap",
+        }
         value = serialize(change(i, key, order) if change else order, context)
         while True:
             try:
-                producer.produce(topic, key=f"k{key}".encode(), value=value,
-                                 timestamp=two_days_ago + i // 100)
+                producer.produce(
+                    topic, key=f"k{key}".encode(), value=value, timestamp=two_days_ago + i // 100
+                )
                 break
             except BufferError:
                 producer.poll(0.5)
@@ -87,23 +105,31 @@ def main() -> int:
     env = local_stack.connection_env(state)
     os.environ.update(env)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--master local[2] --driver-memory 2g "
-                                         f"--conf spark.ui.enabled=false "
-                                         f"--jars {env['FLOE_SPARK_JARS']} pyspark-shell")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f"--master local[2] --driver-memory 2g "
+        f"--conf spark.ui.enabled=false "
+        f"--jars {env['FLOE_SPARK_JARS']} pyspark-shell"
+    )
 
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
     from floe_sparkapp.job import run
-    from floe_sparkapp.session import build_session
     from floe_sparkapp.maintenance import maintain
+    from floe_sparkapp.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="floe-compaction-bench-"))
     topic = f"bench-compaction-{uuid.uuid4().hex[:8]}"
     produce(env, topic, args.records)
-    config = parse_config(job_spec(
-        env, work, topic, "compaction",
-        commit={"interval": "1s", "maxRecordsPerCommit": args.per_commit},
-        maintenance={"compaction": {"minInputFiles": 2}}))
+    config = parse_config(
+        job_spec(
+            env,
+            work,
+            topic,
+            "compaction",
+            commit={"interval": "1s", "maxRecordsPerCommit": args.per_commit},
+            maintenance={"compaction": {"minInputFiles": 2}},
+        )
+    )
     spark = build_session(config)
     started = time.monotonic()
     run(config, spark, available_now=True, timeout=3600)
@@ -123,15 +149,23 @@ def main() -> int:
 
     report = {
         "command": f"python bench/compaction_bench.py --records {args.records} "
-                   f"--per-commit {args.per_commit}",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "spark": pyspark.__version__},
+        f"--per-commit {args.per_commit}",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "spark": pyspark.__version__,
+        },
         "date": time.strftime("%Y-%m-%d"),
-        "records": args.records, "records_per_commit": args.per_commit,
+        "records": args.records,
+        "records_per_commit": args.per_commit,
         "ingest_seconds": round(ingest_seconds, 1),
-        "files_before": files_before, "avg_file_bytes_before": bytes_before // files_before,
-        "files_after": files_after, "avg_file_bytes_after": bytes_after // files_after,
-        "bytes_before": bytes_before, "bytes_after": bytes_after,
+        "files_before": files_before,
+        "avg_file_bytes_before": bytes_before // files_before,
+        "files_after": files_after,
+        "avg_file_bytes_after": bytes_after // files_after,
+        "bytes_before": bytes_before,
+        "bytes_after": bytes_after,
         "compaction_seconds": round(compaction_seconds, 2),
         "compaction_rows_per_second": round(rows / compaction_seconds),
         "compaction_input_mib_per_second": round(bytes_before / 2**20 / compaction_seconds, 2),

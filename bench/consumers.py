@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,7 +76,8 @@ def session(driver_memory: str):
         # every trigger's progress kept (Spark keeps the last 100): a backlog has more
         "--conf spark.sql.streaming.numRecentProgressUpdates=100000 "
         f"--conf spark.sql.shuffle.partitions=2 --jars {os.environ['FLOE_SPARK_JARS']} "
-        "pyspark-shell")
+        "pyspark-shell"
+    )
     from pyspark.sql import SparkSession
 
     from floe_sparkapp.session import SESSION_CONF
@@ -97,21 +100,36 @@ def floe_config(args: argparse.Namespace, fmt: str):
     work = Path(args.work)
     value: dict[str, Any] = {"format": fmt}
     if fmt == "avro":
-        value["schemaRegistry"] = {"url": os.environ["FLOE_SCHEMA_REGISTRY_URL"],
-                                   "subject": f"{args.topic}-value"}
-    return parse_config({
-        "writer": f"bench/{args.mode}", "generation": 1,
-        "kafka": {"bootstrapServers": os.environ["FLOE_KAFKA_BOOTSTRAP"], "topic": args.topic},
-        "value": value,
-        "table": {"catalog": {"name": "bench", "uri": f"jdbc:sqlite:{work / 'catalog.db'}",
-                              "warehouse": f"file://{work / 'warehouse'}"},
-                  "identifier": f"bench.{args.mode.replace('-', '_')}"},
-        "commit": {"interval": f"{args.interval}s",  # the job's own caps unless given
-                   **({"maxRecordsPerCommit": args.max_records_per_commit}
-                      if args.max_records_per_commit else {})},
-        "checkpointLocation": str(work / "checkpoint"),
-        "maintenance": {"expireSnapshots": {"enabled": bool(args.expire)}},
-    })
+        value["schemaRegistry"] = {
+            "url": os.environ["FLOE_SCHEMA_REGISTRY_URL"],
+            "subject": f"{args.topic}-value",
+        }
+    return parse_config(
+        {
+            "writer": f"bench/{args.mode}",
+            "generation": 1,
+            "kafka": {"bootstrapServers": os.environ["FLOE_KAFKA_BOOTSTRAP"], "topic": args.topic},
+            "value": value,
+            "table": {
+                "catalog": {
+                    "name": "bench",
+                    "uri": f"jdbc:sqlite:{work / 'catalog.db'}",
+                    "warehouse": f"file://{work / 'warehouse'}",
+                },
+                "identifier": f"bench.{args.mode.replace('-', '_')}",
+            },
+            "commit": {
+                "interval": f"{args.interval}s",  # the job's own caps unless given
+                **(
+                    {"maxRecordsPerCommit": args.max_records_per_commit}
+                    if args.max_records_per_commit
+                    else {}
+                ),
+            },
+            "checkpointLocation": str(work / "checkpoint"),
+            "maintenance": {"expireSnapshots": {"enabled": bool(args.expire)}},
+        }
+    )
 
 
 def run_floe(args: argparse.Namespace) -> dict[str, Any]:
@@ -129,22 +147,33 @@ def run_floe(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.monotonic() - started
     table = load_catalog(config.table.catalog).load_table(config.table.identifier)
     rows = int(table.current_snapshot().summary["total-records"])
-    commits = [s.summary.additional_properties for s in
-               sorted(table.snapshots(), key=lambda s: s.sequence_number)
-               if s.summary.additional_properties.get("floe.writer")]
-    undecoded = table.scan(row_filter="value_error IS NOT NULL",
-                           selected_fields=("value_error",)).to_arrow().num_rows
-    return {"rows": rows, "seconds": seconds, "undecodable": undecoded,
-            "session_seconds": session_seconds, "batches": len(batches.batches),
-            "batch_lines": batches.batches,
-            # the data files each commit added, of the commits the table still has (the job expires
-            # the oldest past expireSnapshots.retainLast)
-            "data_files_each": [int(c.get("added-data-files", 0)) for c in commits],
-            "stats_seconds": sum(b["stats_seconds"] for b in batches.batches),
-            "write_seconds": sum(b["write_seconds"] for b in batches.batches),
-            "commit_seconds": sum(b["commit_seconds"] for b in batches.batches),
-            "batch_seconds": sum(b["seconds"] for b in batches.batches),
-            "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
+    commits = [
+        s.summary.additional_properties
+        for s in sorted(table.snapshots(), key=lambda s: s.sequence_number)
+        if s.summary.additional_properties.get("floe.writer")
+    ]
+    undecoded = (
+        table.scan(row_filter="value_error IS NOT NULL", selected_fields=("value_error",))
+        .to_arrow()
+        .num_rows
+    )
+    return {
+        "rows": rows,
+        "seconds": seconds,
+        "undecodable": undecoded,
+        "session_seconds": session_seconds,
+        "batches": len(batches.batches),
+        "batch_lines": batches.batches,
+        # the data files each commit added, of the commits the table still has (the job expires
+        # the oldest past expireSnapshots.retainLast)
+        "data_files_each": [int(c.get("added-data-files", 0)) for c in commits],
+        "stats_seconds": sum(b["stats_seconds"] for b in batches.batches),
+        "write_seconds": sum(b["write_seconds"] for b in batches.batches),
+        "commit_seconds": sum(b["commit_seconds"] for b in batches.batches),
+        "batch_seconds": sum(b["seconds"] for b in batches.batches),
+        "peak_rss_jvm": peak_rss(jvm_pid(spark)),
+        "peak_rss_python": peak_rss(),
+    }
 
 
 def records_per_trigger(args: argparse.Namespace) -> int:
@@ -156,12 +185,17 @@ def records_per_trigger(args: argparse.Namespace) -> int:
 
 def _kafka_stream(spark, args: argparse.Namespace):
     """The Kafka source with the floe job's options, from the beginning of the topic."""
-    return (spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", os.environ["FLOE_KAFKA_BOOTSTRAP"])
-            .option("subscribe", args.topic).option("startingOffsets", "earliest")
-            .option("kafka.isolation.level", "read_committed").option("includeHeaders", "true")
-            .option("failOnDataLoss", "true")
-            .option("maxOffsetsPerTrigger", str(records_per_trigger(args))).load())
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", os.environ["FLOE_KAFKA_BOOTSTRAP"])
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", str(records_per_trigger(args)))
+        .load()
+    )
 
 
 def _decoded(spark, stream, topic: str):
@@ -176,15 +210,17 @@ def _decoded(spark, stream, topic: str):
     from floe_sparkapp.registry import Registry
     from floe_sparkapp.schemas import mapped
 
-    found = Registry(SchemaRegistrySpec(url=os.environ["FLOE_SCHEMA_REGISTRY_URL"],
-                                        subject=f"{topic}-value")).latest()
+    found = Registry(
+        SchemaRegistrySpec(url=os.environ["FLOE_SCHEMA_REGISTRY_URL"], subject=f"{topic}-value")
+    ).latest()
     _, writer = mapped(found)
     jvm = spark.sparkContext._jvm
     avro = jvm.org.apache.avro.Schema.Parser().parse(found.schema)
     spark_type = jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType()
     # the table's value: every field optional, as floe's tables keep them
-    value_type = StructType.fromJson(json.loads(
-        spark_type.json().replace('"nullable":false', '"nullable":true')))
+    value_type = StructType.fromJson(
+        json.loads(spark_type.json().replace('"nullable":false', '"nullable":true'))
+    )
     plans = {found.schema_id: WriterPlan(found.schema_id, writer=writer)}
     return table_rows(decode_framed(frame(stream), plans, value_type), has_value=True)
 
@@ -203,19 +239,29 @@ def run_spark_sink(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode.startswith("noop"):
         writer = writer.format("noop")
     else:
-        writer = (writer.format("parquet").option("compression", "zstd")
-                  .option("path", str(Path(args.work) / "parquet")))
-    query = writer.option("checkpointLocation",
-                          str(Path(args.work) / f"{args.mode}-checkpoint")).start()
+        writer = (
+            writer.format("parquet")
+            .option("compression", "zstd")
+            .option("path", str(Path(args.work) / "parquet"))
+        )
+    query = writer.option(
+        "checkpointLocation", str(Path(args.work) / f"{args.mode}-checkpoint")
+    ).start()
     query.awaitTermination()
     seconds = time.monotonic() - started
     rows = sum(p["numInputRows"] for p in query.recentProgress)
-    return {"rows": rows, "seconds": seconds, "session_seconds": session_seconds,
-            "batches": len(query.recentProgress),
-            "batch_rows_seconds": [(p["numInputRows"],
-                                    p["durationMs"].get("triggerExecution", 0) / 1000)
-                                   for p in query.recentProgress],
-            "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
+    return {
+        "rows": rows,
+        "seconds": seconds,
+        "session_seconds": session_seconds,
+        "batches": len(query.recentProgress),
+        "batch_rows_seconds": [
+            (p["numInputRows"], p["durationMs"].get("triggerExecution", 0) / 1000)
+            for p in query.recentProgress
+        ],
+        "peak_rss_jvm": peak_rss(jvm_pid(spark)),
+        "peak_rss_python": peak_rss(),
+    }
 
 
 def run_python(args: argparse.Namespace) -> dict[str, Any]:
@@ -225,13 +271,21 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": os.environ["FLOE_KAFKA_BOOTSTRAP"],
-                         "group.id": f"bench-python-{os.getpid()}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "fetch.max.bytes": 52_428_800,
-                         "queued.max.messages.kbytes": 262_144})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": os.environ["FLOE_KAFKA_BOOTSTRAP"],
+            "group.id": f"bench-python-{os.getpid()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.max.bytes": 52_428_800,
+            "queued.max.messages.kbytes": 262_144,
+        }
+    )
     partitions = range(workload.PARTITIONS)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)[1]
-            for p in partitions}
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)[1]
+        for p in partitions
+    }
     consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in partitions])
     parsed = fastavro.parse_schema(workload.schema_for(args.size))
     value_schema = workload.arrow_schema(args.size)
@@ -243,18 +297,22 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
         messages = [m for m in consumer.consume(20_000, timeout=1.0) if not m.error()]
         if not messages:
             continue
-        values = [fastavro.schemaless_reader(io.BytesIO(m.value()[5:]), parsed)
-                  for m in messages]
+        values = [fastavro.schemaless_reader(io.BytesIO(m.value()[5:]), parsed) for m in messages]
         batch = pa.Table.from_pylist(values, schema=value_schema)
-        batch = (batch.append_column("kafka_partition", pa.array([m.partition() for m in messages],
-                                                                 pa.int32()))
-                 .append_column("kafka_offset", pa.array([m.offset() for m in messages], pa.int64()))
-                 .append_column("kafka_timestamp", pa.array([m.timestamp()[1] for m in messages],
-                                                            pa.int64()))
-                 .append_column("key", pa.array([m.key() for m in messages], pa.binary())))
+        batch = (
+            batch.append_column(
+                "kafka_partition", pa.array([m.partition() for m in messages], pa.int32())
+            )
+            .append_column("kafka_offset", pa.array([m.offset() for m in messages], pa.int64()))
+            .append_column(
+                "kafka_timestamp", pa.array([m.timestamp()[1] for m in messages], pa.int64())
+            )
+            .append_column("key", pa.array([m.key() for m in messages], pa.binary()))
+        )
         if writer is None:
-            writer = pq.ParquetWriter(Path(args.work) / "python-loop.parquet", batch.schema,
-                                      compression="zstd")
+            writer = pq.ParquetWriter(
+                Path(args.work) / "python-loop.parquet", batch.schema, compression="zstd"
+            )
         writer.write_table(batch)
         rows += len(messages)
         for m in messages:
@@ -269,9 +327,10 @@ def run_python(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
+
     from floe_sparkapp.catalog import load_catalog
-    from floe_sparkapp.ledger import WRITER, OFFSETS, last_commit
     from floe_sparkapp.job import start
+    from floe_sparkapp.ledger import OFFSETS, WRITER, last_commit
 
     config = floe_config(args, "avro")
     spark = session(args.driver_memory)
@@ -284,8 +343,9 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         assert time.monotonic() < deadline and query.isActive, query.exception()
         time.sleep(0.5)
     values = workload.value_pool(args.schema_id, args.size)
-    producer = workload.SteadyProducer(os.environ["FLOE_KAFKA_BOOTSTRAP"], args.topic, values,
-                                       args.rate)
+    producer = workload.SteadyProducer(
+        os.environ["FLOE_KAFKA_BOOTSTRAP"], args.topic, values, args.rate
+    )
     producing_from = time.time()
     producer.start()
     measured_from_ms = warm_up(args)
@@ -302,18 +362,25 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1)
     query.stop()
     written = [b for b in batches.batches if b["rows"]]
-    result = {"sent": sent, "producing_seconds": producing_seconds, "rate": args.rate,
-              "interval_seconds": args.interval, "commits": len(written),
-              "snapshots_per_hour": len(written) / producing_seconds * 3600,
-              "batch_seconds_mean": float(np.mean([b["seconds"] for b in written])),
-              "batch_seconds_p99": float(np.percentile([b["seconds"] for b in written], 99)),
-              "stats_seconds_mean": float(np.mean([b["stats_seconds"] for b in written])),
-              "write_seconds_mean": float(np.mean([b["write_seconds"] for b in written])),
-              "commit_seconds_mean": float(np.mean([b["commit_seconds"] for b in written])),
-              "commit_over_batch": (sum(b["commit_seconds"] for b in written)
-                                    / sum(b["seconds"] for b in written)),
-              **metadata_growth(table, written),
-              "peak_rss_jvm": peak_rss(jvm_pid(spark)), "peak_rss_python": peak_rss()}
+    result = {
+        "sent": sent,
+        "producing_seconds": producing_seconds,
+        "rate": args.rate,
+        "interval_seconds": args.interval,
+        "commits": len(written),
+        "snapshots_per_hour": len(written) / producing_seconds * 3600,
+        "batch_seconds_mean": float(np.mean([b["seconds"] for b in written])),
+        "batch_seconds_p99": float(np.percentile([b["seconds"] for b in written], 99)),
+        "stats_seconds_mean": float(np.mean([b["stats_seconds"] for b in written])),
+        "write_seconds_mean": float(np.mean([b["write_seconds"] for b in written])),
+        "commit_seconds_mean": float(np.mean([b["commit_seconds"] for b in written])),
+        "commit_over_batch": (
+            sum(b["commit_seconds"] for b in written) / sum(b["seconds"] for b in written)
+        ),
+        **metadata_growth(table, written),
+        "peak_rss_jvm": peak_rss(jvm_pid(spark)),
+        "peak_rss_python": peak_rss(),
+    }
     if not args.latency:  # snapshots may have expired: commit times are no longer all there
         return result
 
@@ -326,11 +393,18 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
     data_files = 0
     while snapshot is not None:
         if (snapshot.summary or {}).get(WRITER) == config.writer:
-            commits.append((max(snapshot.timestamp_ms, on_main.get(snapshot.snapshot_id, 0)),
-                            {int(p): o for p, o in json.loads(snapshot.summary[OFFSETS]).items()}))
+            commits.append(
+                (
+                    max(snapshot.timestamp_ms, on_main.get(snapshot.snapshot_id, 0)),
+                    {int(p): o for p, o in json.loads(snapshot.summary[OFFSETS]).items()},
+                )
+            )
             data_files += int(snapshot.summary.get("added-data-files") or 0)
-        snapshot = (table.snapshot_by_id(snapshot.parent_snapshot_id)
-                    if snapshot.parent_snapshot_id is not None else None)
+        snapshot = (
+            table.snapshot_by_id(snapshot.parent_snapshot_id)
+            if snapshot.parent_snapshot_id is not None
+            else None
+        )
     commits.reverse()
     rows = table.scan(selected_fields=("kafka",)).to_arrow().column("kafka").combine_chunks()
     partition = np.asarray(rows.field("partition"))
@@ -342,9 +416,12 @@ def run_freshness(args: argparse.Namespace) -> dict[str, Any]:
         at = np.array([c[0] for c in commits])
         mine = partition == p
         latency_ms[mine] = at[np.searchsorted(ends, offset[mine], side="right")] - produced_ms[mine]
-    return {**result, "rows": len(offset),
-            **latency_figures(latency_ms, produced_ms, measured_from_ms, args.warmup),
-            "data_files_per_hour": data_files / producing_seconds * 3600}
+    return {
+        **result,
+        "rows": len(offset),
+        **latency_figures(latency_ms, produced_ms, measured_from_ms, args.warmup),
+        "data_files_per_hour": data_files / producing_seconds * 3600,
+    }
 
 
 # --- The peer: the Apache Iceberg sink on Kafka Connect -------------------------------------
@@ -370,68 +447,87 @@ class ConnectWorker:
         self.name = f"iceberg-{args.topic}-{os.urandom(3).hex()}"
         self.rest_port = _free_port()
         bootstrap = os.environ["FLOE_KAFKA_BOOTSTRAP"]
-        registry = os.environ["FLOE_SCHEMA_REGISTRY_URL"].replace("/apis/ccompat/v7",
-                                                                  "/apis/registry/v2")
+        registry = os.environ["FLOE_SCHEMA_REGISTRY_URL"].replace(
+            "/apis/ccompat/v7", "/apis/registry/v2"
+        )
         control = f"{self.name}-control"
         workload.create_topic(bootstrap, control, partitions=1)
-        _properties(self.work / "worker.properties", {
-            "bootstrap.servers": bootstrap,
-            "listeners": f"http://127.0.0.1:{self.rest_port}",
-            "offset.storage.file.filename": self.work / "connect.offsets",
-            # An idle task calls the sink (which answers the coordinator) once per offset flush
-            # interval, 60 s by default: the last commit of a drained topic would wait for it.
-            "offset.flush.interval.ms": "1000",
-            "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
-            # the registry's converter, reading the Confluent framing (4-byte content ids)
-            "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
-            "value.converter.apicurio.registry.url": registry,
-            "value.converter.apicurio.registry.id-handler":
-                "io.apicurio.registry.serde.Legacy4ByteIdHandler",
-            "value.converter.apicurio.registry.use-id": "contentId",
-            "consumer.auto.offset.reset": "earliest",
-            "consumer.isolation.level": "read_committed",
-        })
-        _properties(self.work / "connector.properties", {
-            "name": self.name,
-            "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
-            "tasks.max": "2",
-            "topics": args.topic,
-            "iceberg.tables": CONNECT_TABLE,
-            "iceberg.tables.auto-create-enabled": "true",
-            "iceberg.tables.evolve-schema-enabled": "true",
-            "iceberg.catalog": "bench",
-            "iceberg.catalog.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-            "iceberg.catalog.uri": f"jdbc:sqlite:{self.work / 'catalog.db'}",
-            "iceberg.catalog.warehouse": f"file://{self.work / 'warehouse'}",
-            "iceberg.control.topic": control,
-            "iceberg.control.commit.interval-ms": str(interval * 1000),
-            "iceberg.kafka.bootstrap.servers": bootstrap,
-            "transforms": "metadata",
-            "transforms.metadata.type":
-                "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
-        })
+        _properties(
+            self.work / "worker.properties",
+            {
+                "bootstrap.servers": bootstrap,
+                "listeners": f"http://127.0.0.1:{self.rest_port}",
+                "offset.storage.file.filename": self.work / "connect.offsets",
+                # An idle task calls the sink (which answers the coordinator) once per offset flush
+                # interval, 60 s by default: the last commit of a drained topic would wait for it.
+                "offset.flush.interval.ms": "1000",
+                "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+                # the registry's converter, reading the Confluent framing (4-byte content ids)
+                "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+                "value.converter.apicurio.registry.url": registry,
+                "value.converter.apicurio.registry.id-handler": (
+                    "io.apicurio.registry.serde.Legacy4ByteIdHandler"
+                ),
+                "value.converter.apicurio.registry.use-id": "contentId",
+                "consumer.auto.offset.reset": "earliest",
+                "consumer.isolation.level": "read_committed",
+            },
+        )
+        _properties(
+            self.work / "connector.properties",
+            {
+                "name": self.name,
+                "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector",
+                "tasks.max": "2",
+                "topics": args.topic,
+                "iceberg.tables": CONNECT_TABLE,
+                "iceberg.tables.auto-create-enabled": "true",
+                "iceberg.tables.evolve-schema-enabled": "true",
+                "iceberg.catalog": "bench",
+                "iceberg.catalog.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                "iceberg.catalog.uri": f"jdbc:sqlite:{self.work / 'catalog.db'}",
+                "iceberg.catalog.warehouse": f"file://{self.work / 'warehouse'}",
+                "iceberg.control.topic": control,
+                "iceberg.control.commit.interval-ms": str(interval * 1000),
+                "iceberg.kafka.bootstrap.servers": bootstrap,
+                "transforms": "metadata",
+                "transforms.metadata.type": (
+                    "org.apache.iceberg.connect.transforms.KafkaMetadataTransform"
+                ),
+            },
+        )
         (self.work / "log4j2.properties").write_text(
             "appender.out.type = Console\nappender.out.name = out\n"
             "appender.out.layout.type = PatternLayout\n"
             "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
             "rootLogger.level = WARN\nrootLogger.appenderRef.out.ref = out\n"
-            "logger.commit.name = org.apache.iceberg.connect.channel\nlogger.commit.level = INFO\n")
+            "logger.commit.name = org.apache.iceberg.connect.channel\nlogger.commit.level = INFO\n"
+        )
         self.process: Any = None
 
     def start(self, heap: str) -> None:
-        import subprocess
-
         # The namespace exists beforehand, as in any deployment: two tasks creating it at once
         # on a fresh catalog collide (the table they create is the sink's own).
         self.catalog().create_namespace(CONNECT_TABLE.split(".")[0])
 
-        self.log = open(self.work / "connect.log", "w")
+        self.log = open(self.work / "connect.log", "w")  # noqa: SIM115 - closed by stop()
         self.process = subprocess.Popen(
-            ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-             f"-Dlog4j2.configurationFile={self.work / 'log4j2.properties'}",
-             "-cp", f"{self.jars}/*", "org.apache.kafka.connect.cli.ConnectStandalone",
-             str(self.work / "worker.properties"), str(self.work / "connector.properties")],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                "java",
+                f"-Xms{heap}",
+                f"-Xmx{heap}",
+                "-XX:+UseG1GC",
+                "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.work / 'log4j2.properties'}",
+                "-cp",
+                f"{self.jars}/*",
+                "org.apache.kafka.connect.cli.ConnectStandalone",
+                str(self.work / "worker.properties"),
+                str(self.work / "connector.properties"),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def tasks(self) -> list[str]:
         """The states of the connector's tasks (none before its REST API is up); raises when
@@ -439,8 +535,10 @@ class ConnectWorker:
         import urllib.request
 
         if self.process.poll() is not None:
-            raise RuntimeError(f"the Connect worker exited ({self.process.returncode}): "
-                               + (self.work / "connect.log").read_text()[-3000:])
+            raise RuntimeError(
+                f"the Connect worker exited ({self.process.returncode}): "
+                + (self.work / "connect.log").read_text()[-3000:]
+            )
         url = f"http://127.0.0.1:{self.rest_port}/connectors/{self.name}/status"
         try:
             status = json.load(urllib.request.urlopen(url, timeout=5))
@@ -448,8 +546,12 @@ class ConnectWorker:
             return []
         states = [t["state"] for t in status.get("tasks", [])]
         if "FAILED" in states:
-            raise RuntimeError("a Connect task failed: " + "\n".join(
-                t.get("trace", "")[:2000] for t in status["tasks"] if t["state"] == "FAILED"))
+            raise RuntimeError(
+                "a Connect task failed: "
+                + "\n".join(
+                    t.get("trace", "")[:2000] for t in status["tasks"] if t["state"] == "FAILED"
+                )
+            )
         return states
 
     def wait_running(self, timeout: float = 300) -> None:
@@ -462,8 +564,11 @@ class ConnectWorker:
     def catalog(self):
         from pyiceberg.catalog.sql import SqlCatalog
 
-        return SqlCatalog("bench", uri=f"sqlite:///{self.work / 'catalog.db'}",
-                          warehouse=f"file://{self.work / 'warehouse'}")
+        return SqlCatalog(
+            "bench",
+            uri=f"sqlite:///{self.work / 'catalog.db'}",
+            warehouse=f"file://{self.work / 'warehouse'}",
+        )
 
     def table(self):
         """The sink's table, or None before the sink created it."""
@@ -492,7 +597,7 @@ class ConnectWorker:
         self.process.terminate()
         try:
             self.process.wait(60)
-        except Exception:
+        except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
         return peak
@@ -514,11 +619,17 @@ def _properties(path: Path, values: dict[str, Any]) -> None:
 def _end_offsets(topic: str) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": os.environ["FLOE_KAFKA_BOOTSTRAP"],
-                         "group.id": f"bench-ends-{os.getpid()}"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": os.environ["FLOE_KAFKA_BOOTSTRAP"],
+            "group.id": f"bench-ends-{os.getpid()}",
+        }
+    )
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in range(workload.PARTITIONS)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(workload.PARTITIONS)
+        }
     finally:
         consumer.close()
 
@@ -554,19 +665,24 @@ def run_kafka_connect(args: argparse.Namespace) -> dict[str, Any]:
     partition, offset, _ = _lineage(table)
     distinct = len(np.unique(partition.astype(np.int64) * 2**40 + offset))
     assert len(offset) == records == distinct, (len(offset), records, distinct)
-    return {"rows": len(offset), "seconds": seconds, "commits": len(table.snapshots()),
-            "steady_rows_per_second": _steady_commits(table.snapshots()),
-            "peak_rss_jvm": peak, "peak_rss_python": 0}
+    return {
+        "rows": len(offset),
+        "seconds": seconds,
+        "commits": len(table.snapshots()),
+        "steady_rows_per_second": _steady_commits(table.snapshots()),
+        "peak_rss_jvm": peak,
+        "peak_rss_python": 0,
+    }
 
 
 def _steady_commits(snapshots: list[Any]) -> int | None:
     """The sink's steady rate: the median of its commits' rows over the time since the commit
     before (the first commit, after the worker's start, and the last, a remainder, left out)."""
-    rates = sorted(int(now.summary["added-records"]) * 1000
-                   / (now.timestamp_ms - before.timestamp_ms)
-                   for before, now in zip(snapshots[1:], snapshots[2:-1])
-                   if now.timestamp_ms > before.timestamp_ms
-                   and now.summary and "added-records" in now.summary)
+    rates = sorted(
+        int(now.summary["added-records"]) * 1000 / (now.timestamp_ms - before.timestamp_ms)
+        for before, now in itertools.pairwise(snapshots[1:-1])
+        if now.timestamp_ms > before.timestamp_ms and now.summary and "added-records" in now.summary
+    )
     return round(rates[len(rates) // 2]) if len(rates) >= 3 else None
 
 
@@ -580,8 +696,9 @@ def run_kafka_connect_freshness(args: argparse.Namespace) -> dict[str, Any]:
     try:
         worker.wait_running()
         values = workload.value_pool(args.schema_id, args.size)
-        producer = workload.SteadyProducer(os.environ["FLOE_KAFKA_BOOTSTRAP"], args.topic,
-                                           values, args.rate)
+        producer = workload.SteadyProducer(
+            os.environ["FLOE_KAFKA_BOOTSTRAP"], args.topic, values, args.rate
+        )
         producing_from = time.time()
         producer.start()
         measured_from_ms = warm_up(args)
@@ -606,13 +723,23 @@ def run_kafka_connect_freshness(args: argparse.Namespace) -> dict[str, Any]:
         ends = np.array([r.get(int(p), -1) for r in reached])
         mine = partition == p
         latency_ms[mine] = at[np.searchsorted(ends, offset[mine], side="left")] - produced_ms[mine]
-    return {"sent": sent, "rows": len(offset), "producing_seconds": producing_seconds,
-            "rate": args.rate, "interval_seconds": args.interval, "commits": len(snapshots),
-            "snapshots_per_hour": len(snapshots) / producing_seconds * 3600,
-            **latency_figures(latency_ms, produced_ms, measured_from_ms, args.warmup),
-            "data_files_per_hour": sum(int((s.summary or {}).get("added-data-files") or 0)
-                                       for s in snapshots) / producing_seconds * 3600,
-            "peak_rss_jvm": peak, "peak_rss_python": 0}
+    return {
+        "sent": sent,
+        "rows": len(offset),
+        "producing_seconds": producing_seconds,
+        "rate": args.rate,
+        "interval_seconds": args.interval,
+        "commits": len(snapshots),
+        "snapshots_per_hour": len(snapshots) / producing_seconds * 3600,
+        **latency_figures(latency_ms, produced_ms, measured_from_ms, args.warmup),
+        "data_files_per_hour": sum(
+            int((s.summary or {}).get("added-data-files") or 0) for s in snapshots
+        )
+        / producing_seconds
+        * 3600,
+        "peak_rss_jvm": peak,
+        "peak_rss_python": 0,
+    }
 
 
 def warm_up(args: argparse.Namespace) -> int:
@@ -628,10 +755,13 @@ def latency_figures(latency_ms, produced_ms, measured_from_ms: int, warmup: int)
     import numpy as np
 
     measured = latency_ms[produced_ms >= measured_from_ms]
-    return {"warmup_seconds": warmup, "rows_measured": int(len(measured)),
-            "freshness_p50_seconds": float(np.percentile(measured, 50)) / 1000,
-            "freshness_p99_seconds": float(np.percentile(measured, 99)) / 1000,
-            "freshness_max_seconds": float(measured.max()) / 1000}
+    return {
+        "warmup_seconds": warmup,
+        "rows_measured": len(measured),
+        "freshness_p50_seconds": float(np.percentile(measured, 50)) / 1000,
+        "freshness_p99_seconds": float(np.percentile(measured, 99)) / 1000,
+        "freshness_max_seconds": float(measured.max()) / 1000,
+    }
 
 
 def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -645,21 +775,28 @@ def metadata_growth(table, batches: list[dict[str, Any]]) -> dict[str, Any]:
     tenth = max(1, len(batches) // 10)
     slope = float(np.polyfit(hours, commit_ms, 1)[0]) if len(batches) > 2 else None
     path = table.metadata_location.removeprefix("file://").removeprefix("file:")
-    return {"metadata_json_bytes": os.path.getsize(path),
-            "snapshots_kept": len(table.snapshots()),
-            "expired_snapshots": sum(b.get("expired_snapshots", 0) for b in batches),
-            "expire_seconds_mean": float(np.mean([b.get("expire_seconds", 0.0)
-                                                  for b in batches])),
-            "commit_ms_first_tenth": float(commit_ms[:tenth].mean()),
-            "commit_ms_last_tenth": float(commit_ms[-tenth:].mean()),
-            "commit_ms_slope_per_hour": slope}
+    return {
+        "metadata_json_bytes": os.path.getsize(path),
+        "snapshots_kept": len(table.snapshots()),
+        "expired_snapshots": sum(b.get("expired_snapshots", 0) for b in batches),
+        "expire_seconds_mean": float(np.mean([b.get("expire_seconds", 0.0) for b in batches])),
+        "commit_ms_first_tenth": float(commit_ms[:tenth].mean()),
+        "commit_ms_last_tenth": float(commit_ms[-tenth:].mean()),
+        "commit_ms_slope_per_hour": slope,
+    }
 
 
-MODES = {"floe-avro": run_floe, "floe-raw": run_floe, "noop": run_spark_sink,
-         "noop-decoded": run_spark_sink,
-         "spark-parquet": run_spark_sink, "python": run_python,
-         "freshness": run_freshness, "kafka-connect": run_kafka_connect,
-         "kafka-connect-freshness": run_kafka_connect_freshness}
+MODES = {
+    "floe-avro": run_floe,
+    "floe-raw": run_floe,
+    "noop": run_spark_sink,
+    "noop-decoded": run_spark_sink,
+    "spark-parquet": run_spark_sink,
+    "python": run_python,
+    "freshness": run_freshness,
+    "kafka-connect": run_kafka_connect,
+    "kafka-connect-freshness": run_kafka_connect_freshness,
+}
 
 
 def main() -> int:
@@ -670,18 +807,34 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100, help="value size the topic holds")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--interval", type=int, default=60, help="commit interval, seconds")
-    parser.add_argument("--max-records-per-commit", type=int, default=None,
-                        help="floe: maxRecordsPerCommit (default: the job's own caps); the "
-                             "Spark sinks: their maxOffsetsPerTrigger (default: the same)")
+    parser.add_argument(
+        "--max-records-per-commit",
+        type=int,
+        default=None,
+        help="floe: maxRecordsPerCommit (default: the job's own caps); the "
+        "Spark sinks: their maxOffsetsPerTrigger (default: the same)",
+    )
     parser.add_argument("--seconds", type=int, default=300, help="freshness: producing time")
     parser.add_argument("--rate", type=int, default=2000, help="freshness: records per second")
     parser.add_argument("--schema-id", type=int, default=0, help="freshness: the value schema id")
-    parser.add_argument("--warmup", type=int, default=30,
-                        help="freshness: seconds of records before the measured ones")
-    parser.add_argument("--latency", type=int, default=1,
-                        help="freshness: measure each record's latency (0: only the commits)")
-    parser.add_argument("--expire", type=int, default=1,
-                        help="freshness: the job expires snapshots as it commits (0: never)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=30,
+        help="freshness: seconds of records before the measured ones",
+    )
+    parser.add_argument(
+        "--latency",
+        type=int,
+        default=1,
+        help="freshness: measure each record's latency (0: only the commits)",
+    )
+    parser.add_argument(
+        "--expire",
+        type=int,
+        default=1,
+        help="freshness: the job expires snapshots as it commits (0: never)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     result = MODES[args.mode](args)

@@ -52,11 +52,20 @@ def make_values(count: int) -> list[bytes]:
     values = []
     for i in range(count):
         buffer = io.BytesIO()
-        fastavro.schemaless_writer(buffer, parsed, {
-            "id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
-            "quantity": i % 50, "price": (i % 10_000) / 100,
-            "status": ("NEW", "PAID", "SHIPPED")[i % 3],
-            "at": 1_795_000_000_000 + i, "note": None if i % 4 else "gift wrap please"})
+        fastavro.schemaless_writer(
+            buffer,
+            parsed,
+            {
+                "id": i,
+                "customer": f"customer-{i % 977}",
+                "item": f"item-{i % 131}",
+                "quantity": i % 50,
+                "price": (i % 10_000) / 100,
+                "status": ("NEW", "PAID", "SHIPPED")[i % 3],
+                "at": 1_795_000_000_000 + i,
+                "note": None if i % 4 else "gift wrap please",
+            },
+        )
         values.append(header + buffer.getvalue())
     return values
 
@@ -92,8 +101,14 @@ def make_protobuf_values(count: int) -> list[bytes]:
     header = b"\x00" + SCHEMA_ID.to_bytes(4, "big") + b"\x00"
     values = []
     for i in range(count):
-        message = order(id=i, customer=f"customer-{i % 977}", item=f"item-{i % 131}",
-                        quantity=i % 50, price=(i % 10_000) / 100, status=i % 3)
+        message = order(
+            id=i,
+            customer=f"customer-{i % 977}",
+            item=f"item-{i % 131}",
+            quantity=i % 50,
+            price=(i % 10_000) / 100,
+            status=i % 3,
+        )
         message.at.FromMilliseconds(1_795_000_000_000 + i)
         if i % 4 == 0:
             message.note = "gift wrap please"
@@ -138,14 +153,29 @@ def in_python(df, value_type, reader):
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    out_type = T.StructType([T.StructField("_value", value_type),
-                             T.StructField("value_error", T.StringType())])
-    arrow_type = pa.schema([
-        pa.field("_value", pa.struct([
-            ("id", pa.int64()), ("customer", pa.string()), ("item", pa.string()),
-            ("quantity", pa.int32()), ("price", pa.float64()), ("status", pa.string()),
-            ("at", pa.timestamp("us", tz="UTC")), ("note", pa.string())])),
-        pa.field("value_error", pa.string())])
+    out_type = T.StructType(
+        [T.StructField("_value", value_type), T.StructField("value_error", T.StringType())]
+    )
+    arrow_type = pa.schema(
+        [
+            pa.field(
+                "_value",
+                pa.struct(
+                    [
+                        ("id", pa.int64()),
+                        ("customer", pa.string()),
+                        ("item", pa.string()),
+                        ("quantity", pa.int32()),
+                        ("price", pa.float64()),
+                        ("status", pa.string()),
+                        ("at", pa.timestamp("us", tz="UTC")),
+                        ("note", pa.string()),
+                    ]
+                ),
+            ),
+            pa.field("value_error", pa.string()),
+        ]
+    )
 
     def decode(batches):
         read = reader()
@@ -158,8 +188,9 @@ def in_python(df, value_type, reader):
                 except Exception as error:  # noqa: BLE001 - the reason goes to value_error
                     decoded.append(None)
                     errors.append(str(error))
-            yield pa.RecordBatch.from_pydict({"_value": decoded, "value_error": errors},
-                                             schema=arrow_type)
+            yield pa.RecordBatch.from_pydict(
+                {"_value": decoded, "value_error": errors}, schema=arrow_type
+            )
 
     return df.select("value").mapInArrow(decode, out_type)
 
@@ -182,11 +213,17 @@ def python_protobuf_decode(df, value_type):
 
         def read(raw: bytes) -> dict:
             m = order.FromString(raw[6:])
-            return {"id": m.id, "customer": m.customer, "item": m.item, "quantity": m.quantity,
-                    "price": m.price, "status": statuses[m.status],
-                    "at": epoch + dt.timedelta(seconds=m.at.seconds,
-                                               microseconds=m.at.nanos // 1000),
-                    "note": m.note if m.HasField("note") else None}
+            return {
+                "id": m.id,
+                "customer": m.customer,
+                "item": m.item,
+                "quantity": m.quantity,
+                "price": m.price,
+                "status": statuses[m.status],
+                "at": epoch + dt.timedelta(seconds=m.at.seconds, microseconds=m.at.nanos // 1000),
+                "note": m.note if m.HasField("note") else None,
+            }
+
         return read
 
     return in_python(df, value_type, reader)
@@ -210,16 +247,23 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from hack.stack import provision
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
+    from hack.stack import provision
+
     jars = provision.spark_jar_list()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pyarrow
-    spark = (SparkSession.builder.master("local[2]").appName("floe-decode-bench")
-             .config("spark.jars", ",".join(jars)).config("spark.driver.memory", "2g")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("floe-decode-bench")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     values = make_values(args.records)
     average = statistics.mean(len(v) for v in values)
@@ -227,25 +271,33 @@ def main() -> int:
     df.count()
     proto_values = make_protobuf_values(args.records)
     proto_average = statistics.mean(len(v) for v in proto_values)
-    proto_df = spark.createDataFrame([(v,) for v in proto_values], "value binary"
-                                     ).repartition(2).cache()
+    proto_df = (
+        spark.createDataFrame([(v,) for v in proto_values], "value binary").repartition(2).cache()
+    )
     proto_df.count()
     del values, proto_values
-    value_type = T.StructType([
-        T.StructField("id", T.LongType()), T.StructField("customer", T.StringType()),
-        T.StructField("item", T.StringType()), T.StructField("quantity", T.IntegerType()),
-        T.StructField("price", T.DoubleType()), T.StructField("status", T.StringType()),
-        T.StructField("at", T.TimestampType()), T.StructField("note", T.StringType())])
+    value_type = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("customer", T.StringType()),
+            T.StructField("item", T.StringType()),
+            T.StructField("quantity", T.IntegerType()),
+            T.StructField("price", T.DoubleType()),
+            T.StructField("status", T.StringType()),
+            T.StructField("at", T.TimestampType()),
+            T.StructField("note", T.StringType()),
+        ]
+    )
 
     results = {}
-    for name, decode, source, kind in (("jvm_from_avro", jvm_decode, df, value_type),
-                                       ("jvm_from_avro_unchecked", unchecked_decode, df,
-                                        value_type),
-                                       ("jvm_frame_only", frame_only, df, value_type),
-                                       ("python_fastavro", python_decode, df, value_type),
-                                       ("jvm_protobuf", protobuf_decode, proto_df, value_type),
-                                       ("python_protobuf", python_protobuf_decode, proto_df,
-                                        value_type)):
+    for name, decode, source, kind in (
+        ("jvm_from_avro", jvm_decode, df, value_type),
+        ("jvm_from_avro_unchecked", unchecked_decode, df, value_type),
+        ("jvm_frame_only", frame_only, df, value_type),
+        ("python_fastavro", python_decode, df, value_type),
+        ("jvm_protobuf", protobuf_decode, proto_df, value_type),
+        ("python_protobuf", python_protobuf_decode, proto_df, value_type),
+    ):
         decoded = decode(source, kind)
         decoded.write.format("noop").mode("overwrite").save()  # warm-up
         seconds = []
@@ -254,33 +306,45 @@ def main() -> int:
             decoded.write.format("noop").mode("overwrite").save()
             seconds.append(time.perf_counter() - started)
         best = min(seconds)
-        results[name] = {"seconds": [round(s, 3) for s in seconds],
-                         "rows_per_second": round(args.records / best)}
+        results[name] = {
+            "seconds": [round(s, 3) for s in seconds],
+            "rows_per_second": round(args.records / best),
+        }
         print(f"{name:24} best {best:6.2f}s  {args.records / best:12,.0f} rows/s")
     spark.stop()
 
-    results["jvm_over_python"] = round(results["jvm_from_avro"]["rows_per_second"]
-                                       / results["python_fastavro"]["rows_per_second"], 2)
+    results["jvm_over_python"] = round(
+        results["jvm_from_avro"]["rows_per_second"] / results["python_fastavro"]["rows_per_second"],
+        2,
+    )
+
     # Microseconds a row (wall clock on the session's cores): decoding, and floe's check in it.
     def us_a_row(slower: str, faster: str) -> float:
-        return round(1e6 / results[slower]["rows_per_second"]
-                     - 1e6 / results[faster]["rows_per_second"], 3)
+        return round(
+            1e6 / results[slower]["rows_per_second"] - 1e6 / results[faster]["rows_per_second"], 3
+        )
 
     results["avro_decode_us_a_row"] = us_a_row("jvm_from_avro", "jvm_frame_only")
     results["avro_check_us_a_row"] = us_a_row("jvm_from_avro", "jvm_from_avro_unchecked")
-    results["avro_over_protobuf"] = round(results["jvm_from_avro"]["rows_per_second"]
-                                          / results["jvm_protobuf"]["rows_per_second"], 2)
+    results["avro_over_protobuf"] = round(
+        results["jvm_from_avro"]["rows_per_second"] / results["jvm_protobuf"]["rows_per_second"], 2
+    )
     results["protobuf_jvm_over_python"] = round(
-        results["jvm_protobuf"]["rows_per_second"]
-        / results["python_protobuf"]["rows_per_second"], 2)
+        results["jvm_protobuf"]["rows_per_second"] / results["python_protobuf"]["rows_per_second"],
+        2,
+    )
     record = {
         "benchmark": "value decode: Avro in the JVM (from_avro) vs Python fastavro; Protobuf "
-                     "in the JVM (floe's decoder) vs Python (protobuf's C parser)",
+        "in the JVM (floe's decoder) vs Python (protobuf's C parser)",
         "command": f"python bench/decode_bench.py --records {args.records} --repeat {args.repeat}",
-        "records": args.records, "average_value_bytes": round(average, 1),
+        "records": args.records,
+        "average_value_bytes": round(average, 1),
         "average_protobuf_value_bytes": round(proto_average, 1),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
         "spark": __import__("pyspark").__version__,
         "date": time.strftime("%Y-%m-%d"),
         "results": results,
@@ -288,9 +352,11 @@ def main() -> int:
     out = ROOT / "bench" / "results" / "decode.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"Avro JVM / Python: {results['jvm_over_python']}x, Protobuf JVM / Python: "
-          f"{results['protobuf_jvm_over_python']}x, Avro / Protobuf (JVM): "
-          f"{results['avro_over_protobuf']}x  -> {out.relative_to(ROOT)}")
+    print(
+        f"Avro JVM / Python: {results['jvm_over_python']}x, Protobuf JVM / Python: "
+        f"{results['protobuf_jvm_over_python']}x, Avro / Protobuf (JVM): "
+        f"{results['avro_over_protobuf']}x  -> {out.relative_to(ROOT)}"
+    )
     return 0
 
 

@@ -68,7 +68,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from hack.stack.procs import stop_group  # noqa: E402
-from workload import SMALL as SCHEMA, job_spec  # noqa: E402 - ~100-byte order records
+from workload import SMALL as SCHEMA  # noqa: E402 - ~100-byte order records
+from workload import job_spec  # noqa: E402
 
 STEPS = ("launch", "session", "tables", "first_batch")
 
@@ -79,24 +80,37 @@ def produce(env: dict[str, str], topic: str, start_at: int, count: int, keys: in
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
-                               json.dumps(SCHEMA))
+    serialize = AvroSerializer(
+        SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}), json.dumps(SCHEMA)
+    )
     context = SerializationContext(topic, MessageField.VALUE)
     producer = Producer({"bootstrap.servers": env["FLOE_KAFKA_BOOTSTRAP"]})
     now = int(time.time() * 1000)
     for i in range(start_at, start_at + count):
-        producer.produce(topic, key=str(i % keys).encode(), value=serialize(
-            {"id": i, "customer": f"customer-{i % 977}", "item": f"item-{i % 131}",
-             "quantity": i % 50, "price": (i % 10_000) / 100, "status": "NEW", "at": now,
-             "note": None}, context))
+        producer.produce(
+            topic,
+            key=str(i % keys).encode(),
+            value=serialize(
+                {
+                    "id": i,
+                    "customer": f"customer-{i % 977}",
+                    "item": f"item-{i % 131}",
+                    "quantity": i % 50,
+                    "price": (i % 10_000) / 100,
+                    "status": "NEW",
+                    "at": now,
+                    "note": None,
+                },
+                context,
+            ),
+        )
     producer.flush()
 
 
 def job_config(env: dict[str, str], work: Path, topic: str, mode: str) -> Path:
     from floe_sparkapp.config import parse_config
 
-    config = parse_config(job_spec(env, work, topic, "start", mode=mode,
-                                   commit={"interval": "2s"}))
+    config = parse_config(job_spec(env, work, topic, "start", mode=mode, commit={"interval": "2s"}))
     path = work / "job.json"
     path.write_text(config.to_json())
     return path
@@ -105,24 +119,28 @@ def job_config(env: dict[str, str], work: Path, topic: str, mode: str) -> Path:
 def one_start(command: list[str], env: dict[str, str], log: Path) -> dict | None:
     """Starts the job, waits for its first commit, stops it; its floe.started line."""
     with log.open("w") as out:
-        job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+        job = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 300
         line = None
         while line is None and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
             for text in log.read_text(errors="replace").splitlines():
                 if '"event": "floe.started"' in text:
-                    line = json.loads(text[text.index("{"):])
+                    line = json.loads(text[text.index("{") :])
         stop_group(job, timeout=60)
     return line
 
 
 def medians(lines: list[dict]) -> dict:
-    return {"starts": len(lines),
-            "seconds": round(statistics.median(s["seconds"] for s in lines), 2),
-            **{step: round(statistics.median(s[f"{step}_seconds"] for s in lines), 2)
-               for step in STEPS}}
+    return {
+        "starts": len(lines),
+        "seconds": round(statistics.median(s["seconds"] for s in lines), 2),
+        **{
+            step: round(statistics.median(s[f"{step}_seconds"] for s in lines), 2) for step in STEPS
+        },
+    }
 
 
 def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
@@ -132,13 +150,24 @@ def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
 
     admin = AdminClient({"bootstrap.servers": env["FLOE_KAFKA_BOOTSTRAP"]})
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
-    command = [sys.executable, "-m", "floe_sparkapp", "run", "--config",
-               str(job_config(env, work, topic, mode))]
+    command = [
+        sys.executable,
+        "-m",
+        "floe_sparkapp",
+        "run",
+        "--config",
+        str(job_config(env, work, topic, mode)),
+    ]
     jvm = " ".join(o for o in options.split() if o.startswith("-"))
     confs = " ".join(f"--conf {o}" for o in options.split() if not o.startswith("-"))
-    job_env = {**os.environ, "SPARK_SUBMIT_OPTS": jvm, "PYSPARK_SUBMIT_ARGS": (
-        f"--master local[2] --driver-memory 768m --conf spark.ui.enabled=false {confs} "
-        f"--driver-class-path {env['FLOE_SPARK_CLASSPATH']} pyspark-shell")}
+    job_env = {
+        **os.environ,
+        "SPARK_SUBMIT_OPTS": jvm,
+        "PYSPARK_SUBMIT_ARGS": (
+            f"--master local[2] --driver-memory 768m --conf spark.ui.enabled=false {confs} "
+            f"--driver-class-path {env['FLOE_SPARK_CLASSPATH']} pyspark-shell"
+        ),
+    }
     lines = []
     for n in range(starts + 1):  # the first start makes the table: not counted
         produce(env, topic, n * 200, 200, 100 if mode == "upsert" else 10**9)
@@ -150,8 +179,9 @@ def variant(env: dict[str, str], options: str, starts: int, mode: str) -> dict:
     return {"options": options, **medians(lines)}
 
 
-def node(env: dict[str, str], variants: dict[str, str], starts: int,
-         rounds: int = 1) -> tuple[dict[str, Any], Path]:
+def node(
+    env: dict[str, str], variants: dict[str, str], starts: int, rounds: int = 1
+) -> tuple[dict[str, Any], Path]:
     """Each variant's restarts on the node (see the module's doc): their medians and each, and
     the directory of their logs.  With ``rounds``, the variants take turns, in the reverse
     order every other round, so that a node getting busier or a cache getting warmer favours
@@ -160,27 +190,32 @@ def node(env: dict[str, str], variants: dict[str, str], starts: int,
     names = list(variants)
     starts_of: dict[str, list[dict]] = {name: [] for name in names}
     for turn in range(rounds):
-        for name in (names if turn % 2 == 0 else names[::-1]):
+        for name in names if turn % 2 == 0 else names[::-1]:
             starts_of[name] += _restarts(env, work, name, variants[name], starts)
-    out = {name: {"settings": variants[name], **medians_of(each)["node"],
-                  "each": [s["seconds"] for s in each]}
-           for name, each in starts_of.items()}
+    out = {
+        name: {
+            "settings": variants[name],
+            **medians_of(each)["node"],
+            "each": [s["seconds"] for s in each],
+        }
+        for name, each in starts_of.items()
+    }
     return out, work
 
 
-def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
-              starts: int) -> list[dict]:
+def _restarts(env: dict[str, str], work: Path, name: str, settings: str, starts: int) -> list[dict]:
     """One variant's resource on the node, restarted ``starts`` times: each restart's start."""
-    from operator_scale import node_topic
-
     from hack.stack.cluster import JOB_NAMESPACES
+    from operator_scale import node_topic
     from tests.jobstarts import Recorder
 
     namespace = JOB_NAMESPACES[-1]  # served by the node's spark-operator
     conf = dict(item.split("=", 1) for item in shlex.split(settings))
     image = conf.pop("image", None)
-    properties = {key.removeprefix("kafka."): conf.pop(key)
-                  for key in [k for k in conf if k.startswith("kafka.")]}
+    properties = {
+        key.removeprefix("kafka."): conf.pop(key)
+        for key in [k for k in conf if k.startswith("kafka.")]
+    }
     recorder = Recorder()
     with node_topic(ROOT, env, work, namespace, "2s", conf) as topic:
         if image:
@@ -196,19 +231,26 @@ def _restarts(env: dict[str, str], work: Path, name: str, settings: str,
 
             def committed() -> list[dict]:
                 with recorder.lock:
-                    return [s for s in recorder.starts
-                            if s["test"] == name and s["seconds"] is not None]
+                    return [
+                        s for s in recorder.starts if s["test"] == name and s["seconds"] is not None
+                    ]
 
             before, pods = len(committed()), len(recorder.pods)
             topic.patch_spec({"spark": {"conf": {"spark.floe.benchRestart": str(n)}}})
             # the records go once the old driver is gone (the new one has its name), so that
             # they wait for the new job's first batch
-            if not topic.wait_until(lambda: len(recorder.pods) > pods, timeout=300,
-                                    interval=0.5):
+            if not topic.wait_until(
+                lambda: len(recorder.pods) > pods,  # noqa: B023 - called within this iteration
+                timeout=300,
+                interval=0.5,
+            ):
                 raise SystemExit(f"{name}: restart {n} made no driver pod ({work})")
             topic.produce(10 + n * 200, 200)
-            if not topic.wait_until(lambda: len(committed()) > before and topic.landed(),
-                                    timeout=600, interval=1):
+            if not topic.wait_until(
+                lambda: len(committed()) > before and topic.landed(),  # noqa: B023 - called within this iteration
+                timeout=600,
+                interval=1,
+            ):
                 raise SystemExit(f"{name}: restart {n} reached no commit ({work})")
             print(f"[bench] {name} restart {n}: {committed()[-1]}", file=sys.stderr, flush=True)
         for log in topic.shared.glob("*.log"):  # a variant's JVM logs ({shared}/...)
@@ -227,16 +269,25 @@ def record_restart(measured: dict, command: str) -> None:
     default = measured["restarts"]["default"]
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results["restart_to_first_commit_seconds"] = default["seconds"]
-    results["restart"] = {key: default[key] for key in
-                          ("starts", "seconds", "submit", "pod", *STEPS, "each") if key in default}
-    results.setdefault("runs", {})["restart"] = {"command": command, "date": measured["date"],
-                                                 "machine": machine(), "versions": versions()}
+    results["restart"] = {
+        key: default[key]
+        for key in ("starts", "seconds", "submit", "pod", *STEPS, "each")
+        if key in default
+    }
+    results.setdefault("runs", {})["restart"] = {
+        "command": command,
+        "date": measured["date"],
+        "machine": machine(),
+        "versions": versions(),
+    }
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     write_readme(results)
 
 
-CLASS_LOG = ("classes=spark.driver.extraJavaOptions=-Xlog:class+load:file={shared}/driver.log "
-             "spark.executor.extraJavaOptions=-Xlog:class+load:file={shared}/executor.log")
+CLASS_LOG = (
+    "classes=spark.driver.extraJavaOptions=-Xlog:class+load:file={shared}/driver.log "
+    "spark.executor.extraJavaOptions=-Xlog:class+load:file={shared}/executor.log"
+)
 
 
 def not_archived(logs: list[Path]) -> set[str]:
@@ -246,8 +297,11 @@ def not_archived(logs: list[Path]) -> set[str]:
     for log in logs:
         for line in log.read_text(errors="replace").splitlines():
             parts = line.split()
-            if len(parts) >= 4 and parts[2] == "source:" and \
-                    parts[3].startswith(("jrt:/", "file:")):
+            if (
+                len(parts) >= 4
+                and parts[2] == "source:"
+                and parts[3].startswith(("jrt:/", "file:"))
+            ):
                 names.add(parts[1])
     return names
 
@@ -262,12 +316,16 @@ def medians_of(starts: list[dict]) -> dict:
     for where in ("node", "local"):
         done = [s for s in starts if s["where"] == where and s["seconds"] is not None]
         if done:
-            out[where] = {"starts": len([s for s in starts if s["where"] == where]),
-                          "committed": len(done),
-                          "seconds": round(statistics.median(s["seconds"] for s in done), 2),
-                          **{step: round(statistics.median(v), 2)
-                             for step in ("submit", "pod", *STEPS)
-                             if (v := [s[step] for s in done if s.get(step) is not None])}}
+            out[where] = {
+                "starts": len([s for s in starts if s["where"] == where]),
+                "committed": len(done),
+                "seconds": round(statistics.median(s["seconds"] for s in done), 2),
+                **{
+                    step: round(statistics.median(v), 2)
+                    for step in ("submit", "pod", *STEPS)
+                    if (v := [s[step] for s in done if s.get(step) is not None])
+                },
+            }
     return out
 
 
@@ -291,11 +349,14 @@ def main() -> int:
     parser.add_argument("--suite", type=Path)
     parser.add_argument("--node", type=int, default=0, help="restarts on the node, per variant")
     parser.add_argument("--node-variant", action="append", default=[])
-    parser.add_argument("--record", action="store_true",
-                        help="with --node-variant: still record the default's figure in "
-                             "results/latest.json")
-    parser.add_argument("--node-rounds", type=int, default=1,
-                        help="the node's variants in turns, this many times")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="with --node-variant: still record the default's figure in results/latest.json",
+    )
+    parser.add_argument(
+        "--node-rounds", type=int, default=1, help="the node's variants in turns, this many times"
+    )
     parser.add_argument("--classes", type=Path, help="a class list to add to (see the doc)")
     parser.add_argument("--mode", choices=("append", "upsert"), default="append")
     args = parser.parse_args()
@@ -313,20 +374,30 @@ def main() -> int:
         for text in args.variant:
             name, _, options = text.partition("=")
             variants[name] = "" if name == "no-cds" else f"{default} {options}".strip()
-        out[args.mode] = {"command": command, "date": time.strftime("%Y-%m-%d"),
-                          "local": {name: variant(env, options, args.starts, args.mode)
-                                    for name, options in variants.items()},
-                          "machine": {"cpus": os.cpu_count(),
-                                      "python": platform.python_version(),
-                                      "spark": pyspark.__version__}}
+        out[args.mode] = {
+            "command": command,
+            "date": time.strftime("%Y-%m-%d"),
+            "local": {
+                name: variant(env, options, args.starts, args.mode)
+                for name, options in variants.items()
+            },
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "spark": pyspark.__version__,
+            },
+        }
     if args.node:
         env = stack_env()
         variants = {"default": ""}
         for text in args.node_variant:
             name, _, settings = text.partition("=")
             variants[name] = settings
-        out["node"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
-                       "restarts": node(env, variants, args.node, rounds=args.node_rounds)[0]}
+        out["node"] = {
+            "command": command,
+            "date": time.strftime("%Y-%m-%d"),
+            "restarts": node(env, variants, args.node, rounds=args.node_rounds)[0],
+        }
         if not args.node_variant or args.record:
             record_restart(out["node"], command)
     if args.classes:
@@ -339,8 +410,7 @@ def main() -> int:
         print(f"{len(found - known)} classes added to {args.classes} ({len(known | found)})")
         return 0
     if args.suite:
-        out["suite"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
-                        **suite(args.suite)}
+        out["suite"] = {"command": command, "date": time.strftime("%Y-%m-%d"), **suite(args.suite)}
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     return 0

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,8 +49,11 @@ def session(warehouse: Path):
     """The benchmarks' local session (:func:`upsert_bench.local_session`) with a Hadoop catalog
     ``bench`` in ``warehouse``."""
     _, spark = local_session("floe key scan", "2g", 2)
-    for key, value in {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "hadoop",
-                       ".warehouse": str(warehouse)}.items():
+    for key, value in {
+        "": "org.apache.iceberg.spark.SparkCatalog",
+        ".type": "hadoop",
+        ".warehouse": str(warehouse),
+    }.items():
         spark.conf.set(f"spark.sql.catalog.bench{key}", value)
     return spark
 
@@ -65,28 +69,41 @@ def one(spark, rows: int, batch: int, files: int, rounds: int) -> dict:
 
     table = f"bench.db.keys_{rows}"
     spark.sql(f"DROP TABLE IF EXISTS {table}")
-    spark.sql(f"CREATE TABLE {table} (key_top bigint, value struct<id: bigint, customer: string,"
-              " amount: double, status: string>) USING iceberg")
+    spark.sql(
+        f"CREATE TABLE {table} (key_top bigint, value struct<id: bigint, customer: string,"
+        " amount: double, status: string>) USING iceberg"
+    )
     log(f"writing {rows:,} rows in {files} files")
     ids = F.col("id")
-    (spark.range(rows, numPartitions=files)
-     .select(ids.alias("key_top"),
-             F.struct(ids.alias("id"),
-                      F.concat(F.lit("customer-"), (ids % 10_000).cast("string")).alias("customer"),
-                      (ids % 100_000 / 100).alias("amount"),
-                      F.lit("shipped").alias("status")).alias("value"))
-     .writeTo(table).append())
+    (
+        spark.range(rows, numPartitions=files)
+        .select(
+            ids.alias("key_top"),
+            F.struct(
+                ids.alias("id"),
+                F.concat(F.lit("customer-"), (ids % 10_000).cast("string")).alias("customer"),
+                (ids % 100_000 / 100).alias("amount"),
+                F.lit("shipped").alias("status"),
+            ).alias("value"),
+        )
+        .writeTo(table)
+        .append()
+    )
     written = spark.sql(f"SELECT count(*) FROM {table}.files").first()[0]
     keys = spark.range(0, rows, max(1, rows // batch)).select(F.col("id").alias("k")).cache()
     batch_keys = keys.count()
     found: dict[str, dict[str, float]] = {}
     for name, column in (("nested", F.col("value.id")), ("top_level", F.col("key_top"))):
-        def read() -> None:
+
+        def read(column: Any = column) -> None:  # the loop's column, bound here
             spark.table(table).select(F.sum(column)).collect()
 
-        def probe() -> None:
-            matched = spark.table(table).join(F.broadcast(keys), column == F.col("k"),
-                                              "left_semi").count()
+        def probe(column: Any = column) -> None:
+            matched = (
+                spark.table(table)
+                .join(F.broadcast(keys), column == F.col("k"), "left_semi")
+                .count()
+            )
             assert matched == batch_keys, (matched, batch_keys)
 
         each: dict[str, list[float]] = {"read": [], "probe": []}
@@ -96,15 +113,25 @@ def one(spark, rows: int, batch: int, files: int, rounds: int) -> dict:
                 if round_:  # the first round warms the JVM
                     each[step].append(seconds)
         found[name] = {step: round(statistics.median(s), 3) for step, s in each.items()}
-        found[name].update({f"{step}_ns_a_row": round(found[name][step] / rows * 1e9, 1)
-                            for step in ("read", "probe")})
+        found[name].update(
+            {
+                f"{step}_ns_a_row": round(found[name][step] / rows * 1e9, 1)
+                for step in ("read", "probe")
+            }
+        )
         log(f"{rows:,} rows, key {name}: {found[name]}")
     keys.unpersist()
     spark.sql(f"DROP TABLE {table} PURGE")
-    return {"rows": rows, "data_files": written, "batch_keys": batch_keys,
-            "batch_keys_a_file": round(batch_keys / written, 1), **found,
-            "top_level_over_nested_probe": round(found["nested"]["probe"]
-                                                 / found["top_level"]["probe"], 2)}
+    return {
+        "rows": rows,
+        "data_files": written,
+        "batch_keys": batch_keys,
+        "batch_keys_a_file": round(batch_keys / written, 1),
+        **found,
+        "top_level_over_nested_probe": round(
+            found["nested"]["probe"] / found["top_level"]["probe"], 2
+        ),
+    }
 
 
 def main() -> int:
@@ -117,12 +144,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="floe-key-scan-") as work:
         spark = session(Path(work))
         try:
-            runs = [one(spark, int(size), args.batch, args.files, args.rounds)
-                    for size in args.sizes.split(",")]
+            runs = [
+                one(spark, int(size), args.batch, args.files, args.rounds)
+                for size in args.sizes.split(",")
+            ]
         finally:
             spark.stop()
-    result = {"command": " ".join(["python bench/key_scan.py", *sys.argv[1:]]),
-              "date": time.strftime("%Y-%m-%d"), "machine": machine(), "runs": runs}
+    result = {
+        "command": " ".join(["python bench/key_scan.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "runs": runs,
+    }
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0

@@ -21,10 +21,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import requests
 
@@ -32,8 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 IDLE_SECONDS = 60
 # What the operator reads or writes: its resources, their children, the Secrets they reference
 # and the Events it posts.
-OPERATOR_KINDS = {"kafkaicebergtopics", "sparkapplications", "configmaps", "cronjobs", "secrets",
-                  "events", "pods", "kopfpeerings", "clusterkopfpeerings"}
+OPERATOR_KINDS = {
+    "kafkaicebergtopics",
+    "sparkapplications",
+    "configmaps",
+    "cronjobs",
+    "secrets",
+    "events",
+    "pods",
+    "kopfpeerings",
+    "clusterkopfpeerings",
+}
 
 
 def _families(text: str) -> dict[str, Any]:
@@ -46,22 +56,31 @@ def apiserver_requests_by_kind(api_client) -> dict[str, float]:
     """Requests the API server has served since it started (all clients), by verb and
     resource."""
     settings = api_client.configuration
-    text = requests.get(f"{settings.host}/metrics", timeout=30, verify=settings.ssl_ca_cert,
-                        headers={"Authorization": settings.api_key["BearerToken"]}).text
+    text = requests.get(
+        f"{settings.host}/metrics",
+        timeout=30,
+        verify=settings.ssl_ca_cert,
+        headers={"Authorization": settings.api_key["BearerToken"]},
+    ).text
     family = _families(text).get("apiserver_request")
     kinds: dict[str, float] = {}
     for sample in family.samples:
         if sample.name == "apiserver_request_total":
             labels = sample.labels
-            kind = " ".join(filter(None, (labels.get("verb"), labels.get("resource"),
-                                          labels.get("subresource"))))
+            kind = " ".join(
+                filter(
+                    None, (labels.get("verb"), labels.get("resource"), labels.get("subresource"))
+                )
+            )
             kinds[kind] = kinds.get(kind, 0.0) + sample.value
     return kinds
 
 
 def reconcile_buckets(metrics_url: str) -> dict[float, float]:
     """Cumulative bucket counts of the reconcile histogram, summed over all resources."""
-    family = _families(requests.get(metrics_url, timeout=30).text)["floe_reconcile_duration_seconds"]
+    family = _families(requests.get(metrics_url, timeout=30).text)[
+        "floe_reconcile_duration_seconds"
+    ]
     buckets: dict[float, float] = {}
     for sample in family.samples:
         if sample.name.endswith("_bucket"):
@@ -107,15 +126,26 @@ def _free_port() -> int:
 
 def _body(env: dict[str, str], work: Path, index: int, topic: str) -> dict[str, Any]:
     return {
-        "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "KafkaIcebergTopic",
         "metadata": {"name": f"topic-{index:04d}"},
         "spec": {
             "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"], "topic": topic},
-            "value": {"format": "avro", "schemaRegistry": {
-                "url": env["FLOE_SCHEMA_REGISTRY_URL"], "subject": f"{topic}-value"}},
-            "table": {"catalog": {"name": "bench", "uri": f"jdbc:sqlite:{work / f'{index}.db'}",
-                                  "warehouse": f"file://{work / 'warehouse'}"},
-                      "identifier": f"bench.topic_{index:04d}"},
+            "value": {
+                "format": "avro",
+                "schemaRegistry": {
+                    "url": env["FLOE_SCHEMA_REGISTRY_URL"],
+                    "subject": f"{topic}-value",
+                },
+            },
+            "table": {
+                "catalog": {
+                    "name": "bench",
+                    "uri": f"jdbc:sqlite:{work / f'{index}.db'}",
+                    "warehouse": f"file://{work / 'warehouse'}",
+                },
+                "identifier": f"bench.topic_{index:04d}",
+            },
             "commit": {"interval": "30s"},
         },
     }
@@ -124,13 +154,17 @@ def _body(env: dict[str, str], work: Path, index: int, topic: str) -> dict[str, 
 def _steady(item: dict[str, Any]) -> bool:
     status = item.get("status") or {}
     conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-    return (status.get("observedGeneration") == item["metadata"].get("generation")
-            and conditions.get("TableReady") == "True"
-            and conditions.get("MaintenanceScheduled") == "True" and "offsets" in status)
+    return (
+        status.get("observedGeneration") == item["metadata"].get("generation")
+        and conditions.get("TableReady") == "True"
+        and conditions.get("MaintenanceScheduled") == "True"
+        and "offsets" in status
+    )
 
 
-def measure(size: int, env: dict[str, str], work: Path, topic: str,
-            timeout: float) -> dict[str, Any]:
+def measure(
+    size: int, env: dict[str, str], work: Path, topic: str, timeout: float
+) -> dict[str, Any]:
     from kubernetes import client, config
 
     from hack.stack.procs import stop_group
@@ -142,31 +176,41 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     # The drivers' account, as the chart makes it in a namespace it serves: without it the
     # resources would wait for it instead of having their SparkApplications.
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name="floe-spark")))
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="floe-spark"))
+    )
     work = work / namespace
     work.mkdir(parents=True)
     metrics_port = _free_port()
     log = (work / "operator.log").open("w")
     operator = subprocess.Popen(
-        [sys.executable, "-m", "floe_operator"], stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "floe_operator"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
-        env={**os.environ, **env, "FLOE_NAMESPACES": namespace,
-             "FLOE_METRICS_PORT": str(metrics_port),
-             "FLOE_LIVENESS": f"http://127.0.0.1:{_free_port()}/healthz"})
+        env={
+            **os.environ,
+            **env,
+            "FLOE_NAMESPACES": namespace,
+            "FLOE_METRICS_PORT": str(metrics_port),
+            "FLOE_LIVENESS": f"http://127.0.0.1:{_free_port()}/healthz",
+        },
+    )
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     try:
         created: dict[str, float] = {}
         started = time.monotonic()
         for index in range(size):
             body = _body(env, work, index, topic)
-            custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                   "kafkaicebergtopics", body)
+            custom.create_namespaced_custom_object(
+                "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", body
+            )
             created[body["metadata"]["name"]] = time.monotonic()
         steady_at: dict[str, float] = {}
         while len(steady_at) < size and time.monotonic() - started < timeout:
-            items = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                         "kafkaicebergtopics")["items"]
+            items = custom.list_namespaced_custom_object(
+                "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics"
+            )["items"]
             now = time.monotonic()
             for item in items:
                 name = item["metadata"]["name"]
@@ -186,25 +230,36 @@ def measure(size: int, env: dict[str, str], work: Path, topic: str,
         minutes = (time.monotonic() - window_started) / 60
         # What the API server served in the window, most first (everyone's: the controller
         # manager's and the kubelet's too).
-        by_kind = sorted(((kind, (count - before_kinds.get(kind, 0.0)) / minutes)
-                          for kind, count in after_kinds.items()), key=lambda kc: -kc[1])
+        by_kind = sorted(
+            (
+                (kind, (count - before_kinds.get(kind, 0.0)) / minutes)
+                for kind, count in after_kinds.items()
+            ),
+            key=lambda kc: -kc[1],
+        )
         # The operator's: every request on the kinds it reads or writes (other watchers of
         # ConfigMaps, Pods and Events count too: an upper bound).
-        operator_requests = sum(rate for kind, rate in by_kind
-                                if kind.split(" ")[1:2] and kind.split(" ")[1] in OPERATOR_KINDS)
+        operator_requests = sum(
+            rate
+            for kind, rate in by_kind
+            if kind.split(" ")[1:2] and kind.split(" ")[1] in OPERATOR_KINDS
+        )
         visits = after_buckets[float("inf")] - before_buckets.get(float("inf"), 0)
         memory = _memory(operator.pid)
         return {
-            "resources": size, "steady": len(steady_at),
+            "resources": size,
+            "steady": len(steady_at),
             "all_steady_seconds": round(all_steady, 1) if all_steady is not None else None,
             "create_to_steady_p99_seconds": round(p99, 2) if p99 is not None else None,
             "reconcile_p99_seconds": quantile(0.99, before_buckets, after_buckets),
             "reconcile_p50_seconds": quantile(0.50, before_buckets, after_buckets),
             "idle_visits_per_resource_per_minute": round(visits / size / minutes, 2),
             "idle_api_requests_per_resource_per_minute": round(operator_requests / size, 2),
-            "idle_api_requests_per_minute_by_kind": {kind: round(rate, 1)
-                                                     for kind, rate in by_kind[:8] if rate},
-            "operator_rss_bytes": memory.get("VmRSS"), "operator_peak_rss_bytes": memory.get("VmHWM"),
+            "idle_api_requests_per_minute_by_kind": {
+                kind: round(rate, 1) for kind, rate in by_kind[:8] if rate
+            },
+            "operator_rss_bytes": memory.get("VmRSS"),
+            "operator_peak_rss_bytes": memory.get("VmHWM"),
         }
     finally:
         stop_group(operator, timeout=60)
@@ -231,9 +286,8 @@ def run(sizes: list[int], env: dict[str, str], work: Path, timeout: float) -> di
     sys.path.insert(0, str(ROOT))
     from kubernetes import config
 
-    from tests.e2e.kube import FLOE_CRD, OPERATION_CRD, SPARK_CRD, install_crd
-
     import workload
+    from tests.e2e.kube import FLOE_CRD, OPERATION_CRD, SPARK_CRD, install_crd
 
     api_client = config.new_client_from_config(config_file=env["KUBECONFIG"])
     install_crd(api_client, FLOE_CRD)
@@ -272,8 +326,14 @@ def _count_writes(api_client, namespace: str, stop, counts: dict[str, int]) -> N
     custom = client.CustomObjectsApi(api_client)
     last: dict[str, Any] = {}
     stream = watch.Watch()
-    for event in stream.stream(custom.list_namespaced_custom_object, "floe.dev", "v1alpha1",
-                               namespace, "kafkaicebergtopics", timeout_seconds=3600):
+    for event in stream.stream(
+        custom.list_namespaced_custom_object,
+        "floe.dev",
+        "v1alpha1",
+        namespace,
+        "kafkaicebergtopics",
+        timeout_seconds=3600,
+    ):
         if stop.is_set():
             stream.stop()
             break
@@ -287,8 +347,14 @@ def _count_writes(api_client, namespace: str, stop, counts: dict[str, int]) -> N
 
 
 @contextmanager
-def node_topic(tree: Path, env: dict[str, str], work: Path, namespace: str,
-               interval: str, conf: dict[str, str] | None = None) -> Iterator[NodeTopic]:
+def node_topic(
+    tree: Path,
+    env: dict[str, str],
+    work: Path,
+    namespace: str,
+    interval: str,
+    conf: dict[str, str] | None = None,
+) -> Iterator[NodeTopic]:
     """``tree``'s operator (a process, as the tests run it) serving ``namespace`` on the node,
     and one KafkaIcebergTopic there whose job runs on the node at the commit ``interval``, with
     the JVM's default compilers (a job that runs as long as a user's does) and ``conf`` added
@@ -309,12 +375,24 @@ def node_topic(tree: Path, env: dict[str, str], work: Path, namespace: str,
         install_crd(api_client, definition)
     custom = client.CustomObjectsApi(api_client)
     # The drivers' account and Role, as the chart makes them in a namespace it serves.
-    rendered = subprocess.run(["helm", "template", "floe", str(tree / "charts" / "floe-operator"),
-                               "--show-only", "templates/spark-rbac.yaml",
-                               "--set", f"watch.namespaces={{{namespace}}}"],
-                              capture_output=True, text=True, check=True).stdout
-    subprocess.run(["kubectl", "apply", "-f", "-"], input=rendered, capture_output=True,
-                   text=True, check=True)
+    rendered = subprocess.run(
+        [
+            "helm",
+            "template",
+            "floe",
+            str(tree / "charts" / "floe-operator"),
+            "--show-only",
+            "templates/spark-rbac.yaml",
+            "--set",
+            f"watch.namespaces={{{namespace}}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    subprocess.run(
+        ["kubectl", "apply", "-f", "-"], input=rendered, capture_output=True, text=True, check=True
+    )
     stack = _Stack(env)
     shared = Path(env["FLOE_NODE_SHARED"]) / f"bench-{uuid.uuid4().hex[:8]}"
     shared.mkdir()
@@ -327,27 +405,52 @@ def node_topic(tree: Path, env: dict[str, str], work: Path, namespace: str,
     body["spec"]["commit"]["interval"] = interval
     spark = node_spark(shared)
     # "{shared}" in a setting: the directory the pods mount (a JVM's log file, say)
-    spark["conf"].update({key: value.replace("{shared}", str(shared))
-                          for key, value in (conf or {}).items()})
+    spark["conf"].update(
+        {key: value.replace("{shared}", str(shared)) for key, value in (conf or {}).items()}
+    )
     body["spec"]["spark"].update(spark)
     path = os.pathsep.join(str(tree / part) for part in ("operator", "sparkapp", "."))
     log = (work / f"operator-{tree.name}-{topic}.log").open("w")
     operator = subprocess.Popen(
-        [sys.executable, "-m", "floe_operator"], stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, umask=0, cwd=tree,
-        env={**os.environ, **env, "PYTHONPATH": path, "FLOE_NAMESPACES": namespace,
-             "FLOE_METRICS_PORT": str(_free_port()),
-             "FLOE_LIVENESS": f"http://127.0.0.1:{_free_port()}/healthz"})
+        [sys.executable, "-m", "floe_operator"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        umask=0,
+        cwd=tree,
+        env={
+            **os.environ,
+            **env,
+            "PYTHONPATH": path,
+            "FLOE_NAMESPACES": namespace,
+            "FLOE_METRICS_PORT": str(_free_port()),
+            "FLOE_LIVENESS": f"http://127.0.0.1:{_free_port()}/healthz",
+        },
+    )
     try:
-        custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                               "kafkaicebergtopics", body)
-        yield NodeTopic(api_client, custom, namespace, shared, wait_until,
-                        lambda first, count: produce_orders(producer, first, count))
+        custom.create_namespaced_custom_object(
+            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", body
+        )
+        yield NodeTopic(
+            api_client,
+            custom,
+            namespace,
+            shared,
+            wait_until,
+            lambda first, count: produce_orders(producer, first, count),
+        )
     finally:
-        custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                               "kafkaicebergtopics", "orders")
-        wait_until(lambda: not custom.list_namespaced_custom_object(
-            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics")["items"], timeout=300)
+        custom.delete_namespaced_custom_object(
+            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders"
+        )
+        wait_until(
+            lambda: (
+                not custom.list_namespaced_custom_object(
+                    "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics"
+                )["items"]
+            ),
+            timeout=300,
+        )
         stop_group(operator, timeout=60)
         log.close()
         shutil.rmtree(shared, ignore_errors=True)
@@ -365,9 +468,12 @@ class NodeTopic:
     produce: Callable[[int, int], None]  # (first id, count)
 
     def status(self) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(
-            "floe.dev", "v1alpha1", self.namespace, "kafkaicebergtopics", "orders"
-        ).get("status") or {}
+        return (
+            self.custom.get_namespaced_custom_object(
+                "floe.dev", "v1alpha1", self.namespace, "kafkaicebergtopics", "orders"
+            ).get("status")
+            or {}
+        )
 
     def landed(self) -> bool:
         """Ready, and every record in Kafka committed to the table."""
@@ -377,12 +483,19 @@ class NodeTopic:
 
     def patch_spec(self, spec: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(
-            "floe.dev", "v1alpha1", self.namespace, "kafkaicebergtopics", "orders",
-            {"spec": spec})
+            "floe.dev", "v1alpha1", self.namespace, "kafkaicebergtopics", "orders", {"spec": spec}
+        )
 
 
-def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
-                  interval: str, minutes: float, rate: float) -> dict[str, Any]:
+def status_writes(
+    tree: Path,
+    env: dict[str, str],
+    work: Path,
+    namespace: str,
+    interval: str,
+    minutes: float,
+    rate: float,
+) -> dict[str, Any]:
     """``tree``'s operator on one resource whose job runs on the node (:func:`node_topic`):
     the resource's status writes per minute while records flow at ``rate`` a second, then
     while none do (the job idle)."""
@@ -394,8 +507,9 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
         try:
             if not topic.wait_until(topic.landed, timeout=600, interval=2):
                 raise RuntimeError(f"{tree.name}: the resource never became Ready")
-            watcher = threading.Thread(target=_count_writes, args=(topic.api_client, namespace,
-                                                                   stop, counts), daemon=True)
+            watcher = threading.Thread(
+                target=_count_writes, args=(topic.api_client, namespace, stop, counts), daemon=True
+            )
             watcher.start()
             time.sleep(2)  # the watch's first list has been read
             result: dict[str, Any] = {}
@@ -412,9 +526,12 @@ def status_writes(tree: Path, env: dict[str, str], work: Path, namespace: str,
                 elapsed = (time.monotonic() - started) / 60
                 result[phase] = {
                     "status_writes_per_minute": round(
-                        (counts.get("status", 0) - before.get("status", 0)) / elapsed, 2),
+                        (counts.get("status", 0) - before.get("status", 0)) / elapsed, 2
+                    ),
                     "changes_per_minute": round(
-                        (counts.get("events", 0) - before.get("events", 0)) / elapsed, 2)}
+                        (counts.get("events", 0) - before.get("events", 0)) / elapsed, 2
+                    ),
+                }
                 if producing:  # what landed is caught up before the idle window
                     topic.wait_until(topic.landed, timeout=300, interval=2)
             return result
@@ -433,7 +550,6 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
     from benchkit import machine, worktree
-
     from hack import stack as local_stack
     from hack.stack.cluster import JOB_NAMESPACES
 
@@ -456,19 +572,31 @@ def main() -> int:
         for _round in range(args.rounds):
             for revision, tree in trees.items():
                 print(f"[bench] status writes: {revision}", file=sys.stderr, flush=True)
-                runs[revision].append(status_writes(tree, env, work, namespace, args.interval,
-                                                    args.minutes, args.rate))
+                runs[revision].append(
+                    status_writes(
+                        tree, env, work, namespace, args.interval, args.minutes, args.rate
+                    )
+                )
                 print(f"[bench] {runs[revision][-1]}", file=sys.stderr, flush=True)
     finally:
         for tree in trees.values():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                capture_output=True,
+            )
         shutil.rmtree(work, ignore_errors=True)
-    record = {"command": "python bench/operator_scale.py " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d"), "machine": machine(),
-              "setting": {"commit_interval": args.interval, "refresh_seconds": 10,
-                          "busy_records_per_second": args.rate, "window_minutes": args.minutes},
-              "runs": runs}
+    record = {
+        "command": "python bench/operator_scale.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "setting": {
+            "commit_interval": args.interval,
+            "refresh_seconds": 10,
+            "busy_records_per_second": args.rate,
+            "window_minutes": args.minutes,
+        },
+        "runs": runs,
+    }
     STATUS_WRITES.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
     return 0

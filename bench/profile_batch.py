@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -57,19 +58,34 @@ def best(run: Callable[[], Any], repeat: int) -> float:
     return min(times)
 
 
-def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
-            work: Path, only: str | None = None) -> dict[str, Any]:
+def profile(
+    spark,
+    env: dict[str, str],
+    size: int,
+    records: int,
+    repeat: int,
+    work: Path,
+    only: str | None = None,
+) -> dict[str, Any]:
     from floe_sparkapp import job
 
     topic = f"bench-profile-{size}-{uuid.uuid4().hex[:6]}"
     workload.create_topic(env["FLOE_KAFKA_BOOTSTRAP"], topic)
-    schema_id = workload.register(env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value",
-                                  workload.schema_for(size))
-    workload.produce(env["FLOE_KAFKA_BOOTSTRAP"], topic, workload.value_pool(schema_id, size),
-                     records)
+    schema_id = workload.register(
+        env["FLOE_SCHEMA_REGISTRY_URL"], f"{topic}-value", workload.schema_for(size)
+    )
+    workload.produce(
+        env["FLOE_KAFKA_BOOTSTRAP"], topic, workload.value_pool(schema_id, size), records
+    )
     (work / topic).mkdir(parents=True)
-    args = argparse.Namespace(mode="floe-avro", topic=topic, work=str(work / topic), interval=60,
-                              max_records_per_commit=records, expire=False)
+    args = argparse.Namespace(
+        mode="floe-avro",
+        topic=topic,
+        work=str(work / topic),
+        interval=60,
+        max_records_per_commit=records,
+        expire=False,
+    )
     config = consumers.floe_config(args, "avro")
     for key, value in job.spark_catalog_conf(config).items():
         spark.conf.set(key, value)
@@ -78,10 +94,14 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
     writer = job.BatchWriter(config, spark, registry)
 
     def kafka():
-        return (spark.read.format("kafka")
-                .option("kafka.bootstrap.servers", env["FLOE_KAFKA_BOOTSTRAP"])
-                .option("subscribe", topic).option("includeHeaders", "true")
-                .option("kafka.isolation.level", "read_committed").load())
+        return (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", env["FLOE_KAFKA_BOOTSTRAP"])
+            .option("subscribe", topic)
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .load()
+        )
 
     def noop(df) -> None:
         df.write.format("noop").mode("overwrite").save()
@@ -92,29 +112,51 @@ def profile(spark, env: dict[str, str], size: int, records: int, repeat: int,
         cached.unpersist(blocking=True)
 
     if only == "stages":
-        return {"records": records, "stages": stages(spark, writer.tables[0], table, kafka,
-                                                     records, repeat)}
-    seconds = {"kafka_read": best(lambda: noop(kafka()), repeat),
-               "cache_and_stats": best(cache_and_stats, repeat)}
+        return {
+            "records": records,
+            "stages": stages(spark, writer.tables[0], table, kafka, records, repeat),
+        }
+    seconds = {
+        "kafka_read": best(lambda: noop(kafka()), repeat),
+        "cache_and_stats": best(cache_and_stats, repeat),
+    }
     batch = kafka().persist()
     stats = writer._stats(batch)
     ids = sorted({i for r in stats for i in (r["schema_ids"] or [])})
     rows = writer.tables[0]._decode(batch, table, ids)
     seconds["decode"] = best(lambda: noop(rows), repeat)
-    seconds["write_table"] = best(lambda: rows.writeTo(writer.tables[0].table_name).append(), repeat)
+    seconds["write_table"] = best(
+        lambda: rows.writeTo(writer.tables[0].table_name).append(), repeat
+    )
     seconds["raw_parquet"] = best(
-        lambda: batch.write.mode("overwrite").option("compression", "zstd")
-        .parquet(str(work / topic / "parquet")), repeat)
-    cpu = pass_counts(spark, writer.tables[0], table, batch, ids,
-                      sorted(int(r["partition"]) for r in stats), repeat)
+        lambda: (
+            batch.write.mode("overwrite")
+            .option("compression", "zstd")
+            .parquet(str(work / topic / "parquet"))
+        ),
+        repeat,
+    )
+    cpu = pass_counts(
+        spark,
+        writer.tables[0],
+        table,
+        batch,
+        ids,
+        sorted(int(r["partition"]) for r in stats),
+        repeat,
+    )
     batch.unpersist()
-    return {"records": records, "seconds": {k: round(v, 2) for k, v in seconds.items()},
-            "rows_per_second": {k: round(records / v) for k, v in seconds.items()},
-            "pass_counts_cpu_seconds": cpu}
+    return {
+        "records": records,
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "rows_per_second": {k: round(records / v) for k, v in seconds.items()},
+        "pass_counts_cpu_seconds": cpu,
+    }
 
 
-def stages(spark, writer, table, kafka: Callable[[], Any], records: int,
-           repeat: int) -> dict[str, Any]:
+def stages(
+    spark, writer, table, kafka: Callable[[], Any], records: int, repeat: int
+) -> dict[str, Any]:
     """Each step of the job's decoding on top of the one before, the batch read from Kafka
     each time, into ``noop``; then the write as the job makes it (staged, then discarded): the
     JVM's CPU seconds and the wall seconds of each (best of ``repeat`` after a warm-up), and
@@ -125,16 +167,24 @@ def stages(spark, writer, table, kafka: Callable[[], Any], records: int,
 
     frame = decode.frame
     pid = consumers.jvm_pid(spark)
-    ids = sorted(int(r[0]) for r in frame(kafka()).select("_schema_id").distinct().collect()
-                 if r[0] is not None)
+    ids = sorted(
+        int(r[0])
+        for r in frame(kafka()).select("_schema_id").distinct().collect()
+        if r[0] is not None
+    )
     plans = writer._plans(table, ids, "value")
     writers = {p.schema_id: p.writer for p in plans.values() if p.writer is not None}
     value_type = writer.committer.spark_schema(writer.committer.load())["value"].dataType
 
     def unchecked(df):  # each writer's from_avro alone, without floe's check of the bytes
         this = F.col("_schema_id")
-        return df.select("*", *[F.when(this == F.lit(i), decode._read(F.col("value"), w))
-                                .alias(f"_decoded_{i}") for i, w in writers.items()])
+        return df.select(
+            "*",
+            *[
+                F.when(this == F.lit(i), decode._read(F.col("value"), w)).alias(f"_decoded_{i}")
+                for i, w in writers.items()
+            ],
+        )
 
     steps: dict[str, Callable[[], Any]] = {
         "read": kafka,
@@ -167,14 +217,20 @@ def stages(spark, writer, table, kafka: Callable[[], Any], records: int,
         print(f"  {name}: {found[name]}", flush=True)
     names = list(found)
     found["cpu_us_added_a_record"] = {
-        name: round((found[name]["cpu_seconds"] - (found[names[i - 1]]["cpu_seconds"] if i
-                                                   else 0)) / records * 1e6, 3)
-        for i, name in enumerate(names)}
+        name: round(
+            (found[name]["cpu_seconds"] - (found[names[i - 1]]["cpu_seconds"] if i else 0))
+            / records
+            * 1e6,
+            3,
+        )
+        for i, name in enumerate(names)
+    }
     return found
 
 
-def pass_counts(spark, writer, table, batch, ids: list[int], partitions: list[int],
-                repeat: int) -> dict[str, float]:
+def pass_counts(
+    spark, writer, table, batch, ids: list[int], partitions: list[int], repeat: int
+) -> dict[str, float]:
     """The JVM's CPU seconds for the batch's write as the job makes it (framed, decoded, its
     Iceberg files written, then deleted) with the single pass's counts of each kind alone: none,
     the rows and bytes, the writer schema ids as the pass counts them now (a flag per id) and
@@ -200,11 +256,17 @@ def pass_counts(spark, writer, table, batch, ids: list[int], partitions: list[in
         "none": None,
         "rows_bytes": lambda: now()[:2],
         "ids_flags_now": now,
-        "ids_set_before": lambda: [*now()[:2], F.concat_ws(",", F.collect_set(
-            F.col("_schema_id").cast("string")))],
-        "newest_per_partition_before": lambda: [*now()[:2], *[
-            F.max(F.when(F.col("partition") == F.lit(p), F.unix_millis(F.col("timestamp"))))
-            for p in partitions]],
+        "ids_set_before": lambda: [
+            *now()[:2],
+            F.concat_ws(",", F.collect_set(F.col("_schema_id").cast("string"))),
+        ],
+        "newest_per_partition_before": lambda: [
+            *now()[:2],
+            *[
+                F.max(F.when(F.col("partition") == F.lit(p), F.unix_millis(F.col("timestamp"))))
+                for p in partitions
+            ],
+        ],
     }
     found = {}
     for name, counts in kinds.items():
@@ -224,8 +286,9 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--only", choices=["stages"],
-                        help="only the decoding's steps (results/profile_stages.json)")
+    parser.add_argument(
+        "--only", choices=["stages"], help="only the decoding's steps (results/profile_stages.json)"
+    )
     args = parser.parse_args()
     result = RESULT.with_name("profile_stages.json") if args.only else RESULT
 
@@ -238,13 +301,20 @@ def main() -> int:
     spark = consumers.session("2g")
     results: dict[str, Any] = {
         "command": "python bench/profile_batch.py " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d"), "machine": machine(), "versions": versions()}
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "versions": versions(),
+    }
     for size in (int(s) for s in args.sizes.split(",")):
-        results[f"value_{size}b"] = found = profile(spark, env, size, args.records, args.repeat,
-                                                    work, args.only)
+        results[f"value_{size}b"] = found = profile(
+            spark, env, size, args.records, args.repeat, work, args.only
+        )
         if "rows_per_second" in found:
-            print(f"~{size} B values: " + ", ".join(f"{k} {v:,} rows/s" for k, v in
-                                                     found["rows_per_second"].items()), flush=True)
+            print(
+                f"~{size} B values: "
+                + ", ".join(f"{k} {v:,} rows/s" for k, v in found["rows_per_second"].items()),
+                flush=True,
+            )
     result.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(f"wrote {result.relative_to(ROOT)}")
     return 0

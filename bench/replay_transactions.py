@@ -25,14 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from floe_sparkapp.replay import PRODUCER_SETTINGS  # noqa: E402
 from benchkit import log, machine  # noqa: E402
+from floe_sparkapp.replay import PRODUCER_SETTINGS  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "replay_transactions.json"
 # The replay's producer, and the same with librdkafka's retry backoff.
-SETTINGS = {"floe": PRODUCER_SETTINGS,
-            "default": {k: v for k, v in PRODUCER_SETTINGS.items()
-                        if not k.startswith("retry.backoff")}}
+SETTINGS = {
+    "floe": PRODUCER_SETTINGS,
+    "default": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("retry.backoff")},
+}
 
 
 def one(bootstrap: str, settings: dict, size: int, transactions: int) -> dict:
@@ -51,14 +52,18 @@ def one(bootstrap: str, settings: dict, size: int, transactions: int) -> dict:
         producer.begin_transaction()
         for _ in range(size):
             producer.produce(topic, value=value)
-        producer.send_offsets_to_transaction([TopicPartition(topic, 0, (n + 1) * size)],
-                                             consumer.consumer_group_metadata(), 60)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, (n + 1) * size)], consumer.consumer_group_metadata(), 60
+        )
         producer.commit_transaction(120)
     seconds = time.monotonic() - started
     consumer.close()
-    return {"size": size, "transactions": transactions,
-            "ms_per_transaction": round(seconds / transactions * 1000, 2),
-            "records_per_second": round(size * transactions / seconds)}
+    return {
+        "size": size,
+        "transactions": transactions,
+        "ms_per_transaction": round(seconds / transactions * 1000, 2),
+        "records_per_second": round(size * transactions / seconds),
+    }
 
 
 def main() -> None:
@@ -75,9 +80,18 @@ def main() -> None:
         for name, settings in SETTINGS.items():
             results[name].append(one(bootstrap, settings, size, args.transactions))
             log(f"{name} × {size}: {results[name][-1]}")
-    RESULTS.write_text(json.dumps({
-        "command": "python bench/replay_transactions.py " + " ".join(sys.argv[1:]),
-        "machine": machine(), "settings": SETTINGS, "results": results}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "command": "python bench/replay_transactions.py " + " ".join(sys.argv[1:]),
+                "machine": machine(),
+                "settings": SETTINGS,
+                "results": results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(json.dumps(results, indent=2))
 
 

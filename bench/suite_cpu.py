@@ -21,9 +21,22 @@ import threading
 import time
 
 HZ = os.sysconf("SC_CLK_TCK")
-KINDS = ("kube-apiserver", "etcd", "kubelet", "containerd-shim", "containerd", "kube-controller",
-         "kube-scheduler", "prometheus", "toxiproxy", "postgres", "fake-gcs", "azurite",
-         "spark-operator", "coredns")
+KINDS = (
+    "kube-apiserver",
+    "etcd",
+    "kubelet",
+    "containerd-shim",
+    "containerd",
+    "kube-controller",
+    "kube-scheduler",
+    "prometheus",
+    "toxiproxy",
+    "postgres",
+    "fake-gcs",
+    "azurite",
+    "spark-operator",
+    "coredns",
+)
 
 
 def kind(pid: int) -> str | None:
@@ -62,7 +75,7 @@ def _ticks() -> dict[int, int]:
             try:
                 with open(f"/proc/{name}/stat") as f:
                     stat = f.read()
-                fields = stat[stat.rindex(")") + 2:].split()
+                fields = stat[stat.rindex(")") + 2 :].split()
                 found[int(name)] = int(fields[11]) + int(fields[12])  # utime + stime
             except (OSError, ValueError):
                 pass
@@ -88,8 +101,16 @@ def sample(out: str, stop: threading.Event, every: float = 15) -> None:
                     kinds.setdefault(pid, kind(pid))
                     seconds[kinds[pid] or "?"] += spent / HZ
             busy = 1 - (idle2 - idle) / max(1, total2 - total)
-            sink.write(json.dumps({"t": round(time.time(), 1), "busy": round(busy, 3),
-                                   "cpu": {k: round(v, 2) for k, v in seconds.items()}}) + "\n")
+            sink.write(
+                json.dumps(
+                    {
+                        "t": round(time.time(), 1),
+                        "busy": round(busy, 3),
+                        "cpu": {k: round(v, 2) for k, v in seconds.items()},
+                    }
+                )
+                + "\n"
+            )
             sink.flush()
             before, total, idle = now, total2, idle2
 
@@ -101,9 +122,11 @@ def summary(path: str) -> dict:
     for row in rows:
         seconds.update(row["cpu"])
     spent = sum(seconds.values()) or 1
-    return {"minutes": round(len(rows) * 15 / 60, 1),
-            "cpu_busy": round(sum(r["busy"] for r in rows) / max(1, len(rows)), 3),
-            "share_by_process": {k: round(v / spent, 3) for k, v in seconds.most_common(14)}}
+    return {
+        "minutes": round(len(rows) * 15 / 60, 1),
+        "cpu_busy": round(sum(r["busy"] for r in rows) / max(1, len(rows)), 3),
+        "share_by_process": {k: round(v / spent, 3) for k, v in seconds.most_common(14)},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

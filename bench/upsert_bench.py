@@ -41,8 +41,11 @@ from workload import job_spec  # noqa: E402
 def files(table) -> dict[str, int]:
     tasks = list(table.scan().plan_files())
     deletes = {d.file_path for task in tasks for d in task.delete_files}
-    return {"data_files": len(tasks), "delete_files": len(deletes),
-            "records_in_data_files": sum(t.file.record_count for t in tasks)}
+    return {
+        "data_files": len(tasks),
+        "delete_files": len(deletes),
+        "records_in_data_files": sum(t.file.record_count for t in tasks),
+    }
 
 
 def read_seconds(spark, config, catalog) -> dict[str, float]:
@@ -65,13 +68,20 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
     from floe_sparkapp.job import run
-    from floe_sparkapp.session import spark_catalog_conf
     from floe_sparkapp.maintenance import maintain
+    from floe_sparkapp.session import spark_catalog_conf
 
-    config = parse_config(job_spec(
-        env, work, topic, mode, mode=mode,
-        commit={"interval": "1s", "maxRecordsPerCommit": per_commit},
-        maintenance={"compaction": {"minInputFiles": 2}}))
+    config = parse_config(
+        job_spec(
+            env,
+            work,
+            topic,
+            mode,
+            mode=mode,
+            commit={"interval": "1s", "maxRecordsPerCommit": per_commit},
+            maintenance={"compaction": {"minInputFiles": 2}},
+        )
+    )
     for key, value in spark_catalog_conf(config).items():
         spark.conf.set(key, value)
     catalog = load_catalog(config.table.catalog)
@@ -84,26 +94,46 @@ def land(spark, env, work: Path, topic: str, mode: str, per_commit: int) -> dict
     started = time.monotonic()
     maintain(config, "compaction", spark)
     compaction_seconds = time.monotonic() - started
-    after = {**files(catalog.load_table(config.table.identifier)),
-             **read_seconds(spark, config, catalog)}
-    return {"ingest_seconds": round(seconds, 1), "commits": commits,
-            "compaction_seconds": round(compaction_seconds, 1),
-            "before_compaction": before, "after_compaction": after}
+    after = {
+        **files(catalog.load_table(config.table.identifier)),
+        **read_seconds(spark, config, catalog),
+    }
+    return {
+        "ingest_seconds": round(seconds, 1),
+        "commits": commits,
+        "compaction_seconds": round(compaction_seconds, 1),
+        "before_compaction": before,
+        "after_compaction": after,
+    }
 
 
 def envelope_schema() -> dict:
     """Debezium's envelope of a table whose rows are the order records."""
     row = {**SCHEMA, "name": "Value", "namespace": "shop.public.orders"}
-    source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
-              "fields": [{"name": "connector", "type": "string"},
-                         {"name": "db", "type": "string"}, {"name": "table", "type": "string"},
-                         {"name": "ts_ms", "type": "long"},
-                         {"name": "lsn", "type": ["null", "long"], "default": None}]}
-    return {"type": "record", "name": "Envelope", "namespace": "shop.public.orders", "fields": [
-        {"name": "before", "type": ["null", row], "default": None},
-        {"name": "after", "type": ["null", "shop.public.orders.Value"], "default": None},
-        {"name": "source", "type": source}, {"name": "op", "type": "string"},
-        {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+    source = {
+        "type": "record",
+        "name": "Source",
+        "namespace": "io.debezium.connector.postgresql",
+        "fields": [
+            {"name": "connector", "type": "string"},
+            {"name": "db", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "ts_ms", "type": "long"},
+            {"name": "lsn", "type": ["null", "long"], "default": None},
+        ],
+    }
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": "shop.public.orders",
+        "fields": [
+            {"name": "before", "type": ["null", row], "default": None},
+            {"name": "after", "type": ["null", "shop.public.orders.Value"], "default": None},
+            {"name": "source", "type": source},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        ],
+    }
 
 
 def produce_changes(env: dict[str, str], topic: str, records: int, keys: int) -> None:
@@ -114,10 +144,19 @@ def produce_changes(env: dict[str, str], topic: str, records: int, keys: int) ->
 
     def change(i: int, key: int, row: dict) -> dict:
         before, rows[key] = rows.get(key), row
-        return {"before": before, "after": row, "op": "u" if before else "c",
-                "source": {"connector": "postgresql", "db": "shop", "table": "orders",
-                           "ts_ms": row["at"], "lsn": 1000 + 8 * i},
-                "ts_ms": row["at"]}
+        return {
+            "before": before,
+            "after": row,
+            "op": "u" if before else "c",
+            "source": {
+                "connector": "postgresql",
+                "db": "shop",
+                "table": "orders",
+                "ts_ms": row["at"],
+                "lsn": 1000 + 8 * i,
+            },
+            "ts_ms": row["at"],
+        }
 
     produce(env, topic, records, keys, schema=envelope_schema(), change=change)
 
@@ -136,11 +175,16 @@ def local_session(app: str, driver_memory: str, shuffle_partitions: int):
 
     from floe_sparkapp.session import SESSION_CONF
 
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.jars", env["FLOE_SPARK_JARS"])
-             .config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config(map=SESSION_CONF).getOrCreate())  # the job's own settings
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.jars", env["FLOE_SPARK_JARS"])
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config(map=SESSION_CONF)
+        .getOrCreate()
+    )  # the job's own settings
     spark.sparkContext.setLogLevel("WARN")
     return env, spark
 
@@ -160,23 +204,35 @@ def main() -> int:
     produce(env, topic, args.records, args.keys)
     if "cdc" in modes:
         produce_changes(env, f"{topic}-cdc", args.records, args.keys)
-    results = {mode: land(spark, env, work, f"{topic}-cdc" if mode == "cdc" else topic, mode,
-                          args.per_commit)
-               for mode in modes}
+    results = {
+        mode: land(
+            spark, env, work, f"{topic}-cdc" if mode == "cdc" else topic, mode, args.per_commit
+        )
+        for mode in modes
+    }
     for entry in results.values():
         entry["rows_per_second"] = round(args.records / entry["ingest_seconds"])
     if "append" in modes:
         for mode in [m for m in modes if m != "append"]:
-            results[f"{mode}_vs_append"] = round(results[mode]["rows_per_second"]
-                                                 / results["append"]["rows_per_second"], 3)
+            results[f"{mode}_vs_append"] = round(
+                results[mode]["rows_per_second"] / results["append"]["rows_per_second"], 3
+            )
 
     import pyspark
 
-    out = {"command": " ".join(["python bench/upsert_bench.py", *sys.argv[1:]]),
-           "date": time.strftime("%Y-%m-%d"), "records": args.records, "keys": args.keys,
-           "per_commit": args.per_commit, **results,
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                       "spark": pyspark.__version__}}
+    out = {
+        "command": " ".join(["python bench/upsert_bench.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d"),
+        "records": args.records,
+        "keys": args.keys,
+        "per_commit": args.per_commit,
+        **results,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "spark": pyspark.__version__,
+        },
+    }
     path = ROOT / "bench" / "results" / "upsert.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

@@ -69,21 +69,38 @@ def produce(env: dict[str, str], topic: str, keys: list[int]) -> None:
     bootstrap = env["FLOE_KAFKA_BOOTSTRAP"]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=60)
-    serialize = AvroSerializer(SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}),
-                               json.dumps(SMALL))
+    serialize = AvroSerializer(
+        SchemaRegistryClient({"url": env["FLOE_SCHEMA_REGISTRY_URL"]}), json.dumps(SMALL)
+    )
     context = SerializationContext(topic, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "compression.type": "lz4"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "compression.type": "lz4",
+        }
+    )
     now = int(time.time() * 1000)
     for n, key in enumerate(keys):
-        value = serialize({"id": key, "customer": f"customer-{key % 977}",
-                           "item": f"update-{n}", "quantity": n % 50,
-                           "price": (n % 10_000) / 100, "status": "PAID", "at": now,
-                           "note": None if n % 4 else "gift wrap"}, context)
+        value = serialize(
+            {
+                "id": key,
+                "customer": f"customer-{key % 977}",
+                "item": f"update-{n}",
+                "quantity": n % 50,
+                "price": (n % 10_000) / 100,
+                "status": "PAID",
+                "at": now,
+                "note": None if n % 4 else "gift wrap",
+            },
+            context,
+        )
         while True:
             try:
-                producer.produce(topic, key=str(key).encode(), value=value,
-                                 partition=key % PARTITIONS)
+                producer.produce(
+                    topic, key=str(key).encode(), value=value, partition=key % PARTITIONS
+                )
                 break
             except BufferError:
                 producer.poll(0.5)
@@ -105,20 +122,27 @@ def fill(spark, name: str, rows: int) -> float:
         "kafka": F.struct(
             F.lit("history").alias("topic"),
             (F.col("id") % PARTITIONS).cast("int").alias("partition"),
-            (F.col("id") / PARTITIONS).cast("long").alias("offset"), at.alias("timestamp"),
+            (F.col("id") / PARTITIONS).cast("long").alias("offset"),
+            at.alias("timestamp"),
             F.lit(0).alias("timestamp_type"),
             F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"),
-            F.lit(1).alias("schema_id"), at.alias("ingest_timestamp")),
+            F.lit(1).alias("schema_id"),
+            at.alias("ingest_timestamp"),
+        ),
         "key": F.col("id").cast("string").cast("binary"),
         "value": F.struct(
             F.col("id").alias("id"),
             F.concat(F.lit("customer-"), F.col("id") % 977).alias("customer"),
             F.concat(F.lit("item-"), F.col("id") % 131).alias("item"),
             (F.col("id") % 50).cast("int").alias("quantity"),
-            ((F.col("id") % 10_000) / 100).alias("price"), F.lit("NEW").alias("status"),
+            ((F.col("id") % 10_000) / 100).alias("price"),
+            F.lit("NEW").alias("status"),
             at.alias("at"),
-            F.when(F.col("id") % 4 == 0, F.lit("gift wrap")).alias("note")),
-        "value_raw": F.lit(None).cast("binary"), "value_error": F.lit(None).cast("string")}
+            F.when(F.col("id") % 4 == 0, F.lit("gift wrap")).alias("note"),
+        ),
+        "value_raw": F.lit(None).cast("binary"),
+        "value_error": F.lit(None).cast("string"),
+    }
     frame = ids.select(*[columns[f.name].alias(f.name) for f in schema.fields])
     started = time.monotonic()
     frame.writeTo(name).append()
@@ -135,14 +159,19 @@ def land(spark, config, log: BatchLog) -> dict:
     seconds = time.monotonic() - started
     assert len(log.batches) == 1, f"expected one batch, got {log.batches}"
     line = log.batches[-1]
-    return {"batch_seconds": line["seconds"], "write_seconds": line["write_seconds"],
-            "passes": line["passes"], "stats_seconds": line["stats_seconds"],
-            "commit_seconds": line["commit_seconds"], "rows": line["rows"],
-            "input_rows": line["input_rows"], "run_seconds": round(seconds, 1)}
+    return {
+        "batch_seconds": line["seconds"],
+        "write_seconds": line["write_seconds"],
+        "passes": line["passes"],
+        "stats_seconds": line["stats_seconds"],
+        "commit_seconds": line["commit_seconds"],
+        "rows": line["rows"],
+        "input_rows": line["input_rows"],
+        "run_seconds": round(seconds, 1),
+    }
 
 
-def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
-             seed: int) -> dict:
+def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int, seed: int) -> dict:
     """Both modes and every pattern into tables of ``rows`` rows."""
     from floe_sparkapp.catalog import load_catalog
     from floe_sparkapp.config import parse_config
@@ -154,8 +183,11 @@ def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
     recent = list(range(rows - half, rows + half))
     rng.shuffle(recent)
     hot = batch // 10
-    patterns = {"recent": recent, "uniform": rng.sample(range(rows), batch),
-                "repeated": [rng.randrange(rows - hot, rows) for _ in range(batch)]}
+    patterns = {
+        "recent": recent,
+        "uniform": rng.sample(range(rows), batch),
+        "repeated": [rng.randrange(rows - hot, rows) for _ in range(batch)],
+    }
     topics = {}
     for pattern, keys in patterns.items():
         topics[pattern] = f"bench-upsert-growth-{pattern}-{uuid.uuid4().hex[:8]}"
@@ -165,10 +197,16 @@ def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
         # one table per mode, filled once: the patterns land in turn (each into the table
         # the one before left, as batches follow each other), each topic from its start
         name = f"{mode}{rows}"  # a writer name and a catalog name
-        spec = job_spec(env, work, topics["recent"], name, mode=mode,
-                        # a few over the batch: Spark splits a trigger's limit over the
-                        # partitions rounding down
-                        commit={"interval": "1s", "maxRecordsPerCommit": batch + PARTITIONS})
+        spec = job_spec(
+            env,
+            work,
+            topics["recent"],
+            name,
+            mode=mode,
+            # a few over the batch: Spark splits a trigger's limit over the
+            # partitions rounding down
+            commit={"interval": "1s", "maxRecordsPerCommit": batch + PARTITIONS},
+        )
         if mode == "upsert":
             spec["table"]["keyColumns"] = ["id"]
         config = parse_config(spec)
@@ -181,19 +219,36 @@ def round_of(spark, env, work: Path, log: BatchLog, rows: int, batch: int,
         out.setdefault(mode, {})["fill_seconds"] = round(fill_seconds, 1)
         for pattern, topic in topics.items():
             checkpoint = str(work / f"checkpoint-{name}-{pattern}")
-            config = parse_config({**spec, "kafka": {**spec["kafka"], "topic": topic},
-                                   "checkpointLocation": checkpoint})
+            config = parse_config(
+                {
+                    **spec,
+                    "kafka": {**spec["kafka"], "topic": topic},
+                    "checkpointLocation": checkpoint,
+                }
+            )
             before = files(catalog.load_table(config.table.identifier))
             landed = land(spark, config, log)
             after = files(catalog.load_table(config.table.identifier))
             out[mode][pattern] = {**landed, "before": before, "after": after}
-            print(json.dumps({"table_rows": rows, "mode": mode, "pattern": pattern, **landed,
-                              "before": before, "after": after}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "table_rows": rows,
+                        "mode": mode,
+                        "pattern": pattern,
+                        **landed,
+                        "before": before,
+                        "after": after,
+                    }
+                ),
+                flush=True,
+            )
         shutil.rmtree(work / f"warehouse-{name}", ignore_errors=True)
         (work / f"{name}.db").unlink(missing_ok=True)
     for pattern in patterns:
         out[f"upsert_vs_append_{pattern}"] = round(
-            out["append"][pattern]["batch_seconds"] / out["upsert"][pattern]["batch_seconds"], 3)
+            out["append"][pattern]["batch_seconds"] / out["upsert"][pattern]["batch_seconds"], 3
+        )
     return out
 
 
@@ -204,9 +259,14 @@ def record(entry: dict) -> None:
     from benchkit import machine, versions
     from run import RESULTS, write_readme
 
-    ratios = {f"{s['rows']}_rows": {k.removeprefix("upsert_vs_append_"): v for k, v in s.items()
-                                    if k.startswith("upsert_vs_append_")}
-              for s in entry["sizes"]}
+    ratios = {
+        f"{s['rows']}_rows": {
+            k.removeprefix("upsert_vs_append_"): v
+            for k, v in s.items()
+            if k.startswith("upsert_vs_append_")
+        }
+        for s in entry["sizes"]
+    }
     largest = ratios.get("50000000_rows")
     if not largest:
         return
@@ -214,8 +274,11 @@ def record(entry: dict) -> None:
     results["upsert_vs_append_50m_rows"] = min(largest.values())
     results["upsert_growth"] = {"batch": entry["batch"], "upsert_vs_append": ratios}
     results.setdefault("runs", {})["upsert_growth"] = {
-        "command": entry["command"], "date": entry["date"], "machine": machine(),
-        "versions": versions()}
+        "command": entry["command"],
+        "date": entry["date"],
+        "machine": machine(),
+        "versions": versions(),
+    }
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     write_readme(results)
 
@@ -226,8 +289,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=500_000)
     parser.add_argument("--label", default="latest")
     parser.add_argument("--seed", type=int, default=36)
-    parser.add_argument("--record", action="store_true",
-                        help="record upsert_vs_append_50m_rows in results/latest.json")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="record upsert_vs_append_50m_rows in results/latest.json",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -240,23 +306,32 @@ def main() -> int:
     try:
         warm = round_of(spark, env, work, log, 200_000, min(args.batch, 100_000), args.seed)
         print(json.dumps({"warm_up": warm}), flush=True)
-        results = [round_of(spark, env, work, log, rows, args.batch, args.seed + i)
-                   for i, rows in enumerate(sizes)]
+        results = [
+            round_of(spark, env, work, log, rows, args.batch, args.seed + i)
+            for i, rows in enumerate(sizes)
+        ]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     import pyspark
 
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True).stdout.strip()
+    revision = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     path = ROOT / "bench" / "results" / "upsert_growth.json"
     recorded = json.loads(path.read_text()) if path.exists() else {}
     recorded[args.label] = {
         "command": " ".join(["python bench/upsert_growth.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d"), "revision": revision, "batch": args.batch,
+        "date": time.strftime("%Y-%m-%d"),
+        "revision": revision,
+        "batch": args.batch,
         "sizes": results,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "spark": pyspark.__version__}}
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "spark": pyspark.__version__,
+        },
+    }
     path.write_text(json.dumps(recorded, indent=2) + "\n")
     if args.record:
         record(recorded[args.label])

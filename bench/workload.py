@@ -24,33 +24,73 @@ FIELDS = [
     {"name": "item", "type": "string"},
     {"name": "quantity", "type": "int"},
     {"name": "price", "type": "double"},
-    {"name": "status", "type": {"type": "enum", "name": "Status",
-                                "symbols": ["NEW", "PAID", "SHIPPED"]}},
+    {
+        "name": "status",
+        "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID", "SHIPPED"]},
+    },
     {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     {"name": "note", "type": ["null", "string"], "default": None},
 ]
 SMALL = {"type": "record", "name": "Order", "namespace": "bench", "fields": FIELDS}
-LARGE = {"type": "record", "name": "Order", "namespace": "bench", "fields": FIELDS + [
-    {"name": "description", "type": "string"},
-    {"name": "attributes", "type": {"type": "map", "values": "string"}},
-]}
-WORDS = ("alpine cobalt ember fjord granite harbor indigo juniper kestrel lagoon meadow nectar "
-         "orchid prairie quartz river saffron tundra umber violet willow yarrow zephyr").split()
+LARGE = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "bench",
+    "fields": [
+        *FIELDS,
+        {"name": "description", "type": "string"},
+        {"name": "attributes", "type": {"type": "map", "values": "string"}},
+    ],
+}
+WORDS = [
+    "alpine",
+    "cobalt",
+    "ember",
+    "fjord",
+    "granite",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lagoon",
+    "meadow",
+    "nectar",
+    "orchid",
+    "prairie",
+    "quartz",
+    "river",
+    "saffron",
+    "tundra",
+    "umber",
+    "violet",
+    "willow",
+    "yarrow",
+    "zephyr",
+]
 
 
-def job_spec(env: dict[str, str], work: Path, topic: str, name: str, *, mode: str = "append",
-             **rest: Any) -> dict[str, Any]:
+def job_spec(
+    env: dict[str, str], work: Path, topic: str, name: str, *, mode: str = "append", **rest: Any
+) -> dict[str, Any]:
     """A job's configuration (before ``parse_config``) for Avro records of ``topic``, landing
     in ``bench.orders`` of a SQLite catalog ``name`` under ``work``; ``rest`` adds or replaces
     top-level keys (``commit``, ``maintenance``)."""
     return {
         "writer": f"bench/{name}",
         "kafka": {"bootstrapServers": env["FLOE_KAFKA_BOOTSTRAP"], "topic": topic},
-        "value": {"format": "avro", "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"],
-                                                       "subject": f"{topic}-value"}},
-        "table": {"catalog": {"name": f"bench_{name}", "uri": f"jdbc:sqlite:{work / f'{name}.db'}",
-                              "warehouse": f"file://{work / f'warehouse-{name}'}"},
-                  "identifier": "bench.orders", "mode": mode},
+        "value": {
+            "format": "avro",
+            "schemaRegistry": {"url": env["FLOE_SCHEMA_REGISTRY_URL"], "subject": f"{topic}-value"},
+        },
+        "table": {
+            "catalog": {
+                "name": f"bench_{name}",
+                "uri": f"jdbc:sqlite:{work / f'{name}.db'}",
+                "warehouse": f"file://{work / f'warehouse-{name}'}",
+            },
+            "identifier": "bench.orders",
+            "mode": mode,
+        },
         "checkpointLocation": str(work / f"checkpoint-{name}"),
         **rest,
     }
@@ -62,14 +102,18 @@ def schema_for(size: int) -> dict[str, Any]:
 
 def order(i: int, size: int, rng: random.Random) -> dict[str, Any]:
     value: dict[str, Any] = {
-        "id": i, "customer": f"customer-{rng.randrange(100_000):06d}@mail.example.com",
-        "item": f"sku-{rng.randrange(5_000):05d}-{rng.choice(WORDS)}-{rng.choice(WORDS)}", "quantity": rng.randrange(1, 50),
-        "price": round(rng.uniform(1, 500), 2), "status": rng.choice(("NEW", "PAID", "SHIPPED")),
+        "id": i,
+        "customer": f"customer-{rng.randrange(100_000):06d}@mail.example.com",
+        "item": f"sku-{rng.randrange(5_000):05d}-{rng.choice(WORDS)}-{rng.choice(WORDS)}",
+        "quantity": rng.randrange(1, 50),
+        "price": round(rng.uniform(1, 500), 2),
+        "status": rng.choice(("NEW", "PAID", "SHIPPED")),
         "at": 1_795_000_000_000 + i,
-        "note": None if i % 4 else "gift wrap please, and a card saying happy birthday"}
+        "note": None if i % 4 else "gift wrap please, and a card saying happy birthday",
+    }
     if size > 200:
         text = " ".join(rng.choice(WORDS) for _ in range(110))
-        value["description"] = text[:size - 180]
+        value["description"] = text[: size - 180]
         value["attributes"] = {f"attr{k}": rng.choice(WORDS) for k in range(8)}
     return value
 
@@ -78,9 +122,16 @@ def arrow_schema(size: int):
     """The decoded value as Arrow columns (what the Python baseline writes to Parquet)."""
     import pyarrow as pa
 
-    fields = [("id", pa.int64()), ("customer", pa.string()), ("item", pa.string()),
-              ("quantity", pa.int32()), ("price", pa.float64()), ("status", pa.string()),
-              ("at", pa.timestamp("ms", tz="UTC")), ("note", pa.string())]
+    fields = [
+        ("id", pa.int64()),
+        ("customer", pa.string()),
+        ("item", pa.string()),
+        ("quantity", pa.int32()),
+        ("price", pa.float64()),
+        ("status", pa.string()),
+        ("at", pa.timestamp("ms", tz="UTC")),
+        ("note", pa.string()),
+    ]
     if size > 200:
         fields += [("description", pa.string()), ("attributes", pa.map_(pa.string(), pa.string()))]
     return pa.schema(fields)
@@ -118,13 +169,21 @@ def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> No
 def _producer(bootstrap: str):
     from confluent_kafka import Producer
 
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                     "queue.buffering.max.messages": 500_000, "compression.type": "lz4",
-                     "enable.idempotence": True})
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 500_000,
+            "compression.type": "lz4",
+            "enable.idempotence": True,
+        }
+    )
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], records: int,
-            partitions: int = PARTITIONS) -> float:
+def produce(
+    bootstrap: str, topic: str, values: list[bytes], records: int, partitions: int = PARTITIONS
+) -> float:
     """Produces ``records`` values round-robin over the partitions; returns the seconds taken."""
     producer = _producer(bootstrap)
     started = time.monotonic()
@@ -132,8 +191,9 @@ def produce(bootstrap: str, topic: str, values: list[bytes], records: int,
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value=values[i % pool], key=b"k%d" % (i % 1000),
-                                 partition=i % partitions)
+                producer.produce(
+                    topic, value=values[i % pool], key=b"k%d" % (i % 1000), partition=i % partitions
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -159,9 +219,12 @@ class SteadyProducer(threading.Thread):
         while not self._halt.is_set():
             due = int((time.monotonic() - started) * self.rate)
             while self.sent < due:
-                producer.produce(self.topic, value=self.values[self.sent % len(self.values)],
-                                 key=b"k%d" % (self.sent % 1000),
-                                 partition=self.sent % PARTITIONS)
+                producer.produce(
+                    self.topic,
+                    value=self.values[self.sent % len(self.values)],
+                    key=b"k%d" % (self.sent % 1000),
+                    partition=self.sent % PARTITIONS,
+                )
                 self.sent += 1
             producer.poll(0)
             time.sleep(0.01)

@@ -12,8 +12,9 @@ ships a small layer. The operator's image takes the extra ``operator``; the Spar
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 
 def runtime_requirements(pyproject: Path, extras: list[str]) -> list[str]:

@@ -10,9 +10,10 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -49,9 +50,14 @@ def _remove_the_demo() -> None:
 
 # --- the groups side by side (tests/groups.py) ---------------------------------------------
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--group", choices=groups.GROUPS, default=None,
-                     help="run one group of the suite alone (tests/groups.py)")
+    parser.addoption(
+        "--group",
+        choices=groups.GROUPS,
+        default=None,
+        help="run one group of the suite alone (tests/groups.py)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,16 +86,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The groups must hold: xdist groups tests by a suffix of their ids, which some pytest
     releases drop (the groups would then run spread over every worker)."""
-    if groups.is_worker(session.config) and session.config.getoption("dist", "no") == "no" \
-            and getattr(session.config.option, "loadgroup", False):
-        spread = [item.nodeid for item in session.items
-                  if groups.group_of(item) != "free" and "@" not in item.nodeid]
+    if (
+        groups.is_worker(session.config)
+        and session.config.getoption("dist", "no") == "no"
+        and getattr(session.config.option, "loadgroup", False)
+    ):
+        spread = [
+            item.nodeid
+            for item in session.items
+            if groups.group_of(item) != "free" and "@" not in item.nodeid
+        ]
         if spread:
-            raise pytest.UsageError(f"xdist did not group {spread[0]} (and {len(spread) - 1} "
-                                    "more): this pytest and pytest-xdist do not work together")
+            raise pytest.UsageError(
+                f"xdist did not group {spread[0]} (and {len(spread) - 1} "
+                "more): this pytest and pytest-xdist do not work together"
+            )
 
 
 # --- job starts and waits: how many each test made and how long each took ------------------
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -121,8 +136,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     name = groups.worker_id(session.config)
     recorder.dump(parts / f"job-starts.{name}.json")
     waits.dump(parts / f"waits.{name}.json")
-    if (not groups.is_worker(session.config) and (parts / "stack-started").exists()
-            and os.environ.get("FLOE_KEEP_STACK") != "1"):
+    if (
+        not groups.is_worker(session.config)
+        and (parts / "stack-started").exists()
+        and os.environ.get("FLOE_KEEP_STACK") != "1"
+    ):
         from hack import stack as local_stack
 
         local_stack.down()
@@ -133,8 +151,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     from .waits import Waits
 
     parts = groups.run_directory()
-    for line in Recorder.summarize(parts.glob("job-starts.*.json"),
-                                   ROOT / "reports" / "job-starts.json"):
+    for line in Recorder.summarize(
+        parts.glob("job-starts.*.json"), ROOT / "reports" / "job-starts.json"
+    ):
         terminalreporter.write_line(line)
     for line in Waits.summarize(parts.glob("waits.*.json"), ROOT / "reports" / "waits.json"):
         terminalreporter.write_line(line)
@@ -233,8 +252,7 @@ def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
         .config("spark.local.dir", str(scratch / "local"))
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
         # The image's JIT thresholds, as a job's driver has them (hack/stack/cds.py).
-        .config("spark.driver.extraJavaOptions",
-                f"-Dderby.system.home={scratch} {jit_options()}")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch} {jit_options()}")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

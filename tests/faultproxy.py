@@ -22,8 +22,12 @@ class FaultProxy:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             text = response.read()
         return json.loads(text) if text else None
@@ -31,14 +35,30 @@ class FaultProxy:
     def proxies(self) -> dict[str, Any]:
         return self._call("GET", "/proxies")
 
-    def add_toxic(self, proxy: str, kind: str, *, stream: str = "downstream",
-                  name: str | None = None, toxicity: float = 1.0, **attributes: Any) -> str:
+    def add_toxic(
+        self,
+        proxy: str,
+        kind: str,
+        *,
+        stream: str = "downstream",
+        name: str | None = None,
+        toxicity: float = 1.0,
+        **attributes: Any,
+    ) -> str:
         """Adds a toxic (``latency``, ``reset_peer``, ``timeout``, ``limit_data``, ...) to the
         proxy's ``downstream`` (neighbour to client) or ``upstream`` stream; returns its name."""
         name = name or f"{kind}_{stream}"
-        self._call("POST", f"/proxies/{proxy}/toxics", {
-            "name": name, "type": kind, "stream": stream, "toxicity": toxicity,
-            "attributes": attributes})
+        self._call(
+            "POST",
+            f"/proxies/{proxy}/toxics",
+            {
+                "name": name,
+                "type": kind,
+                "stream": stream,
+                "toxicity": toxicity,
+                "attributes": attributes,
+            },
+        )
         return name
 
     def remove_toxic(self, proxy: str, name: str) -> None:

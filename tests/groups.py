@@ -28,9 +28,9 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -86,8 +86,10 @@ def part_held(directory: Path, part: str, exclusive: bool) -> Iterator[None]:
     reader passes through before it takes the lock, so no new test starts while an ``alone``
     test waits for the running ones to end. Taken in the order of :data:`PARTS`, the locks
     cannot deadlock."""
-    with (directory / f"{part}.turnstile").open("a") as turnstile, \
-            (directory / f"{part}.lock").open("a") as lock:  # closing a file releases its flock
+    with (
+        (directory / f"{part}.turnstile").open("a") as turnstile,
+        (directory / f"{part}.lock").open("a") as lock,
+    ):  # closing a file releases its flock
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         if exclusive:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -19,9 +19,11 @@ import json
 import statistics
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 STARTING, STARTED = '"event": "floe.starting"', '"event": "floe.started"'
 STEPS = ("submit", "pod", "launch", "session", "tables", "first_batch")
@@ -41,7 +43,7 @@ def starts(text: str) -> list[dict[str, Any] | None]:
             found.append(None)
         elif STARTED in line and found and found[-1] is None:
             try:
-                found[-1] = json.loads(line[line.index("{"):])
+                found[-1] = json.loads(line[line.index("{") :])
             except ValueError:
                 continue
     return found
@@ -84,17 +86,26 @@ class Recorder:
                 continue
             for line in starts(text):
                 with self.lock:
-                    self.starts.append({"test": test, "where": "local", "log": log.name,
-                                        "submit": None, "pod": None, **_steps(line),
-                                        "seconds": (line or {}).get("seconds")})
+                    self.starts.append(
+                        {
+                            "test": test,
+                            "where": "local",
+                            "log": log.name,
+                            "submit": None,
+                            "pod": None,
+                            **_steps(line),
+                            "seconds": (line or {}).get("seconds"),
+                        }
+                    )
 
     # --- driver pods on the node -----------------------------------------------------------
 
     def watch(self, api_client: Any) -> None:
         """Starts polling the node's driver pods (once per session)."""
         if self.watcher is None:
-            self.watcher = threading.Thread(target=self._poll, args=(api_client,), daemon=True,
-                                            name="job-starts")
+            self.watcher = threading.Thread(
+                target=self._poll, args=(api_client,), daemon=True, name="job-starts"
+            )
             self.watcher.start()
 
     def _poll(self, api_client: Any) -> None:
@@ -103,10 +114,8 @@ class Recorder:
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
         while True:
             stopping = self.stopped.is_set()  # one visit more after the stop
-            try:
+            with suppress(Exception):  # the API server restarting: the next poll
                 self._visit(core, custom)
-            except Exception:  # noqa: BLE001 - the API server restarting: the next poll
-                pass
             if stopping:
                 return
             self.stopped.wait(2)
@@ -122,16 +131,26 @@ class Recorder:
                 if app_name:
                     try:
                         app = custom.get_namespaced_custom_object(
-                            "sparkoperator.k8s.io", "v1beta2", pod.metadata.namespace,
-                            "sparkapplications", app_name)
+                            "sparkoperator.k8s.io",
+                            "v1beta2",
+                            pod.metadata.namespace,
+                            "sparkapplications",
+                            app_name,
+                        )
                         app_created = _epoch(app["metadata"]["creationTimestamp"])
                     except Exception:  # noqa: BLE001 - gone already
                         pass
                 entry = self.pods[uid] = {
-                    "test": self.test, "where": "node", "pod_name": pod.metadata.name,
-                    "namespace": pod.metadata.namespace, "app_created": app_created,
+                    "test": self.test,
+                    "where": "node",
+                    "pod_name": pod.metadata.name,
+                    "namespace": pod.metadata.namespace,
+                    "app_created": app_created,
                     "pod_created": _epoch(pod.metadata.creation_timestamp),
-                    "container_started": None, "line": None, "done": False}
+                    "container_started": None,
+                    "line": None,
+                    "done": False,
+                }
             if entry["done"]:
                 continue
             for status in pod.status.container_statuses or []:
@@ -139,9 +158,11 @@ class Recorder:
                     entry["container_started"] = _epoch(status.state.running.started_at)
             if entry["container_started"] is not None and entry["line"] is None:
                 try:
-                    text = core.read_namespaced_pod_log(pod.metadata.name,
-                                                        pod.metadata.namespace,
-                                                        container="spark-kubernetes-driver")
+                    text = core.read_namespaced_pod_log(
+                        pod.metadata.name,
+                        pod.metadata.namespace,
+                        container="spark-kubernetes-driver",
+                    )
                 except Exception:  # noqa: BLE001 - not up yet, or gone
                     text = ""
                 lines = started_lines(text)
@@ -158,8 +179,11 @@ class Recorder:
 
     def _record_pod(self, entry: dict[str, Any]) -> None:
         line = entry["line"]
-        submit = (entry["pod_created"] - entry["app_created"]
-                  if entry["app_created"] is not None else None)
+        submit = (
+            entry["pod_created"] - entry["app_created"]
+            if entry["app_created"] is not None
+            else None
+        )
         started = entry["container_started"]
         pod = started - entry["pod_created"] if started is not None else None
         seconds = None
@@ -167,11 +191,17 @@ class Recorder:
             # The job's clock ran from its process start; the pod's time before that is added.
             seconds = round(line["process_started"] - entry["app_created"] + line["seconds"], 3)
         with self.lock:
-            self.starts.append({"test": entry["test"], "where": "node",
-                                "pod_name": entry["pod_name"],
-                                "submit": round(submit, 3) if submit is not None else None,
-                                "pod": round(pod, 3) if pod is not None else None,
-                                **_steps(line), "seconds": seconds})
+            self.starts.append(
+                {
+                    "test": entry["test"],
+                    "where": "node",
+                    "pod_name": entry["pod_name"],
+                    "submit": round(submit, 3) if submit is not None else None,
+                    "pod": round(pod, 3) if pod is not None else None,
+                    **_steps(line),
+                    "seconds": seconds,
+                }
+            )
 
     # --- the session's end -----------------------------------------------------------------
 
@@ -202,21 +232,30 @@ class Recorder:
             if not starts:
                 continue
             committed = [s for s in starts if s["seconds"] is not None]
-            medians = {step: statistics.median(values) for step in STEPS
-                       if (values := [s[step] for s in committed if s[step] is not None])}
+            medians = {
+                step: statistics.median(values)
+                for step in STEPS
+                if (values := [s[step] for s in committed if s[step] is not None])
+            }
             lines.append(
                 f"  {where}: {len(starts)} starts, {len(committed)} reached a first commit; "
                 f"median to first commit {statistics.median(s['seconds'] for s in committed):.1f} s"
-                if committed else f"  {where}: {len(starts)} starts, none reached a commit")
+                if committed
+                else f"  {where}: {len(starts)} starts, none reached a commit"
+            )
             if medians:
-                lines.append("    median per step: " + ", ".join(
-                    f"{step} {value:.1f} s" for step, value in medians.items()))
+                lines.append(
+                    "    median per step: "
+                    + ", ".join(f"{step} {value:.1f} s" for step, value in medians.items())
+                )
         per_test: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for start in all_starts:
             per_test[start["test"]].append(start)
         busiest = sorted(per_test.items(), key=lambda item: -len(item[1]))[:10]
-        lines.append("  most starts: " + "; ".join(
-            f"{test.split('::')[-1][:60]} {len(starts)}" for test, starts in busiest))
+        lines.append(
+            "  most starts: "
+            + "; ".join(f"{test.split('::')[-1][:60]} {len(starts)}" for test, starts in busiest)
+        )
         return lines
 
 

@@ -28,11 +28,11 @@ def clear_topics(bootstrap: str, timeout: float = 120) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     doomed = topics_to_clear(list(admin.list_topics(timeout=30).topics))
     for start in range(0, len(doomed), BATCH):
-        futures = admin.delete_topics(doomed[start:start + BATCH], operation_timeout=60)
-        for name, future in futures.items():
+        futures = admin.delete_topics(doomed[start : start + BATCH], operation_timeout=60)
+        for future in futures.values():
             try:
                 future.result(timeout=90)
-            except Exception as exc:  # noqa: BLE001 — gone already is as good as deleted
+            except Exception as exc:  # gone already is as good as deleted
                 if "UNKNOWN_TOPIC_OR_PART" not in str(exc):
                     raise
     deadline = time.monotonic() + timeout

@@ -33,14 +33,21 @@ def cases(path: Path) -> tuple[float, list[Case]]:
     found: list[Case] = []
     for case in (c for suite in suites for c in suite.iter("testcase")):
         properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-        outcome = next((child.tag for child in case
-                        if child.tag in ("failure", "error", "skipped")), "passed")
+        outcome = next(
+            (child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed"
+        )
         started = properties.get("started")
-        found.append(Case(f"{case.get('classname')}::{case.get('name')}",
-                          float(case.get("time") or 0), properties.get("group", "-"),
-                          properties.get("worker", "-"),
-                          float(started) if started else None, outcome,
-                          float(properties.get("waited") or 0)))
+        found.append(
+            Case(
+                f"{case.get('classname')}::{case.get('name')}",
+                float(case.get("time") or 0),
+                properties.get("group", "-"),
+                properties.get("worker", "-"),
+                float(started) if started else None,
+                outcome,
+                float(properties.get("waited") or 0),
+            )
+        )
     return sum(float(suite.get("time") or 0) for suite in suites), found
 
 
@@ -61,9 +68,11 @@ def summary(path: Path, slowest: int = 10) -> list[str]:
         span = f", from the first to the last {_minutes(max(ends) - min(starts))}" if starts else ""
         workers = sorted({c.worker for c in members})
         waited = sum(c.waited for c in members)
-        lines.append(f"  {group}: {len(members)} tests, {_minutes(busy)} of tests{span}, "
-                     f"{_minutes(waited)} waiting for the tests beside them "
-                     f"(workers {', '.join(workers)})")
+        lines.append(
+            f"  {group}: {len(members)} tests, {_minutes(busy)} of tests{span}, "
+            f"{_minutes(waited)} waiting for the tests beside them "
+            f"(workers {', '.join(workers)})"
+        )
     lines.append(f"the {slowest} slowest tests:")
     for case in sorted(found, key=lambda c: -c.seconds)[:slowest]:
         lines.append(f"  {case.seconds:7.1f} s  [{case.group}] {case.name}")

@@ -14,8 +14,9 @@ import json
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 
 class Waits:
@@ -31,9 +32,15 @@ class Waits:
         where = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
         background = threading.current_thread() is not threading.main_thread()
         with self.lock:
-            self.waits.append({"test": self.test, "where": where,
-                               "seconds": round(seconds, 2), "came_true": came_true,
-                               "background": background})
+            self.waits.append(
+                {
+                    "test": self.test,
+                    "where": where,
+                    "seconds": round(seconds, 2),
+                    "came_true": came_true,
+                    "background": background,
+                }
+            )
 
     def dump(self, path: Path) -> None:
         """Writes this process's waits to ``path`` (one worker's part of the run)."""
@@ -54,8 +61,10 @@ class Waits:
         for wait in waited:
             by_line[wait["where"]].append(wait["seconds"])
         total = sum(w["seconds"] for w in waited)
-        lines = [f"waits of the tests: {len(waited)}, {total / 60:.1f} min in all (every wait: "
-                 f"{path}); the lines that waited longest:"]
+        lines = [
+            f"waits of the tests: {len(waited)}, {total / 60:.1f} min in all (every wait: "
+            f"{path}); the lines that waited longest:"
+        ]
         for where, each in sorted(by_line.items(), key=lambda kv: -sum(kv[1]))[:top]:
             lines.append(f"  {sum(each):7.1f} s  {len(each):3d} × {where}")
         return lines

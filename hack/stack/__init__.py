@@ -10,6 +10,7 @@ import json
 import shutil
 import sys
 import time
+
 from . import cds, cluster, components, images, kube, node, paths, procs, provision
 from .components import COMPONENTS, WAVES, State
 from .procs import ComponentError
@@ -36,8 +37,10 @@ def health(state: State | None = None) -> dict[str, bool]:
     result = {}
     for name, component in COMPONENTS.items():
         try:
-            result[name] = bool(state) and procs.pid_of(name) is not None and component.healthy(state)
-        except Exception:
+            result[name] = (
+                bool(state) and procs.pid_of(name) is not None and component.healthy(state)
+            )
+        except Exception:  # noqa: BLE001 - a probe failing in any way is a component down
             result[name] = False
     return result
 
@@ -61,8 +64,9 @@ def _start(state: State, names: list[str]) -> dict[str, float]:
         spawned_at[name] = time.monotonic()
         started.append(name)
     for name in started:
-        procs.wait_healthy(name, lambda c=COMPONENTS[name]: c.healthy(state),
-                           COMPONENTS[name].timeout)
+        procs.wait_healthy(
+            name, lambda c=COMPONENTS[name]: c.healthy(state), COMPONENTS[name].timeout
+        )
         timings[name] = time.monotonic() - spawned_at[name]
         _log(f"{name}: healthy {timings[name]:.1f}s after start")
     return timings
@@ -119,8 +123,11 @@ def _wipe_run_dir() -> None:
 
 
 def _ports_free(state: State) -> bool:
-    return not any(procs.port_open(p, host) for p in state["ports"].values()
-                   for host in ("127.0.0.1", node.NODE_IP))
+    return not any(
+        procs.port_open(p, host)
+        for p in state["ports"].values()
+        for host in ("127.0.0.1", node.NODE_IP)
+    )
 
 
 def down() -> None:
@@ -188,14 +195,16 @@ def connection_env(state: State) -> dict[str, str]:
         "FLOE_TOXIPROXY_URL": components.toxiproxy_url(state),
         # The same neighbours through their fault proxies (tests/faultproxy.py adds the faults)
         "FLOE_FAULTY_KAFKA_BOOTSTRAP": components.proxied_address(state, "kafka"),
-        "FLOE_FAULTY_SCHEMA_REGISTRY_URL":
-            f"http://{components.proxied_address(state, 'registry')}/apis/ccompat/v7",
+        "FLOE_FAULTY_SCHEMA_REGISTRY_URL": (
+            f"http://{components.proxied_address(state, 'registry')}/apis/ccompat/v7"
+        ),
         "FLOE_FAULTY_S3_ENDPOINT": f"http://{components.proxied_address(state, 's3')}",
         "FLOE_FAULTY_POSTGRES_JDBC": f"jdbc:postgresql://"
-                                     f"{components.proxied_address(state, 'postgres')}/"
-                                     f"{components.POSTGRES_DATABASE}",
-        "FLOE_FAULTY_REST_CATALOG_URI":
-            f"http://{components.proxied_address(state, 'rest_catalog')}",
+        f"{components.proxied_address(state, 'postgres')}/"
+        f"{components.POSTGRES_DATABASE}",
+        "FLOE_FAULTY_REST_CATALOG_URI": (
+            f"http://{components.proxied_address(state, 'rest_catalog')}"
+        ),
         "FLOE_SPARK_JARS": ",".join(jars),
         # The same jars on the driver's class path, where the JVMs' class-data-sharing archive
         # (hack/stack/cds.py) holds their classes too: a local JVM starts seconds sooner.
@@ -210,5 +219,18 @@ def connection_env(state: State) -> dict[str, str]:
     }
 
 
-__all__ = ["up", "provision_all", "down", "ensure_up", "health", "is_up", "load_state", "connection_env",
-           "stop_component", "start_component", "ComponentError", "paths", "State"]
+__all__ = [
+    "ComponentError",
+    "State",
+    "connection_env",
+    "down",
+    "ensure_up",
+    "health",
+    "is_up",
+    "load_state",
+    "paths",
+    "provision_all",
+    "start_component",
+    "stop_component",
+    "up",
+]

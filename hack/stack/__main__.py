@@ -12,11 +12,15 @@ from .provision import ProvisionError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hack.stack",
-                                     description="The local stack of real components for floe.")
+    parser = argparse.ArgumentParser(
+        prog="python -m hack.stack", description="The local stack of real components for floe."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("provision", help="download and build what is missing, images included "
-                   "(starts only containerd and dockerd, which the image builds need)")
+    sub.add_parser(
+        "provision",
+        help="download and build what is missing, images included "
+        "(starts only containerd and dockerd, which the image builds need)",
+    )
     sub.add_parser("up", help="provision (first time) and start every component")
     sub.add_parser("down", help="stop every component (data is kept)")
     sub.add_parser("status", help="show each component's health")
@@ -46,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             result = health(state)
             for name, ok in result.items():
-                print(f"{name:<26} {'healthy' if ok else 'DOWN':<8} log: {paths.LOGS / (name + '.log')}")
+                print(
+                    f"{name:<26} {'healthy' if ok else 'DOWN':<8} "
+                    f"log: {paths.LOGS / (name + '.log')}"
+                )
             return 0 if all(result.values()) else 1
         if state is None:
             print("the stack is not up: run `python -m hack.stack up` first", file=sys.stderr)

@@ -33,8 +33,10 @@ def _key(classpath: str) -> str:
     pyspark_home = str(Path(spec.origin).parent) if spec and spec.origin else ""
     parts = [java, paths.pyspark_version(), pyspark_home, classpath]
     parts += [f"{p}:{os.path.getsize(p)}" for p in classpath.split(":") if os.path.exists(p)]
-    parts += [(paths.REPO / "images" / "spark" / name).read_text()  # what the warm-up does
-              for name in ("cds_warmup.py", "cds_classes.txt")]
+    parts += [
+        (paths.REPO / "images" / "spark" / name).read_text()  # what the warm-up does
+        for name in ("cds_warmup.py", "cds_classes.txt")
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -67,21 +69,40 @@ def ensure_archive(classpath: str) -> Path | None:
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="floe-cds-"))
     partial = archive.with_suffix(".partial")
-    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={partial}",
-           "PYSPARK_SUBMIT_ARGS": f"--master local[2] --conf spark.ui.enabled=false "
-                                  f"--driver-class-path {classpath} pyspark-shell"}
+    env = {
+        **os.environ,
+        "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={partial}",
+        "PYSPARK_SUBMIT_ARGS": f"--master local[2] --conf spark.ui.enabled=false "
+        f"--driver-class-path {classpath} pyspark-shell",
+    }
     try:
-        done = subprocess.run([sys.executable, str(paths.REPO / "images" / "spark" /
-                                                    "cds_warmup.py"), str(scratch / "work")],
-                              env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(paths.REPO / "images" / "spark" / "cds_warmup.py"),
+                str(scratch / "work"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0 or not partial.exists():
-        print(f"[stack] class-data-sharing archive not made (local JVMs start without it):\n"
-              f"{(done.stdout + done.stderr)[-2000:]}", file=sys.stderr, flush=True)
+        print(
+            f"[stack] class-data-sharing archive not made (local JVMs start without it):\n"
+            f"{(done.stdout + done.stderr)[-2000:]}",
+            file=sys.stderr,
+            flush=True,
+        )
         partial.unlink(missing_ok=True)
         return None
     partial.rename(archive)
-    print(f"[stack] class-data-sharing archive for local JVMs made in "
-          f"{time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    print(
+        f"[stack] class-data-sharing archive for local JVMs made in "
+        f"{time.monotonic() - started:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
     return archive

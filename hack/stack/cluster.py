@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from functools import partial
 
 from . import images, kube, monitoring, node, paths
 from .procs import ComponentError
@@ -26,10 +27,13 @@ def _log(message: str) -> None:
 
 
 def spark_operator_chart() -> str:
-    modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    return (f"{modcache}/github.com/kubeflow/spark-operator/v2@{paths.SPARK_OPERATOR_VERSION}"
-            "/charts/spark-operator-chart")
+    modcache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return (
+        f"{modcache}/github.com/kubeflow/spark-operator/v2@{paths.SPARK_OPERATOR_VERSION}"
+        "/charts/spark-operator-chart"
+    )
 
 
 def _wait(what: str, probe, timeout: float) -> None:
@@ -43,12 +47,16 @@ def _wait(what: str, probe, timeout: float) -> None:
 def _namespace_active(namespace: str) -> bool:
     """True once the namespace exists; makes it when absent (one a test run is deleting is
     waited for: the chart puts spark-operator's Roles in it)."""
-    phase = subprocess.run(["kubectl", "get", "namespace", namespace, "-o",
-                            "jsonpath={.status.phase}"], capture_output=True, text=True,
-                           env=kube.tool_env())
+    phase = subprocess.run(
+        ["kubectl", "get", "namespace", namespace, "-o", "jsonpath={.status.phase}"],
+        capture_output=True,
+        text=True,
+        env=kube.tool_env(),
+    )
     if phase.returncode != 0 and "NotFound" in phase.stderr:
-        subprocess.run(["kubectl", "create", "namespace", namespace], capture_output=True,
-                       env=kube.tool_env())
+        subprocess.run(
+            ["kubectl", "create", "namespace", namespace], capture_output=True, env=kube.tool_env()
+        )
         return False
     return phase.stdout == "Active"
 
@@ -61,24 +69,49 @@ def install_spark_operator() -> None:
     image = images.image_id(images.SPARK_OPERATOR_IMAGE) or ""
     started = time.monotonic()
     for namespace in JOB_NAMESPACES:
-        _wait(f"namespace {namespace}", lambda: _namespace_active(namespace), 300)
-    kube.run("helm", "upgrade", "--install", SPARK_OPERATOR_RELEASE, spark_operator_chart(),
-         "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace",
-         "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
-         "--set", f"image.tag={tag}",
-         "--set-string", f"controller.annotations.floe\\.dev/image={image}",
-         "--set-string", f"webhook.annotations.floe\\.dev/image={image}",
-         "--set", f"spark.jobNamespaces={{{','.join(JOB_NAMESPACES)}}}",
-         # floe's chart makes the drivers' ServiceAccount and its Role.
-         "--set", "spark.serviceAccount.create=false",
-         "--set", "spark.rbac.create=false",
-         "--set", "controller.leaderElection.enable=false",
-         "--set", "controller.workers=4",
-         "--set", "controller.uiService.enable=false",
-         # Its webhook makes each driver pod owned by its SparkApplication (and sets defaults):
-         # without it a deleted application would leave its driver running.
-         "--set", "webhook.enable=true", "--set", "webhook.leaderElection.enable=false",
-         "--wait", "--timeout", "5m")
+        _wait(f"namespace {namespace}", partial(_namespace_active, namespace), 300)
+    kube.run(
+        "helm",
+        "upgrade",
+        "--install",
+        SPARK_OPERATOR_RELEASE,
+        spark_operator_chart(),
+        "--namespace",
+        SPARK_OPERATOR_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        f"image.registry={registry}",
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set-string",
+        f"controller.annotations.floe\\.dev/image={image}",
+        "--set-string",
+        f"webhook.annotations.floe\\.dev/image={image}",
+        "--set",
+        f"spark.jobNamespaces={{{','.join(JOB_NAMESPACES)}}}",
+        # floe's chart makes the drivers' ServiceAccount and its Role.
+        "--set",
+        "spark.serviceAccount.create=false",
+        "--set",
+        "spark.rbac.create=false",
+        "--set",
+        "controller.leaderElection.enable=false",
+        "--set",
+        "controller.workers=4",
+        "--set",
+        "controller.uiService.enable=false",
+        # Its webhook makes each driver pod owned by its SparkApplication (and sets defaults):
+        # without it a deleted application would leave its driver running.
+        "--set",
+        "webhook.enable=true",
+        "--set",
+        "webhook.leaderElection.enable=false",
+        "--wait",
+        "--timeout",
+        "5m",
+    )
     _log(f"spark-operator: installed in {time.monotonic() - started:.0f}s")
 
 
@@ -87,10 +120,14 @@ def serve_namespace(namespace: str) -> None:
     (they went with the namespace; its chart makes them in each namespace it serves)."""
     import yaml
 
-    manifest = kube.run("helm", "get", "manifest", SPARK_OPERATOR_RELEASE,
-                    "--namespace", SPARK_OPERATOR_NAMESPACE)
-    objects = [o for o in yaml.safe_load_all(manifest)
-               if o and o.get("metadata", {}).get("namespace") == namespace]
+    manifest = kube.run(
+        "helm", "get", "manifest", SPARK_OPERATOR_RELEASE, "--namespace", SPARK_OPERATOR_NAMESPACE
+    )
+    objects = [
+        o
+        for o in yaml.safe_load_all(manifest)
+        if o and o.get("metadata", {}).get("namespace") == namespace
+    ]
     if not objects:
         raise ComponentError(f"spark-operator does not serve the namespace {namespace}")
     kube.run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))

@@ -28,8 +28,10 @@ PROMETHEUS_OPERATOR_IMAGE = f"floe.local/prometheus-operator:{paths.PROMETHEUS_O
 PROMETHEUS_IMAGE = f"floe.local/prometheus:v{paths.PROMETHEUS_RELEASE}"
 
 # Trust stores handed to builds as optional secrets, for machines whose egress re-signs TLS.
-_SECRETS = {"ca-certificates": Path("/etc/ssl/certs/ca-certificates.crt"),
-            "java-cacerts": Path("/etc/ssl/certs/java/cacerts")}
+_SECRETS = {
+    "ca-certificates": Path("/etc/ssl/certs/ca-certificates.crt"),
+    "java-cacerts": Path("/etc/ssl/certs/java/cacerts"),
+}
 
 
 def _log(message: str) -> None:
@@ -53,8 +55,12 @@ def _docker(*args: str, what: str) -> str:
 
 
 def image_id(tag: str) -> str | None:
-    result = subprocess.run([node.DOCKER, "image", "inspect", "--format", "{{.Id}}", tag],
-                            capture_output=True, text=True, env={**os.environ, **node.docker_env()})
+    result = subprocess.run(
+        [node.DOCKER, "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **node.docker_env()},
+    )
     return result.stdout.strip() if result.returncode == 0 else None
 
 
@@ -67,10 +73,16 @@ def base_rootfs() -> Path:
         _log("making the Debian base image's root with debootstrap (first time only)")
         subprocess.run(["rm", "-rf", str(root)], check=True)
         root.mkdir(parents=True)
-        _run(["debootstrap", "--variant=minbase", "bookworm", str(root / "rootfs")],
-             "debootstrap")
-        subprocess.run(["rm", "-rf", *map(str, (root / "rootfs" / "var" / "cache" / "apt").glob("*.bin")),
-                        str(root / "rootfs" / "var" / "lib" / "apt" / "lists")], check=True)
+        _run(["debootstrap", "--variant=minbase", "bookworm", str(root / "rootfs")], "debootstrap")
+        subprocess.run(
+            [
+                "rm",
+                "-rf",
+                *map(str, (root / "rootfs" / "var" / "cache" / "apt").glob("*.bin")),
+                str(root / "rootfs" / "var" / "lib" / "apt" / "lists"),
+            ],
+            check=True,
+        )
         (root / "rootfs" / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True)
         (root / ".complete").touch()
         _log(f"debootstrap: done in {time.monotonic() - started:.0f}s")
@@ -81,10 +93,14 @@ def base_image() -> None:
     """The debootstrap root imported into dockerd as BASE_IMAGE."""
     if image_id(BASE_IMAGE):
         return
-    tar = subprocess.Popen(["tar", "-C", str(base_rootfs()), "--numeric-owner", "-c", "."],
-                           stdout=subprocess.PIPE)
-    _run([node.DOCKER, "import", "--change", 'CMD ["/bin/bash"]', "-", BASE_IMAGE], "base-import",
-         stdin=tar.stdout)
+    tar = subprocess.Popen(
+        ["tar", "-C", str(base_rootfs()), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+    )
+    _run(
+        [node.DOCKER, "import", "--change", 'CMD ["/bin/bash"]', "-", BASE_IMAGE],
+        "base-import",
+        stdin=tar.stdout,
+    )
     tar.wait()
 
 
@@ -95,17 +111,40 @@ def _pause_context() -> Path:
     if binary.exists():
         return context
     context.mkdir(parents=True, exist_ok=True)
-    modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    source = Path(modcache) / f"k8s.io/kubernetes@{paths.KUBERNETES_VERSION}/build/pause/linux/pause.c"
-    _run(["gcc", "-Os", "-static", "-Wall", "-Werror", f'-DVERSION="{paths.KUBERNETES_VERSION}"',
-          "-o", str(binary), str(source)], "pause-gcc")
+    modcache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    source = (
+        Path(modcache) / f"k8s.io/kubernetes@{paths.KUBERNETES_VERSION}/build/pause/linux/pause.c"
+    )
+    _run(
+        [
+            "gcc",
+            "-Os",
+            "-static",
+            "-Wall",
+            "-Werror",
+            f'-DVERSION="{paths.KUBERNETES_VERSION}"',
+            "-o",
+            str(binary),
+            str(source),
+        ],
+        "pause-gcc",
+    )
     return context
 
 
 def _build(dockerfile: str, tag: str, context: Path, **args: str) -> None:
-    command = ["build", "--network", "host", "--quiet", "-f", str(paths.REPO / dockerfile),
-               "-t", tag]
+    command = [
+        "build",
+        "--network",
+        "host",
+        "--quiet",
+        "-f",
+        str(paths.REPO / dockerfile),
+        "-t",
+        tag,
+    ]
     for key, value in args.items():
         command += ["--build-arg", f"{key}={value}"]
     for name, source in _SECRETS.items():
@@ -127,8 +166,9 @@ def _imported() -> dict[str, str]:
 
 
 def _copy_to_containerd(tag: str) -> None:
-    save = subprocess.Popen([node.DOCKER, "save", tag], stdout=subprocess.PIPE,
-                            env={**os.environ, **node.docker_env()})
+    save = subprocess.Popen(
+        [node.DOCKER, "save", tag], stdout=subprocess.PIPE, env={**os.environ, **node.docker_env()}
+    )
     try:
         _run(node.ctr("images", "import", "-"), f"import-{tag.split('/')[-1]}", stdin=save.stdout)
     finally:
@@ -176,14 +216,20 @@ def build_and_import() -> None:
     """Builds every image the node runs and makes the kubelet see the current ones."""
     build_floe_images()
     _build("images/pause/Dockerfile", node.PAUSE_IMAGE, _pause_context())
-    _build("images/spark-operator/Dockerfile", SPARK_OPERATOR_IMAGE,
-           paths.go_bin_dir("spark-operator", paths.SPARK_OPERATOR_VERSION),
-           SPARK_IMAGE=SPARK_IMAGE)
+    _build(
+        "images/spark-operator/Dockerfile",
+        SPARK_OPERATOR_IMAGE,
+        paths.go_bin_dir("spark-operator", paths.SPARK_OPERATOR_VERSION),
+        SPARK_IMAGE=SPARK_IMAGE,
+    )
     for dockerfile, tag, name, version in (
-            ("images/prometheus-operator/Dockerfile", PROMETHEUS_OPERATOR_IMAGE,
-             "prometheus-operator", paths.PROMETHEUS_OPERATOR_VERSION),
-            ("images/prometheus/Dockerfile", PROMETHEUS_IMAGE, "prometheus",
-             paths.PROMETHEUS_VERSION)):
+        (
+            "images/prometheus-operator/Dockerfile",
+            PROMETHEUS_OPERATOR_IMAGE,
+            "prometheus-operator",
+            paths.PROMETHEUS_OPERATOR_VERSION,
+        ),
+        ("images/prometheus/Dockerfile", PROMETHEUS_IMAGE, "prometheus", paths.PROMETHEUS_VERSION),
+    ):
         _build(dockerfile, tag, paths.go_bin_dir(name, version), BASE=BASE_IMAGE)
-    _import([node.PAUSE_IMAGE, SPARK_OPERATOR_IMAGE, PROMETHEUS_OPERATOR_IMAGE,
-             PROMETHEUS_IMAGE])
+    _import([node.PAUSE_IMAGE, SPARK_OPERATOR_IMAGE, PROMETHEUS_OPERATOR_IMAGE, PROMETHEUS_IMAGE])

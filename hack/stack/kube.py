@@ -54,12 +54,22 @@ def ca_path() -> Path:
 
 def write_kubeconfig(path: Path, server: str, user: str, token: str) -> None:
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "floe-local",
-        "clusters": [{"name": "floe-local",
-                      "cluster": {"server": server, "certificate-authority": str(ca_path())}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "floe-local",
+        "clusters": [
+            {
+                "name": "floe-local",
+                "cluster": {"server": server, "certificate-authority": str(ca_path())},
+            }
+        ],
         "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "floe-local",
-                      "context": {"cluster": "floe-local", "user": user, "namespace": "default"}}],
+        "contexts": [
+            {
+                "name": "floe-local",
+                "context": {"cluster": "floe-local", "user": user, "namespace": "default"},
+            }
+        ],
     }
     path.write_text(json.dumps(config, indent=2))
     path.chmod(0o600)
@@ -68,11 +78,14 @@ def write_kubeconfig(path: Path, server: str, user: str, token: str) -> None:
 def control_plane_flags(state: State, port: str) -> list[str]:
     """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for the API
     and for checking their own callers, and a secure port on loopback."""
-    return [f"--kubeconfig={kubeconfig_path()}",
-            f"--authentication-kubeconfig={kubeconfig_path()}",
-            f"--authorization-kubeconfig={kubeconfig_path()}",
-            "--bind-address=127.0.0.1", f"--secure-port={state['ports'][port]}",
-            "--leader-elect=false"]
+    return [
+        f"--kubeconfig={kubeconfig_path()}",
+        f"--authentication-kubeconfig={kubeconfig_path()}",
+        f"--authorization-kubeconfig={kubeconfig_path()}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={state['ports'][port]}",
+        "--leader-elect=false",
+    ]
 
 
 def tool_env() -> dict[str, str]:
@@ -83,8 +96,7 @@ def tool_env() -> dict[str, str]:
 
 def run(*cmd: str, stdin: str | None = None) -> str:
     """Runs a cluster tool as the admin; its output, or :class:`ComponentError` with it."""
-    result = subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
-                            env=tool_env())
+    result = subprocess.run(list(cmd), input=stdin, capture_output=True, text=True, env=tool_env())
     if result.returncode != 0:
         raise ComponentError(f"{' '.join(cmd[:3])} failed:\n{result.stdout}\n{result.stderr}")
     return result.stdout

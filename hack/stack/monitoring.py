@@ -33,16 +33,23 @@ def _kubectl(*args: str, stdin: str | None = None) -> str:
 
 def _example(module: Path, name: str) -> list[dict[str, Any]]:
     folder = module / "example" / "rbac" / name
-    return [doc for path in sorted(folder.glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [
+        doc
+        for path in sorted(folder.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
 
 
 def _operator_objects(module: Path) -> list[dict[str, Any]]:
     """Upstream's install in namespace ``monitoring``, running the images built here; the
     image's ID on the pod, so that a rebuilt image (same tag) rolls it."""
-    objects = [o for o in _example(module, "prometheus-operator")
-               if o["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                "Deployment", "Service"}]
+    objects = [
+        o
+        for o in _example(module, "prometheus-operator")
+        if o["kind"]
+        in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
+    ]
     for thing in objects:
         if thing["metadata"].get("namespace"):
             thing["metadata"]["namespace"] = NAMESPACE
@@ -52,16 +59,23 @@ def _operator_objects(module: Path) -> list[dict[str, Any]]:
             continue
         template = thing["spec"]["template"]
         template["metadata"].setdefault("annotations", {})["floe.dev/image"] = (
-            images.image_id(images.PROMETHEUS_OPERATOR_IMAGE) or "")
+            images.image_id(images.PROMETHEUS_OPERATOR_IMAGE) or ""
+        )
         [container] = template["spec"]["containers"]
         container["image"] = images.PROMETHEUS_OPERATOR_IMAGE
         container["imagePullPolicy"] = "IfNotPresent"
         container["args"] = [
-            (f"--prometheus-config-reloader={images.PROMETHEUS_OPERATOR_IMAGE}"
-             if a.startswith("--prometheus-config-reloader=") else a)
-            for a in container["args"]]
-        container["resources"] = {"requests": {"cpu": "10m", "memory": "64Mi"},
-                                  "limits": {"memory": "200Mi"}}
+            (
+                f"--prometheus-config-reloader={images.PROMETHEUS_OPERATOR_IMAGE}"
+                if a.startswith("--prometheus-config-reloader=")
+                else a
+            )
+            for a in container["args"]
+        ]
+        container["resources"] = {
+            "requests": {"cpu": "10m", "memory": "64Mi"},
+            "limits": {"memory": "200Mi"},
+        }
     return objects
 
 
@@ -82,8 +96,9 @@ def install_prometheus_operator() -> None:
     _log(f"prometheus-operator: installed in {time.monotonic() - started:.0f}s")
 
 
-def prometheus(namespace: str, scraped: tuple[str, ...] = (), name: str = "floe",
-               interval: str = "5s") -> list[dict[str, Any]]:
+def prometheus(
+    namespace: str, scraped: tuple[str, ...] = (), name: str = "floe", interval: str = "5s"
+) -> list[dict[str, Any]]:
     """A Prometheus server in ``namespace`` that scrapes and evaluates what that namespace's
     ServiceMonitors, PodMonitors and PrometheusRules say, with the account and the discovery
     rights it needs there and in the ``scraped`` namespaces (where those monitors find their
@@ -93,32 +108,64 @@ def prometheus(namespace: str, scraped: tuple[str, ...] = (), name: str = "floe"
     rights = []
     for where in dict.fromkeys((namespace, *scraped)):
         rights += [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": account, "namespace": where},
-             "rules": [{"apiGroups": [""], "resources": ["services", "endpoints", "pods"],
-                        "verbs": ["get", "list", "watch"]},
-                       {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                        "verbs": ["get", "list", "watch"]},
-                       {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": account, "namespace": where},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                         "name": account},
-             "subjects": [{"kind": "ServiceAccount", "name": account,
-                           "namespace": namespace}]}]
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": account, "namespace": where},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["services", "endpoints", "pods"],
+                        "verbs": ["get", "list", "watch"],
+                    },
+                    {
+                        "apiGroups": ["discovery.k8s.io"],
+                        "resources": ["endpointslices"],
+                        "verbs": ["get", "list", "watch"],
+                    },
+                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": account, "namespace": where},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": account,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            },
+        ]
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": account, "namespace": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": namespace},
+        },
         *rights,
-        {"apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
-         "metadata": {"name": name, "namespace": namespace},
-         "spec": {
-             "image": images.PROMETHEUS_IMAGE, "version": f"v{paths.PROMETHEUS_RELEASE}",
-             "replicas": 1, "serviceAccountName": account,
-             "scrapeInterval": interval, "evaluationInterval": interval,
-             "serviceMonitorSelector": {}, "serviceMonitorNamespaceSelector": own,
-             "podMonitorSelector": {}, "podMonitorNamespaceSelector": own,
-             "ruleSelector": {}, "ruleNamespaceSelector": own,
-             "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
-                           "limits": {"memory": "512Mi"}}}},
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "Prometheus",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "image": images.PROMETHEUS_IMAGE,
+                "version": f"v{paths.PROMETHEUS_RELEASE}",
+                "replicas": 1,
+                "serviceAccountName": account,
+                "scrapeInterval": interval,
+                "evaluationInterval": interval,
+                "serviceMonitorSelector": {},
+                "serviceMonitorNamespaceSelector": own,
+                "podMonitorSelector": {},
+                "podMonitorNamespaceSelector": own,
+                "ruleSelector": {},
+                "ruleNamespaceSelector": own,
+                "resources": {
+                    "requests": {"cpu": "50m", "memory": "128Mi"},
+                    "limits": {"memory": "512Mi"},
+                },
+            },
+        },
     ]

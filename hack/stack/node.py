@@ -79,6 +79,7 @@ def network_up() -> None:
 
 # --- containerd ----------------------------------------------------------------------------
 
+
 def containerd_dir() -> Path:
     return paths.RUN / "containerd"
 
@@ -95,23 +96,37 @@ def containerd_prepare(state: dict) -> None:
     home = containerd_dir()
     home.mkdir(parents=True, exist_ok=True)
     cni_conf_dir().mkdir(parents=True, exist_ok=True)
-    (cni_conf_dir() / "10-floe.conflist").write_text(json.dumps({
-        "cniVersion": "1.0.0", "name": "floe",
-        "plugins": [
-            {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
-             "hairpinMode": True,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]],
-                      "routes": [{"dst": "0.0.0.0/0"}],
-                      "dataDir": str(paths.RUN / "cni" / "ipam")}},
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-            {"type": "loopback"},
-        ],
-    }, indent=2))
+    (cni_conf_dir() / "10-floe.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": "floe",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": BRIDGE,
+                        "isGateway": True,
+                        "ipMasq": False,
+                        "hairpinMode": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": POD_CIDR}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dataDir": str(paths.RUN / "cni" / "ipam"),
+                        },
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                    {"type": "loopback"},
+                ],
+            },
+            indent=2,
+        )
+    )
     # Images outlive the run directory: they are the node's cache of what hack built.
     root = paths.CACHE / "containerd"
     (home / "config.toml").write_text(f"""version = 2
 root = "{root}"
-state = "{home / 'state'}"
+state = "{home / "state"}"
 [grpc]
   address = "{containerd_socket()}"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -160,6 +175,7 @@ def stop_containers() -> None:
 
 # --- dockerd (builds the images) ----------------------------------------------------------
 
+
 def docker_socket() -> Path:
     return paths.RUN / "docker" / "docker.sock"
 
@@ -173,22 +189,34 @@ def dockerd_command(state: dict) -> list[str]:
     home.mkdir(parents=True, exist_ok=True)
     # Builds run with the host's network; dockerd leaves iptables and bridges to kube-proxy
     # and CNI, and keeps its layer cache outside the run directory.
-    return ["dockerd", f"--containerd={containerd_socket()}",
-            f"--data-root={paths.CACHE / 'docker'}", f"--exec-root={home / 'exec'}",
-            f"--pidfile={home / 'dockerd.pid'}", f"--host=unix://{docker_socket()}",
-            "--iptables=false", "--ip-masq=false", "--bridge=none",
-            "--storage-driver=overlay2", "--exec-opt=native.cgroupdriver=cgroupfs",
-            "--log-level=warn"]
+    return [
+        "dockerd",
+        f"--containerd={containerd_socket()}",
+        f"--data-root={paths.CACHE / 'docker'}",
+        f"--exec-root={home / 'exec'}",
+        f"--pidfile={home / 'dockerd.pid'}",
+        f"--host=unix://{docker_socket()}",
+        "--iptables=false",
+        "--ip-masq=false",
+        "--bridge=none",
+        "--storage-driver=overlay2",
+        "--exec-opt=native.cgroupdriver=cgroupfs",
+        "--log-level=warn",
+    ]
 
 
 def dockerd_healthy(state: dict) -> bool:
-    result = subprocess.run([DOCKER, "version", "--format", "{{.Server.Version}}"],
-                            capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", **docker_env()})
+    result = subprocess.run(
+        [DOCKER, "version", "--format", "{{.Server.Version}}"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **docker_env()},
+    )
     return result.returncode == 0
 
 
 # --- kubelet -------------------------------------------------------------------------------
+
 
 def kubelet_dir() -> Path:
     return paths.RUN / "kubelet"
@@ -198,25 +226,35 @@ def kubelet_prepare(state: dict) -> None:
     home = kubelet_dir()
     home.mkdir(parents=True, exist_ok=True)
     config = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
         # cgroup v1 is all this machine has; kubelet 1.35 refuses it unless told.
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "containerRuntimeEndpoint": f"unix://{containerd_socket()}",
-        "address": NODE_IP, "port": 10250, "readOnlyPort": 0, "healthzBindAddress": "127.0.0.1",
+        "address": NODE_IP,
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
         "healthzPort": 10248,
         # One node on one machine: the API server's logs/exec requests are the only callers.
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
-        "clusterDNS": [CLUSTER_DNS], "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [CLUSTER_DNS],
+        "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": "/etc/resolv.conf",
         "failSwapOn": False,
         "oomScoreAdj": 0,  # lowering it needs CAP_SYS_RESOURCE, which root lacks here
         "staticPodPath": "",
         # No image can be pulled again here: never collect images, never evict for disk.
-        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                         "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
         "maxPods": 60,
         "serializeImagePulls": False,
         "protectKernelDefaults": False,
@@ -226,21 +264,24 @@ def kubelet_prepare(state: dict) -> None:
         "localStorageCapacityIsolation": True,
         "nodeStatusReportFrequency": "10s",
         "shutdownGracePeriod": "0s",
-        "tlsCertFile": "", "tlsPrivateKeyFile": "",
+        "tlsCertFile": "",
+        "tlsPrivateKeyFile": "",
     }
     (home / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def kubelet_command(state: dict) -> list[str]:
     home = kubelet_dir()
-    return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kubelet"),
-            f"--config={home / 'config.json'}",
-            f"--kubeconfig={kube.kubeconfig_path()}",
-            f"--root-dir={home / 'root'}",
-            f"--cert-dir={kube.kube_dir() / 'kubelet-certs'}",
-            f"--hostname-override={NODE_NAME}",
-            f"--node-ip={NODE_IP}",
-            "--v=1"]
+    return [
+        str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kubelet"),
+        f"--config={home / 'config.json'}",
+        f"--kubeconfig={kube.kubeconfig_path()}",
+        f"--root-dir={home / 'root'}",
+        f"--cert-dir={kube.kube_dir() / 'kubelet-certs'}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={NODE_IP}",
+        "--v=1",
+    ]
 
 
 def kubelet_healthy(state: dict) -> bool:
@@ -249,9 +290,13 @@ def kubelet_healthy(state: dict) -> bool:
 
 # --- kube-scheduler, kube-proxy ----------------------------------------------------------
 
+
 def scheduler_command(state: dict) -> list[str]:
-    return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-scheduler"),
-            *kube.control_plane_flags(state, "scheduler"), "--v=1"]
+    return [
+        str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-scheduler"),
+        *kube.control_plane_flags(state, "scheduler"),
+        "--v=1",
+    ]
 
 
 def scheduler_healthy(state: dict) -> bool:
@@ -261,22 +306,33 @@ def scheduler_healthy(state: dict) -> bool:
 def proxy_prepare(state: dict) -> None:
     home = paths.RUN / "kube-proxy"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.json").write_text(json.dumps({
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": str(kube.kubeconfig_path())},
-        "mode": "iptables", "clusterCIDR": POD_CIDR, "hostnameOverride": NODE_NAME,
-        "bindAddress": "0.0.0.0",
-        "healthzBindAddress": f"127.0.0.1:{state['ports']['kube_proxy_health']}",
-        "metricsBindAddress": f"127.0.0.1:{state['ports']['kube_proxy_metrics']}",
-        # Leave the machine's conntrack table size alone.
-        "conntrack": {"maxPerCore": 0},
-        "iptables": {"masqueradeAll": False, "syncPeriod": "5s", "minSyncPeriod": "0s"},
-    }, indent=2))
+    (home / "config.json").write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+                "kind": "KubeProxyConfiguration",
+                "clientConnection": {"kubeconfig": str(kube.kubeconfig_path())},
+                "mode": "iptables",
+                "clusterCIDR": POD_CIDR,
+                "hostnameOverride": NODE_NAME,
+                "bindAddress": "0.0.0.0",
+                "healthzBindAddress": f"127.0.0.1:{state['ports']['kube_proxy_health']}",
+                "metricsBindAddress": f"127.0.0.1:{state['ports']['kube_proxy_metrics']}",
+                # Leave the machine's conntrack table size alone.
+                "conntrack": {"maxPerCore": 0},
+                "iptables": {"masqueradeAll": False, "syncPeriod": "5s", "minSyncPeriod": "0s"},
+            },
+            indent=2,
+        )
+    )
 
 
 def proxy_command(state: dict) -> list[str]:
-    return [str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-proxy"),
-            f"--config={paths.RUN / 'kube-proxy' / 'config.json'}", "--v=1"]
+    return [
+        str(paths.go_bin_dir("kube", paths.KUBERNETES_VERSION) / "kube-proxy"),
+        f"--config={paths.RUN / 'kube-proxy' / 'config.json'}",
+        "--v=1",
+    ]
 
 
 def proxy_healthy(state: dict) -> bool:
@@ -284,6 +340,7 @@ def proxy_healthy(state: dict) -> bool:
 
 
 # --- CoreDNS -------------------------------------------------------------------------------
+
 
 def coredns_prepare(state: dict) -> None:
     home = paths.RUN / "coredns"
@@ -310,8 +367,11 @@ def coredns_prepare(state: dict) -> None:
 
 
 def coredns_command(state: dict) -> list[str]:
-    return [str(paths.go_bin_dir("coredns", paths.COREDNS_VERSION) / "coredns"),
-            "-conf", str(paths.RUN / "coredns" / "Corefile")]
+    return [
+        str(paths.go_bin_dir("coredns", paths.COREDNS_VERSION) / "coredns"),
+        "-conf",
+        str(paths.RUN / "coredns" / "Corefile"),
+    ]
 
 
 def coredns_healthy(state: dict) -> bool:
@@ -327,7 +387,9 @@ def node_ready(api_token: str, server: str) -> bool:
     try:
         with urllib.request.urlopen(request, timeout=2, context=kube.NO_VERIFY) as response:
             node = json.load(response)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an API server not answering, or not yet: not ready
         return False
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in node.get("status", {}).get("conditions", []))
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )

@@ -103,7 +103,9 @@ def kafka_jars_dir() -> Path:
 
 def spark_jars_dir() -> Path:
     pom = HACK / "maven" / "spark" / "pom.xml"
-    return CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
+    return (
+        CACHE / "jars" / f"spark-{pyspark_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
+    )
 
 
 def floe_jvm_dir() -> Path:
@@ -119,7 +121,9 @@ def rest_catalog_jars_dir() -> Path:
 def connect_jars_dir() -> Path:
     """The benchmark's peer: Kafka Connect with the Iceberg sink (``hack/maven/connect``)."""
     pom = HACK / "maven" / "connect" / "pom.xml"
-    return CACHE / "jars" / f"connect-{kafka_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
+    return (
+        CACHE / "jars" / f"connect-{kafka_version()}-iceberg-{ICEBERG_VERSION}-{source_hash(pom)}"
+    )
 
 
 def registry_dir() -> Path:

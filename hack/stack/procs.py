@@ -12,9 +12,9 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import closing
+from collections.abc import Callable
+from contextlib import closing, suppress
 from pathlib import Path
-from typing import Callable
 
 from . import paths
 
@@ -69,16 +69,23 @@ def pid_of(name: str) -> int | None:
     return pid
 
 
-def spawn(name: str, cmd: list[str], *, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> int:
+def spawn(
+    name: str, cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> int:
     paths.LOGS.mkdir(parents=True, exist_ok=True)
     _pid_path(name).parent.mkdir(parents=True, exist_ok=True)
     with log_path(name).open("a") as out:
         out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
     _pid_path(name).write_text(str(proc.pid))
     return proc.pid
 
@@ -90,14 +97,17 @@ def wait_healthy(name: str, probe: Callable[[], bool], timeout: float) -> float:
         try:
             if probe():
                 return time.monotonic() - started
-        except Exception:  # a probe may fail in any way while the component starts
+        except Exception:  # noqa: BLE001 - a probe may fail in any way while the component starts
             pass
         if pid_of(name) is None:
-            raise ComponentError(f"{name} exited while starting; last lines of {log_path(name)}:\n"
-                                 f"{log_tail(name)}")
+            raise ComponentError(
+                f"{name} exited while starting; last lines of {log_path(name)}:\n{log_tail(name)}"
+            )
         if time.monotonic() - started > timeout:
-            raise ComponentError(f"{name} not healthy after {timeout:.0f}s; last lines of "
-                                 f"{log_path(name)}:\n{log_tail(name)}")
+            raise ComponentError(
+                f"{name} not healthy after {timeout:.0f}s; last lines of "
+                f"{log_path(name)}:\n{log_tail(name)}"
+            )
         time.sleep(0.3)
 
 
@@ -107,10 +117,8 @@ def stop(name: str, *, kill: bool = False, timeout: float = 20) -> bool:
     if pid is None:
         _pid_path(name).unlink(missing_ok=True)
         return False
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     deadline = time.monotonic() + timeout
     while pid_of(name) is not None and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -16,9 +16,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from . import paths
 
@@ -31,8 +31,9 @@ def _log(message: str) -> None:
     print(f"[stack] {message}", file=sys.stderr, flush=True)
 
 
-def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-         what: str) -> None:
+def _run(
+    cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, what: str
+) -> None:
     log_file = paths.CACHE / "logs" / f"provision-{what}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -91,8 +92,14 @@ def _prometheus_version_flags(version: str) -> str:
 
 # The control plane, the node (kubelet, kube-proxy) and the clients, from one Go build so the
 # packages they share compile once.
-KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
-                 "kube-proxy", "kubectl")
+KUBE_COMMANDS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "kubectl",
+)
 
 
 def _kube_version_flags() -> str:
@@ -101,39 +108,85 @@ def _kube_version_flags() -> str:
     version = paths.KUBERNETES_VERSION
     major, minor = version.lstrip("v").split(".")[:2]
     package = "k8s.io/component-base/version"
-    return " ".join([LINK_FLAGS, *(f"-X {package}.{key}={value}" for key, value in (
-        ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor),
-        ("gitTreeState", "clean")))])
+    return " ".join(
+        [
+            LINK_FLAGS,
+            *(
+                f"-X {package}.{key}={value}"
+                for key, value in (
+                    ("gitVersion", version),
+                    ("gitMajor", major),
+                    ("gitMinor", minor),
+                    ("gitTreeState", "clean"),
+                )
+            ),
+        ]
+    )
 
 
 def go_binaries() -> None:
     kube = paths.go_bin_dir("kube", paths.KUBERNETES_VERSION)
-    if _built_with(kube) != _kube_version_flags() or not all((kube / n).exists() for n in KUBE_COMMANDS):
-        _log(f"building {', '.join(KUBE_COMMANDS)} {paths.KUBERNETES_VERSION} "
-             "(first time only; several minutes on 2 cores)")
+    if _built_with(kube) != _kube_version_flags() or not all(
+        (kube / n).exists() for n in KUBE_COMMANDS
+    ):
+        _log(
+            f"building {', '.join(KUBE_COMMANDS)} {paths.KUBERNETES_VERSION} "
+            "(first time only; several minutes on 2 cores)"
+        )
         _fresh(kube)
-        _run(["go", "build", "-o", str(kube), "-ldflags", _kube_version_flags(),
-              *(f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS)],
-             cwd=paths.HACK / "go" / "kube", env=_go_env(), what="kubernetes")
+        _run(
+            [
+                "go",
+                "build",
+                "-o",
+                str(kube),
+                "-ldflags",
+                _kube_version_flags(),
+                *(f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS),
+            ],
+            cwd=paths.HACK / "go" / "kube",
+            env=_go_env(),
+            what="kubernetes",
+        )
         _mark_complete(kube, _kube_version_flags())
 
     # Modules of our own (hack/go/NAME) that pin an upstream module go install refuses; each
     # builds one (package, binary) pair or several into the same directory.
     for name, version, builds, flags in (
         ("etcd", paths.ETCD_VERSION, [("go.etcd.io/etcd/server/v3", "etcd")], LINK_FLAGS),
-        ("spark-operator", paths.SPARK_OPERATOR_VERSION,
-         [("github.com/kubeflow/spark-operator/v2/cmd/operator", "spark-operator")], LINK_FLAGS),
-        ("coredns", paths.COREDNS_VERSION, [(".", "coredns")],  # main.go: the node's plugins only
-         LINK_FLAGS),
-        ("prometheus-operator", paths.PROMETHEUS_OPERATOR_VERSION, [
-            (f"{PROMETHEUS_OPERATOR_MODULE}/cmd/operator", "operator"),
-            (f"{PROMETHEUS_OPERATOR_MODULE}/cmd/prometheus-config-reloader",
-             "prometheus-config-reloader"),
-        ], _prometheus_version_flags(paths.PROMETHEUS_OPERATOR_VERSION.lstrip("v"))),
-        ("prometheus", paths.PROMETHEUS_VERSION, [
-            ("github.com/prometheus/prometheus/cmd/prometheus", "prometheus"),
-            ("github.com/prometheus/prometheus/cmd/promtool", "promtool"),
-        ], _prometheus_version_flags(paths.PROMETHEUS_RELEASE)),
+        (
+            "spark-operator",
+            paths.SPARK_OPERATOR_VERSION,
+            [("github.com/kubeflow/spark-operator/v2/cmd/operator", "spark-operator")],
+            LINK_FLAGS,
+        ),
+        (
+            "coredns",
+            paths.COREDNS_VERSION,
+            [(".", "coredns")],  # main.go: the node's plugins only
+            LINK_FLAGS,
+        ),
+        (
+            "prometheus-operator",
+            paths.PROMETHEUS_OPERATOR_VERSION,
+            [
+                (f"{PROMETHEUS_OPERATOR_MODULE}/cmd/operator", "operator"),
+                (
+                    f"{PROMETHEUS_OPERATOR_MODULE}/cmd/prometheus-config-reloader",
+                    "prometheus-config-reloader",
+                ),
+            ],
+            _prometheus_version_flags(paths.PROMETHEUS_OPERATOR_VERSION.lstrip("v")),
+        ),
+        (
+            "prometheus",
+            paths.PROMETHEUS_VERSION,
+            [
+                ("github.com/prometheus/prometheus/cmd/prometheus", "prometheus"),
+                ("github.com/prometheus/prometheus/cmd/promtool", "promtool"),
+            ],
+            _prometheus_version_flags(paths.PROMETHEUS_RELEASE),
+        ),
     ):
         target = paths.go_bin_dir(name, version)
         module = paths.HACK / "go" / name
@@ -143,18 +196,34 @@ def go_binaries() -> None:
         _log(f"building {name} {version}")
         _fresh(target)
         for package, binary in builds:  # the later builds reuse the packages the first compiled
-            _run(["go", "build", "-ldflags", flags, "-o", str(target / binary), package],
-                 cwd=module, env=_go_env(), what=name if len(builds) == 1 else f"{name}-{binary}")
+            _run(
+                ["go", "build", "-ldflags", flags, "-o", str(target / binary), package],
+                cwd=module,
+                env=_go_env(),
+                what=name if len(builds) == 1 else f"{name}-{binary}",
+            )
         _mark_complete(target, built_with)
 
     for name, version, package, flags in (
         ("helm", paths.HELM_VERSION, "helm.sh/helm/v3/cmd/helm", _helm_flags()),
-        ("versitygw", paths.VERSITYGW_VERSION, "github.com/versity/versitygw/cmd/versitygw",
-         LINK_FLAGS),
-        ("toxiproxy", paths.TOXIPROXY_VERSION, "github.com/Shopify/toxiproxy/v2/cmd/server",
-         LINK_FLAGS),
-        ("fake-gcs-server", paths.FAKE_GCS_SERVER_VERSION, "github.com/fsouza/fake-gcs-server",
-         LINK_FLAGS),
+        (
+            "versitygw",
+            paths.VERSITYGW_VERSION,
+            "github.com/versity/versitygw/cmd/versitygw",
+            LINK_FLAGS,
+        ),
+        (
+            "toxiproxy",
+            paths.TOXIPROXY_VERSION,
+            "github.com/Shopify/toxiproxy/v2/cmd/server",
+            LINK_FLAGS,
+        ),
+        (
+            "fake-gcs-server",
+            paths.FAKE_GCS_SERVER_VERSION,
+            "github.com/fsouza/fake-gcs-server",
+            LINK_FLAGS,
+        ),
     ):
         target = paths.go_bin_dir(name, version)
         if _built_with(target) == flags:
@@ -163,8 +232,7 @@ def go_binaries() -> None:
         _fresh(target)
         env = _go_env()
         env["GOBIN"] = str(target)
-        _run(["go", "install", "-ldflags", flags, f"{package}@{version}"],
-             env=env, what=name)
+        _run(["go", "install", "-ldflags", flags, f"{package}@{version}"], env=env, what=name)
         _mark_complete(target, flags)
 
 
@@ -177,13 +245,18 @@ def prometheus_operator_crds_dir() -> Path:
     import json
 
     what = f"{PROMETHEUS_OPERATOR_MODULE}@{paths.PROMETHEUS_OPERATOR_VERSION}"
-    result = subprocess.run(["go", "mod", "download", "-json", what],
-                            cwd=paths.HACK / "go" / "prometheus-operator", env=_go_env(),
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", what],
+        cwd=paths.HACK / "go" / "prometheus-operator",
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+    )
     info = json.loads(result.stdout or "{}")
     if result.returncode != 0 or "Dir" not in info:
-        raise ProvisionError(f"go mod download {what} failed: "
-                             f"{info.get('Error') or result.stderr.strip()}")
+        raise ProvisionError(
+            f"go mod download {what} failed: {info.get('Error') or result.stderr.strip()}"
+        )
     crds = Path(info["Dir"]) / "example" / "prometheus-operator-crd"
     if not any(crds.glob("monitoring.coreos.com_*.yaml")):
         raise ProvisionError(f"no monitoring.coreos.com CRDs in {crds}")
@@ -200,20 +273,38 @@ def _helm_flags() -> str:
     """helm's release link flags: its version, and the Kubernetes version it assumes."""
     stamped = [f"-X helm.sh/helm/v3/internal/version.version={paths.HELM_VERSION}"]
     for package in ("pkg/lint/rules", "pkg/chartutil"):
-        stamped += [f"-X helm.sh/helm/v3/{package}.k8sVersionMajor=1",
-                    f"-X helm.sh/helm/v3/{package}.k8sVersionMinor={HELM_KUBERNETES_MINOR}"]
+        stamped += [
+            f"-X helm.sh/helm/v3/{package}.k8sVersionMajor=1",
+            f"-X helm.sh/helm/v3/{package}.k8sVersionMinor={HELM_KUBERNETES_MINOR}",
+        ]
     return " ".join([LINK_FLAGS, *stamped])
 
 
-def _maven_copy(pom: Path, target: Path, what: str, extra: list[str] | None = None,
-                then: Callable[[Path], None] | None = None) -> None:
+def _maven_copy(
+    pom: Path,
+    target: Path,
+    what: str,
+    extra: list[str] | None = None,
+    then: Callable[[Path], None] | None = None,
+) -> None:
     if _complete(target):
         return
     _log(f"resolving {what} jars from Maven Central")
     _fresh(target)
-    _run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-          "-DincludeScope=runtime", f"-DoutputDirectory={target}", *(extra or [])],
-         what=what)
+    _run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={target}",
+            *(extra or []),
+        ],
+        what=what,
+    )
     if then is not None:
         then(target)
     _mark_complete(target)
@@ -231,8 +322,10 @@ def without_unrelocated(directory: Path) -> None:
     for prefix, classes in UNRELOCATED.items():
         for jar in directory.glob(f"{prefix}*.jar"):
             kept = jar.with_suffix(".tmp")
-            with zipfile.ZipFile(jar) as source, zipfile.ZipFile(kept, "w",
-                                                                 zipfile.ZIP_DEFLATED) as out:
+            with (
+                zipfile.ZipFile(jar) as source,
+                zipfile.ZipFile(kept, "w", zipfile.ZIP_DEFLATED) as out,
+            ):
                 for entry in source.infolist():
                     if not entry.filename.startswith(classes):
                         out.writestr(entry, source.read(entry.filename))
@@ -244,20 +337,27 @@ def kafka_jars() -> None:
 
 
 def spark_jars() -> None:
-    _maven_copy(paths.HACK / "maven" / "spark" / "pom.xml", paths.spark_jars_dir(), "spark",
-                [f"-Dspark.version={paths.pyspark_version()}"], then=without_unrelocated)
+    _maven_copy(
+        paths.HACK / "maven" / "spark" / "pom.xml",
+        paths.spark_jars_dir(),
+        "spark",
+        [f"-Dspark.version={paths.pyspark_version()}"],
+        then=without_unrelocated,
+    )
 
 
 def rest_catalog_jars() -> None:
-    _maven_copy(paths.HACK / "maven" / "rest" / "pom.xml", paths.rest_catalog_jars_dir(),
-                "REST catalog")
+    _maven_copy(
+        paths.HACK / "maven" / "rest" / "pom.xml", paths.rest_catalog_jars_dir(), "REST catalog"
+    )
 
 
 def connect_jars() -> Path:
     """Kafka Connect and the Iceberg sink, for the benchmark's peer (resolved on first use, not
     by provisioning: nothing else runs them)."""
-    _maven_copy(paths.HACK / "maven" / "connect" / "pom.xml", paths.connect_jars_dir(),
-                "Kafka Connect")
+    _maven_copy(
+        paths.HACK / "maven" / "connect" / "pom.xml", paths.connect_jars_dir(), "Kafka Connect"
+    )
     return paths.connect_jars_dir()
 
 
@@ -268,8 +368,18 @@ def floe_jvm() -> None:
         return
     _log("building floe's jar (sparkapp/jvm)")
     _fresh(target)
-    _run(["mvn", "-q", "-B", "-f", str(paths.REPO / "sparkapp" / "jvm" / "pom.xml"), "package",
-          f"-Dfloe.build.dir={target / 'build'}"], what="floe-jvm")
+    _run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(paths.REPO / "sparkapp" / "jvm" / "pom.xml"),
+            "package",
+            f"-Dfloe.build.dir={target / 'build'}",
+        ],
+        what="floe-jvm",
+    )
     (target / "build" / "floe-jvm.jar").rename(target / "floe-jvm.jar")
     _mark_complete(target)
 
@@ -278,8 +388,11 @@ def spark_jar_list() -> list[str]:
     """The jars the Spark job needs beside pyspark's own: the connectors and floe's."""
     spark_jars()
     floe_jvm()
-    return sorted(str(p) for directory in (paths.spark_jars_dir(), paths.floe_jvm_dir())
-                  for p in directory.glob("*.jar"))
+    return sorted(
+        str(p)
+        for directory in (paths.spark_jars_dir(), paths.floe_jvm_dir())
+        for p in directory.glob("*.jar")
+    )
 
 
 def npm_packages() -> None:
@@ -291,8 +404,19 @@ def npm_packages() -> None:
             continue
         _log(f"installing {name} {version} from the npm registry")
         _fresh(target)
-        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--prefix", str(target),
-              f"{name}@{version}"], what=name)
+        _run(
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--omit=dev",
+                "--prefix",
+                str(target),
+                f"{name}@{version}",
+            ],
+            what=name,
+        )
         _mark_complete(target)
 
 
@@ -300,11 +424,23 @@ def registry() -> None:
     target = paths.registry_dir()
     if _complete(target):
         return
-    _log(f"building the Apicurio schema registry {paths.APICURIO_VERSION} from Maven Central "
-         "(first time only)")
+    _log(
+        f"building the Apicurio schema registry {paths.APICURIO_VERSION} from Maven Central "
+        "(first time only)"
+    )
     _fresh(target)
-    _run(["mvn", "-q", "-B", "-f", str(paths.HACK / "registry" / "pom.xml"), "package",
-          f"-Dfloe.build.dir={target / 'build'}"], what="registry")
+    _run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(paths.HACK / "registry" / "pom.xml"),
+            "package",
+            f"-Dfloe.build.dir={target / 'build'}",
+        ],
+        what="registry",
+    )
     _mark_complete(target)
 
 

@@ -26,44 +26,71 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-AVRO = json.dumps({"type": "record", "name": "Order", "fields": [
-    {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
-    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
-                               "scale": 2}}]})
+AVRO = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "item", "type": "string"},
+            {
+                "name": "price",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+            },
+        ],
+    }
+)
 
 
 def main(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    spark = (SparkSession.builder.appName("floe class-data-sharing warm-up")
-             .config("spark.sql.extensions",
-                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.catalog.warm", "org.apache.iceberg.spark.SparkCatalog")
-             .config("spark.sql.catalog.warm.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")
-             .config("spark.sql.catalog.warm.jdbc.schema-version", "V1")
-             .config("spark.sql.catalog.warm.cache-enabled", "false")
-             .config("spark.sql.catalog.warm.uri", f"jdbc:sqlite:{directory / 'catalog.db'}")
-             .config("spark.sql.catalog.warm.warehouse", f"file://{directory / 'warehouse'}")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.appName("floe class-data-sharing warm-up")
+        .config(
+            "spark.sql.extensions",
+            "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        )
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.catalog.warm", "org.apache.iceberg.spark.SparkCatalog")
+        .config("spark.sql.catalog.warm.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")
+        .config("spark.sql.catalog.warm.jdbc.schema-version", "V1")
+        .config("spark.sql.catalog.warm.cache-enabled", "false")
+        .config("spark.sql.catalog.warm.uri", f"jdbc:sqlite:{directory / 'catalog.db'}")
+        .config("spark.sql.catalog.warm.warehouse", f"file://{directory / 'warehouse'}")
+        .getOrCreate()
+    )
     try:
-        (spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
-         .option("subscribe", "warm-up").load())  # the source's classes; never started
+        (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", "127.0.0.1:9")
+            .option("subscribe", "warm-up")
+            .load()
+        )  # the source's classes; never started
         spark.sql("CREATE NAMESPACE IF NOT EXISTS warm.db")
-        spark.sql("CREATE TABLE warm.db.orders (id BIGINT, item STRING, price DECIMAL(9,2), "
-                  "kafka STRUCT<partition: INT, offset: BIGINT, timestamp: TIMESTAMP>, "
-                  "value_raw BINARY, value_error STRING) USING iceberg "
-                  "PARTITIONED BY (days(kafka.timestamp)) "
-                  "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read', "
-                  "'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read')")
+        spark.sql(
+            "CREATE TABLE warm.db.orders (id BIGINT, item STRING, price DECIMAL(9,2), "
+            "kafka STRUCT<partition: INT, offset: BIGINT, timestamp: TIMESTAMP>, "
+            "value_raw BINARY, value_error STRING) USING iceberg "
+            "PARTITIONED BY (days(kafka.timestamp)) "
+            "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read', "
+            "'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
+        )
         records = spark.range(400).select(
             F.col("id").cast("string").cast("binary").alias("key"),
-            to_avro(F.struct(F.col("id"), F.concat(F.lit("item-"), F.col("id")).alias("item"),
-                             (F.col("id") / 100).cast("decimal(9,2)").alias("price")),
-                    AVRO).alias("value"),
+            to_avro(
+                F.struct(
+                    F.col("id"),
+                    F.concat(F.lit("item-"), F.col("id")).alias("item"),
+                    (F.col("id") / 100).cast("decimal(9,2)").alias("price"),
+                ),
+                AVRO,
+            ).alias("value"),
             F.to_json(F.struct(F.col("id"), F.lit("x").alias("item"))).alias("json"),
-            (F.col("id") % 2).cast("int").alias("partition"), F.col("id").alias("offset"),
-            F.current_timestamp().alias("timestamp"))
+            (F.col("id") % 2).cast("int").alias("partition"),
+            F.col("id").alias("offset"),
+            F.current_timestamp().alias("timestamp"),
+        )
         source = directory / "records"
         records.write.parquet(str(source))
 
@@ -71,19 +98,32 @@ def main(directory: Path) -> None:
             decoded = batch.select(
                 from_avro("value", AVRO, {"mode": "PERMISSIVE"}).alias("v"),
                 F.from_json("json", "id BIGINT, item STRING").alias("j"),
-                F.struct("partition", "offset", "timestamp").alias("kafka"), "value")
-            decoded.select("v.id", "v.item", "v.price", "kafka",
-                           F.when(F.col("v").isNull(), F.col("value")).alias("value_raw"),
-                           F.when(F.col("j").isNull(), F.lit("json")).alias("value_error")) \
-                .writeTo("warm.db.orders").append()
+                F.struct("partition", "offset", "timestamp").alias("kafka"),
+                "value",
+            )
+            decoded.select(
+                "v.id",
+                "v.item",
+                "v.price",
+                "kafka",
+                F.when(F.col("v").isNull(), F.col("value")).alias("value_raw"),
+                F.when(F.col("j").isNull(), F.lit("json")).alias("value_error"),
+            ).writeTo("warm.db.orders").append()
 
-        query = (spark.readStream.schema(records.schema).parquet(str(source))
-                 .writeStream.foreachBatch(land).trigger(availableNow=True)
-                 .option("checkpointLocation", str(directory / "checkpoint")).start())
+        query = (
+            spark.readStream.schema(records.schema)
+            .parquet(str(source))
+            .writeStream.foreachBatch(land)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(directory / "checkpoint"))
+            .start()
+        )
         query.awaitTermination()
-        spark.sql("MERGE INTO warm.db.orders t USING (SELECT id, 'changed' AS item FROM "
-                  "range(50)) s ON t.id = s.id "
-                  "WHEN MATCHED THEN UPDATE SET t.item = s.item")
+        spark.sql(
+            "MERGE INTO warm.db.orders t USING (SELECT id, 'changed' AS item FROM "
+            "range(50)) s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET t.item = s.item"
+        )
         spark.sql("DELETE FROM warm.db.orders WHERE id >= 390")
         spark.table("warm.db.orders").groupBy("item").count().collect()
         spark.sql("SELECT * FROM warm.db.orders.snapshots").collect()

@@ -33,10 +33,14 @@ def main() -> int:
     if settings.peering:
         priority = settings.peering_priority or random.randint(1, 2**31 - 1)
         logging.getLogger("floe").info("peering %r with priority %d", settings.peering, priority)
-    kopf.run(clusterwide=not namespaces, namespaces=namespaces,
-             liveness_endpoint=os.environ.get("FLOE_LIVENESS", "http://0.0.0.0:8080/healthz"),
-             standalone=not settings.peering, peering_name=settings.peering or None,
-             priority=priority)
+    kopf.run(
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=os.environ.get("FLOE_LIVENESS", "http://0.0.0.0:8080/healthz"),
+        standalone=not settings.peering,
+        peering_name=settings.peering or None,
+        priority=priority,
+    )
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -20,12 +21,12 @@ class AppState(str, Enum):
     UNKNOWN = "UNKNOWN"
 
 
-def state_of(app: dict[str, Any] | None) -> str:
+def state_of(app: Mapping[str, Any] | None) -> str:
     """The application's state as its status says it ("" before spark-operator has seen it)."""
     return ((app or {}).get("status") or {}).get("applicationState", {}).get("state", "") or ""
 
 
-def error_of(app: dict[str, Any] | None) -> str:
+def error_of(app: Mapping[str, Any] | None) -> str:
     """What spark-operator says went wrong ("" when nothing did)."""
     return ((app or {}).get("status") or {}).get("applicationState", {}).get("errorMessage") or ""
 

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyiceberg.types import StructType
+
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import CatalogSpec, SchemaRegistrySpec
 from floe_sparkapp.librdkafka import librdkafka_settings
 from floe_sparkapp.registry import Registry
 from floe_sparkapp.schemas import table_struct
-from pyiceberg.types import StructType
 
 from . import kube
 from .render import Topic, secret_refs
@@ -36,8 +37,12 @@ class Secrets:
 
     @classmethod
     def of(cls, topic: Topic) -> Secrets:
-        return cls(**{what: kube.secret_data(topic.namespace, ref.name) if ref else {}
-                      for what, (ref, _) in secret_refs(topic).items()})
+        return cls(
+            **{
+                what: kube.secret_data(topic.namespace, ref.name) if ref else {}
+                for what, (ref, _) in secret_refs(topic).items()
+            }
+        )
 
 
 def catalog_config(job: JobConfig, secrets: Secrets) -> CatalogSpec:
@@ -52,8 +57,9 @@ def registry_config(job: JobConfig) -> SchemaRegistrySpec | None:
 
 def kafka_settings(job: JobConfig, secrets: Secrets) -> dict[str, str]:
     """The job's Kafka client settings (Java client names) for the operator's librdkafka."""
-    return librdkafka_settings({"bootstrap.servers": job.kafka.bootstrap_servers,
-                                **job.kafka.properties, **secrets.kafka})
+    return librdkafka_settings(
+        {"bootstrap.servers": job.kafka.bootstrap_servers, **job.kafka.properties, **secrets.kafka}
+    )
 
 
 class _Kept:
@@ -69,8 +75,9 @@ class _Kept:
         self.kept: OrderedDict[str, Any] = OrderedDict()
 
     def get(self, *args: Any) -> Any:
-        key = json.dumps([a.model_dump_json() if hasattr(a, "model_dump_json") else a
-                          for a in args])
+        key = json.dumps(
+            [a.model_dump_json() if hasattr(a, "model_dump_json") else a for a in args]
+        )
         with self.lock:
             if key in self.kept:
                 self.kept.move_to_end(key)
@@ -83,8 +90,9 @@ class _Kept:
         return built
 
     def drop(self, *args: Any) -> None:
-        key = json.dumps([a.model_dump_json() if hasattr(a, "model_dump_json") else a
-                          for a in args])
+        key = json.dumps(
+            [a.model_dump_json() if hasattr(a, "model_dump_json") else a for a in args]
+        )
         with self.lock:
             self.kept.pop(key, None)
 
@@ -94,8 +102,11 @@ class _Kept:
 LATEST_VERSION_TTL_SECONDS = 5
 
 catalogs = _Kept(load_catalog)
-registries = _Kept(lambda config, user_info: Registry(
-    config, user_info, latest_ttl_seconds=LATEST_VERSION_TTL_SECONDS))
+registries = _Kept(
+    lambda config, user_info: Registry(
+        config, user_info, latest_ttl_seconds=LATEST_VERSION_TTL_SECONDS
+    )
+)
 
 
 def key_struct(job: JobConfig, secrets: Secrets) -> StructType | None:
@@ -108,6 +119,7 @@ def key_struct(job: JobConfig, secrets: Secrets) -> StructType | None:
 
 
 # --- Kafka -------------------------------------------------------------------------------------
+
 
 class _Consumers:
     """One Kafka client per distinct set of client settings, kept across visits: opening a
@@ -127,8 +139,10 @@ class _Consumers:
             if key in self.clients:
                 self.clients.move_to_end(key)
                 return self.clients[key]
-            entry = (Consumer({**settings, "group.id": "floe-operator",
-                               "enable.auto.commit": False}), threading.Lock())
+            entry = (
+                Consumer({**settings, "group.id": "floe-operator", "enable.auto.commit": False}),
+                threading.Lock(),
+            )
             self.clients[key] = entry
             while len(self.clients) > self.size:
                 old, old_lock = self.clients.popitem(last=False)[1]
@@ -152,8 +166,7 @@ def end_offsets(job: JobConfig, secrets: Secrets, timeout: float = 10) -> dict[i
     return {p: high for p, (_, high) in watermarks(job, secrets, timeout).items()}
 
 
-def watermarks(job: JobConfig, secrets: Secrets,
-               timeout: float = 10) -> dict[int, tuple[int, int]]:
+def watermarks(job: JobConfig, secrets: Secrets, timeout: float = 10) -> dict[int, tuple[int, int]]:
     """Kafka's earliest offset it still holds and the next it would assign, per partition."""
     from confluent_kafka import TopicPartition
 
@@ -163,23 +176,35 @@ def watermarks(job: JobConfig, secrets: Secrets,
         with lock:
             metadata = consumer.list_topics(job.kafka.topic, timeout=timeout)
             partitions = metadata.topics[job.kafka.topic].partitions
-            return {p: tuple(consumer.get_watermark_offsets(
-                TopicPartition(job.kafka.topic, p), timeout=timeout)) for p in sorted(partitions)}
+            return {
+                p: tuple(
+                    consumer.get_watermark_offsets(
+                        TopicPartition(job.kafka.topic, p), timeout=timeout
+                    )
+                )
+                for p in sorted(partitions)
+            }
     except Exception:
         _consumers.drop(settings)  # a broken client is not reused
         raise
 
 
-def group_offsets(job: JobConfig, secrets: Secrets, group: str, topic: str,
-                  timeout: float = 10) -> dict[int, int]:
+def group_offsets(
+    job: JobConfig, secrets: Secrets, group: str, topic: str, timeout: float = 10
+) -> dict[int, int]:
     """The offsets consumer group ``group`` has committed on ``topic``, per partition (a
     replay's progress: the next source offset of each partition)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(kafka_settings(job, secrets))
-    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                              request_timeout=timeout)
+    settings: dict[str, str | int | float | bool] = {**kafka_settings(job, secrets)}
+    admin = AdminClient(settings)
+    found = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
+    )
     listed = found[group].result(timeout=timeout)
-    return {tp.partition: tp.offset for tp in listed.topic_partitions
-            if tp.topic == topic and tp.offset >= 0}
+    return {
+        tp.partition: tp.offset
+        for tp in listed.topic_partitions
+        if tp.topic == topic and tp.offset >= 0
+    }

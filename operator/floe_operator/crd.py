@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from . import operation
-from .resource import (GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaIcebergTopicSpec,
-                       KafkaIcebergTopicStatus)
+from .names import GROUP, KIND, PLURAL, VERSION
+from .resource import SHORT_NAMES, SINGULAR, KafkaIcebergTopicSpec, KafkaIcebergTopicStatus
 
 _DROP = {"title"}
 
@@ -49,7 +49,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             result[key] = _structural(value, defs)
         else:
             result[key] = value
-    if result.get("type") == "object" and "properties" in result and "additionalProperties" in result:
+    if (
+        result.get("type") == "object"
+        and "properties" in result
+        and "additionalProperties" in result
+    ):
         result.pop("additionalProperties")  # extra="forbid": structural schemas prune instead
     kept = result.get("x-kubernetes-preserve-unknown-fields")
     if kept and result.get("additionalProperties") is True:
@@ -62,7 +66,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
 def _schema(model: Any) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True, mode="validation")
     defs = schema.pop("$defs", {})
-    return _structural(schema, defs)
+    structural: dict[str, Any] = _structural(schema, defs)
+    return structural
 
 
 def spec_schema() -> dict[str, Any]:
@@ -80,16 +85,25 @@ def _without_defaults(node: Any) -> Any:
 def status_schema() -> dict[str, Any]:
     """The status's schema, without defaults: the API server would fill in what the operator
     did not write, and the operator would see a change where there is none."""
-    return _without_defaults(_schema(KafkaIcebergTopicStatus))
+    schema: dict[str, Any] = _without_defaults(_schema(KafkaIcebergTopicStatus))
+    return schema
 
 
 def _condition_column(kind: str) -> str:
     return f'.status.conditions[?(@.type=="{kind}")].status'
 
 
-def _definition(kind: str, plural: str, singular: str, short_names: list[str], description: str,
-                spec: dict[str, Any], status: dict[str, Any], columns: list[dict[str, Any]],
-                required: list[str]) -> dict[str, Any]:
+def _definition(
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: list[str],
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    columns: list[dict[str, Any]],
+    required: list[str],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -97,27 +111,36 @@ def _definition(kind: str, plural: str, singular: str, short_names: list[str], d
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": singular,
-                      "shortNames": short_names, "categories": ["floe"]},
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": description,
-                    "required": required,
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec,
-                        "status": status,
+            "names": {
+                "kind": kind,
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short_names,
+                "categories": ["floe"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": description,
+                            "required": required,
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
                     },
-                }},
-            }],
+                }
+            ],
         },
     }
 
@@ -125,17 +148,33 @@ def _definition(kind: str, plural: str, singular: str, short_names: list[str], d
 def crd() -> dict[str, Any]:
     """The KafkaIcebergTopic CRD."""
     return _definition(
-        KIND, PLURAL, SINGULAR, SHORT_NAMES,
-        "A Kafka topic kept landing in an Apache Iceberg table.", spec_schema(), status_schema(),
-        [{"name": "Ready", "type": "string", "jsonPath": _condition_column("Ready")},
-         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-         {"name": "Lag", "type": "integer", "jsonPath": ".status.offsets.lag"},
-         {"name": "Freshness", "type": "date", "jsonPath": ".status.landedThrough",
-          "description": "age of the valid-through time of the last commit"},
-         {"name": "Snapshot", "type": "string", "jsonPath": ".status.table.snapshotId",
-          "priority": 1},
-         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
-        ["spec"])
+        KIND,
+        PLURAL,
+        SINGULAR,
+        SHORT_NAMES,
+        "A Kafka topic kept landing in an Apache Iceberg table.",
+        spec_schema(),
+        status_schema(),
+        [
+            {"name": "Ready", "type": "string", "jsonPath": _condition_column("Ready")},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Lag", "type": "integer", "jsonPath": ".status.offsets.lag"},
+            {
+                "name": "Freshness",
+                "type": "date",
+                "jsonPath": ".status.landedThrough",
+                "description": "age of the valid-through time of the last commit",
+            },
+            {
+                "name": "Snapshot",
+                "type": "string",
+                "jsonPath": ".status.table.snapshotId",
+                "priority": 1,
+            },
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        ["spec"],
+    )
 
 
 def operation_crd() -> dict[str, Any]:
@@ -144,23 +183,36 @@ def operation_crd() -> dict[str, Any]:
     spec = _schema(operation.OperationSpec)
     spec["x-kubernetes-validations"] = [
         *spec.get("x-kubernetes-validations", []),
-        {"rule": "self == oldSelf", "message": "an operation cannot change once applied: "
-                                               "create another (a new name) instead"}]
+        {
+            "rule": "self == oldSelf",
+            "message": "an operation cannot change once applied: "
+            "create another (a new name) instead",
+        },
+    ]
     return _definition(
-        operation.KIND, operation.PLURAL, operation.SINGULAR, operation.SHORT_NAMES,
+        operation.KIND,
+        operation.PLURAL,
+        operation.SINGULAR,
+        operation.SHORT_NAMES,
         "An operation on a KafkaIcebergTopic's table (Rollback), run once by the operator.",
-        spec, _without_defaults(_schema(operation.OperationStatus)),
-        [{"name": "Topic", "type": "string", "jsonPath": ".spec.topic"},
-         {"name": "Type", "type": "string", "jsonPath": ".spec.type"},
-         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-         {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
-         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
-        ["spec"])
+        spec,
+        _without_defaults(_schema(operation.OperationStatus)),
+        [
+            {"name": "Topic", "type": "string", "jsonPath": ".spec.topic"},
+            {"name": "Type", "type": "string", "jsonPath": ".spec.type"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        ["spec"],
+    )
 
 
 # The files of crds/: each CRD, and the module of the models it is generated from.
-FILES = {"floe.dev_kafkaicebergtopics.yaml": (crd, "resource.py"),
-         "floe.dev_kafkaicebergoperations.yaml": (operation_crd, "operation.py")}
+FILES = {
+    "floe.dev_kafkaicebergtopics.yaml": (crd, "resource.py"),
+    "floe.dev_kafkaicebergoperations.yaml": (operation_crd, "operation.py"),
+}
 
 
 class _NoAliases(yaml.SafeDumper):
@@ -170,8 +222,10 @@ class _NoAliases(yaml.SafeDumper):
 
 def render(name: str = "floe.dev_kafkaicebergtopics.yaml") -> str:
     definition, source = FILES[name]
-    header = (f"# Generated by `python -m floe_operator.crd {name}` from "
-              f"operator/floe_operator/{source}.\n")
+    header = (
+        f"# Generated by `python -m floe_operator.crd {name}` from "
+        f"operator/floe_operator/{source}.\n"
+    )
     return header + yaml.dump(definition(), Dumper=_NoAliases, sort_keys=False, width=100)
 
 

@@ -28,9 +28,9 @@ from floe_sparkapp.contract import CommitSpec
 
 from . import act, clients, metrics, observe, operation, render, view
 from .clock import epoch, now_ms
-from .plan import APPROVAL, Plan, invalid, plan, plan_delete, stalled_since
+from .names import APPROVAL, GROUP, PLURAL, VERSION
+from .plan import Plan, invalid, plan, plan_delete, stalled_since
 from .render import MANAGED_BY, SPARK_API
-from .resource import GROUP, PLURAL, VERSION
 from .settings import OperatorSettings
 from .status import ACCOUNT_MISSING, NOT_WATCHING
 
@@ -49,7 +49,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration")
+        prefix=GROUP, key="last-handled-configuration"
+    )
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 60
     settings.peering.lifetime = OperatorSettings().peering_lifetime
@@ -77,28 +78,42 @@ def _invalid(error: ValidationError) -> str:
 # would lag the visits (a visit would then not see the children its previous visit created, and
 # create them again).
 
+
 @kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
-async def floe_apps(namespace: str, labels: Mapping[str, str], body: Any, **_: Any) -> dict:
+async def floe_apps(
+    namespace: str | None, labels: Mapping[str, str], body: Any, **_: Any
+) -> dict[tuple[str, str], view.App]:
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.app_entry(namespace, labels, body)
 
 
 @kopf.index("v1", "configmaps", labels=MANAGED_BY)
-async def floe_config_maps(namespace: str, name: str, annotations: Mapping[str, str],
-                     **_: Any) -> dict:
+async def floe_config_maps(
+    namespace: str | None, name: str, annotations: Mapping[str, str], **_: Any
+) -> dict[tuple[str, str], str]:
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.config_map_entry(namespace, name, annotations)
 
 
 @kopf.index("batch", "v1", "cronjobs", labels=MANAGED_BY)
-async def floe_cron_jobs(namespace: str, name: str, labels: Mapping[str, str],
-                   annotations: Mapping[str, str], **_: Any) -> dict:
+async def floe_cron_jobs(
+    namespace: str | None,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    **_: Any,
+) -> dict[tuple[str, str], tuple[str, str]]:
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.cron_job_entry(namespace, name, labels, annotations)
 
 
 @kopf.index("v1", "serviceaccounts")
-async def floe_accounts(namespace: str, name: str, labels: Mapping[str, str], meta: Any,
-                        **_: Any) -> dict:
+async def floe_accounts(
+    namespace: str | None, name: str, labels: Mapping[str, str], meta: Any, **_: Any
+) -> dict[tuple[str, str], view.Account]:
     """The ServiceAccounts a driver may run as: a missing one is named on the status (or made,
     with FLOE_SPARK_ACCOUNT_ROLE), and the job waits for it."""
+    assert namespace is not None  # a namespaced kind: kopf gives its namespace
     return view.account_entry(namespace, name, labels, meta.get("ownerReferences") or [])
 
 
@@ -107,9 +122,15 @@ async def floe_accounts(namespace: str, name: str, labels: Mapping[str, str], me
 ROUNDS = 3  # plan → act at most this often in one visit; the next visit goes on
 
 
-def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
-               floe_config_maps: Any = None, floe_cron_jobs: Any = None,
-               floe_accounts: Any = None) -> tuple[dict[str, Any], int | None]:
+def _reconcile(
+    body: Any,
+    patch: kopf.Patch,
+    logger: Any,
+    floe_apps: Any = None,
+    floe_config_maps: Any = None,
+    floe_cron_jobs: Any = None,
+    floe_accounts: Any = None,
+) -> tuple[dict[str, Any], int | None]:
     """One visit; returns the resource's status after it, and the lag the visit saw."""
     previous = dict(body.get("status") or {})
     try:
@@ -117,20 +138,27 @@ def _reconcile(body: Any, patch: kopf.Patch, logger: Any, floe_apps: Any = None,
         job = render.desired(topic, settings()).job  # a spec that cannot be rendered is invalid
     except (ValidationError, ValueError) as error:
         message = _invalid(error) if isinstance(error, ValidationError) else str(error)
-        current = invalid(int(body["metadata"].get("generation", 1)), message, previous,
-                          now_ms()).status
+        current = invalid(
+            int(body["metadata"].get("generation", 1)), message, previous, now_ms()
+        ).status
         patch.status.update(_changed(previous, current))
         logger.warning("invalid spec: %s", message)
         return {**previous, **current}, None
     approved = (body["metadata"].get("annotations") or {}).get(APPROVAL)
     secrets = clients.Secrets.of(topic)
-    found = view.children(topic, floe_apps or {}, floe_config_maps or {},
-                             floe_cron_jobs or {}, floe_accounts,
-                             topic.spec.spark.service_account or settings().spark_service_account)
+    found = view.children(
+        topic,
+        floe_apps or {},
+        floe_config_maps or {},
+        floe_cron_jobs or {},
+        floe_accounts,
+        topic.spec.spark.service_account or settings().spark_service_account,
+    )
     world = observe.observe(topic, job, found, previous, secrets)
     if world.children.app is not None and stalled_since(topic, world, settings()) is not None:
-        world = replace(world, job_activity=observe.job_activity(topic.namespace,
-                                                                 world.children.app))
+        world = replace(
+            world, job_activity=observe.job_activity(topic.namespace, world.children.app)
+        )
     planned: Plan | None = None
     carried = previous
     for _round in range(ROUNDS):
@@ -188,8 +216,10 @@ _DELETIONS = _Deletions()
 
 
 def reconcile(body: Any, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
-    indexes = {name: kwargs.get(name) for name in ("floe_apps", "floe_config_maps",
-                                                   "floe_cron_jobs", "floe_accounts")}
+    indexes = {
+        name: kwargs.get(name)
+        for name in ("floe_apps", "floe_config_maps", "floe_cron_jobs", "floe_accounts")
+    }
     meta = body["metadata"]
     with _DELETIONS.lock(meta["uid"]):
         if meta.get("deletionTimestamp") or _DELETIONS.began(meta["uid"]):
@@ -234,8 +264,11 @@ def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, An
         kind, now = condition["type"], condition["status"]
         was = before.get(kind)
         first_ready = was is None and kind == "Ready" and now == "True"
-        needs_user = (kind == "JobRunning" and condition["reason"] in EVENT_REASONS
-                      and reasons.get(kind) != condition["reason"])
+        needs_user = (
+            kind == "JobRunning"
+            and condition["reason"] in EVENT_REASONS
+            and reasons.get(kind) != condition["reason"]
+        )
         # A visit may read a status older than the one the last visit wrote (a timer's body
         # predates the watch event of that visit's patch): a change this operator saw already
         # is said once.
@@ -248,9 +281,15 @@ def _post_transitions(body: Any, previous: dict[str, Any], current: dict[str, An
             kopf.warn(body, reason=condition["reason"], message=condition["message"][:1000])
         elif kind in EVENT_CONDITIONS and (was not in (None, now) or first_ready):
             post = kopf.info if now == "True" else kopf.warn
-            post(body, reason=condition["reason"],
-                 message=(f"{kind} is {now}" + (f" (was {was})" if was else "")
-                          + f": {condition['message']}")[:1000])
+            post(
+                body,
+                reason=condition["reason"],
+                message=(
+                    f"{kind} is {now}"
+                    + (f" (was {was})" if was else "")
+                    + f": {condition['message']}"
+                )[:1000],
+            )
 
 
 @kopf.on.create(*RESOURCE)
@@ -277,8 +316,7 @@ def on_operation(**kwargs: Any) -> None:
     visit_operation(**kwargs)
 
 
-@kopf.timer(*OPERATIONS, interval=settings().refresh_seconds, sharp=True, initial_delay=2,
-            idle=0)
+@kopf.timer(*OPERATIONS, interval=settings().refresh_seconds, sharp=True, initial_delay=2, idle=0)
 def refresh_operation(**kwargs: Any) -> None:
     visit_operation(**kwargs)
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import base64
 import functools
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from . import redact
 from .errors import retry_later
+from .names import GROUP, PLURAL, VERSION
 from .render import SPARK_API
-from .resource import GROUP, PLURAL, VERSION
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 SPARK_PLURAL = "sparkapplications"
@@ -72,8 +72,10 @@ def ensure_owned(*bodies: dict[str, Any]) -> bool:
     for body in bodies:
         meta = body["metadata"]
         kind, name, namespace = body["kind"], meta["name"], meta["namespace"]
-        api, suffix = {"ServiceAccount": (core(), "service_account"),
-                       "RoleBinding": (rbac(), "role_binding")}[kind]
+        api, suffix = {
+            "ServiceAccount": (core(), "service_account"),
+            "RoleBinding": (rbac(), "role_binding"),
+        }[kind]
         try:
             getattr(api, f"create_namespaced_{suffix}")(namespace, body)
             made = True
@@ -86,11 +88,19 @@ def ensure_owned(*bodies: dict[str, Any]) -> bool:
             labels = there.metadata.labels or {}
             # The owners as the API spells them (camelCase), to send back with the new one.
             owners = _api().sanitize_for_serialization(there.metadata.owner_references or [])
-            if (labels.get("app.kubernetes.io/managed-by") == "floe"
-                    and meta["ownerReferences"][0]["uid"] not in {o["uid"] for o in owners}):
-                getattr(api, f"patch_namespaced_{suffix}")(name, namespace, {"metadata": {
-                    "ownerReferences": owners + meta["ownerReferences"],
-                    "resourceVersion": there.metadata.resource_version}})
+            if labels.get("app.kubernetes.io/managed-by") == "floe" and meta["ownerReferences"][0][
+                "uid"
+            ] not in {o["uid"] for o in owners}:
+                getattr(api, f"patch_namespaced_{suffix}")(
+                    name,
+                    namespace,
+                    {
+                        "metadata": {
+                            "ownerReferences": owners + meta["ownerReferences"],
+                            "resourceVersion": there.metadata.resource_version,
+                        }
+                    },
+                )
         except ApiException as error:
             raise _temporary(f"owning {kind} {name}", error) from None
     return made
@@ -103,8 +113,10 @@ def apply_config_map(body: dict[str, Any]) -> None:
 
 def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return custom().get_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
-                                                     SPARK_PLURAL, name)
+        found = custom().get_namespaced_custom_object(
+            SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
+        )
+        return cast(dict[str, Any], found)
     except ApiException as error:
         if error.status == 404:
             return None
@@ -114,9 +126,11 @@ def get_spark_application(namespace: str, name: str) -> dict[str, Any] | None:
 def spark_applications(namespace: str, selector: str) -> list[dict[str, Any]]:
     """The SparkApplications of ``namespace`` that ``selector`` (labels) selects."""
     try:
-        return custom().list_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
-                                                      SPARK_PLURAL,
-                                                      label_selector=selector)["items"]
+        found = custom().list_namespaced_custom_object(
+            SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, label_selector=selector
+        )
+        items: list[dict[str, Any]] = cast(dict[str, Any], found)["items"]
+        return items
     except ApiException as error:
         raise _temporary(f"listing SparkApplications {selector}", error) from None
 
@@ -125,8 +139,10 @@ def create_spark_application(body: dict[str, Any]) -> dict[str, Any] | None:
     """Creates the application and returns it; None if one by that name exists already."""
     meta = body["metadata"]
     try:
-        return custom().create_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION,
-                                                        meta["namespace"], SPARK_PLURAL, body)
+        made = custom().create_namespaced_custom_object(
+            SPARK_GROUP, SPARK_VERSION, meta["namespace"], SPARK_PLURAL, body
+        )
+        return cast(dict[str, Any], made)
     except ApiException as error:
         if error.status == 409:
             return None
@@ -135,8 +151,9 @@ def create_spark_application(body: dict[str, Any]) -> dict[str, Any] | None:
 
 def delete_spark_application(namespace: str, name: str) -> None:
     try:
-        custom().delete_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace,
-                                                 SPARK_PLURAL, name)
+        custom().delete_namespaced_custom_object(
+            SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
+        )
     except ApiException as error:
         if error.status != 404:
             raise _temporary(f"deleting SparkApplication {name}", error) from None
@@ -146,18 +163,25 @@ def running_pods(namespace: str, app: str) -> list[str]:
     """The pods of a SparkApplication (its driver and executors) that have not ended, terminating
     ones included: what may still write to its table."""
     try:
-        found = core().list_namespaced_pod(
-            namespace, label_selector=f"{SPARK_GROUP}/app-name={app}")
+        pods: list[Any] = (
+            core()
+            .list_namespaced_pod(namespace, label_selector=f"{SPARK_GROUP}/app-name={app}")
+            .items
+        )
     except ApiException as error:
         raise _temporary(f"listing the pods of {app}", error) from None
-    return sorted(pod.metadata.name for pod in found.items
-                  if (pod.status.phase if pod.status else None) not in ("Succeeded", "Failed"))
+    return sorted(
+        pod.metadata.name
+        for pod in pods
+        if (pod.status.phase if pod.status else None) not in ("Succeeded", "Failed")
+    )
 
 
 def job_metrics(namespace: str, pod: str, port: int) -> str:
     """A driver's Prometheus metrics, through the API server's pod proxy."""
     return core().connect_get_namespaced_pod_proxy_with_path(
-        f"{pod}:{port}", namespace, "metrics", _request_timeout=10)
+        f"{pod}:{port}", namespace, "metrics", _request_timeout=10
+    )
 
 
 def secret_data(namespace: str, name: str) -> dict[str, str]:
@@ -191,13 +215,15 @@ def delete_cron_job(namespace: str, name: str) -> None:
 
 
 def annotate_topic(namespace: str, name: str, key: str, value: str) -> None:
-    custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                            {"metadata": {"annotations": {key: value}}})
+    custom().patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": {key: value}}}
+    )
 
 
 def get_topic(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        found = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return cast(dict[str, Any], found)
     except ApiException as error:
         if error.status == 404:
             return None

@@ -23,8 +23,11 @@ def remember(data: dict[str, str]) -> None:
     mask ordinary words and protect nothing."""
     embedded = {("password", found) for value in data.values() for found in EMBEDDED.findall(value)}
     with _lock:
-        _values.update(value for key, value in [*data.items(), *embedded]
-                       if len(value) >= 8 or (len(value) >= 4 and SENSITIVE_KEY.search(key)))
+        _values.update(
+            value
+            for key, value in [*data.items(), *embedded]
+            if len(value) >= 8 or (len(value) >= 4 and SENSITIVE_KEY.search(key))
+        )
 
 
 def redact(text: str) -> str:

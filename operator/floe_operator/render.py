@@ -21,8 +21,8 @@ from floe_sparkapp.config import JobConfig
 from floe_sparkapp.contract import SecretRef, TopicSpec
 from floe_sparkapp.units import size_bytes
 
-from .names import JOB_METRICS_PORT, OPERATION_KIND, PUBLISH, RESTART
-from .resource import GROUP, KIND, VERSION, KafkaIcebergTopicSpec, PodSpec
+from .names import GROUP, JOB_METRICS_PORT, KIND, OPERATION_KIND, PUBLISH, RESTART, VERSION
+from .resource import KafkaIcebergTopicSpec, PodSpec
 from .settings import OperatorSettings
 
 JOB_CONFIG_KEY = "job.json"
@@ -46,6 +46,7 @@ def stamped(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
     body = copy.deepcopy(body)
     body["metadata"].setdefault("annotations", {})[APPLIED] = digest
     return body, digest
+
 
 def bounded_name(base: str, suffix: str, limit: int, key: str) -> str:
     """``base + suffix`` when it fits in ``limit`` characters; otherwise ``base`` is cut and a
@@ -75,11 +76,15 @@ class Topic:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Topic:
         meta = body["metadata"]
-        return cls(meta["namespace"], meta["name"], meta.get("uid", ""),
-                   int(meta.get("generation", 1)),
-                   KafkaIcebergTopicSpec.model_validate(body.get("spec", {})),
-                   (meta.get("annotations") or {}).get(RESTART) or None,
-                   publish=(meta.get("annotations") or {}).get(PUBLISH) or None)
+        return cls(
+            meta["namespace"],
+            meta["name"],
+            meta.get("uid", ""),
+            int(meta.get("generation", 1)),
+            KafkaIcebergTopicSpec.model_validate(body.get("spec", {})),
+            (meta.get("annotations") or {}).get(RESTART) or None,
+            publish=(meta.get("annotations") or {}).get(PUBLISH) or None,
+        )
 
     def running(self, status: dict[str, Any]) -> Topic:
         """The topic as its job runs it: while its generation is rolled back
@@ -89,8 +94,10 @@ class Topic:
         if rolled.get("failedGeneration") != self.generation or not stable.get("spec"):
             return self
         return replace(
-            self, spec=KafkaIcebergTopicSpec.model_validate(stable["spec"]),
-            rolled_back_to=int(stable["generation"]))
+            self,
+            spec=KafkaIcebergTopicSpec.model_validate(stable["spec"]),
+            rolled_back_to=int(stable["generation"]),
+        )
 
     @property
     def child_name(self) -> str:
@@ -108,8 +115,14 @@ class Topic:
 
 
 def owner_reference(topic: Topic) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": topic.name,
-            "uid": topic.uid, "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": topic.name,
+        "uid": topic.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def spark_account(topic: Topic, name: str, role: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -117,22 +130,30 @@ def spark_account(topic: Topic, name: str, role: str) -> tuple[dict[str, Any], d
     in the resource's namespace, both owned by the resource among any others that use them:
     the garbage collector removes them with the last."""
     owner = {**owner_reference(topic), "controller": False, "blockOwnerDeletion": False}
-    meta = {"name": name, "namespace": topic.namespace,
-            "labels": {**MANAGED_BY, "app.kubernetes.io/name": "floe-spark"},
-            "ownerReferences": [owner]}
+    meta = {
+        "name": name,
+        "namespace": topic.namespace,
+        "labels": {**MANAGED_BY, "app.kubernetes.io/name": "floe-spark"},
+        "ownerReferences": [owner],
+    }
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": copy.deepcopy(meta),
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                           "name": role},
-               "subjects": [{"kind": "ServiceAccount", "name": name,
-                             "namespace": topic.namespace}]}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": copy.deepcopy(meta),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": topic.namespace}],
+    }
     return account, binding
 
 
 def _labels(topic: Topic) -> dict[str, str]:
-    return {**MANAGED_BY, "app.kubernetes.io/name": "floe-job",
-            "app.kubernetes.io/instance": topic.label, f"{GROUP}/topic": topic.label}
+    return {
+        **MANAGED_BY,
+        "app.kubernetes.io/name": "floe-job",
+        "app.kubernetes.io/instance": topic.label,
+        f"{GROUP}/topic": topic.label,
+    }
 
 
 def checkpoint_location(topic: Topic, settings: OperatorSettings) -> str:
@@ -141,14 +162,18 @@ def checkpoint_location(topic: Topic, settings: OperatorSettings) -> str:
         return spec.spark.checkpoint_location
     root = settings.checkpoint_root or (
         f"{spec.table.catalog.warehouse.rstrip('/')}/_floe/checkpoints"
-        if spec.table.catalog.warehouse else None)
+        if spec.table.catalog.warehouse
+        else None
+    )
     if root is None:
-        raise ValueError("spec.spark.checkpointLocation is required when the catalog has no "
-                         "warehouse and the operator has no checkpoint root")
+        raise ValueError(
+            "spec.spark.checkpointLocation is required when the catalog has no "
+            "warehouse and the operator has no checkpoint root"
+        )
     if not hadoop_reaches(root):
         root = f"file://{DRIVER_CHECKPOINTS}"
     if root.startswith("s3://"):
-        root = "s3a://" + root[len("s3://"):]  # Spark's checkpoints go through Hadoop's S3A
+        root = "s3a://" + root[len("s3://") :]  # Spark's checkpoints go through Hadoop's S3A
     return f"{root}/{topic.namespace}/{topic.name}"
 
 
@@ -156,19 +181,31 @@ def job_config(topic: Topic, settings: OperatorSettings) -> JobConfig:
     """The job's config: the resource's spec as it is (but for the pods' settings), the
     writer, the generation, the checkpoint, and where the referenced Secrets are mounted."""
     spec = topic.spec
-    return JobConfig.model_validate({
-        **{name: getattr(spec, name) for name in TopicSpec.model_fields},
-        "writer": topic.writer, "generation": topic.generation,
-        "checkpoint_location": checkpoint_location(topic, settings),
-        "secrets": {what: {"dir": path} for what, (ref, path) in secret_refs(topic).items()
-                    if ref is not None}})
+    return JobConfig.model_validate(
+        {
+            **{name: getattr(spec, name) for name in TopicSpec.model_fields},
+            "writer": topic.writer,
+            "generation": topic.generation,
+            "checkpoint_location": checkpoint_location(topic, settings),
+            "secrets": {
+                what: {"dir": path}
+                for what, (ref, path) in secret_refs(topic).items()
+                if ref is not None
+            },
+        }
+    )
 
 
 def config_map(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": f"{topic.child_name}-job", "namespace": topic.namespace,
-                     "labels": _labels(topic), "ownerReferences": [owner_reference(topic)]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{topic.child_name}-job",
+            "namespace": topic.namespace,
+            "labels": _labels(topic),
+            "ownerReferences": [owner_reference(topic)],
+        },
         "data": {JOB_CONFIG_KEY: job_config(topic, settings).to_json()},
     }
 
@@ -178,23 +215,36 @@ def secret_refs(topic: Topic) -> dict[str, tuple[SecretRef | None, str]]:
     with where the pods mount it."""
     spec = topic.spec
     registry = spec.value.schema_registry
-    return {"kafka": (spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
-            "catalog": (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
-            "registry": (registry.auth_secret_ref if registry else None, REGISTRY_SECRET_DIR)}
+    return {
+        "kafka": (spec.kafka.auth_secret_ref, KAFKA_SECRET_DIR),
+        "catalog": (spec.table.catalog.secret_ref, CATALOG_SECRET_DIR),
+        "registry": (registry.auth_secret_ref if registry else None, REGISTRY_SECRET_DIR),
+    }
 
 
 def _secret_mounts(topic: Topic) -> list[dict[str, str]]:
     """The referenced Secrets and where the job config expects their files."""
-    return [{"name": ref.name, "path": path} for ref, path in secret_refs(topic).values()
-            if ref is not None]
+    return [
+        {"name": ref.name, "path": path}
+        for ref, path in secret_refs(topic).values()
+        if ref is not None
+    ]
 
 
 # What only the maintenance runs, the deletion or the operator use: changing it does not
 # restart the job (the job expires snapshots itself, so their retention restarts it).
-NOT_THE_JOBS = {"generation": True, "suspend": True, "table": {"deletion_policy"},
-                "maintenance": {"compaction": True, "remove_orphans": True,
-                                "rewrite_manifests": True, "resources": True,
-                                "expire_snapshots": {"schedule"}}}
+NOT_THE_JOBS: dict[str, Any] = {
+    "generation": True,
+    "suspend": True,
+    "table": {"deletion_policy"},
+    "maintenance": {
+        "compaction": True,
+        "remove_orphans": True,
+        "rewrite_manifests": True,
+        "resources": True,
+        "expire_snapshots": {"schedule"},
+    },
+}
 
 
 def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
@@ -202,8 +252,7 @@ def job_fingerprint(topic: Topic, settings: OperatorSettings) -> str:
     application. The job is restarted when this changes, not on every spec change."""
     config = job_config(topic, settings).model_dump(mode="json", exclude=NOT_THE_JOBS)
     app = spark_application(topic, settings, fingerprint="")["spec"]
-    text = json.dumps([config, app, *([topic.restart] if topic.restart else [])],
-                      sort_keys=True)
+    text = json.dumps([config, app, *([topic.restart] if topic.restart else [])], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -216,40 +265,55 @@ def _placement(pod: PodSpec, security_context: dict[str, Any] | None = None) -> 
     """The pod spec's fields that place the pod (those set only)."""
     placed = {
         "imagePullSecrets": [{"name": s.name} for s in pod.image_pull_secrets],
-        "nodeSelector": pod.node_selector, "tolerations": pod.tolerations,
-        "affinity": pod.affinity, "priorityClassName": pod.priority_class_name,
-        "securityContext": {**(security_context or {}), **pod.pod_security_context}}
+        "nodeSelector": pod.node_selector,
+        "tolerations": pod.tolerations,
+        "affinity": pod.affinity,
+        "priorityClassName": pod.priority_class_name,
+        "securityContext": {**(security_context or {}), **pod.pod_security_context},
+    }
     return {key: value for key, value in placed.items() if value}
 
 
-def _container(container: dict[str, Any], pod: PodSpec,
-               security_context: dict[str, Any] | None = None) -> dict[str, Any]:
+def _container(
+    container: dict[str, Any], pod: PodSpec, security_context: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``container`` with the pod settings' environment and security context added."""
     own = {variable.get("name") for variable in pod.env}
     env = [v for v in container.get("env", []) if v["name"] not in own] + list(pod.env)
-    added = {"env": env, "envFrom": pod.env_from,
-             "securityContext": {**(security_context or {}), **pod.security_context}}
+    added = {
+        "env": env,
+        "envFrom": pod.env_from,
+        "securityContext": {**(security_context or {}), **pod.security_context},
+    }
     return {**container, **{key: value for key, value in added.items() if value}}
 
 
-def _pod_template(container: str, volumes: list[dict[str, Any]],
-                  mounts: list[dict[str, Any]], pod: PodSpec,
-                  **own: Any) -> dict[str, Any]:
+def _pod_template(
+    container: str,
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    pod: PodSpec,
+    **own: Any,
+) -> dict[str, Any]:
     """A pod template Spark starts its driver or executors from: spark-operator hands it to
     spark-submit as it is, so any kind of volume mounts, and the pods are placed, without its
     webhook (Spark adds its own labels, volumes, ports and environment to the template's).
     ``own``: more of the container's fields."""
-    return {"spec": {"containers": [_container({"name": container, "volumeMounts": mounts,
-                                                **own}, pod)],
-                     "volumes": volumes, **_placement(pod)}}
-
-
+    return {
+        "spec": {
+            "containers": [_container({"name": container, "volumeMounts": mounts, **own}, pod)],
+            "volumes": volumes,
+            **_placement(pod),
+        }
+    }
 
 
 def _logging_env(topic: Topic, settings: OperatorSettings) -> list[dict[str, str]]:
     """floe's log lines in a job's pods: the spec's level, the operator's format."""
-    return [{"name": "FLOE_LOG_LEVEL", "value": topic.spec.spark.log_level},
-            {"name": "FLOE_LOG_FORMAT", "value": settings.log_format}]
+    return [
+        {"name": "FLOE_LOG_LEVEL", "value": topic.spec.spark.log_level},
+        {"name": "FLOE_LOG_FORMAT", "value": settings.log_format},
+    ]
 
 
 def _spark_logging(settings: OperatorSettings) -> dict[str, str]:
@@ -260,14 +324,18 @@ def _spark_logging(settings: OperatorSettings) -> dict[str, str]:
 
 def _driver(topic: Topic, settings: OperatorSettings) -> dict[str, Any]:
     """The driver container's own fields: its metrics port, and how it logs."""
-    return {"env": [{"name": "FLOE_METRICS_PORT", "value": str(JOB_METRICS_PORT)},
-                    *_logging_env(topic, settings)],
-            "ports": [{"name": "metrics", "containerPort": JOB_METRICS_PORT,
-                       "protocol": "TCP"}]}
+    return {
+        "env": [
+            {"name": "FLOE_METRICS_PORT", "value": str(JOB_METRICS_PORT)},
+            *_logging_env(topic, settings),
+        ],
+        "ports": [{"name": "metrics", "containerPort": JOB_METRICS_PORT, "protocol": "TCP"}],
+    }
 
 
-def _driver_volumes(topic: Topic, settings: OperatorSettings) -> tuple[list[dict[str, Any]],
-                                                                       list[dict[str, Any]]]:
+def _driver_volumes(
+    topic: Topic, settings: OperatorSettings
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pods' volumes, and the driver's checkpoint emptyDir when it keeps it itself."""
     volumes, mounts = _volumes(topic)
     if checkpoint_location(topic, settings).startswith(f"file://{DRIVER_CHECKPOINTS}/"):
@@ -288,24 +356,34 @@ def _pod_metadata(labels: dict[str, str], pod: PodSpec) -> dict[str, Any]:
 # and plan its first batch while its executors start, instead of waiting for them first (Spark
 # on Kubernetes waits for 80 % of them by default): a start to the first commit overlaps the
 # two, a second less on two cores (bench/README.md, "Job starts").
-SPARK_CONF_DEFAULTS = {"spark.ui.showConsoleProgress": "false",
-                       "spark.scheduler.minRegisteredResourcesRatio": "0"}
+SPARK_CONF_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.scheduler.minRegisteredResourcesRatio": "0",
+}
 
 
-def spark_application(topic: Topic, settings: OperatorSettings,
-                      fingerprint: str | None = None) -> dict[str, Any]:
+def spark_application(
+    topic: Topic, settings: OperatorSettings, fingerprint: str | None = None
+) -> dict[str, Any]:
     spec = topic.spec
     labels = _labels(topic)
     volumes, mounts = _volumes(topic)
     pod = spec.spark.under(settings.spark_pod)
     return {
-        "apiVersion": SPARK_API, "kind": "SparkApplication",
-        "metadata": {"name": topic.child_name, "namespace": topic.namespace, "labels": labels,
-                     "annotations": {
-                         f"{GROUP}/generation": str(topic.generation),
-                         f"{GROUP}/job-fingerprint": (job_fingerprint(topic, settings)
-                                                      if fingerprint is None else fingerprint)},
-                     "ownerReferences": [owner_reference(topic)]},
+        "apiVersion": SPARK_API,
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": topic.child_name,
+            "namespace": topic.namespace,
+            "labels": labels,
+            "annotations": {
+                f"{GROUP}/generation": str(topic.generation),
+                f"{GROUP}/job-fingerprint": (
+                    job_fingerprint(topic, settings) if fingerprint is None else fingerprint
+                ),
+            },
+            "ownerReferences": [owner_reference(topic)],
+        },
         "spec": {
             "type": "Python",
             "pythonVersion": "3",
@@ -315,8 +393,7 @@ def spark_application(topic: Topic, settings: OperatorSettings,
             "mainApplicationFile": settings.job_main_file,
             "arguments": ["run", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"],
             "sparkVersion": spec.spark.spark_version,
-            "sparkConf": {**SPARK_CONF_DEFAULTS, **_spark_logging(settings),
-                          **spec.spark.conf},
+            "sparkConf": {**SPARK_CONF_DEFAULTS, **_spark_logging(settings), **spec.spark.conf},
             # floe's failover is the only restart: spark-operator resubmitting first would
             # repeat an exit only the user can resolve (DataLoss) several times before floe
             # could see it, and stack two backoffs.
@@ -326,8 +403,12 @@ def spark_application(topic: Topic, settings: OperatorSettings,
                 "cores": spec.spark.driver.cores,
                 "memory": spec.spark.driver.memory,
                 "serviceAccount": spec.spark.service_account or settings.spark_service_account,
-                "template": _pod_template(DRIVER_CONTAINER, *_driver_volumes(topic, settings),
-                                          pod, **_driver(topic, settings)),
+                "template": _pod_template(
+                    DRIVER_CONTAINER,
+                    *_driver_volumes(topic, settings),
+                    pod,
+                    **_driver(topic, settings),
+                ),
             },
             "executor": {
                 **_pod_metadata(labels, pod),
@@ -343,13 +424,17 @@ def spark_application(topic: Topic, settings: OperatorSettings,
 def operation_labels(name: str, uid: str) -> dict[str, str]:
     """The labels of an operation's SparkApplications and pods (not a topic's: the topic's
     visits never see them)."""
-    return {**MANAGED_BY, "app.kubernetes.io/name": "floe-operation",
-            "app.kubernetes.io/instance": bounded_name(name, "", 63, name),
-            f"{GROUP}/operation-uid": uid}
+    return {
+        **MANAGED_BY,
+        "app.kubernetes.io/name": "floe-operation",
+        "app.kubernetes.io/instance": bounded_name(name, "", 63, name),
+        f"{GROUP}/operation-uid": uid,
+    }
 
 
-def operation_application(topic: Topic, settings: OperatorSettings, name: str, uid: str,
-                          attempt: int, request: str) -> dict[str, Any]:
+def operation_application(
+    topic: Topic, settings: OperatorSettings, name: str, uid: str, attempt: int, request: str
+) -> dict[str, Any]:
     """Attempt ``attempt`` of operation ``name`` (uid ``uid``) on ``topic``: a Spark batch on
     the topic's job config, its pods and its driver's account, running ``python -m
     floe_sparkapp operate`` with ``request`` (the operation, JSON); owned by the operation,
@@ -358,23 +443,43 @@ def operation_application(topic: Topic, settings: OperatorSettings, name: str, u
     labels = {**operation_labels(name, uid), f"{GROUP}/attempt": str(attempt)}
     app["metadata"] = {
         "name": bounded_name(f"floe-op-{name}", f"-{attempt}", 63, f"{topic.namespace}/{name}"),
-        "namespace": topic.namespace, "labels": labels,
+        "namespace": topic.namespace,
+        "labels": labels,
         "annotations": {f"{GROUP}/operation": name},
-        "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": OPERATION_KIND,
-                             "name": name, "uid": uid, "controller": True,
-                             "blockOwnerDeletion": True}]}
+        "ownerReferences": [
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": OPERATION_KIND,
+                "name": name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
     spec = app["spec"]
-    spec["arguments"] = ["operate", "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}",
-                         "--operation", request]
+    spec["arguments"] = [
+        "operate",
+        "--config",
+        f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}",
+        "--operation",
+        request,
+    ]
     for role in ("driver", "executor"):  # the user's pod labels, the operation's for the job's
-        spec[role]["labels"] = {**{k: v for k, v in spec[role]["labels"].items()
-                                   if k not in _labels(topic)}, **labels}
+        spec[role]["labels"] = {
+            **{k: v for k, v in spec[role]["labels"].items() if k not in _labels(topic)},
+            **labels,
+        }
     return app
 
 
 # Maintenance action name in the spec -> the job's --action and the CronJob's suffix.
-MAINTENANCE_ACTIONS = {"compaction": "compaction", "expire_snapshots": "expire-snapshots",
-                       "remove_orphans": "remove-orphans", "rewrite_manifests": "rewrite-manifests"}
+MAINTENANCE_ACTIONS = {
+    "compaction": "compaction",
+    "expire_snapshots": "expire-snapshots",
+    "remove_orphans": "remove-orphans",
+    "rewrite_manifests": "rewrite-manifests",
+}
 SPARK_SUBMIT = "/opt/spark/bin/spark-submit"
 
 
@@ -391,8 +496,7 @@ def _volumes(topic: Topic) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     for index, secret in enumerate(_secret_mounts(topic)):
         volumes.append({"name": f"secret-{index}", "secret": {"secretName": secret["name"]}})
         mounts.append({"name": f"secret-{index}", "mountPath": secret["path"], "readOnly": True})
-    return (volumes + list(topic.spec.spark.volumes),
-            mounts + list(topic.spec.spark.volume_mounts))
+    return (volumes + list(topic.spec.spark.volumes), mounts + list(topic.spec.spark.volume_mounts))
 
 
 def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
@@ -409,54 +513,91 @@ def cron_jobs(topic: Topic, settings: OperatorSettings) -> list[dict[str, Any]]:
         schedule = getattr(spec.maintenance, field)
         if not schedule.enabled:
             continue
-        labels = {**_labels(topic), "app.kubernetes.io/name": "floe-maintenance",
-                  f"{GROUP}/action": action}
-        command = [SPARK_SUBMIT, "--master", f"local[{resources.cores}]",
-                   "--driver-memory", resources.memory, "--conf", "spark.ui.enabled=false",
-                   *(item for key, value in _spark_logging(settings).items()
-                     for item in ("--conf", f"{key}={value}")),
-                   settings.job_main_file.removeprefix("local://"), "maintain",
-                   "--config", f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}", "--action", action]
+        labels = {
+            **_labels(topic),
+            "app.kubernetes.io/name": "floe-maintenance",
+            f"{GROUP}/action": action,
+        }
+        command = [
+            SPARK_SUBMIT,
+            "--master",
+            f"local[{resources.cores}]",
+            "--driver-memory",
+            resources.memory,
+            "--conf",
+            "spark.ui.enabled=false",
+            *(
+                item
+                for key, value in _spark_logging(settings).items()
+                for item in ("--conf", f"{key}={value}")
+            ),
+            settings.job_main_file.removeprefix("local://"),
+            "maintain",
+            "--config",
+            f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}",
+            "--action",
+            action,
+        ]
         pod = {
             "restartPolicy": "Never",
             "serviceAccountName": spec.spark.service_account or settings.spark_service_account,
             "automountServiceAccountToken": False,
-            **_placement(pod_settings, {"runAsNonRoot": True,
-                                        "seccompProfile": {"type": "RuntimeDefault"}}),
-            "containers": [_container({
-                "name": "maintain",
-                "image": spec.spark.image or settings.spark_image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": command,
-                "env": [{"name": "HOME", "value": "/tmp"}, *_logging_env(topic, settings)],
-                "resources": {"requests": {"cpu": str(resources.cores), "memory": f"{memory_mi}Mi"},
-                              "limits": {"memory": f"{memory_mi}Mi"}},
-                "volumeMounts": mounts,
-            }, pod_settings, {"allowPrivilegeEscalation": False,
-                              "capabilities": {"drop": ["ALL"]}})],
+            **_placement(
+                pod_settings, {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+            ),
+            "containers": [
+                _container(
+                    {
+                        "name": "maintain",
+                        "image": spec.spark.image or settings.spark_image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": command,
+                        "env": [{"name": "HOME", "value": "/tmp"}, *_logging_env(topic, settings)],
+                        "resources": {
+                            "requests": {"cpu": str(resources.cores), "memory": f"{memory_mi}Mi"},
+                            "limits": {"memory": f"{memory_mi}Mi"},
+                        },
+                        "volumeMounts": mounts,
+                    },
+                    pod_settings,
+                    {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                )
+            ],
             "volumes": volumes,
         }
-        jobs.append({
-            "apiVersion": "batch/v1", "kind": "CronJob",
-            "metadata": {"name": cron_job_name(topic, action), "namespace": topic.namespace,
-                         "labels": labels, "ownerReferences": [owner_reference(topic)]},
-            "spec": {
-                "schedule": schedule.schedule,
-                "timeZone": "Etc/UTC",
-                "concurrencyPolicy": "Forbid",
-                "startingDeadlineSeconds": 600,
-                "successfulJobsHistoryLimit": 1,
-                "failedJobsHistoryLimit": 3,
-                "suspend": spec.suspend,
-                "jobTemplate": {
-                    "metadata": {"labels": labels},
-                    "spec": {"backoffLimit": 1, "activeDeadlineSeconds": 6 * 3600,
-                             "ttlSecondsAfterFinished": 7 * 86_400,
-                             "template": {"metadata": _pod_metadata(labels, pod_settings),
-                                          "spec": pod}},
+        jobs.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "CronJob",
+                "metadata": {
+                    "name": cron_job_name(topic, action),
+                    "namespace": topic.namespace,
+                    "labels": labels,
+                    "ownerReferences": [owner_reference(topic)],
                 },
-            },
-        })
+                "spec": {
+                    "schedule": schedule.schedule,
+                    "timeZone": "Etc/UTC",
+                    "concurrencyPolicy": "Forbid",
+                    "startingDeadlineSeconds": 600,
+                    "successfulJobsHistoryLimit": 1,
+                    "failedJobsHistoryLimit": 3,
+                    "suspend": spec.suspend,
+                    "jobTemplate": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "backoffLimit": 1,
+                            "activeDeadlineSeconds": 6 * 3600,
+                            "ttlSecondsAfterFinished": 7 * 86_400,
+                            "template": {
+                                "metadata": _pod_metadata(labels, pod_settings),
+                                "spec": pod,
+                            },
+                        },
+                    },
+                },
+            }
+        )
     return jobs
 
 
@@ -483,8 +624,15 @@ class _Rendered:
         self.entries: dict[tuple[Any, ...], Desired] = {}
 
     def get(self, topic: Topic, settings: OperatorSettings) -> Desired:
-        key = (topic.uid, topic.generation, topic.namespace, topic.name, topic.restart,
-               topic.spec.model_dump_json(), settings.model_dump_json())
+        key = (
+            topic.uid,
+            topic.generation,
+            topic.namespace,
+            topic.name,
+            topic.restart,
+            topic.spec.model_dump_json(),
+            settings.model_dump_json(),
+        )
         with self.lock:
             found = self.entries.get(key)
         if found is not None:
@@ -492,10 +640,13 @@ class _Rendered:
         config_map_body, config_map_digest = stamped(config_map(topic, settings))
         app = spark_application(topic, settings)
         rendered = Desired(
-            job=job_config(topic, settings), config_map=config_map_body,
-            config_map_digest=config_map_digest, spark_application=app,
+            job=job_config(topic, settings),
+            config_map=config_map_body,
+            config_map_digest=config_map_digest,
+            spark_application=app,
             fingerprint=app["metadata"]["annotations"][f"{GROUP}/job-fingerprint"],
-            cron_jobs=tuple(stamped(c) for c in cron_jobs(topic, settings)))
+            cron_jobs=tuple(stamped(c) for c in cron_jobs(topic, settings)),
+        )
         with self.lock:
             if len(self.entries) >= self.size:
                 self.entries.clear()

@@ -10,8 +10,9 @@ import datetime as dt
 import re
 from typing import Any
 
-from .clock import epoch
 from floe_sparkapp.units import short_duration
+
+from .clock import epoch
 
 NONE = "-"
 
@@ -97,59 +98,93 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
     ]
     app = status.get("sparkApplication") or {}
     if app:
-        lines.append(f"Job:         SparkApplication {app.get('name')} {app.get('state') or NONE}, "
-                     f"attempts {app.get('attempts', 0)}, failovers {app.get('failovers', 0)}")
+        lines.append(
+            f"Job:         SparkApplication {app.get('name')} {app.get('state') or NONE}, "
+            f"attempts {app.get('attempts', 0)}, failovers {app.get('failovers', 0)}"
+        )
         if app.get("lastFailure"):
             lines.append(f"Last failure: {app['lastFailure'].splitlines()[0][:200]}")
     table_status = status.get("table") or {}
     if table_status:
-        lines.append(f"Snapshot:    {table_status.get('snapshotId', NONE)}, committed "
-                     f"{table_status.get('committedAt', NONE)}")
-        lines.append(f"Schema:      table schema {table_status.get('schemaId', NONE)}, "
-                     f"registry {row['SCHEMA']}")
+        lines.append(
+            f"Snapshot:    {table_status.get('snapshotId', NONE)}, committed "
+            f"{table_status.get('committedAt', NONE)}"
+        )
+        lines.append(
+            f"Schema:      table schema {table_status.get('schemaId', NONE)}, "
+            f"registry {row['SCHEMA']}"
+        )
     branch = status.get("branch") or {}
     if branch:
         last = branch.get("lastPublish") or {}
-        lines.append(f"Branch:      {branch.get('name')} at "
-                     f"{branch.get('snapshotId', 'not made yet')}, "
-                     f"{branch.get('unpublishedCommits', 0)} commit(s) not published; main at "
-                     f"{branch.get('mainSnapshotId', NONE)}")
+        lines.append(
+            f"Branch:      {branch.get('name')} at "
+            f"{branch.get('snapshotId', 'not made yet')}, "
+            f"{branch.get('unpublishedCommits', 0)} commit(s) not published; main at "
+            f"{branch.get('mainSnapshotId', NONE)}"
+        )
         if last:
-            lines.append(f"Published:   {last.get('request')} at {last.get('at', NONE)}: "
-                         + (f"refused: {last['error'][:200]}" if last.get("error")
-                            else f"main at {last.get('snapshotId', NONE)}"))
+            lines.append(
+                f"Published:   {last.get('request')} at {last.get('at', NONE)}: "
+                + (
+                    f"refused: {last['error'][:200]}"
+                    if last.get("error")
+                    else f"main at {last.get('snapshotId', NONE)}"
+                )
+            )
     lines.append(f"Freshness:   {row['FRESHNESS']}")
     lines.append(f"Lag:         {row['LAG']}")
     offsets = status.get("offsets") or {}
     if offsets.get("latest") or offsets.get("committed"):
         committed, latest = offsets.get("committed") or {}, offsets.get("latest") or {}
         partitions = sorted(set(committed) | set(latest), key=int)
-        rows = [{"PARTITION": p, "COMMITTED": str(committed.get(p, 0)),
-                 "LATEST": str(latest[p]) if p in latest else NONE,
-                 "LAG": str(max(0, latest[p] - committed.get(p, 0))) if p in latest else NONE}
-                for p in partitions]
+        rows = [
+            {
+                "PARTITION": p,
+                "COMMITTED": str(committed.get(p, 0)),
+                "LATEST": str(latest[p]) if p in latest else NONE,
+                "LAG": str(max(0, latest[p] - committed.get(p, 0))) if p in latest else NONE,
+            }
+            for p in partitions
+        ]
         lines.append("Offsets:")
-        lines += ["  " + line for line in
-                  table(rows, ["PARTITION", "COMMITTED", "LATEST", "LAG"]).splitlines()]
+        lines += [
+            "  " + line
+            for line in table(rows, ["PARTITION", "COMMITTED", "LATEST", "LAG"]).splitlines()
+        ]
     routed = status.get("tables") or []
     if routed:
-        rows = [{"TABLE": t.get("identifier", NONE),
-                 "SNAPSHOT": t.get("snapshotId", NONE if t.get("exists") else "not made yet"),
-                 "LAG": str(t["lag"]) if "lag" in t else NONE,
-                 "FRESHNESS": _since(t.get("landedThrough"), now)}
-                for t in routed]
+        rows = [
+            {
+                "TABLE": t.get("identifier", NONE),
+                "SNAPSHOT": t.get("snapshotId", NONE if t.get("exists") else "not made yet"),
+                "LAG": str(t["lag"]) if "lag" in t else NONE,
+                "FRESHNESS": _since(t.get("landedThrough"), now),
+            }
+            for t in routed
+        ]
         lines.append("Tables:")
-        lines += ["  " + line for line in
-                  table(rows, ["TABLE", "SNAPSHOT", "LAG", "FRESHNESS"]).splitlines()]
+        lines += [
+            "  " + line
+            for line in table(rows, ["TABLE", "SNAPSHOT", "LAG", "FRESHNESS"]).splitlines()
+        ]
     conditions = status.get("conditions") or []
     lines.append("Conditions:")
     if conditions:
-        rows = [{"TYPE": c.get("type", ""), "STATUS": c.get("status", ""),
-                 "REASON": c.get("reason", ""),
-                 "SINCE": _since(c.get("lastTransitionTime"), now),
-                 "MESSAGE": (c.get("message") or "").replace("\n", " ")} for c in conditions]
-        lines += ["  " + line for line in
-                  table(rows, ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]).splitlines()]
+        rows = [
+            {
+                "TYPE": c.get("type", ""),
+                "STATUS": c.get("status", ""),
+                "REASON": c.get("reason", ""),
+                "SINCE": _since(c.get("lastTransitionTime"), now),
+                "MESSAGE": (c.get("message") or "").replace("\n", " "),
+            }
+            for c in conditions
+        ]
+        lines += [
+            "  " + line
+            for line in table(rows, ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]).splitlines()
+        ]
     else:
         lines.append("  none yet: the operator has not visited this resource")
     maintenance = status.get("maintenance") or {}
@@ -157,12 +192,19 @@ def details(item: dict[str, Any], now: dt.datetime) -> str:
         rows = []
         for action, entry in sorted(maintenance.items()):
             run = (entry or {}).get("lastRun") or {}
-            rows.append({"ACTION": action, "SCHEDULE": (entry or {}).get("schedule", NONE),
-                         "LAST RUN": run.get("outcome", NONE),
-                         "AT": run.get("time", NONE)})
+            rows.append(
+                {
+                    "ACTION": action,
+                    "SCHEDULE": (entry or {}).get("schedule", NONE),
+                    "LAST RUN": run.get("outcome", NONE),
+                    "AT": run.get("time", NONE),
+                }
+            )
         lines.append("Maintenance:")
-        lines += ["  " + line for line in
-                  table(rows, ["ACTION", "SCHEDULE", "LAST RUN", "AT"]).splitlines()]
+        lines += [
+            "  " + line
+            for line in table(rows, ["ACTION", "SCHEDULE", "LAST RUN", "AT"]).splitlines()
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -171,10 +213,15 @@ def events(found: list[Any], now: dt.datetime) -> str:
     rows = []
     for event in found:
         stamp = event.last_timestamp or event.event_time or event.first_timestamp
-        rows.append({"AGE": duration(now.timestamp() - stamp.timestamp()) if stamp else NONE,
-                     "TYPE": event.type or "", "REASON": event.reason or "",
-                     "COUNT": str(event.count or 1),
-                     "MESSAGE": (event.message or "").replace("\n", " ")[:300]})
+        rows.append(
+            {
+                "AGE": duration(now.timestamp() - stamp.timestamp()) if stamp else NONE,
+                "TYPE": event.type or "",
+                "REASON": event.reason or "",
+                "COUNT": str(event.count or 1),
+                "MESSAGE": (event.message or "").replace("\n", " ")[:300],
+            }
+        )
     return table(rows, ["AGE", "TYPE", "REASON", "COUNT", "MESSAGE"])
 
 
@@ -202,40 +249,66 @@ def job_metrics(text: str, now: dt.datetime) -> str:
     found = samples(text)
 
     def total(name: str, **match: str) -> float:
-        return sum(v for n, labels, v in found if n == name
-                   and all(labels.get(k) == w for k, w in match.items()))
+        return sum(
+            v
+            for n, labels, v in found
+            if n == name and all(labels.get(k) == w for k, w in match.items())
+        )
 
-    tables = sorted({labels["table"] for n, labels, _ in found
-                     if n == "floe_job_rows_total" and "table" in labels})
+    tables = sorted(
+        {
+            labels["table"]
+            for n, labels, _ in found
+            if n == "floe_job_rows_total" and "table" in labels
+        }
+    )
     started = total("floe_job_start_time_seconds")
-    lines = [f"Up:          {duration(now.timestamp() - started) if started else NONE}, "
-             f"{int(total('floe_job_batches_total'))} micro-batches, "
-             f"{int(total('floe_job_input_records_total'))} records "
-             f"({int(total('floe_job_input_bytes_total'))} bytes) read"]
+    lines = [
+        f"Up:          {duration(now.timestamp() - started) if started else NONE}, "
+        f"{int(total('floe_job_batches_total'))} micro-batches, "
+        f"{int(total('floe_job_input_records_total'))} records "
+        f"({int(total('floe_job_input_bytes_total'))} bytes) read"
+    ]
     rows = []
     for name in tables:
-        raw = {labels["reason"]: v for n, labels, v in found
-               if n == "floe_job_records_raw_total" and labels.get("table") == name and v}
+        raw = {
+            labels["reason"]: v
+            for n, labels, v in found
+            if n == "floe_job_records_raw_total" and labels.get("table") == name and v
+        }
         landed = total("floe_job_landed_timestamp_seconds", table=name)
-        rows.append({
-            "TABLE": name, "ROWS": str(int(total("floe_job_rows_total", table=name))),
-            "KEPT RAW": ", ".join(f"{int(v)} {r}" for r, v in sorted(raw.items())) or "0",
-            "DEAD LETTERS": f"{int(total('floe_job_dead_letters_total', table=name))} sent, "
-                            f"{int(total('floe_job_dead_letter_failures_total', table=name))} "
-                            "refused",
-            "COMMITS": str(int(total("floe_job_commits_total", table=name))),
-            "LANDED THROUGH": dt.datetime.fromtimestamp(landed, dt.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%SZ") if landed else NONE})
+        rows.append(
+            {
+                "TABLE": name,
+                "ROWS": str(int(total("floe_job_rows_total", table=name))),
+                "KEPT RAW": ", ".join(f"{int(v)} {r}" for r, v in sorted(raw.items())) or "0",
+                "DEAD LETTERS": f"{int(total('floe_job_dead_letters_total', table=name))} sent, "
+                f"{int(total('floe_job_dead_letter_failures_total', table=name))} "
+                "refused",
+                "COMMITS": str(int(total("floe_job_commits_total", table=name))),
+                "LANDED THROUGH": dt.datetime.fromtimestamp(landed, dt.timezone.utc).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"
+                )
+                if landed
+                else NONE,
+            }
+        )
     if rows:
-        lines += table(rows, ["TABLE", "ROWS", "KEPT RAW", "DEAD LETTERS", "COMMITS",
-                              "LANDED THROUGH"]).splitlines()
-    lag = sorted(((labels["partition"], v) for n, labels, v in found
-                  if n == "floe_job_kafka_lag_records"), key=lambda p: int(p[0]))
+        lines += table(
+            rows, ["TABLE", "ROWS", "KEPT RAW", "DEAD LETTERS", "COMMITS", "LANDED THROUGH"]
+        ).splitlines()
+    lag = sorted(
+        ((labels["partition"], v) for n, labels, v in found if n == "floe_job_kafka_lag_records"),
+        key=lambda p: int(p[0]),
+    )
     if lag:
         lines.append("Kafka lag:   " + ", ".join(f"partition {p}: {int(v)}" for p, v in lag))
     batches = total("floe_job_batch_duration_seconds_count")
     if batches:
-        lines.append(f"Batches:     {total('floe_job_batch_duration_seconds_sum') / batches:.2f} s "
-                     f"on average, commits "
-                     f"{total('floe_job_commit_duration_seconds_sum') / max(1, total('floe_job_commit_duration_seconds_count')):.2f} s")
+        commit_seconds = total("floe_job_commit_duration_seconds_sum")
+        commits = max(1, total("floe_job_commit_duration_seconds_count"))
+        lines.append(
+            f"Batches:     {total('floe_job_batch_duration_seconds_sum') / batches:.2f} s "
+            f"on average, commits {commit_seconds / commits:.2f} s"
+        )
     return "\n".join(lines) + "\n"

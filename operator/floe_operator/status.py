@@ -13,8 +13,14 @@ from typing import Any
 from .appstate import SHOWN_FAILED, AppState
 from .clock import iso
 
-CONDITION_TYPES = ("Ready", "JobRunning", "TableReady", "SchemaInSync", "MaintenanceScheduled",
-                   "DeadLetter")
+CONDITION_TYPES = (
+    "Ready",
+    "JobRunning",
+    "TableReady",
+    "SchemaInSync",
+    "MaintenanceScheduled",
+    "DeadLetter",
+)
 # JobRunning's reasons while spark-operator has not taken the application up, and while the
 # driver's ServiceAccount is missing (the job waits for it).
 NOT_WATCHING = "SparkOperatorNotWatching"
@@ -81,12 +87,14 @@ class Observation:
 
 def _refused(reason: str, message: str, table: str) -> list[Condition]:
     """Every condition, for a resource floe does not act on until the user changes something."""
-    return [Condition("Ready", "False", reason, message),
-            Condition("JobRunning", "False", reason, message),
-            Condition("TableReady", table, reason, message),
-            Condition("SchemaInSync", "Unknown", reason, message),
-            Condition("MaintenanceScheduled", "Unknown", reason, message),
-            Condition("DeadLetter", "Unknown", reason, message)]
+    return [
+        Condition("Ready", "False", reason, message),
+        Condition("JobRunning", "False", reason, message),
+        Condition("TableReady", table, reason, message),
+        Condition("SchemaInSync", "Unknown", reason, message),
+        Condition("MaintenanceScheduled", "Unknown", reason, message),
+        Condition("DeadLetter", "Unknown", reason, message),
+    ]
 
 
 def conditions(observed: Observation) -> list[Condition]:
@@ -98,15 +106,24 @@ def conditions(observed: Observation) -> list[Condition]:
         return _refused("LayoutMismatch", observed.layout_error, "False")
 
     if observed.table_exists:
-        table = Condition("TableReady", "True", "TableExists",
-                          f"table has schema {observed.schema_id}")
+        table = Condition(
+            "TableReady", "True", "TableExists", f"table has schema {observed.schema_id}"
+        )
     elif observed.table_error:
-        table = Condition("TableReady", "False", "CatalogUnavailable",
-                          f"the operator could not read the table: {observed.table_error}")
+        table = Condition(
+            "TableReady",
+            "False",
+            "CatalogUnavailable",
+            f"the operator could not read the table: {observed.table_error}",
+        )
     elif observed.registry_error:
-        table = Condition("TableReady", "False", "RegistryUnavailable",
-                          "the table is made from the registry's subject, which the operator "
-                          f"could not read: {observed.registry_error}")
+        table = Condition(
+            "TableReady",
+            "False",
+            "RegistryUnavailable",
+            "the table is made from the registry's subject, which the operator "
+            f"could not read: {observed.registry_error}",
+        )
     else:
         table = Condition("TableReady", "Unknown", "Pending", "the table is being created")
 
@@ -114,8 +131,9 @@ def conditions(observed: Observation) -> list[Condition]:
     if observed.suspended:
         job = Condition("JobRunning", "False", "Suspended", "spec.suspend is true")
     elif state == AppState.RUNNING:
-        job = Condition("JobRunning", "True", "Running", f"SparkApplication {observed.app_name} "
-                                                         "is running")
+        job = Condition(
+            "JobRunning", "True", "Running", f"SparkApplication {observed.app_name} is running"
+        )
     elif observed.job_stopped is not None:
         job = Condition("JobRunning", "False", *observed.job_stopped)
     elif observed.account_missing:
@@ -123,20 +141,31 @@ def conditions(observed: Observation) -> list[Condition]:
     elif observed.app_unseen:
         job = Condition("JobRunning", "False", NOT_WATCHING, observed.app_unseen)
     elif state in SHOWN_FAILED:
-        job = Condition("JobRunning", "False", "JobFailed",
-                        (observed.app_error or state)[:1000])
+        job = Condition("JobRunning", "False", "JobFailed", (observed.app_error or state)[:1000])
     elif state == AppState.COMPLETED:
         job = Condition("JobRunning", "False", "JobCompleted", "the job stopped")
     else:
-        job = Condition("JobRunning", "False", "Starting",
-                        f"SparkApplication {observed.app_name} is {state or 'being created'}")
+        job = Condition(
+            "JobRunning",
+            "False",
+            "Starting",
+            f"SparkApplication {observed.app_name} is {state or 'being created'}",
+        )
 
     if observed.schema_in_sync is None and observed.registry_error:
-        schema = Condition("SchemaInSync", "Unknown", "RegistryUnavailable",
-                           f"the operator could not read the registry: {observed.registry_error}")
+        schema = Condition(
+            "SchemaInSync",
+            "Unknown",
+            "RegistryUnavailable",
+            f"the operator could not read the registry: {observed.registry_error}",
+        )
     elif observed.schema_in_sync is None:
-        schema = Condition("SchemaInSync", "Unknown", "Pending", observed.schema_message or
-                           "the registry has not been compared with the table yet")
+        schema = Condition(
+            "SchemaInSync",
+            "Unknown",
+            "Pending",
+            observed.schema_message or "the registry has not been compared with the table yet",
+        )
     elif observed.schema_in_sync:
         schema = Condition("SchemaInSync", "True", "InSync", observed.schema_message)
     else:
@@ -153,47 +182,81 @@ def conditions(observed: Observation) -> list[Condition]:
     else:
         failing = next((c for c in (table, job) if c.status != "True"), job)
         ready = Condition("Ready", "False", failing.reason, failing.message)
-    return [ready, job, table, schema, maintenance_condition(observed),
-            dead_letter_condition(observed)]
+    return [
+        ready,
+        job,
+        table,
+        schema,
+        maintenance_condition(observed),
+        dead_letter_condition(observed),
+    ]
 
 
 def dead_letter_condition(observed: Observation) -> Condition:
     """Whether the newest commit's undecodable records reached the dead-letter topic.  When it
     refused them they are still in the table (``value_raw``), so Ready is not affected."""
     if not observed.dead_letter_topic:
-        return Condition("DeadLetter", "True", "NotConfigured",
-                         "no deadLetter.topic: undecodable records are kept in value_raw only")
+        return Condition(
+            "DeadLetter",
+            "True",
+            "NotConfigured",
+            "no deadLetter.topic: undecodable records are kept in value_raw only",
+        )
     if observed.dead_letter_error:
         return Condition("DeadLetter", "False", "DeadLetterFailing", observed.dead_letter_error)
-    return Condition("DeadLetter", "True", "Delivering",
-                     f"undecodable records go to {observed.dead_letter_topic} and value_raw")
+    return Condition(
+        "DeadLetter",
+        "True",
+        "Delivering",
+        f"undecodable records go to {observed.dead_letter_topic} and value_raw",
+    )
 
 
 def maintenance_condition(observed: Observation) -> Condition:
     if observed.maintenance is None:
-        return Condition("MaintenanceScheduled", "Unknown", "Pending",
-                         "the maintenance CronJobs are not applied yet")
+        return Condition(
+            "MaintenanceScheduled",
+            "Unknown",
+            "Pending",
+            "the maintenance CronJobs are not applied yet",
+        )
     if observed.suspended:
-        return Condition("MaintenanceScheduled", "False", "Suspended",
-                         "spec.suspend is true: the CronJobs are suspended")
+        return Condition(
+            "MaintenanceScheduled",
+            "False",
+            "Suspended",
+            "spec.suspend is true: the CronJobs are suspended",
+        )
     if not observed.maintenance:
-        return Condition("MaintenanceScheduled", "False", "Disabled",
-                         "every maintenance action is disabled")
-    failed = sorted(a for a, run in observed.maintenance_runs.items()
-                    if a in observed.maintenance and run.get("outcome") == "Failed")
-    schedules = "; ".join(f"{action} {entry['schedule']}"
-                          for action, entry in observed.maintenance.items())
+        return Condition(
+            "MaintenanceScheduled", "False", "Disabled", "every maintenance action is disabled"
+        )
+    failed = sorted(
+        a
+        for a, run in observed.maintenance_runs.items()
+        if a in observed.maintenance and run.get("outcome") == "Failed"
+    )
+    schedules = "; ".join(
+        f"{action} {entry['schedule']}" for action, entry in observed.maintenance.items()
+    )
     if failed:
-        return Condition("MaintenanceScheduled", "True", "LastRunFailed",
-                         f"{schedules}; last run failed: "
-                         + "; ".join(observed.maintenance_runs[a].get("message", a)
-                                     for a in failed)[:800])
+        return Condition(
+            "MaintenanceScheduled",
+            "True",
+            "LastRunFailed",
+            f"{schedules}; last run failed: "
+            + "; ".join(observed.maintenance_runs[a].get("message", a) for a in failed)[:800],
+        )
     return Condition("MaintenanceScheduled", "True", "Scheduled", schedules)
 
 
 def phase(observed: Observation, ready: Condition) -> str:
-    if (observed.invalid_spec or observed.table_in_use or observed.layout_error
-            or observed.job_stopped):
+    if (
+        observed.invalid_spec
+        or observed.table_in_use
+        or observed.layout_error
+        or observed.job_stopped
+    ):
         return "Failed"  # the user has to change something
     if observed.suspended:
         return "Suspended"
@@ -206,8 +269,9 @@ def phase(observed: Observation, ready: Condition) -> str:
     return "Pending"
 
 
-def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condition],
-                     generation: int, now: str) -> list[dict[str, Any]]:
+def merge_conditions(
+    previous: list[dict[str, Any]] | None, current: list[Condition], generation: int, now: str
+) -> list[dict[str, Any]]:
     """The conditions with ``lastTransitionTime`` moved to ``now`` (the visit's time) where
     their status changed."""
     before = {c.get("type"): c for c in previous or []}
@@ -215,11 +279,18 @@ def merge_conditions(previous: list[dict[str, Any]] | None, current: list[Condit
     for condition in current:
         old = before.get(condition.type)
         moved = old is None or old.get("status") != condition.status
-        merged.append({
-            "type": condition.type, "status": condition.status, "reason": condition.reason,
-            "message": condition.message, "observedGeneration": generation,
-            "lastTransitionTime": now if moved else old.get("lastTransitionTime", now),
-        })
+        merged.append(
+            {
+                "type": condition.type,
+                "status": condition.status,
+                "reason": condition.reason,
+                "message": condition.message,
+                "observedGeneration": generation,
+                "lastTransitionTime": (
+                    now if moved or old is None else old.get("lastTransitionTime", now)
+                ),
+            }
+        )
     return merged
 
 
@@ -231,8 +302,9 @@ def steady_lag(current: dict[str, Any], previous: dict[str, Any] | None) -> dict
     lag is the operator's metric floe_topic_lag_records."""
     if not previous or "lag" not in current or "lag" not in previous:
         return current
-    if (current.get("committed") != previous.get("committed")
-            or (current["lag"] > 0) != (previous["lag"] > 0)):
+    if current.get("committed") != previous.get("committed") or (current["lag"] > 0) != (
+        previous["lag"] > 0
+    ):
         return current
     kept = {**current, "lag": previous["lag"]}
     if "latest" in current and "latest" in previous:
@@ -245,18 +317,26 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
     result: dict[str, Any] = {
         "observedGeneration": observed.generation,
         "phase": phase(observed, current[0]),
-        "conditions": merge_conditions((previous or {}).get("conditions"), current,
-                                       observed.generation,
-                                       iso(observed.now_ms / 1000)),
+        "conditions": merge_conditions(
+            (previous or {}).get("conditions"),
+            current,
+            observed.generation,
+            iso(observed.now_ms / 1000),
+        ),
     }
     if observed.app_name:
-        result["sparkApplication"] = {"name": observed.app_name, "state": observed.app_state or "",
-                                      "attempts": observed.app_attempts}
+        result["sparkApplication"] = {
+            "name": observed.app_name,
+            "state": observed.app_state or "",
+            "attempts": observed.app_attempts,
+        }
         if observed.app_error:
             result["sparkApplication"]["lastFailure"] = observed.app_error[:1000]
-        for key, value in (("failovers", observed.failovers),
-                           ("lastFailoverTime", observed.last_failover_time),
-                           ("lastFailure", observed.last_failure)):
+        for key, value in (
+            ("failovers", observed.failovers),
+            ("lastFailoverTime", observed.last_failover_time),
+            ("lastFailure", observed.last_failure),
+        ):
             if value is not None:
                 result["sparkApplication"][key] = value
     if observed.table_exists:
@@ -272,8 +352,7 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         result["offsets"] = steady_lag(observed.offsets, (previous or {}).get("offsets"))
     if observed.tables is not None:
         before = {t.get("identifier"): t for t in (previous or {}).get("tables") or []}
-        result["tables"] = [steady_lag(t, before.get(t.get("identifier")))
-                            for t in observed.tables]
+        result["tables"] = [steady_lag(t, before.get(t.get("identifier"))) for t in observed.tables]
     elif (previous or {}).get("tables"):  # the routes are gone (the status is merge-patched)
         result["tables"] = None
     if observed.vtts_ms is not None:
@@ -281,7 +360,8 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
     if "freshnessSeconds" in (previous or {}):  # written by floe before landedThrough
         result["freshnessSeconds"] = None
     if (previous or {}).get("observedGeneration") != observed.generation or not (
-            previous or {}).get("specChangedAt"):
+        previous or {}
+    ).get("specChangedAt"):
         result["specChangedAt"] = iso(observed.now_ms / 1000)
     if observed.stable is not None:
         result["stable"] = observed.stable
@@ -300,9 +380,16 @@ def status(observed: Observation, previous: dict[str, Any] | None) -> dict[str, 
         result["branch"] = None
     if observed.maintenance is not None:
         result["maintenance"] = {
-            action: {**entry, **({"lastRun": observed.maintenance_runs[action]}
-                                 if action in observed.maintenance_runs else {})}
-            for action, entry in observed.maintenance.items()}
+            action: {
+                **entry,
+                **(
+                    {"lastRun": observed.maintenance_runs[action]}
+                    if action in observed.maintenance_runs
+                    else {}
+                ),
+            }
+            for action, entry in observed.maintenance.items()
+        }
         # The status is merge-patched: an action no longer scheduled is removed explicitly.
         for gone in set((previous or {}).get("maintenance") or {}) - set(observed.maintenance):
             result["maintenance"][gone] = None

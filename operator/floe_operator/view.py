@@ -14,14 +14,15 @@ from pyiceberg.types import StructType
 
 from .appstate import error_of, state_of
 from .clock import epoch
+from .names import GROUP, KIND
 from .render import APPLIED, Topic
-from .resource import GROUP, KIND
 
 GENERATION = f"{GROUP}/generation"
 FINGERPRINT = f"{GROUP}/job-fingerprint"
 
 
 # --- children, from kopf's indexes -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class App:
@@ -49,15 +50,18 @@ class App:
         meta = body.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         status = body.get("status") or {}
-        return cls(name=meta["name"], state=state_of(body), error=error_of(body),
-                   attempts=int(status.get("executionAttempts", 0) or 0),
-                   fingerprint=annotations.get(FINGERPRINT),
-                   generation=annotations.get(GENERATION),
-                   terminated_at=status.get("terminationTime"),
-                   created_at=meta.get("creationTimestamp"),
-                   submitted_at=status.get("lastSubmissionAttemptTime") or None,
-                   driver=(status.get("driverInfo") or {}).get("podName")
-                   or f"{meta['name']}-driver")
+        return cls(
+            name=meta["name"],
+            state=state_of(body),
+            error=error_of(body),
+            attempts=int(status.get("executionAttempts", 0) or 0),
+            fingerprint=annotations.get(FINGERPRINT),
+            generation=annotations.get(GENERATION),
+            terminated_at=status.get("terminationTime"),
+            created_at=meta.get("creationTimestamp"),
+            submitted_at=status.get("lastSubmissionAttemptTime") or None,
+            driver=(status.get("driverInfo") or {}).get("podName") or f"{meta['name']}-driver",
+        )
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,9 @@ class Children:
     account_seen: bool = False  # the ServiceAccounts are watched (else: account unknown)
 
 
-def app_entry(namespace: str, labels: Mapping[str, str], body: Mapping[str, Any]
-              ) -> dict[tuple[str, str], App]:
+def app_entry(
+    namespace: str, labels: Mapping[str, str], body: Mapping[str, Any]
+) -> dict[tuple[str, str], App]:
     """The SparkApplication index: by namespace and the resource's label."""
     topic = labels.get(f"{GROUP}/topic")
     return {(namespace, topic): App.of(body)} if topic else {}
@@ -87,32 +92,41 @@ class Account:
     owners: tuple[str, ...] = ()  # the uids of the resources that own it
 
 
-def account_entry(namespace: str, name: str, labels: Mapping[str, str],
-                  owners: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Account]:
+def account_entry(
+    namespace: str, name: str, labels: Mapping[str, str], owners: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], Account]:
     """The ServiceAccount index: by namespace and name."""
     managed = labels.get("app.kubernetes.io/managed-by") == "floe"
-    return {(namespace, name): Account(managed, tuple(sorted(
-        o.get("uid", "") for o in owners if o.get("kind") == KIND)))}
+    return {
+        (namespace, name): Account(
+            managed, tuple(sorted(o.get("uid", "") for o in owners if o.get("kind") == KIND))
+        )
+    }
 
 
-def config_map_entry(namespace: str, name: str, annotations: Mapping[str, str]
-                     ) -> dict[tuple[str, str], str]:
+def config_map_entry(
+    namespace: str, name: str, annotations: Mapping[str, str]
+) -> dict[tuple[str, str], str]:
     """The job ConfigMap index: by namespace and name, the hash it was applied with."""
     return {(namespace, name): annotations.get(APPLIED, "")}
 
 
-def cron_job_entry(namespace: str, name: str, labels: Mapping[str, str],
-                   annotations: Mapping[str, str]) -> dict[tuple[str, str], tuple[str, str]]:
+def cron_job_entry(
+    namespace: str, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> dict[tuple[str, str], tuple[str, str]]:
     """The maintenance CronJob index: by namespace and the resource's label."""
     topic = labels.get(f"{GROUP}/topic")
     return {(namespace, topic): (name, annotations.get(APPLIED, ""))} if topic else {}
 
 
-def children(topic: Topic, apps: Mapping[Any, Iterable[App]],
-             config_maps: Mapping[Any, Iterable[str]],
-             cron_jobs: Mapping[Any, Iterable[tuple[str, str]]],
-             accounts: Mapping[Any, Iterable[Account]] | None = None,
-             account_name: str = "") -> Children:
+def children(
+    topic: Topic,
+    apps: Mapping[Any, Iterable[App]],
+    config_maps: Mapping[Any, Iterable[str]],
+    cron_jobs: Mapping[Any, Iterable[tuple[str, str]]],
+    accounts: Mapping[Any, Iterable[Account]] | None = None,
+    account_name: str = "",
+) -> Children:
     """The resource's children from the indexes (kopf's ``Index`` or plain dicts), and the
     ServiceAccount ``account_name`` its driver runs as."""
     key = (topic.namespace, topic.label)
@@ -120,15 +134,18 @@ def children(topic: Topic, apps: Mapping[Any, Iterable[App]],
     app = next((a for a in found if a.name == topic.child_name), None)
     applied = list(config_maps.get((topic.namespace, f"{topic.child_name}-job"), ()))
     account = list((accounts or {}).get((topic.namespace, account_name), ()))
-    return Children(app=app,
-                    other_apps=tuple(sorted(a.name for a in found if a.name != topic.child_name)),
-                    config_map=applied[0] if applied else None,
-                    cron_jobs=dict(cron_jobs.get(key, ())),
-                    account=account[0] if account else None,
-                    account_seen=accounts is not None)
+    return Children(
+        app=app,
+        other_apps=tuple(sorted(a.name for a in found if a.name != topic.child_name)),
+        config_map=applied[0] if applied else None,
+        cron_jobs=dict(cron_jobs.get(key, ())),
+        account=account[0] if account else None,
+        account_seen=accounts is not None,
+    )
 
 
 # --- the data side ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BranchView:
@@ -171,6 +188,7 @@ class RegistryView:
 
 
 # --- the whole view ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class World:

@@ -18,24 +18,32 @@ import time
 
 from . import logs
 from .config import ConfigError, load_config
-from .exit_codes import (DATA_LOSS, INVALID_CONFIG, MAINTENANCE_FAILED, OPERATION_REFUSED,
-                         TABLE_IN_USE)
+from .exit_codes import (
+    DATA_LOSS,
+    INVALID_CONFIG,
+    MAINTENANCE_FAILED,
+    OPERATION_REFUSED,
+    TABLE_IN_USE,
+)
 from .maintenance import ACTIONS
 
 
 def main(argv: list[str] | None = None) -> int:
     entered = time.time()
-    parser = argparse.ArgumentParser(prog="python -m floe_sparkapp",
-                                     description="floe's Spark job: a Kafka topic into Iceberg.")
+    parser = argparse.ArgumentParser(
+        prog="python -m floe_sparkapp", description="floe's Spark job: a Kafka topic into Iceberg."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the streaming job")
     run.add_argument("--config", required=True, help="job config (JSON)")
-    run.add_argument("--available-now", action="store_true",
-                     help="stop once caught up with the topic instead of running forever")
+    run.add_argument(
+        "--available-now",
+        action="store_true",
+        help="stop once caught up with the topic instead of running forever",
+    )
     maintain = sub.add_parser("maintain", help="run one table maintenance action")
     maintain.add_argument("--config", required=True, help="job config (JSON)")
-    maintain.add_argument("--action", required=True,
-                          choices=ACTIONS)
+    maintain.add_argument("--action", required=True, choices=ACTIONS)
     operate = sub.add_parser("operate", help="run one operation (a KafkaIcebergOperation's)")
     operate.add_argument("--config", required=True, help="job config (JSON)")
     operate.add_argument("--operation", required=True, help="the operation (JSON)")
@@ -49,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         return INVALID_CONFIG
 
     if args.command == "maintain":
-        from .maintenance import MaintenanceError, maintain as run_action
+        from .maintenance import MaintenanceError
+        from .maintenance import maintain as run_action
 
         failed = False
         for destination in config.destinations():  # the topic's table, then each route's
@@ -64,15 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         return _operate(config, args.operation)
 
     from . import metrics
-    from .ledger import TableInUse
-    from .job import run
+    from .job import run as run_job
     from .kafka_offsets import DataLossError
+    from .ledger import TableInUse
 
     metrics.starting(config.writer, entered)
     metrics.serve(config.writer, [d.table.identifier for d in config.destinations()], entered)
 
     try:
-        run(config, available_now=args.available_now)
+        run_job(config, available_now=args.available_now)
     except DataLossError as error:
         print(f"floe: {error}", file=sys.stderr)
         return DATA_LOSS

@@ -68,6 +68,7 @@ PRIMITIVES: dict[str, IcebergType] = {
     "null": StringType(),
 }
 
+
 class _Recursive(Exception):
     """Raised while mapping a type that refers back to a record being expanded."""
 
@@ -140,7 +141,8 @@ class _Mapper:
             if precision > 38:
                 raise AvroMappingError(
                     f"{where}: decimal({precision}, {scale}) is wider than Iceberg's maximum "
-                    "precision 38")
+                    "precision 38"
+                )
             return DecimalType(precision, scale)
         if logical == "date" and base == "int":
             return DateType()
@@ -152,7 +154,9 @@ class _Mapper:
             return TimestamptzType()
         if logical in ("local-timestamp-millis", "local-timestamp-micros"):
             return TimestampType()
-        if logical == "uuid" and (base == "string" or (base == "fixed" and schema.get("size") == 16)):
+        if logical == "uuid" and (
+            base == "string" or (base == "fixed" and schema.get("size") == 16)
+        ):
             return UUIDType()
         return None  # unknown logical types fall back to their underlying type, as Avro says
 
@@ -162,9 +166,15 @@ class _Mapper:
             return StringType()
         if len(others) == 1:
             return self.map(others[0], where, namespace)
-        fields = [NestedField(self.new_id(), f"member{i}",
-                              self.map(branch, f"{where}.member{i}", namespace), required=False)
-                  for i, branch in enumerate(others)]
+        fields = [
+            NestedField(
+                self.new_id(),
+                f"member{i}",
+                self.map(branch, f"{where}.member{i}", namespace),
+                required=False,
+            )
+            for i, branch in enumerate(others)
+        ]
         return StructType(*fields)
 
     def record(self, schema: dict[str, Any], where: str, namespace: str | None) -> StructType:
@@ -183,15 +193,16 @@ class _Mapper:
                 except _Recursive:
                     self.recursive_fields.append(child)
                     continue
-                fields.append(NestedField(field_id, name, mapped, required=False,
-                                          doc=avro_field.get("doc")))
+                fields.append(
+                    NestedField(field_id, name, mapped, required=False, doc=avro_field.get("doc"))
+                )
             return StructType(*fields)
         finally:
             self.path.pop()
 
 
 def _full_name(schema: dict[str, Any], namespace: str | None) -> str:
-    name = schema["name"]
+    name: str = schema["name"]
     if "." in name:
         return name
     space = schema.get("namespace", namespace)
@@ -220,6 +231,7 @@ def avro_to_iceberg(schema: str | dict[str, Any] | list[Any], first_id: int = 1)
         struct = mapper.record(top, "", None)
     else:
         field_id = mapper.new_id()
-        struct = StructType(NestedField(field_id, "value", mapper.map(parsed, "value", None),
-                                        required=False))
+        struct = StructType(
+            NestedField(field_id, "value", mapper.map(parsed, "value", None), required=False)
+        )
     return MappedValue(struct, tuple(mapper.recursive_fields), mapper.next_id - 1)

@@ -46,9 +46,18 @@ from .config import JobConfig
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
 from .decode import framed_ids
 from .kafka_offsets import offsets_for_time, read_range, topic_partitions, watermarks
-from .ledger import (OPERATION, OPERATION_ROWS, head, last_commit, merge_offsets,
-                     operation_commits, operation_snapshots, record_operation, summary_properties,
-                     summed)
+from .ledger import (
+    OPERATION,
+    OPERATION_ROWS,
+    head,
+    last_commit,
+    merge_offsets,
+    operation_commits,
+    operation_snapshots,
+    record_operation,
+    summary_properties,
+    summed,
+)
 from .table_writer import TableWriter, undecodable
 
 log = logging.getLogger("floe.operation")
@@ -62,8 +71,9 @@ def _ms(text: str) -> int:
     return int(rfc3339_seconds(text) * 1000)
 
 
-def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int],
-           into: bool = False) -> tuple[dict[int, tuple[int, int]], dict[int, str]]:
+def ranges(
+    config: JobConfig, spec: BackfillSpec, committed: dict[int, int], into: bool = False
+) -> tuple[dict[int, tuple[int, int]], dict[int, str]]:
     """Per partition, the offsets ``[from, to)`` to land, and why the others are left out;
     ``into`` a new table, whose offsets are the backfill's: from where they are, to Kafka's
     end."""
@@ -83,15 +93,17 @@ def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int],
                 skipped[p] = f"nothing to land: offsets {lo} to {hi} (Kafka has {low} to {high})"
             continue
         if p not in committed:
-            skipped[p] = ("the table has no offsets for it yet: the job lands it from where it "
-                          "starts")
+            skipped[p] = (
+                "the table has no offsets for it yet: the job lands it from where it starts"
+            )
             continue
         lo = max(low, spec.from_offset or 0, starts.get(p, 0))
-        hi = min(high, committed[p], *(x for x in (spec.to_offset, ends.get(p))
-                                        if x is not None))
+        hi = min(high, committed[p], *(x for x in (spec.to_offset, ends.get(p)) if x is not None))
         if lo >= hi:
-            skipped[p] = (f"nothing to land: offsets {lo} to {hi} (Kafka has {low} to {high}, "
-                          f"the table's offsets are at {committed[p]})")
+            skipped[p] = (
+                f"nothing to land: offsets {lo} to {hi} (Kafka has {low} to {high}, "
+                f"the table's offsets are at {committed[p]})"
+            )
             continue
         found[p] = (lo, hi)
     return found, skipped
@@ -100,8 +112,15 @@ def ranges(config: JobConfig, spec: BackfillSpec, committed: dict[int, int],
 class Backfill:
     """One backfill run (:func:`run`)."""
 
-    def __init__(self, spark: SparkSession, top: JobConfig, config: JobConfig,
-                 request: OperationRequest, writer: TableWriter, source: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        top: JobConfig,
+        config: JobConfig,
+        request: OperationRequest,
+        writer: TableWriter,
+        source: str,
+    ) -> None:
         """``source``: the topic's table whose records (a route's) land, in ``config``'s
         table: that one, or a new one (``into``)."""
         assert request.backfill is not None
@@ -110,8 +129,9 @@ class Backfill:
         self.writer = writer
         self.table_ref = writer.branch_name  # main, or the branch the job lands in
         self.into = self.spec.into is not None
-        self.route = next(i for i, d in enumerate(top.destinations())
-                          if d.table.identifier == source)
+        self.route = next(
+            i for i, d in enumerate(top.destinations()) if d.table.identifier == source
+        )
         self.started_ms = int(time.time() * 1000)
         self.dead_letter_error: str | None = None  # the dead-letter topic's last refusal
 
@@ -139,21 +159,31 @@ class Backfill:
         if self.into or not self.top.routes:
             return None
         names = [d.table.identifier for d in self.top.destinations()]
-        others = [name for number, name in enumerate(names) if number != self.route
-                  and not (self.top.fan_out and number and self.route)]
+        others = [
+            name
+            for number, name in enumerate(names)
+            if number != self.route and not (self.top.fan_out and number and self.route)
+        ]
         catalog = self.config.table.catalog.name
-        held = [self.spark.table(f"{catalog}.{name}")
-                .filter((F.col("kafka.partition") == partition)
-                        & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < hi))
-                .select(F.col("kafka.offset").alias("_held")) for name in others]
+        held = [
+            self.spark.table(f"{catalog}.{name}")
+            .filter(
+                (F.col("kafka.partition") == partition)
+                & (F.col("kafka.offset") >= lo)
+                & (F.col("kafka.offset") < hi)
+            )
+            .select(F.col("kafka.offset").alias("_held"))
+            for name in others
+        ]
         return reduce(DataFrame.unionByName, held)
 
     def _chunk(self, partition: int, lo: int, hi: int) -> tuple[int, int]:
         """Lands the chunk's records the table has not got, in one commit; returns how many,
         and how many the topic's other tables hold (left there).  A commit of anyone else in
         between sends it back to be read and checked again."""
-        counts, _ = commit_with_retries(lambda: self._chunk_once(partition, lo, hi),
-                                        attempts=ATTEMPTS)
+        counts, _ = commit_with_retries(
+            lambda: self._chunk_once(partition, lo, hi), attempts=ATTEMPTS
+        )
         return counts
 
     def _chunk_once(self, partition: int, lo: int, hi: int) -> tuple[int, int]:
@@ -176,18 +206,23 @@ class Backfill:
             upto = min(hi, ledger.offsets.get(partition, lo))
         if upto <= lo:
             return 0, 0
-        held = (self.spark.read.option("versionAsOf", str(base)).table(self.table_ref)
-                .filter((F.col("kafka.partition") == partition)
-                        & (F.col("kafka.offset") >= lo) & (F.col("kafka.offset") < upto))
-                .select(F.col("kafka.offset").alias("_held")))
+        held = (
+            self.spark.read.option("versionAsOf", str(base))
+            .table(self.table_ref)
+            .filter(
+                (F.col("kafka.partition") == partition)
+                & (F.col("kafka.offset") >= lo)
+                & (F.col("kafka.offset") < upto)
+            )
+            .select(F.col("kafka.offset").alias("_held"))
+        )
         if upto < hi:
             mine = mine.filter(F.col("offset") < upto)
         elsewhere = self._elsewhere(partition, lo, upto)
         taken = 0
         if elsewhere is not None:
             elsewhere = elsewhere.persist()  # the other tables read once: counted, left out
-            taken = mine.join(elsewhere, mine["offset"] == elsewhere["_held"],
-                              "left_semi").count()
+            taken = mine.join(elsewhere, mine["offset"] == elsewhere["_held"], "left_semi").count()
             held = held.unionByName(elsewhere)
         fresh = mine.join(held, mine["offset"] == held["_held"], "left_anti")
         rows = self.writer._decode(fresh, table, ids, keys).persist()
@@ -196,14 +231,23 @@ class Backfill:
             if count == 0 and not self.into:
                 return 0, taken
             raw = self._undecodable(rows) if count else 0
-            properties = {OPERATION: self.request.uid, OPERATION_ROWS: str(count),
-                          RANGE: f"{partition}:{lo}-{upto}",
-                          **({UNDECODABLE: str(raw)} if raw else {})}
+            properties = {
+                OPERATION: self.request.uid,
+                OPERATION_ROWS: str(count),
+                RANGE: f"{partition}:{lo}-{upto}",
+                **({UNDECODABLE: str(raw)} if raw else {}),
+            }
             if self.into:  # the offsets, as the job commits them (empty: they move on)
-                properties.update(summary_properties(
-                    self.config.writer, self.config.kafka.topic,
-                    merge_offsets(ledger.offsets, {partition: upto}), ledger.vtts,
-                    self.config.generation, 0))
+                properties.update(
+                    summary_properties(
+                        self.config.writer,
+                        self.config.kafka.topic,
+                        merge_offsets(ledger.offsets, {partition: upto}),
+                        ledger.vtts,
+                        self.config.generation,
+                        0,
+                    )
+                )
             if count:
                 committer.append(rows, base, lambda _: properties, tag=self.into)
             else:  # no file: the commit moves the offsets alone
@@ -228,11 +272,13 @@ class Backfill:
 
     def run(self) -> dict[str, Any]:
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        committed = last_commit(table, self.config.writer, self.config.kafka.topic,
-                                ref=self.config.table.ref).offsets
+        committed = last_commit(
+            table, self.config.writer, self.config.kafka.topic, ref=self.config.table.ref
+        ).offsets
         found, skipped = ranges(self.config, self.spec, committed, self.into)
-        log.info("backfill %s of %s: %s; left out: %s", self.request.name, self.table_ref,
-                 found, skipped)
+        log.info(
+            "backfill %s of %s: %s; left out: %s", self.request.name, self.table_ref, found, skipped
+        )
         size = self.spec.records_per_commit
         landed = elsewhere = 0
         for partition, (lo, hi) in sorted(found.items()):
@@ -241,28 +287,43 @@ class Backfill:
                 count, taken = self._chunk(partition, start, end)
                 landed += count
                 elsewhere += taken
-                log.info("backfill %s: partition %d offsets %d..%d: %d record(s) landed, %d "
-                         "held by the topic's other tables", self.request.name, partition,
-                         start, end, count, taken)
+                log.info(
+                    "backfill %s: partition %d offsets %d..%d: %d record(s) landed, %d "
+                    "held by the topic's other tables",
+                    self.request.name,
+                    partition,
+                    start,
+                    end,
+                    count,
+                    taken,
+                )
         table = self.writer.catalog.load_table(self.config.table.identifier)
         commits, rows = operation_commits(table, self.request.uid, self.config.table.ref)
-        raw = summed(operation_snapshots(table, self.request.uid, self.config.table.ref),
-                     UNDECODABLE)
-        return {**({"into": self.config.table.identifier} if self.into else {}),
-                "ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
-                "leftOut": {str(p): why for p, why in skipped.items()},
-                "landed": rows, "commits": commits,
-                **({"undecodable": raw} if raw else {}),
-                **({"deadLetterError": self.dead_letter_error}
-                   if self.dead_letter_error else {}),
-                **({"heldElsewhere": elsewhere} if self.top.routes and not self.into else {})}
+        raw = summed(
+            operation_snapshots(table, self.request.uid, self.config.table.ref), UNDECODABLE
+        )
+        return {
+            **({"into": self.config.table.identifier} if self.into else {}),
+            "ranges": {str(p): {"from": lo, "to": hi} for p, (lo, hi) in found.items()},
+            "leftOut": {str(p): why for p, why in skipped.items()},
+            "landed": rows,
+            "commits": commits,
+            **({"undecodable": raw} if raw else {}),
+            **({"deadLetterError": self.dead_letter_error} if self.dead_letter_error else {}),
+            **({"heldElsewhere": elsewhere} if self.top.routes and not self.into else {}),
+        }
 
 
-def run(spark: SparkSession, top: JobConfig, config: JobConfig, request: OperationRequest,
-        writer: TableWriter, source: str) -> dict[str, Any]:
+def run(
+    spark: SparkSession,
+    top: JobConfig,
+    config: JobConfig,
+    request: OperationRequest,
+    writer: TableWriter,
+    source: str,
+) -> dict[str, Any]:
     """Runs the backfill of ``source`` (one of ``top``'s tables) on ``config``'s table (that
     one, or a new one) and records its outcome on the table; returns the outcome."""
-    outcome = {"type": "Backfill",
-               **Backfill(spark, top, config, request, writer, source).run()}
+    outcome = {"type": "Backfill", **Backfill(spark, top, config, request, writer, source).run()}
     record_operation(writer.catalog.load_table(config.table.identifier), request.uid, outcome)
     return outcome

@@ -10,20 +10,23 @@ its ADLSFileIO; PyIceberg reads all three through :class:`floe_sparkapp.fileio.A
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 from urllib.parse import quote, urlparse
 
 from . import format_v3
-from .contract import CatalogSpec
 from .config import ConfigError
+from .contract import CatalogSpec
 
 SPARK_TYPES = {"rest": "rest"}
 # Iceberg's FileIO for a warehouse's scheme (Spark's side).
-FILE_IOS = {"s3": "org.apache.iceberg.aws.s3.S3FileIO",
-            "s3a": "org.apache.iceberg.aws.s3.S3FileIO",
-            "gs": "org.apache.iceberg.gcp.gcs.GCSFileIO",
-            "abfs": "org.apache.iceberg.azure.adlsv2.ADLSFileIO",
-            "abfss": "org.apache.iceberg.azure.adlsv2.ADLSFileIO"}
+FILE_IOS = {
+    "s3": "org.apache.iceberg.aws.s3.S3FileIO",
+    "s3a": "org.apache.iceberg.aws.s3.S3FileIO",
+    "gs": "org.apache.iceberg.gcp.gcs.GCSFileIO",
+    "abfs": "org.apache.iceberg.azure.adlsv2.ADLSFileIO",
+    "abfss": "org.apache.iceberg.azure.adlsv2.ADLSFileIO",
+}
 # Iceberg's ADLS settings: an account's endpoint (keyed by the account's host, as in a
 # location's container@host), and a shared key.
 ADLS_ENDPOINT_PREFIX = "adls.connection-string."
@@ -73,8 +76,10 @@ def sqlalchemy_uri(jdbc_uri: str, props: dict[str, str]) -> str:
         if user:
             auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
         return f"postgresql+psycopg2://{auth}{rest.removeprefix('postgresql://')}"
-    raise ConfigError(f"catalog uri {jdbc_uri!r}: only jdbc:sqlite: and jdbc:postgresql:// "
-                      "databases are supported for the sql catalog")
+    raise ConfigError(
+        f"catalog uri {jdbc_uri!r}: only jdbc:sqlite: and jdbc:postgresql:// "
+        "databases are supported for the sql catalog"
+    )
 
 
 def spark_conf(catalog: CatalogSpec) -> dict[str, str]:
@@ -98,12 +103,19 @@ def spark_conf(catalog: CatalogSpec) -> dict[str, str]:
 
 
 # Spark's checkpoints go through Hadoop's S3A; the catalog's S3 settings, by their S3A names.
-S3A_OPTIONS = {"s3.endpoint": "endpoint", "s3.path-style-access": "path.style.access",
-               "s3.access-key-id": "access.key", "s3.secret-access-key": "secret.key",
-               "s3.session-token": "session.token", "client.region": "endpoint.region"}
+S3A_OPTIONS = {
+    "s3.endpoint": "endpoint",
+    "s3.path-style-access": "path.style.access",
+    "s3.access-key-id": "access.key",
+    "s3.secret-access-key": "secret.key",
+    "s3.session-token": "session.token",
+    "client.region": "endpoint.region",
+}
 
 
-def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset()) -> dict[str, str]:
+def s3a_conf(
+    catalog: CatalogSpec, location: str, given: AbstractSet[str] = frozenset()
+) -> dict[str, str]:
     """Hadoop S3A settings for a checkpoint ``location`` in the warehouse's bucket: the catalog's
     endpoint, path style, keys and region, for that bucket alone (``fs.s3a.bucket.<b>.*``), so
     the checkpoint is written where and as the table is. A key the user set in ``given``
@@ -111,8 +123,11 @@ def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset())
     catalog without S3 keys (the pods' own identity), gets nothing."""
     warehouse = catalog.warehouse or ""
     bucket = location.removeprefix("s3a://").split("/", 1)[0]
-    if not location.startswith("s3a://") or not warehouse.startswith(("s3://", "s3a://")) or (
-            warehouse.split("://", 1)[1].split("/", 1)[0] != bucket):
+    if (
+        not location.startswith("s3a://")
+        or not warehouse.startswith(("s3://", "s3a://"))
+        or (warehouse.split("://", 1)[1].split("/", 1)[0] != bucket)
+    ):
         return {}
     props = catalog.properties
     conf = {}
@@ -122,7 +137,8 @@ def s3a_conf(catalog: CatalogSpec, location: str, given: set[str] = frozenset())
             conf[scoped] = props[prop]
     if conf.get(f"spark.hadoop.fs.s3a.bucket.{bucket}.session.token"):
         conf[f"spark.hadoop.fs.s3a.bucket.{bucket}.aws.credentials.provider"] = (
-            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        )
     return conf
 
 

@@ -47,39 +47,60 @@ def row_of_envelope(envelope: MappedValue) -> MappedValue:
         raise AvroMappingError(
             f"mode cdc reads Debezium change events, and the schema has no "
             f"{', '.join(missing)} field(s) (it has {', '.join(names) or 'none'}): register "
-            "the connector's envelope schema for the topic, or use mode upsert or append")
+            "the connector's envelope schema for the topic, or use mode upsert or append"
+        )
     after = names["after"].field_type
     if not isinstance(after, StructType):
-        raise AvroMappingError(f"mode cdc: the envelope's after field is a {after}, not a row "
-                               "(a record)")
-    inside = tuple(f[len("after."):] for f in envelope.recursive_fields if f.startswith("after."))
+        raise AvroMappingError(
+            f"mode cdc: the envelope's after field is a {after}, not a row (a record)"
+        )
+    inside = tuple(f[len("after.") :] for f in envelope.recursive_fields if f.startswith("after."))
     return replace(envelope, struct=after, recursive_fields=inside)
 
 
 def lineage_struct() -> StructType:
     """The ``cdc`` column: where a row's last change came from."""
     return StructType(
-        NestedField(201, "op", StringType(), required=False,
-                    doc="c create, r snapshot read, u update (d deletes the row)"),
-        NestedField(202, "ts", TimestamptzType(), required=False,
-                    doc="when the connector processed the change (the envelope's ts_ms)"),
-        NestedField(203, "source", MapType(204, StringType(), 205, StringType(),
-                                           value_required=False), required=False,
-                    doc="the envelope's source block, each field as text (db, table, lsn, ...)"),
+        NestedField(
+            201,
+            "op",
+            StringType(),
+            required=False,
+            doc="c create, r snapshot read, u update (d deletes the row)",
+        ),
+        NestedField(
+            202,
+            "ts",
+            TimestamptzType(),
+            required=False,
+            doc="when the connector processed the change (the envelope's ts_ms)",
+        ),
+        NestedField(
+            203,
+            "source",
+            MapType(204, StringType(), 205, StringType(), value_required=False),
+            required=False,
+            doc="the envelope's source block, each field as text (db, table, lsn, ...)",
+        ),
     )
 
 
 # --- Spark --------------------------------------------------------------------------------------
 
+
 def envelope_type(value_type: Any) -> Any:
     """The Spark type envelopes are decoded into, for a table whose rows are ``value_type``."""
     from pyspark.sql import types as T
 
-    return T.StructType([
-        T.StructField("before", value_type), T.StructField("after", value_type),
-        T.StructField("op", T.StringType()), T.StructField("ts_ms", T.LongType()),
-        T.StructField("source", T.MapType(T.StringType(), T.StringType())),
-    ])
+    return T.StructType(
+        [
+            T.StructField("before", value_type),
+            T.StructField("after", value_type),
+            T.StructField("op", T.StringType()),
+            T.StructField("ts_ms", T.LongType()),
+            T.StructField("source", T.MapType(T.StringType(), T.StringType())),
+        ]
+    )
 
 
 def json_type(value_type: Any) -> Any:
@@ -93,17 +114,23 @@ def json_type(value_type: Any) -> Any:
 def unwrap_json(parsed: Any) -> Any:
     from pyspark.sql import functions as F
 
-    bare = F.struct(*[parsed.getField(n).alias(n)
-                      for n in ("before", "after", "op", "ts_ms", "source")])
-    return (F.when(parsed.isNull(), F.lit(None))
-            .when(parsed.getField("payload").isNotNull(), parsed.getField("payload"))
-            .otherwise(bare))
+    bare = F.struct(
+        *[parsed.getField(n).alias(n) for n in ("before", "after", "op", "ts_ms", "source")]
+    )
+    return (
+        F.when(parsed.isNull(), F.lit(None))
+        .when(parsed.getField("payload").isNotNull(), parsed.getField("payload"))
+        .otherwise(bare)
+    )
 
 
 def envelope_routes(routes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """Routes of the row's fields (``value.x``) as fields of both images of the envelope."""
-    return tuple((f"value.{image}{path[len('value'):]}", column)
-                 for path, column in routes for image in ("before", "after"))
+    return tuple(
+        (f"value.{image}{path[len('value') :]}", column)
+        for path, column in routes
+        for image in ("before", "after")
+    )
 
 
 def change_rows(df: Any, key_columns: tuple[str, ...]) -> Any:
@@ -124,22 +151,40 @@ def change_rows(df: Any, key_columns: tuple[str, ...]) -> Any:
     problem = (
         F.when(envelope.isNull(), F.lit(None))
         .when(op.isNull(), F.lit("not a Debezium change event: the value has no op"))
-        .when(op == "t", F.lit("a truncate event (op t) is not applied: delete the rows "
-                               "with a query, or recreate the table from a snapshot"))
-        .when(~op.isin(*OPS), F.format_string(
-            "op %s is not a row change (c, r, u or d)", op))
-        .when((op != "d") & after.isNull(),
-              F.format_string("a change with op %s but no after image", op))
-        .when((op == "d") & unkeyed_delete, F.lit(why)))
+        .when(
+            op == "t",
+            F.lit(
+                "a truncate event (op t) is not applied: delete the rows "
+                "with a query, or recreate the table from a snapshot"
+            ),
+        )
+        .when(~op.isin(*OPS), F.format_string("op %s is not a row change (c, r, u or d)", op))
+        .when(
+            (op != "d") & after.isNull(),
+            F.format_string("a change with op %s but no after image", op),
+        )
+        .when((op == "d") & unkeyed_delete, F.lit(why))
+    )
     checked = df.withColumn("_cdc_problem", problem)
     fine = envelope.isNotNull() & F.col("_cdc_problem").isNull()
-    return (checked
-            .withColumn("value_error", F.coalesce(F.col("value_error"), F.col("_cdc_problem")))
-            .withColumn("value_raw", F.when(F.col("_cdc_problem").isNotNull(), F.col("value"))
-                        .otherwise(F.col("value_raw")))
-            .withColumn("_cdc", F.when(fine, F.struct(
-                op.alias("op"), F.timestamp_millis(envelope.getField("ts_ms")).alias("ts"),
-                envelope.getField("source").alias("source"))))
-            .withColumn("_floe_before", F.when(fine & (op == "d"), before))
-            .withColumn("_value", F.when(fine & (op != "d"), after))
-            .drop("_cdc_problem"))
+    return (
+        checked.withColumn("value_error", F.coalesce(F.col("value_error"), F.col("_cdc_problem")))
+        .withColumn(
+            "value_raw",
+            F.when(F.col("_cdc_problem").isNotNull(), F.col("value")).otherwise(F.col("value_raw")),
+        )
+        .withColumn(
+            "_cdc",
+            F.when(
+                fine,
+                F.struct(
+                    op.alias("op"),
+                    F.timestamp_millis(envelope.getField("ts_ms")).alias("ts"),
+                    envelope.getField("source").alias("source"),
+                ),
+            ),
+        )
+        .withColumn("_floe_before", F.when(fine & (op == "d"), before))
+        .withColumn("_value", F.when(fine & (op != "d"), after))
+        .drop("_cdc_problem")
+    )

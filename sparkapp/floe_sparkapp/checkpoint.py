@@ -43,8 +43,11 @@ def _batch_ids(spark: Any, location: str) -> list[int]:
     fs, path = _fs(spark, location)
     if not fs.exists(path):
         return []
-    return sorted(int(status.getPath().getName()) for status in fs.listStatus(path)
-                  if status.getPath().getName().isdigit())
+    return sorted(
+        int(status.getPath().getName())
+        for status in fs.listStatus(path)
+        if status.getPath().getName().isdigit()
+    )
 
 
 def parse_offset_log(text: str, topic: str) -> Offsets | None:
@@ -114,8 +117,9 @@ def ahead_of(start: Offsets, table: Offsets, floor: Offsets | None = None) -> li
         if expected is None and floor is not None:
             expected, source = floor.get(partition), "Kafka's earliest offset"
         if expected is not None and offset > expected:
-            ahead.append(f"partition {partition}: the checkpoint is at {offset}, {source} is "
-                         f"{expected}")
+            ahead.append(
+                f"partition {partition}: the checkpoint is at {offset}, {source} is {expected}"
+            )
     return ahead
 
 

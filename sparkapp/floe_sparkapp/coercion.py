@@ -19,17 +19,37 @@ and why in ``value_error``, its bytes kept in ``value_raw``: the record is not k
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType,
-                             FloatType, IcebergType, IntegerType, LongType, NestedField,
-                             StringType, StructType, TimestamptzType)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
 
 DECIMAL = re.compile(r"^decimal\((\d+), ?(\d+)\)$")
 SIMPLE: dict[str, IcebergType] = {
-    "int": IntegerType(), "long": LongType(), "float": FloatType(), "double": DoubleType(),
-    "timestamp": TimestamptzType(), "binary": BinaryType(), "string": StringType(),
-    "boolean": BooleanType(), "date": DateType()}
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "timestamp": TimestamptzType(),
+    "binary": BinaryType(),
+    "string": StringType(),
+    "boolean": BooleanType(),
+    "date": DateType(),
+}
 
 
 def iceberg_type(to: str) -> IcebergType:
@@ -39,8 +59,9 @@ def iceberg_type(to: str) -> IcebergType:
     return SIMPLE[to]
 
 
-def coerced_struct(struct: StructType, coerce: Mapping[str, str], path: str = "value"
-                   ) -> StructType:
+def coerced_struct(
+    struct: StructType, coerce: Mapping[str, str], path: str = "value"
+) -> StructType:
     """``struct`` (a writer's value, mapped) with each coerced scalar field of the declared
     type, optional; a field the struct lacks, or that is not a scalar, is left as it is."""
     if not any(p.startswith(path + ".") for p in coerce):
@@ -50,16 +71,17 @@ def coerced_struct(struct: StructType, coerce: Mapping[str, str], path: str = "v
         at = f"{path}.{f.name}"
         kind = f.field_type
         if at in coerce and kind.is_primitive:
-            f = NestedField(f.field_id, f.name, iceberg_type(coerce[at]), required=False,
-                            doc=f.doc)
+            f = NestedField(f.field_id, f.name, iceberg_type(coerce[at]), required=False, doc=f.doc)
         elif isinstance(kind, StructType):
-            f = NestedField(f.field_id, f.name, coerced_struct(kind, coerce, at),
-                            required=f.required, doc=f.doc)
+            f = NestedField(
+                f.field_id, f.name, coerced_struct(kind, coerce, at), required=f.required, doc=f.doc
+            )
         fields.append(f)
     return StructType(*fields)
 
 
 # --- Spark --------------------------------------------------------------------------------------
+
 
 def as_text(kind: Any, coerce: Mapping[str, str], path: str = "value") -> Any:
     """A Spark struct type with each coerced scalar field as text: how plain JSON is parsed
@@ -92,9 +114,9 @@ def convert(col: Any, source: Any, target: Any) -> Any:
     if isinstance(target, T.TimestampType):
         if text:
             trimmed = F.trim(col)
-            return F.when(trimmed.rlike(r"^-?[0-9]{1,18}$"),
-                          F.timestamp_millis(trimmed.try_cast("long"))
-                          ).otherwise(trimmed.try_cast(target))
+            return F.when(
+                trimmed.rlike(r"^-?[0-9]{1,18}$"), F.timestamp_millis(trimmed.try_cast("long"))
+            ).otherwise(trimmed.try_cast(target))
         if isinstance(source, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
             return F.timestamp_millis(col.cast("long"))
         if isinstance(source, (T.FloatType, T.DoubleType, T.DecimalType)):
@@ -104,12 +126,21 @@ def convert(col: Any, source: Any, target: Any) -> Any:
     if isinstance(target, T.BinaryType):
         if text:
             return F.try_to_binary(col, F.lit("base64"))
-        return col.try_cast(target) if isinstance(source, T.BinaryType) else F.lit(None).cast(
-            target)
+        return (
+            col.try_cast(target) if isinstance(source, T.BinaryType) else F.lit(None).cast(target)
+        )
     if text:
         return F.trim(col).try_cast(target)
-    numeric = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
-               T.DecimalType, T.BooleanType)
+    numeric = (
+        T.ByteType,
+        T.ShortType,
+        T.IntegerType,
+        T.LongType,
+        T.FloatType,
+        T.DoubleType,
+        T.DecimalType,
+        T.BooleanType,
+    )
     if isinstance(source, numeric) and isinstance(target, (*numeric, T.StringType)):
         return col.try_cast(target)
     return F.trim(col.cast("string")).try_cast(target)  # e.g. a date: as its text
@@ -120,8 +151,9 @@ def note(col: Any, converted: Any, field: str, to: str) -> Any:
     from pyspark.sql import functions as F
 
     shown = F.substring(col.cast("string"), 1, 64)
-    return F.when(col.isNotNull() & converted.isNull(),
-                  F.format_string(f"{field}: '%s' is not a {to}", shown))
+    return F.when(
+        col.isNotNull() & converted.isNull(), F.format_string(f"{field}: '%s' is not a {to}", shown)
+    )
 
 
 def noted(col: Any, source: Any, target: Any, coerce: Mapping[str, str]) -> Any:
@@ -133,18 +165,24 @@ def noted(col: Any, source: Any, target: Any, coerce: Mapping[str, str]) -> Any:
     if not found:
         return None
     joined = F.concat_ws("; ", *found)
-    return F.when(joined != F.lit(""), F.concat(
-        F.lit("coercion: null in the row for "), joined,
-        F.lit(" (the full value is in value_raw)")))
+    return F.when(
+        joined != F.lit(""),
+        F.concat(
+            F.lit("coercion: null in the row for "),
+            joined,
+            F.lit(" (the full value is in value_raw)"),
+        ),
+    )
 
 
-def notes(col: Any, source: Any, target: Any, coerce: Mapping[str, str],
-          path: str = "value") -> list[Any]:
+def notes(
+    col: Any, source: Any, target: Any, coerce: Mapping[str, str], path: str = "value"
+) -> list[Any]:
     """The notes of every coerced field of a value ``col`` (of Spark type ``source``, landing
     as ``target``) that could not be converted."""
     from pyspark.sql import types as T
 
-    found = []
+    found: list[Any] = []
     if not isinstance(source, T.StructType) or not isinstance(target, T.StructType):
         return found
     present = {f.name: f.dataType for f in source.fields}
@@ -154,8 +192,14 @@ def notes(col: Any, source: Any, target: Any, coerce: Mapping[str, str],
             continue
         inner = col.getField(f.name)
         if at in coerce:
-            found.append(note(inner, convert(inner, present[f.name], f.dataType),
-                              at[len("value."):], coerce[at]))
+            found.append(
+                note(
+                    inner,
+                    convert(inner, present[f.name], f.dataType),
+                    at[len("value.") :],
+                    coerce[at],
+                )
+            )
         elif any(p.startswith(at + ".") for p in coerce):
             found.extend(notes(inner, present[f.name], f.dataType, coerce, at))
     return found

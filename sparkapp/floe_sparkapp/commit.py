@@ -53,13 +53,14 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from . import metrics
 from .jvm_udf import java
-from .steps import step
 from .ledger import MAIN, OFFSETS, OFFSETS_TAG_PREFIX, branch_prefix, held_since, offsets_tag
+from .steps import step
 
 log = logging.getLogger("floe.commit")
 T = TypeVar("T")
@@ -88,8 +89,9 @@ def sweep_branches(table: Any, writer: str) -> list[str]:
     starts, before its first batch: none of them is in flight then, but a zombie's, which may
     not commit anyway.  Returns what it dropped."""
     prefix = branch_prefix(writer)
-    stale = sorted(name for name in table.refs()
-                   if name.startswith(prefix) or _UNNAMED_BRANCH.fullmatch(name))
+    stale = sorted(
+        name for name in table.refs() if name.startswith(prefix) or _UNNAMED_BRANCH.fullmatch(name)
+    )
     if stale:
         with table.manage_snapshots() as refs:
             for name in stale:
@@ -106,16 +108,22 @@ def _table_cache(spark: Any) -> Any:
     """Iceberg's ``SparkTableCache.get()``, through reflection: py4j cannot call a static
     method that shares its name with an instance method (``get(String)``)."""
     gateway = spark.sparkContext._gateway
-    cls = java("java.lang.Thread", spark._jvm).currentThread().getContextClassLoader() \
+    cls = (
+        java("java.lang.Thread", spark._jvm)
+        .currentThread()
+        .getContextClassLoader()
         .loadClass("org.apache.iceberg.spark.SparkTableCache")
+    )
     method = cls.getMethod("get", gateway.new_array(java("java.lang.Class", spark._jvm), 0))
     return method.invoke(None, gateway.new_array(java("java.lang.Object", spark._jvm), 0))
 
 
 def _metadata_classes(spark: Any) -> tuple[Any, Any]:
     """Iceberg's ``TableMetadata`` and ``SnapshotRef`` (Java)."""
-    return (java("org.apache.iceberg.TableMetadata", spark._jvm),
-            java("org.apache.iceberg.SnapshotRef", spark._jvm))
+    return (
+        java("org.apache.iceberg.TableMetadata", spark._jvm),
+        java("org.apache.iceberg.SnapshotRef", spark._jvm),
+    )
 
 
 def _kafka_order_id(table: Any) -> int | None:
@@ -126,9 +134,11 @@ def _kafka_order_id(table: Any) -> int | None:
     wanted = [schema.findField(name).fieldId() for name in ("kafka.partition", "kafka.offset")]
     fields = list(order.fields())
     if [f.sourceId() for f in fields] != wanted or not all(
-            f.transform().isIdentity() and f.direction().toString() == "ASC" for f in fields):
+        f.transform().isIdentity() and f.direction().toString() == "ASC" for f in fields
+    ):
         return None
-    return order.orderId()
+    order_id: int = order.orderId()
+    return order_id
 
 
 def _ref_times(metadata: Any) -> list[tuple[str, int | None]]:
@@ -140,7 +150,7 @@ def _ref_times(metadata: Any) -> list[tuple[str, int | None]]:
     return found
 
 
-def _ref_at(metadata: Any, snapshot_id: int, ref: str = MAIN) -> Any:
+def _ref_at(metadata: Any, snapshot_id: int | None, ref: str = MAIN) -> Any:
     """Branch ``ref``'s ref in the table's (Java) metadata, which must still be at
     ``snapshot_id``; None for a branch not made yet, which is made where ``main`` is, so
     ``main`` must be there."""
@@ -149,13 +159,16 @@ def _ref_at(metadata: Any, snapshot_id: int, ref: str = MAIN) -> Any:
         _ref_at(metadata, snapshot_id)
         return None
     if found is None or found.snapshotId() != snapshot_id:
-        raise CommitConflict(f"{ref} moved from snapshot {snapshot_id} to "
-                             f"{None if found is None else found.snapshotId()} during the batch")
+        raise CommitConflict(
+            f"{ref} moved from snapshot {snapshot_id} to "
+            f"{None if found is None else found.snapshotId()} during the batch"
+        )
     return found
 
 
-def _moved_by_others(metadata: Any, snapshot_id: int, ref: str = MAIN,
-                     limit: int = 10_000) -> None:
+def _moved_by_others(
+    metadata: Any, snapshot_id: int | None, ref: str = MAIN, limit: int = 10_000
+) -> None:
     """Checks that branch ``ref`` is at ``snapshot_id``, or moved from there only by
     snapshots that are not floe commits (a compaction, a manifest rewrite, a repair's or a
     backfill's chunk: none adds a record at or above the offsets the batch was read from), so
@@ -170,8 +183,10 @@ def _moved_by_others(metadata: Any, snapshot_id: int, ref: str = MAIN,
             break
         parent = snapshot.parentId()
         current = None if parent is None else int(parent)
-    raise CommitConflict(f"{ref} moved from snapshot {snapshot_id} to {_head_id(metadata, ref)} "
-                         "during the batch, by a floe commit or a roll back")
+    raise CommitConflict(
+        f"{ref} moved from snapshot {snapshot_id} to {_head_id(metadata, ref)} "
+        "during the batch, by a floe commit or a roll back"
+    )
 
 
 def _head_id(metadata: Any, ref: str = MAIN) -> int | None:
@@ -183,8 +198,13 @@ def _head_id(metadata: Any, ref: str = MAIN) -> int | None:
     return None if found is None else int(found.snapshotId())
 
 
-def _landed(metadata: Any, snapshot_ids: set[int], base_snapshot_id: int,
-            limit: int = 10_000, ref: str = MAIN) -> int | None:
+def _landed(
+    metadata: Any,
+    snapshot_ids: set[int],
+    base_snapshot_id: int | None,
+    limit: int = 10_000,
+    ref: str = MAIN,
+) -> int | None:
     """Which of ``snapshot_ids`` is in branch ``ref``'s ancestry above ``base_snapshot_id``,
     in the table's (Java) metadata; None when none is."""
     current = _head_id(metadata, ref)
@@ -199,8 +219,9 @@ def _landed(metadata: Any, snapshot_ids: set[int], base_snapshot_id: int,
     return None
 
 
-def _between(metadata: Any, head: int, base_snapshot_id: int,
-             limit: int = 10_000) -> set[int] | None:
+def _between(
+    metadata: Any, head: int, base_snapshot_id: int, limit: int = 10_000
+) -> set[int] | None:
     """The snapshots from ``head`` down to ``base_snapshot_id`` (not included) in the table's
     (Java) metadata; None when ``head``'s ancestry does not reach it."""
     found: set[int] = set()
@@ -247,8 +268,11 @@ class Staged:
             lower, upper = data_file.lowerBounds(), data_file.upperBounds()
             if lower is None or upper is None:
                 return None
-            low, high, latest = (lower.get(partition_id), upper.get(partition_id),
-                                 upper.get(timestamp_id))
+            low, high, latest = (
+                lower.get(partition_id),
+                upper.get(partition_id),
+                upper.get(timestamp_id),
+            )
             if low is None or high is None or latest is None:
                 return None
             partition = int(read(types.IntegerType.get(), low))
@@ -277,8 +301,9 @@ class BranchCommitter:
     def table_ref(self) -> str:
         return f"{self.catalog_name}.{self.identifier}"
 
-    def commit(self, rows: Any, base_snapshot_id: int, properties: dict[str, str],
-               upsert: Any = None) -> dict[str, float]:
+    def commit(
+        self, rows: Any, base_snapshot_id: int, properties: dict[str, str], upsert: Any = None
+    ) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` (or, with an
         :class:`~floe_sparkapp.upsert.Upsert`, changes the rows their keys name) and moves
         ``main`` there, or raises CommitConflict when ``main`` is no longer at
@@ -294,14 +319,17 @@ class BranchCommitter:
         started = time.monotonic()
         write_seconds = 0.0
         try:
-            self._sql(f"ALTER TABLE {self.table_ref} CREATE BRANCH `{branch}` "
-                      f"AS OF VERSION {base_snapshot_id}")
+            self._sql(
+                f"ALTER TABLE {self.table_ref} CREATE BRANCH `{branch}` "
+                f"AS OF VERSION {base_snapshot_id}"
+            )
             created = True
             target = f"{self.table_ref}.branch_{branch}"
             write_started = time.monotonic()
             if upsert is not None:
-                applied = upsert.apply(rows, target, properties,
-                                       changed=lambda: made.append(self._head(branch)))
+                applied = upsert.apply(
+                    rows, target, properties, changed=lambda: made.append(self._head(branch))
+                )
             else:
                 writer = rows.writeTo(target)
                 for key, value in properties.items():
@@ -320,16 +348,24 @@ class BranchCommitter:
         finally:
             if created and not merged:
                 self._drop(branch)
-        outcome = {"write_seconds": write_seconds,
-                   "commit_seconds": time.monotonic() - started - write_seconds}
+        outcome = {
+            "write_seconds": write_seconds,
+            "commit_seconds": time.monotonic() - started - write_seconds,
+        }
         if upsert is not None:
             outcome["applied"] = applied
         return outcome
 
-    def append(self, rows: Any, base_snapshot_id: int,
-               summary: Callable[[Staged], dict[str, str]], tag: bool = True,
-               tasks: int | None = None, rebase: bool = False,
-               table: Any = None) -> dict[str, float]:
+    def append(
+        self,
+        rows: Any,
+        base_snapshot_id: int,
+        summary: Callable[[Staged], dict[str, str]],
+        tag: bool = True,
+        tasks: int | None = None,
+        rebase: bool = False,
+        table: Any = None,
+    ) -> dict[str, float]:
         """Appends ``rows`` on top of ``base_snapshot_id`` in one pass over them: their files are
         written (:meth:`stage`, by ``tasks``, into ``table``), then ``summary`` makes the
         snapshot's summary from them (it may raise to send the batch back: the files are
@@ -355,8 +391,10 @@ class BranchCommitter:
         except Exception:  # main moved on without the batch, or nothing reached the catalog
             self.discard(staged)
             raise
-        return {"write_seconds": write_seconds,
-                "commit_seconds": time.monotonic() - started - write_seconds}
+        return {
+            "write_seconds": write_seconds,
+            "commit_seconds": time.monotonic() - started - write_seconds,
+        }
 
     def load(self) -> Any:
         """The table (its ref) through Iceberg's Java API, as the catalog has it now."""
@@ -369,7 +407,8 @@ class BranchCommitter:
         from pyspark.sql.types import StructType
 
         converted = java("org.apache.iceberg.spark.SparkSchemaUtil", self.spark._jvm).convert(
-            table.schema())
+            table.schema()
+        )
         return StructType.fromJson(json.loads(converted.json()))
 
     def _iceberg_table(self) -> Any:
@@ -377,8 +416,9 @@ class BranchCommitter:
         # The catalogs are the active session's: a thread other than the one that made the
         # session (the job's start, run in a thread) has none until it is made active there.
         java("org.apache.spark.sql.SparkSession", jvm).setActiveSession(session)
-        return java("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(session,
-                                                                             self.table_ref)
+        return java("org.apache.iceberg.spark.Spark3Util", jvm).loadIcebergTable(
+            session, self.table_ref
+        )
 
     def stage(self, rows: Any, tasks: int | None = None, table: Any = None) -> Staged:
         """Step 3 of an append: writes ``rows``' data files (the table's format, sort order and
@@ -399,8 +439,13 @@ class BranchCommitter:
         if table.operations().current().formatVersion() >= 3:  # row lineage: new rows have none
             from pyspark.sql import functions as F
 
-            rows = rows.select("*", *[F.lit(None).cast("long").alias(name) for name in
-                                      ("_row_id", "_last_updated_sequence_number")])
+            rows = rows.select(
+                "*",
+                *[
+                    F.lit(None).cast("long").alias(name)
+                    for name in ("_row_id", "_last_updated_sequence_number")
+                ],
+            )
         order = _kafka_order_id(table)
         if tasks is not None:
             rows = rows.coalesce(tasks)
@@ -411,8 +456,9 @@ class BranchCommitter:
             # Each task reads one Kafka partition's offsets in order, and decoding keeps that
             # order: the files are in the table's order without Spark sorting them again.
             # (Without an ordering Iceberg writes one file per table partition a task meets.)
-            write = write.option("use-table-distribution-and-ordering", "false") \
-                         .option("output-sort-order-id", str(order))
+            write = write.option("use-table-distribution-and-ordering", "false").option(
+                "output-sort-order-id", str(order)
+            )
         cache.add(file_set, table)
         try:
             write.save(file_set)
@@ -430,11 +476,21 @@ class BranchCommitter:
             try:
                 io.deleteFile(data_file.location())
             except Exception as error:  # noqa: BLE001
-                log.warning("could not delete uncommitted file %s: %s", data_file.location(),
-                            str(error).splitlines()[0][:300])
+                log.warning(
+                    "could not delete uncommitted file %s: %s",
+                    data_file.location(),
+                    str(error).splitlines()[0][:300],
+                )
 
-    def publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
-                attempts: int = 5, tag: bool = True, rebase: bool = False) -> None:
+    def publish(
+        self,
+        staged: Staged,
+        base_snapshot_id: int | None,
+        properties: dict[str, str],
+        attempts: int = 5,
+        tag: bool = True,
+        rebase: bool = False,
+    ) -> None:
         """Step 4 of an append: one metadata commit that adds a snapshot appending the staged
         files on top of ``base_snapshot_id`` with ``properties`` in its summary, makes it
         ``main``'s head and moves the writer's tag there; a compare-and-set, as
@@ -451,20 +507,30 @@ class BranchCommitter:
             self._publish(staged, base_snapshot_id, properties, attempts, tried, tag, rebase)
         except (CommitConflict, CommitUnknown):
             raise
-        except Exception as error:  # noqa: BLE001 - after a commit was sent, it may land
+        except Exception as error:  # after a commit was sent, it may land
             if tried:
-                raise CommitUnknown(f"the batch's commit was sent, then: {_first_line(error)}"
-                                    ) from error
+                raise CommitUnknown(
+                    f"the batch's commit was sent, then: {_first_line(error)}"
+                ) from error
             raise
 
-    def publish_summary(self, base_snapshot_id: int | None, properties: dict[str, str],
-                        tag: bool = True) -> None:
+    def publish_summary(
+        self, base_snapshot_id: int | None, properties: dict[str, str], tag: bool = True
+    ) -> None:
         """A commit without files on top of ``base_snapshot_id``: only its summary, such as
         offsets that move on with no record to land (:meth:`publish`, as there)."""
         self.publish(Staged(self._iceberg_table(), []), base_snapshot_id, properties, tag=tag)
 
-    def _publish(self, staged: Staged, base_snapshot_id: int, properties: dict[str, str],
-                 attempts: int, tried: set[int], tag: bool = True, rebase: bool = False) -> None:
+    def _publish(
+        self,
+        staged: Staged,
+        base_snapshot_id: int | None,
+        properties: dict[str, str],
+        attempts: int,
+        tried: set[int],
+        tag: bool = True,
+        rebase: bool = False,
+    ) -> None:
         TableMetadata, _ = _metadata_classes(self.spark)  # noqa: N806
         table = staged.table
         operations = table.operations()
@@ -496,17 +562,24 @@ class BranchCommitter:
                 last_error = error
                 if self._outcome(operations, tried, base_snapshot_id, error):
                     return
-        raise CommitUnknown(f"the batch's commit failed {attempts} times, the last with: "
-                            f"{_first_line(last_error)}") if last_error is not None and \
-            not is_conflict(last_error) else CommitConflict(
-                f"the table kept changing while committing the batch ({attempts} attempts)")
+        raise (
+            CommitUnknown(
+                f"the batch's commit failed {attempts} times, the last with: "
+                f"{_first_line(last_error)}"
+            )
+            if last_error is not None and not is_conflict(last_error)
+            else CommitConflict(
+                f"the table kept changing while committing the batch ({attempts} attempts)"
+            )
+        )
 
     def _commit_metadata(self, operations: Any, base: Any, metadata: Any) -> None:
         """The catalog's compare-and-set from ``base`` to ``metadata``."""
         operations.commit(base, metadata)
 
-    def _outcome(self, operations: Any, tried: set[int], base_snapshot_id: int,
-                 error: Exception) -> bool:
+    def _outcome(
+        self, operations: Any, tried: set[int], base_snapshot_id: int | None, error: Exception
+    ) -> bool:
         """After a commit raised ``error``: whether one of the ``tried`` snapshots is in
         ``main``'s ancestry all the same (the catalog applied it and its reply was lost).
         Looks a few times, as a commit in flight may land a moment later; raises
@@ -522,16 +595,26 @@ class BranchCommitter:
                 continue
             unreadable = None
             if landed is not None:
-                log.warning("%s: the catalog reported the commit failed (%s), but its snapshot "
-                            "%d is on %s: it landed", self.table_ref, _first_line(error),
-                            landed, self.ref)
+                log.warning(
+                    "%s: the catalog reported the commit failed (%s), but its snapshot "
+                    "%d is on %s: it landed",
+                    self.table_ref,
+                    _first_line(error),
+                    landed,
+                    self.ref,
+                )
                 return True
         if unreadable is not None:
-            raise CommitUnknown(f"the commit of a batch to {self.table_ref} failed "
-                                f"({_first_line(error)}) and the table could not be read to "
-                                f"see whether it landed ({_first_line(unreadable)})")
-        log.info("%s: commit failed and did not land (%s): trying again", self.table_ref,
-                 _first_line(error))
+            raise CommitUnknown(
+                f"the commit of a batch to {self.table_ref} failed "
+                f"({_first_line(error)}) and the table could not be read to "
+                f"see whether it landed ({_first_line(unreadable)})"
+            )
+        log.info(
+            "%s: commit failed and did not land (%s): trying again",
+            self.table_ref,
+            _first_line(error),
+        )
         return False
 
     def _tag(self, base: Any, builder: Any, head: int) -> Any:
@@ -540,8 +623,11 @@ class BranchCommitter:
         _, SnapshotRef = _metadata_classes(self.spark)  # noqa: N806
         tag = offsets_tag(self.writer)
         old_tag = base.ref(tag)
-        new_tag = (SnapshotRef.tagBuilder(head) if old_tag is None
-                   else SnapshotRef.builderFrom(old_tag, head)).build()
+        new_tag = (
+            SnapshotRef.tagBuilder(head)
+            if old_tag is None
+            else SnapshotRef.builderFrom(old_tag, head)
+        ).build()
         builder = builder.setRef(tag, new_tag)
         for name in base.refs().keySet().toArray():
             if str(name).startswith(OFFSETS_TAG_PREFIX) and str(name) != tag:
@@ -553,8 +639,9 @@ class BranchCommitter:
         found = self._iceberg_table().operations().refresh().ref(branch)
         return None if found is None else int(found.snapshotId())
 
-    def _merge(self, branch: str, base_snapshot_id: int, made: Sequence[int | None] = (),
-               attempts: int = 5) -> None:
+    def _merge(
+        self, branch: str, base_snapshot_id: int, made: Sequence[int | None] = (), attempts: int = 5
+    ) -> None:
         """Step 4: one metadata commit that moves ``main`` from ``base_snapshot_id`` to the
         branch's head, moves the writer's tag there and drops the branch.
 
@@ -573,39 +660,50 @@ class BranchCommitter:
         metadata = operations.refresh()
         found = metadata.ref(branch)
         if found is None:
-            raise CommitConflict(f"the batch's branch {branch} was dropped before it was "
-                                 "committed (a driver that started meanwhile drops those it "
-                                 "finds): the batch starts over")
+            raise CommitConflict(
+                f"the batch's branch {branch} was dropped before it was "
+                "committed (a driver that started meanwhile drops those it "
+                "finds): the batch starts over"
+            )
         head = int(found.snapshotId())
         kept = _between(metadata, head, base_snapshot_id)
         lost = [i for i in made if i != base_snapshot_id and (kept is None or i not in kept)]
         if lost:
-            raise CommitConflict(f"the batch's branch {branch} no longer holds its deletes "
-                                 f"(snapshot {lost[0]}): it was dropped and made again while "
-                                 "the batch wrote; the batch starts over")
+            raise CommitConflict(
+                f"the batch's branch {branch} no longer holds its deletes "
+                f"(snapshot {lost[0]}): it was dropped and made again while "
+                "the batch wrote; the batch starts over"
+            )
         last_error: Exception | None = None
         for _ in range(attempts):
             base = operations.refresh()
             if _landed(base, {head}, base_snapshot_id, ref=self.ref) is not None:
                 return
             target = _ref_at(base, base_snapshot_id, self.ref)
-            moved = (SnapshotRef.branchBuilder(head) if target is None
-                     else SnapshotRef.builderFrom(target, head)).build()
-            builder = (TableMetadata.buildFrom(base).setRef(self.ref, moved)
-                       .removeRef(branch))
+            moved = (
+                SnapshotRef.branchBuilder(head)
+                if target is None
+                else SnapshotRef.builderFrom(target, head)
+            ).build()
+            builder = TableMetadata.buildFrom(base).setRef(self.ref, moved).removeRef(branch)
             try:
-                self._commit_metadata(operations, base,
-                                      self._tag(base, builder, head).build())
+                self._commit_metadata(operations, base, self._tag(base, builder, head).build())
                 return
             except Exception as error:  # noqa: BLE001 - whatever it says, look (module doc)
                 last_error = error
                 if self._outcome(operations, {head}, base_snapshot_id, error):
                     return
-        raise CommitUnknown(f"moving {self.ref} to the batch failed {attempts} times, the last "
-                            f"with: {_first_line(last_error)}") if last_error is not None and \
-            not is_conflict(last_error) else CommitConflict(
+        raise (
+            CommitUnknown(
+                f"moving {self.ref} to the batch failed {attempts} times, the last "
+                f"with: {_first_line(last_error)}"
+            )
+            if last_error is not None and not is_conflict(last_error)
+            else CommitConflict(
                 f"the table kept changing while moving {self.ref} to the batch "
-                f"({attempts} attempts)")
+                f"({attempts} attempts)"
+            )
+        )
 
     def expire_snapshots(self, older_than_ms: int, retain_last: int) -> int:
         """Expires the snapshots older than ``older_than_ms`` but the newest ``retain_last`` of
@@ -626,20 +724,22 @@ class BranchCommitter:
             # an ancestor of the branch, through the snapshots between
             older_than_ms = min(older_than_ms, metadata.currentSnapshot().timestampMillis())
         snapshots = metadata.snapshots()
-        count = snapshots.size()
+        count: int = snapshots.size()
         # The oldest snapshot comes first: when it is not due, none is.
-        if not expiry_due(count, snapshots.get(0).timestampMillis() if count else None,
-                          older_than_ms, retain_last):
+        if not expiry_due(
+            count, snapshots.get(0).timestampMillis() if count else None, older_than_ms, retain_last
+        ):
             return 0
         table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).commit()
-        return count - table.operations().current().snapshots().size()
+        left: int = table.operations().current().snapshots().size()
+        return count - left
 
     def _drop(self, branch: str) -> None:
         for _ in range(5):
             try:
                 self._sql(f"ALTER TABLE {self.table_ref} DROP BRANCH IF EXISTS `{branch}`")
                 return
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - a conflict is tried again, else logged
                 if not is_conflict(error):
                     break
         # Left behind, the branch only pins its snapshot until someone drops it.
@@ -653,7 +753,8 @@ _UNANSWERED = re.compile(
     r"Broken pipe|timed out|SocketTimeout|TimeoutException|NoHttpResponse|RemoteDisconnected|"
     r"Unable to execute HTTP request|SdkClientException|UncheckedSQLException|"
     r"ServiceUnavailable|ServiceFailure|OperationalError|ConnectError|ConnectionError|"
-    r"NewConnectionError|EOFException|SocketException|NoRouteToHost")
+    r"NewConnectionError|EOFException|SocketException|NoRouteToHost"
+)
 
 
 def expiry_due(count: int, oldest_ms: int | None, older_than_ms: int, retain_last: int) -> bool:
@@ -661,20 +762,28 @@ def expiry_due(count: int, oldest_ms: int | None, older_than_ms: int, retain_las
     snapshots to expire (:meth:`BranchCommitter.expire_snapshots`): more than a tenth of
     ``retain_last`` (at least one) beyond the newest ``retain_last``, and the oldest older
     than ``older_than_ms``."""
-    return (count > retain_last + max(1, retain_last // 10) and oldest_ms is not None
-            and oldest_ms < older_than_ms)
+    return (
+        count > retain_last + max(1, retain_last // 10)
+        and oldest_ms is not None
+        and oldest_ms < older_than_ms
+    )
 
 
 def unanswered(error: BaseException) -> bool:
     """Whether ``error`` is a neighbour (catalog, object store, registry, Kafka) that did not
     answer, rather than a refusal that trying again cannot change."""
     return isinstance(error, (ConnectionError, TimeoutError)) or bool(
-        _UNANSWERED.search(f"{type(error).__name__}: {error}"))
+        _UNANSWERED.search(f"{type(error).__name__}: {error}")
+    )
 
 
-def commit_with_retries(attempt: Callable[[], T], *, attempts: int = 10,
-                        backoff_seconds: float = 0.5, outage_seconds: float = 120.0
-                        ) -> tuple[T, int]:
+def commit_with_retries(
+    attempt: Callable[[], T],
+    *,
+    attempts: int = 10,
+    backoff_seconds: float = 0.5,
+    outage_seconds: float = 120.0,
+) -> tuple[T, int]:
     """Runs ``attempt`` until it finishes without a CommitConflict (committed or nothing to do).
 
     A neighbour that does not answer (:func:`unanswered`) is waited for, the batch tried again
@@ -690,19 +799,26 @@ def commit_with_retries(attempt: Callable[[], T], *, attempts: int = 10,
             return attempt(), conflicts
         except (CommitConflict, CommitUnknown) as conflict:
             conflicts += 1
-            log.info("commit %s (attempt %d of %d): %s", "conflict" if isinstance(
-                conflict, CommitConflict) else "outcome unknown", conflicts, attempts, conflict)
+            log.info(
+                "commit %s (attempt %d of %d): %s",
+                "conflict" if isinstance(conflict, CommitConflict) else "outcome unknown",
+                conflicts,
+                attempts,
+                conflict,
+            )
             if conflicts >= attempts:
                 raise CommitFailed(
                     f"batch not committed after {attempts} conflicting attempts; another "
-                    "writer or maintenance keeps moving the table's main branch") from None
+                    "writer or maintenance keeps moving the table's main branch"
+                ) from None
             time.sleep(backoff_seconds * (2 ** min(conflicts - 1, 5)))
-        except Exception as error:  # noqa: BLE001 - only an unanswered call is tried again
+        except Exception as error:  # only an unanswered call is tried again
             now = time.monotonic()
             outage_started = outage_started or now
             if not unanswered(error) or now - outage_started > outage_seconds:
                 raise
-            log.warning("a neighbour did not answer (%s): the batch is tried again",
-                        _first_line(error))
+            log.warning(
+                "a neighbour did not answer (%s): the batch is tried again", _first_line(error)
+            )
             metrics.doing("retrying")
             time.sleep(min(2.0 + (now - outage_started) / 4, 10.0))

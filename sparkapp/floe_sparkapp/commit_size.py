@@ -50,14 +50,16 @@ def sample_record_bytes(config: JobConfig, partitions: list[int]) -> float | Non
     ``partitions``; None when the topic holds none or Kafka does not answer in time."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = kafka_consumer(config, f"{config.consumer_group}-sizing",
-                              **{"enable.partition.eof": True})
+    consumer = kafka_consumer(
+        config, f"{config.consumer_group}-sizing", **{"enable.partition.eof": True}
+    )
     try:
         assigned, wanted = [], 0
         step = max(1, len(partitions) // SAMPLE_PARTITIONS)
         for p in partitions[::step][:SAMPLE_PARTITIONS]:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(config.kafka.topic, p), timeout=10)
+                TopicPartition(config.kafka.topic, p), timeout=10
+            )
             if high > low:
                 assigned.append(TopicPartition(config.kafka.topic, p, max(low, high - SAMPLE)))
                 wanted += min(SAMPLE, high - low)
@@ -67,16 +69,20 @@ def sample_record_bytes(config: JobConfig, partitions: list[int]) -> float | Non
         sizes: list[int] = []
         ends, deadline = 0, time.monotonic() + SAMPLE_SECONDS
         while ends < len(assigned) and len(sizes) < wanted and time.monotonic() < deadline:
-            for message in consumer.consume(num_messages=wanted,
-                                            timeout=max(0.0, deadline - time.monotonic())):
+            for message in consumer.consume(
+                num_messages=wanted, timeout=max(0.0, deadline - time.monotonic())
+            ):
                 if message.error() is None:
                     sizes.append(len(message.key() or b"") + len(message.value() or b""))
                 elif message.error().code() == KafkaError._PARTITION_EOF:
                     ends += 1
         return sum(sizes) / len(sizes) if sizes else None
     except Exception as error:  # noqa: BLE001 - the records' cap stands until a batch says
-        log.warning("could not sample topic %s's record sizes: %s", config.kafka.topic,
-                    str(error).splitlines()[0][:300])
+        log.warning(
+            "could not sample topic %s's record sizes: %s",
+            config.kafka.topic,
+            str(error).splitlines()[0][:300],
+        )
         return None
     finally:
         consumer.close()
@@ -122,8 +128,13 @@ class CommitSize:
         else:
             return
         if self.replan is None:
-            log.info("records of %.0f bytes on average: a commit takes at most %d records (was "
-                     "%d); the query starts again with it", mean, wanted, self.limit)
+            log.info(
+                "records of %.0f bytes on average: a commit takes at most %d records (was "
+                "%d); the query starts again with it",
+                mean,
+                wanted,
+                self.limit,
+            )
         self.observed, self.replan = mean, wanted
 
     def replanned(self) -> None:
@@ -136,7 +147,12 @@ class CommitSize:
         self.sampled = sample_record_bytes(config, partitions)
         self.limit = records_per_commit(self.commit, self._size())
         if self.limit < self.commit.max_records_per_commit:
-            log.info("records of %.0f bytes on average in topic %s: a commit takes at most %d "
-                     "records (maxBytesPerCommit %s)", self._size(), config.kafka.topic,
-                     self.limit, self.commit.max_bytes_per_commit)
+            log.info(
+                "records of %.0f bytes on average in topic %s: a commit takes at most %d "
+                "records (maxBytesPerCommit %s)",
+                self._size(),
+                config.kafka.topic,
+                self.limit,
+                self.commit.max_bytes_per_commit,
+            )
         return self.limit

@@ -34,8 +34,10 @@ class SecretSource(_Model):
     env: dict[str, str] = Field(default_factory=dict)
 
     def values(self, what: str) -> dict[str, str]:
-        return {**dir_values(self.dir, f"secrets.{what}.dir"),
-                **env_values(self.env, f"secrets.{what}.env")}
+        return {
+            **dir_values(self.dir, f"secrets.{what}.dir"),
+            **env_values(self.env, f"secrets.{what}.env"),
+        }
 
 
 class SecretSources(_Model):
@@ -53,8 +55,11 @@ class JobConfig(TopicSpec):
     user wrote them) and what the operator adds: the writer's name, the spec's generation, the
     checkpoint and where the referenced Secrets' values are."""
 
-    writer: str = Field(pattern=WRITER, description="namespace/name of the KafkaIcebergTopic; "
-                                                    "stable across restarts and checkpoint loss")
+    writer: str = Field(
+        pattern=WRITER,
+        description="namespace/name of the KafkaIcebergTopic; "
+        "stable across restarts and checkpoint loss",
+    )
     generation: int = Field(1, ge=1)
     checkpoint_location: str = Field(min_length=1)
     secrets: SecretSources = SecretSources()
@@ -67,12 +72,18 @@ class JobConfig(TopicSpec):
         for route, table in zip(self.routes, self.tables()[1:]):
             value, key = self.value, self.key
             if route.subject and value.schema_registry is not None:
-                value = value.model_copy(update={"schema_registry": value.schema_registry
-                                                 .model_copy(update={"subject": route.subject})})
+                value = value.model_copy(
+                    update={
+                        "schema_registry": value.schema_registry.model_copy(
+                            update={"subject": route.subject}
+                        )
+                    }
+                )
             if route.key_subject:
                 key = key.model_copy(update={"subject": route.key_subject})
-            configs.append(self.model_copy(update={"table": table, "value": value, "key": key,
-                                                   "routes": ()}))
+            configs.append(
+                self.model_copy(update={"table": table, "value": value, "key": key, "routes": ()})
+            )
         return configs
 
     def catalog(self) -> CatalogSpec:
@@ -100,10 +111,16 @@ class JobConfig(TopicSpec):
         """What decides a record's tables, as canonical JSON: the routes (their fields, values,
         tables and subjects), fanOut, and the value's conversions (a routed field may be one)."""
         data = self.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return json.dumps({"routes": data["routes"], "fanOut": self.fan_out,
-                           "coerce": data["value"].get("coerce", []),
-                           "columns": data["value"].get("columns", [])},
-                          sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {
+                "routes": data["routes"],
+                "fanOut": self.fan_out,
+                "coerce": data["value"].get("coerce", []),
+                "columns": data["value"].get("columns", []),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
     def routing_digest(self) -> str:
         """The digest of :meth:`routing`, recorded with each commit of a routed topic."""
@@ -134,7 +151,7 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def parse_config(data: str | dict) -> JobConfig:
+def parse_config(data: str | dict[str, Any]) -> JobConfig:
     try:
         if isinstance(data, str):
             return JobConfig.model_validate_json(data)
@@ -167,9 +184,15 @@ def kafka_consumer(config: JobConfig, group_id: str, **settings: Any) -> Any:
 
     from .librdkafka import librdkafka_settings
 
-    return Consumer({"bootstrap.servers": config.kafka.bootstrap_servers, "group.id": group_id,
-                     "enable.auto.commit": False, **settings,
-                     **librdkafka_settings(kafka_client_settings(config))})
+    return Consumer(
+        {
+            "bootstrap.servers": config.kafka.bootstrap_servers,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            **settings,
+            **librdkafka_settings(kafka_client_settings(config)),
+        }
+    )
 
 
 def env_values(names: dict[str, str], what: str) -> dict[str, str]:
@@ -190,5 +213,8 @@ def dir_values(directory: str | None, what: str) -> dict[str, str]:
     path = Path(directory)
     if not path.is_dir():
         raise ConfigError(f"{what}: directory {directory} does not exist")
-    return {entry.name: entry.read_text().strip() for entry in sorted(path.iterdir())
-            if not entry.name.startswith(".") and entry.is_file()}
+    return {
+        entry.name: entry.read_text().strip()
+        for entry in sorted(path.iterdir())
+        if not entry.name.startswith(".") and entry.is_file()
+    }

@@ -61,19 +61,27 @@ def send(bad: DataFrame, errors: int, config: JobConfig, since_ms: int) -> str |
             return None
         except Exception as error:  # noqa: BLE001 - any refusal, reported below
             cause = _cause(error)
-            log.warning("dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
-                        topic, errors, attempt, ATTEMPTS, cause)
+            log.warning(
+                "dead-letter topic %s refused %d record(s) (attempt %d of %d): %s",
+                topic,
+                errors,
+                attempt,
+                ATTEMPTS,
+                cause,
+            )
             if attempt < ATTEMPTS:
-                time.sleep(2 ** attempt)
-    return (f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
-            f"{ATTEMPTS} attempts (they are in value_raw): {cause}")[:1000]
+                time.sleep(2**attempt)
+    return (
+        f"{errors} undecodable record(s) not sent to dead-letter topic {topic} after "
+        f"{ATTEMPTS} attempts (they are in value_raw): {cause}"
+    )[:1000]
 
 
 def _cause(error: Exception) -> str:
     """The innermost Java exception of a failed Spark action (``Caused by: ...``), or the first
     line of the error."""
     text = str(error)
-    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
+    causes: list[str] = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)", text)
     if causes:
         return causes[-1][:500]
     found = re.search(r"([\w.$]+(?:Exception|Error): [^\n]*)", text)
@@ -82,20 +90,31 @@ def _cause(error: Exception) -> str:
 
 def _not_yet_sent(bad: DataFrame, config: JobConfig, since_ms: int) -> DataFrame:
     """``bad`` but the records already in the dead-letter topic."""
+    assert config.dead_letter is not None
     try:
         sent = already_sent(config, since_ms)
     except Exception as error:  # noqa: BLE001 - then all are sent; a consumer keeps one
-        log.warning("could not read back dead-letter topic %s, sending all of the batch's "
-                    "undecodable records: %s", config.dead_letter.topic, error)
+        log.warning(
+            "could not read back dead-letter topic %s, sending all of the batch's "
+            "undecodable records: %s",
+            config.dead_letter.topic,
+            error,
+        )
         return bad
     if not sent:
         return bad
-    log.info("%d undecodable record(s) of the batch are already in dead-letter topic %s",
-             len(sent), config.dead_letter.topic)
+    log.info(
+        "%d undecodable record(s) of the batch are already in dead-letter topic %s",
+        len(sent),
+        config.dead_letter.topic,
+    )
     spark = bad.sparkSession
     known = spark.createDataFrame(sorted(sent), "_t string, _p int, _o long")
-    on = ((F.col("kafka.topic") == F.col("_t")) & (F.col("kafka.partition") == F.col("_p"))
-          & (F.col("kafka.offset") == F.col("_o")))
+    on = (
+        (F.col("kafka.topic") == F.col("_t"))
+        & (F.col("kafka.partition") == F.col("_p"))
+        & (F.col("kafka.offset") == F.col("_o"))
+    )
     return bad.join(F.broadcast(known), on, "left_anti")
 
 
@@ -106,19 +125,27 @@ def already_sent(config: JobConfig, since_ms: int) -> set[Coordinates]:
 
     assert config.dead_letter is not None
     topic = config.dead_letter.topic
-    consumer = kafka_consumer(config, f"floe-dead-letters-{config.writer}",
-                              **{"enable.partition.eof": True})
+    consumer = kafka_consumer(
+        config, f"floe-dead-letters-{config.writer}", **{"enable.partition.eof": True}
+    )
     try:
         found = consumer.list_topics(topic, timeout=30).topics[topic]
         if found.error is not None:
             raise RuntimeError(str(found.error))
         starts = consumer.offsets_for_times(
-            [TopicPartition(topic, p, max(0, since_ms - CLOCK_MARGIN_MS))
-             for p in found.partitions], timeout=30)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in found.partitions}
-        todo = {tp.partition: ends[tp.partition] for tp in starts
-                if 0 <= tp.offset < ends[tp.partition]}
+            [
+                TopicPartition(topic, p, max(0, since_ms - CLOCK_MARGIN_MS))
+                for p in found.partitions
+            ],
+            timeout=30,
+        )
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in found.partitions
+        }
+        todo = {
+            tp.partition: ends[tp.partition] for tp in starts if 0 <= tp.offset < ends[tp.partition]
+        }
         if not todo:
             return set()
         consumer.assign([tp for tp in starts if tp.partition in todo])
@@ -132,21 +159,21 @@ def already_sent(config: JobConfig, since_ms: int) -> set[Coordinates]:
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(str(error))
                 if error is None:
-                    coordinates = _coordinates(message.headers() or [], config.writer,
-                                               config.table.identifier)
+                    coordinates = _coordinates(
+                        message.headers() or [], config.writer, config.table.identifier
+                    )
                     if coordinates is not None:
                         sent.add(coordinates)
-                if message.offset() is not None and \
-                        message.offset() + (0 if error is not None else 1) >= \
-                        todo.get(message.partition(), 0):
+                if message.offset() is not None and message.offset() + (
+                    0 if error is not None else 1
+                ) >= todo.get(message.partition(), 0):
                     todo.pop(message.partition(), None)
         return sent
     finally:
         consumer.close()
 
 
-def _coordinates(headers: list[tuple[str, bytes]], writer: str,
-                 table: str) -> Coordinates | None:
+def _coordinates(headers: list[tuple[str, bytes]], writer: str, table: str) -> Coordinates | None:
     """The source record a dead letter of ``writer`` for ``table`` came from; None for another
     writer's, or one another of the topic's tables sent."""
     found = {key: value for key, value in headers if key in (*HEADERS, TABLE_HEADER)}
@@ -154,8 +181,7 @@ def _coordinates(headers: list[tuple[str, bytes]], writer: str,
         return None
     if found.get(TABLE_HEADER, table.encode()) != table.encode():
         return None
-    return (found["floe.topic"].decode(), int(found["floe.partition"]),
-            int(found["floe.offset"]))
+    return (found["floe.topic"].decode(), int(found["floe.partition"]), int(found["floe.offset"]))
 
 
 def records(spark: Any, config: JobConfig) -> DataFrame:
@@ -166,31 +192,46 @@ def records(spark: Any, config: JobConfig) -> DataFrame:
     assert config.dead_letter is not None
 
     def header(name: str) -> Any:  # null when the letter has no such header
-        return F.expr(f"try_element_at(transform(filter(headers, h -> h.key = '{name}'), "
-                      "h -> cast(h.value as string)), 1)")
+        return F.expr(
+            f"try_element_at(transform(filter(headers, h -> h.key = '{name}'), "
+            "h -> cast(h.value as string)), 1)"
+        )
 
-    reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
-              .option("subscribe", config.dead_letter.topic)
-              .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-              .option("includeHeaders", "true").option("failOnDataLoss", "false"))
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("subscribe", config.dead_letter.topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+    )
     for key, value in kafka_client_settings(config).items():
         reader = reader.option(f"kafka.{key}", value)
-    found = reader.load()
+    found: DataFrame = reader.load()
     own = F.expr(f"filter(headers, h -> NOT startswith(h.key, '{HEADER_PREFIX}'))")
     stamp = header("floe.timestamp").cast("long")
-    return (found.filter((header("floe.writer") == F.lit(config.writer))
-                         & (header("floe.topic") == F.lit(config.kafka.topic)))
-            .select(F.col("key"), F.col("value"), header("floe.topic").alias("topic"),
-                    header("floe.partition").cast("int").alias("partition"),
-                    header("floe.offset").cast("long").alias("offset"),
-                    F.coalesce(F.timestamp_millis(stamp), F.col("timestamp")).alias("timestamp"),
-                    F.coalesce(header("floe.timestamp-type").cast("int"),
-                               F.col("timestampType")).alias("timestampType"),
-                    F.when(F.size(own) > 0, own).alias("headers"),
-                    header("floe.error").alias("_dead_letter_error"),
-                    header(TABLE_HEADER).alias(TABLE))
-            .dropDuplicates(["partition", "offset", TABLE]))
+    return (
+        found.filter(
+            (header("floe.writer") == F.lit(config.writer))
+            & (header("floe.topic") == F.lit(config.kafka.topic))
+        )
+        .select(
+            F.col("key"),
+            F.col("value"),
+            header("floe.topic").alias("topic"),
+            header("floe.partition").cast("int").alias("partition"),
+            header("floe.offset").cast("long").alias("offset"),
+            F.coalesce(F.timestamp_millis(stamp), F.col("timestamp")).alias("timestamp"),
+            F.coalesce(header("floe.timestamp-type").cast("int"), F.col("timestampType")).alias(
+                "timestampType"
+            ),
+            F.when(F.size(own) > 0, own).alias("headers"),
+            header("floe.error").alias("_dead_letter_error"),
+            header(TABLE_HEADER).alias(TABLE),
+        )
+        .dropDuplicates(["partition", "offset", TABLE])
+    )
 
 
 def _produce(bad: DataFrame, config: JobConfig) -> None:
@@ -201,24 +242,29 @@ def _produce(bad: DataFrame, config: JobConfig) -> None:
         return F.struct(F.lit(name).alias("key"), F.encode(value, "UTF-8").alias("value"))
 
     headers = F.concat(
-        F.coalesce(F.col("kafka.headers"),
-                   F.array().cast("array<struct<key:string,value:binary>>")),
-        F.array(header("floe.error", F.col("value_error")),
-                header("floe.writer", F.lit(config.writer)),
-                header("floe.topic", F.col("kafka.topic")),
-                header("floe.partition", F.col("kafka.partition").cast("string")),
-                header("floe.offset", F.col("kafka.offset").cast("string")),
-                header(TABLE_HEADER, F.lit(config.table.identifier)),
-                header("floe.timestamp", F.unix_millis(F.col("kafka.timestamp")).cast("string")),
-                header("floe.timestamp-type", F.col("kafka.timestamp_type").cast("string"))))
-    writer: Any = (bad.select(F.col("key"), F.col("value_raw").alias("value"),
-                              headers.alias("headers"))
-                   .write.format("kafka")
-                   .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
-                   .option("topic", config.dead_letter.topic)
-                   .option("includeHeaders", "true")
-                   # a missing topic fails the send in seconds rather than a minute
-                   .option("kafka.max.block.ms", "15000"))
+        F.coalesce(
+            F.col("kafka.headers"), F.array().cast("array<struct<key:string,value:binary>>")
+        ),
+        F.array(
+            header("floe.error", F.col("value_error")),
+            header("floe.writer", F.lit(config.writer)),
+            header("floe.topic", F.col("kafka.topic")),
+            header("floe.partition", F.col("kafka.partition").cast("string")),
+            header("floe.offset", F.col("kafka.offset").cast("string")),
+            header(TABLE_HEADER, F.lit(config.table.identifier)),
+            header("floe.timestamp", F.unix_millis(F.col("kafka.timestamp")).cast("string")),
+            header("floe.timestamp-type", F.col("kafka.timestamp_type").cast("string")),
+        ),
+    )
+    writer: Any = (
+        bad.select(F.col("key"), F.col("value_raw").alias("value"), headers.alias("headers"))
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("topic", config.dead_letter.topic)
+        .option("includeHeaders", "true")
+        # a missing topic fails the send in seconds rather than a minute
+        .option("kafka.max.block.ms", "15000")
+    )
     for key, value in kafka_client_settings(config).items():
         writer = writer.option(f"kafka.{key}", value)
     writer.save()

@@ -4,16 +4,17 @@ Values in the Confluent wire format are decoded in the JVM, once per writer sche
 in the batch: Avro with ``from_avro``, Protobuf with ``from_protobuf`` (the message-index array
 after the header checked and cut per record), JSON Schema with ``from_json``.  Each is then
 projected by name onto the table's current value struct (missing fields null, widened types
-cast).  Plain JSON values (no header) are parsed against the table's struct directly.  A value that cannot be decoded keeps its bytes in ``value_raw`` with the
-reason in ``value_error``; no record is dropped.  A null value (tombstone) is a row with a null
+cast).  Plain JSON values (no header) are parsed against the table's struct directly.  A value
+that cannot be decoded keeps its bytes in ``value_raw`` with the reason in ``value_error``; no
+record is dropped.  A null value (tombstone) is a row with a null
 value and no error.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -55,35 +56,50 @@ def frame(df: DataFrame, column: str = "value") -> DataFrame:
     magic = F.substring(value, 1, 1)
     error = (
         F.when(value.isNull(), F.lit(None))
-        .when(F.length(value) < HEADER_BYTES,
-              F.format_string(f"{column} is %d bytes, shorter than the 5-byte Confluent header",
-                              F.length(value)))
-        .when(magic != F.lit(bytearray(b"\x00")),
-              F.concat(F.lit(("" if column == "value" else f"{column} ")
-                             + "not in the Confluent wire format: first byte 0x"), F.hex(magic),
-                       F.lit(", expected 0x00")))
+        .when(
+            F.length(value) < HEADER_BYTES,
+            F.format_string(
+                f"{column} is %d bytes, shorter than the 5-byte Confluent header", F.length(value)
+            ),
+        )
+        .when(
+            magic != F.lit(bytearray(b"\x00")),
+            F.concat(
+                F.lit(
+                    ("" if column == "value" else f"{column} ")
+                    + "not in the Confluent wire format: first byte 0x"
+                ),
+                F.hex(magic),
+                F.lit(", expected 0x00"),
+            ),
+        )
     )
     # A signed 32-bit big-endian integer, as the registry's own deserializers read it: ids
     # with the high bit set (``ff ff ff ff``) are negative, never a cast error that wedges
     # the batch; no registry has them, so their records are kept raw with that reason.
     unsigned = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-    signed = F.when(unsigned >= F.lit(2 ** 31), unsigned - F.lit(2 ** 32)).otherwise(unsigned)
+    signed = F.when(unsigned >= F.lit(2**31), unsigned - F.lit(2**32)).otherwise(unsigned)
     schema_id = F.when(value.isNotNull() & error.isNull(), signed.cast("int"))
     id_name, error_name = _names(column)
     return df.withColumn(error_name, error).withColumn(id_name, schema_id)
 
 
-
 def framed_ids(df: DataFrame, column: str = "value") -> list[int]:
     """The writer schema ids ``column``'s framed values carry (one pass over ``df``)."""
     name = "_schema_id" if column == "value" else "_key_schema_id"
-    return sorted(int(r[0]) for r in frame(df, column).select(name).distinct().collect()
-                  if r[0] is not None)
+    return sorted(
+        int(r[0]) for r in frame(df, column).select(name).distinct().collect() if r[0] is not None
+    )
 
 
-def project(col: Column, source: T.DataType, target: T.DataType,
-            routes: Mapping[str, str] | None = None, path: str = "value",
-            coerce: Mapping[str, str] | None = None) -> Column:
+def project(
+    col: Column,
+    source: T.DataType,
+    target: T.DataType,
+    routes: Mapping[str, str] | None = None,
+    path: str = "value",
+    coerce: Mapping[str, str] | None = None,
+) -> Column:
     """Reshapes ``col`` of type ``source`` into ``target`` by field name, recursively.
 
     ``routes`` maps a field's path (``value.a.b``) to the sibling column its values go to
@@ -96,16 +112,18 @@ def project(col: Column, source: T.DataType, target: T.DataType,
         return col
     if isinstance(source, T.StructType) and isinstance(target, T.StructType):
         present = {f.name: f.dataType for f in source.fields}
-        moved = {column: name for name in present
-                 if (column := routes.get(f"{path}.{name}")) is not None}
+        moved = {
+            column: name for name in present if (column := routes.get(f"{path}.{name}")) is not None
+        }
         parts = []
         for f in target.fields:
             name = moved.get(f.name, f.name)
             if name in present and f"{path}.{name}" in coerce and f.name not in moved:
                 part = convert(col.getField(name), present[name], f.dataType)
             elif name in present and (f.name in moved or f"{path}.{name}" not in routes):
-                part = project(col.getField(name), present[name], f.dataType, routes,
-                               f"{path}.{name}", coerce)
+                part = project(
+                    col.getField(name), present[name], f.dataType, routes, f"{path}.{name}", coerce
+                )
             else:
                 part = F.lit(None).cast(f.dataType)
             parts.append(part.alias(f.name))
@@ -116,20 +134,28 @@ def project(col: Column, source: T.DataType, target: T.DataType,
         return F.transform_values(col, lambda _, v: project(v, source.valueType, target.valueType))
     if isinstance(source, T.StructType) and isinstance(target, T.MapType):
         # a record of any shape as text by field name (a Debezium source block)
-        entries = F.array(*[F.struct(F.lit(f.name).alias("key"),
-                                     col.getField(f.name).cast("string").alias("value"))
-                            for f in source.fields])
-        present = F.filter(entries, lambda entry: entry.getField("value").isNotNull())
-        return F.when(col.isNotNull(), F.map_from_entries(present))
+        entries = F.array(
+            *[
+                F.struct(
+                    F.lit(f.name).alias("key"), col.getField(f.name).cast("string").alias("value")
+                )
+                for f in source.fields
+            ]
+        )
+        given = F.filter(entries, lambda entry: entry.getField("value").isNotNull())
+        return F.when(col.isNotNull(), F.map_from_entries(given))
     if source == T.DecimalType(20, 0) and isinstance(target, T.LongType):
         # a Protobuf uint64 (upcast by from_protobuf): the same 64 bits as a signed long
         return F.when(col > F.lit(2**63 - 1), col - F.lit(2**64)).otherwise(col).cast(target)
     return col.cast(target)
 
 
-def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
-                  value_type: T.StructType, coerce: Mapping[str, str] | None = None
-                  ) -> DataFrame:
+def decode_framed(
+    df: DataFrame,
+    plans: Mapping[int, WriterPlan],
+    value_type: T.StructType,
+    coerce: Mapping[str, str] | None = None,
+) -> DataFrame:
     """Adds ``value``, ``value_raw`` and ``value_error`` to rows framed in the Confluent wire
     format (see :func:`frame`): Avro or Protobuf values.
 
@@ -140,29 +166,43 @@ def decode_framed(df: DataFrame, plans: Mapping[int, WriterPlan],
     decode the value again (conditional branches escape common-subexpression elimination).
     ``coerce``: the fields converted to their column's type (:mod:`.coercion`).
     """
-    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans, value_type,
-                                                                     coerce=coerce)
-    error = F.coalesce(F.col("_frame_error"),
-                       F.when(F.col("value").isNotNull(), failure_col.cast("string")))
+    df, decoded_col, failure_col, partial_col = _decode_writers_onto(
+        df, plans, value_type, coerce=coerce
+    )
+    error = F.coalesce(
+        F.col("_frame_error"), F.when(F.col("value").isNotNull(), failure_col.cast("string"))
+    )
     note = F.when(error.isNull() & F.col("value").isNotNull(), partial_col.cast("string"))
-    checked = df.select("*", error.alias("_error"), note.alias("_note"),
-                        F.when(error.isNull(), decoded_col.cast(value_type)).alias("_value"))
+    checked = df.select(
+        "*",
+        error.alias("_error"),
+        note.alias("_note"),
+        F.when(error.isNull(), decoded_col.cast(value_type)).alias("_value"),
+    )
     kept_raw = F.col("_error").isNotNull() | F.col("_note").isNotNull()
-    return (checked
-            .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
-            .withColumn("value_raw", F.when(kept_raw, F.col("value")))
-            .drop("_error", "_note", *_decoded_names(plans)))
+    return (
+        checked.withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
+        .withColumn("value_raw", F.when(kept_raw, F.col("value")))
+        .drop("_error", "_note", *_decoded_names(plans))
+    )
 
 
-def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target: T.StructType,
-                         column: str = "value", coerce: Mapping[str, str] | None = None
-                         ) -> tuple[DataFrame, Column, Column, Column]:
+def _decode_writers_onto(
+    df: DataFrame,
+    plans: Mapping[int, WriterPlan],
+    target: T.StructType,
+    column: str = "value",
+    coerce: Mapping[str, str] | None = None,
+) -> tuple[DataFrame, Column, Column, Column]:
     """Decodes ``column`` once per writer schema id (:func:`decode_writers`); returns the rows
     with those columns, the value projected onto ``target``, why it could not be decoded, and
     the note on recursive fields left out (each null where it does not apply)."""
     schema_id = F.col(_names(column)[0])
-    df = decode_writers(df, {plan.schema_id: plan.writer for plan in plans.values()
-                             if plan.writer is not None}, column)
+    df = decode_writers(
+        df,
+        {plan.schema_id: plan.writer for plan in plans.values() if plan.writer is not None},
+        column,
+    )
     path = "value" if column == "value" else "key_fields"  # the table column's name
     refused = "" if column == "value" else f"{column}: "
     decoded = failure = partial = None
@@ -170,7 +210,8 @@ def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target:
         matches = schema_id == F.lit(plan.schema_id)
         if plan.writer is None:
             failure = (failure if failure is not None else F).when(
-                matches, F.lit(f"{refused}{plan.error}"))
+                matches, F.lit(f"{refused}{plan.error}")
+            )
             continue
         name = _decoded_name(plan.schema_id, column)
         raw, ok = F.col(name), _decoded_ok(plan.writer)(F.col(name))
@@ -185,19 +226,26 @@ def _decode_writers_onto(df: DataFrame, plans: Mapping[int, WriterPlan], target:
             malformed, trailing = _checked(df, plan, column)
             notes.append(trailing)
         if plan.recursive_fields:  # (Protobuf's note: fields the writer schema does not know)
-            notes.append(F.lit(
-                f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
-                f"{plan.schema_id} are not columns; the full {column} is in {column}_raw"))
+            notes.append(
+                F.lit(
+                    f"recursive field(s) {', '.join(plan.recursive_fields)} of writer schema id "
+                    f"{plan.schema_id} are not columns; the full {column} is in {column}_raw"
+                )
+            )
         if notes:
-            partial = (partial if partial is not None else F).when(matches & ok,
-                                                                   F.coalesce(*notes))
+            partial = (partial if partial is not None else F).when(matches & ok, F.coalesce(*notes))
         failure = (failure if failure is not None else F).when(
-            matches & ~ok, F.lit(_failure(plan.writer, plan.schema_id, column)))
+            matches & ~ok, F.lit(_failure(plan.writer, plan.schema_id, column))
+        )
         if malformed is not None:
             failure = failure.when(matches & malformed.isNotNull(), malformed)
     none = F.lit(None)
-    return (df, decoded if decoded is not None else none,
-            failure if failure is not None else none, partial if partial is not None else none)
+    return (
+        df,
+        decoded if decoded is not None else none,
+        failure if failure is not None else none,
+        partial if partial is not None else none,
+    )
 
 
 def _checked(df: DataFrame, plan: WriterPlan, column: str) -> tuple[Column, Column]:
@@ -220,17 +268,21 @@ def _checked(df: DataFrame, plan: WriterPlan, column: str) -> tuple[Column, Colu
     malformed = F.concat(F.lit(f"{what} is malformed: "), F.coalesce(*reasons))
     trailing = checked.getField("trailing")
     if kind == "Avro":
-        after = F.format_string(f"%d byte(s) follow the {what} and were not read; the full "
-                                f"{column} is in {column}_raw", trailing)
+        after = F.format_string(
+            f"%d byte(s) follow the {what} and were not read; the full {column} is in {column}_raw",
+            trailing,
+        )
     else:
-        after = F.lit(f"more follows the {what} and was not read; the full {column} is in "
-                      f"{column}_raw")
+        after = F.lit(
+            f"more follows the {what} and was not read; the full {column} is in {column}_raw"
+        )
     return malformed, F.when(trailing > 0, after)
 
 
 def _past_range(path: Column) -> Column:
-    return F.when(path.isNotNull(),
-                  F.format_string("field %s is a number past its type's range", path))
+    return F.when(
+        path.isNotNull(), F.format_string("field %s is a number past its type's range", path)
+    )
 
 
 def _beyond_range(col: Column, kind: T.DataType, path: str = "") -> Column | None:
@@ -239,40 +291,60 @@ def _beyond_range(col: Column, kind: T.DataType, path: str = "") -> Column | Non
     if isinstance(kind, (T.FloatType, T.DoubleType)):
         return F.when(F.abs(col) == F.lit(float("inf")), F.lit(path or "(the value)"))
     if isinstance(kind, T.StructType):
-        found = [part for f in kind.fields if f.name != CORRUPT
-                 if (part := _beyond_range(col.getField(f.name), f.dataType,
-                                           f"{path}.{f.name}" if path else f.name)) is not None]
+        found = [
+            part
+            for f in kind.fields
+            if f.name != CORRUPT
+            if (
+                part := _beyond_range(
+                    col.getField(f.name), f.dataType, f"{path}.{f.name}" if path else f.name
+                )
+            )
+            is not None
+        ]
         return F.coalesce(*found) if found else None
     if isinstance(kind, (T.ArrayType, T.MapType)):
         array = isinstance(kind, T.ArrayType)
-        element = kind.elementType if array else kind.valueType
+        element = kind.elementType if isinstance(kind, T.ArrayType) else kind.valueType
         where = f"{path}[]"
         if _beyond_range(F.lit(None), element, where) is None:  # (no float inside)
             return None
-        return F.when(F.exists(col if array else F.map_values(col), lambda item: _beyond_range(
-            item, element, where).isNotNull()), F.lit(where))
+
+        def beyond(item: Column) -> Column:
+            found = _beyond_range(item, element, where)
+            assert found is not None  # a float inside, as for F.lit(None) above
+            return found.isNotNull()
+
+        return F.when(F.exists(col if array else F.map_values(col), beyond), F.lit(where))
     return None
 
 
 def _failure(writer: Writer, schema_id: int, column: str) -> str:
     if writer.format == "PROTOBUF":
-        return (f"Protobuf {column} could not be decoded as message {writer.schema} of its "
-                f"writer schema id {schema_id} (truncated, corrupt, or framed as another "
-                "message of the schema)")
+        return (
+            f"Protobuf {column} could not be decoded as message {writer.schema} of its "
+            f"writer schema id {schema_id} (truncated, corrupt, or framed as another "
+            "message of the schema)"
+        )
     if writer.format == "JSON":
-        return (f"JSON {column} of writer schema id {schema_id} is not a JSON document of its "
-                "schema's shape")
-    return (f"Avro {column} could not be decoded with its writer schema id {schema_id} "
-            "(truncated, corrupt, or a value out of its type's range)")
+        return (
+            f"JSON {column} of writer schema id {schema_id} is not a JSON document of its "
+            "schema's shape"
+        )
+    return (
+        f"Avro {column} could not be decoded with its writer schema id {schema_id} "
+        "(truncated, corrupt, or a value out of its type's range)"
+    )
 
 
 def _decoded_names(plans: Mapping[int, WriterPlan], column: str = "value") -> list[str]:
     """The columns :func:`decode_writers` adds for ``plans``."""
-    return [name for plan in plans.values() if plan.writer is not None
-            for name in (_decoded_name(plan.schema_id, column),
-                         _checked_name(plan.schema_id, column))]
-
-
+    return [
+        name
+        for plan in plans.values()
+        if plan.writer is not None
+        for name in (_decoded_name(plan.schema_id, column), _checked_name(plan.schema_id, column))
+    ]
 
 
 def _decoded_name(schema_id: int, column: str = "value") -> str:
@@ -283,8 +355,9 @@ def _checked_name(schema_id: int, column: str = "value") -> str:
     return f"_checked_{schema_id}" if column == "value" else f"_{column}_checked_{schema_id}"
 
 
-def decode_writers(df: DataFrame, writers: Mapping[int, Writer],
-                   column: str = "value") -> DataFrame:
+def decode_writers(
+    df: DataFrame, writers: Mapping[int, Writer], column: str = "value"
+) -> DataFrame:
     """Adds a ``_decoded_<id>`` column per writer schema id, null for rows of other ids; a
     column already there (decoded to pick a route) is kept."""
     id_name = _names(column)[0]
@@ -293,8 +366,9 @@ def decode_writers(df: DataFrame, writers: Mapping[int, Writer],
         if _decoded_name(schema_id, column) in df.columns:
             continue
         this = F.col(id_name) == F.lit(schema_id)
-        columns.append(F.when(this, _read(F.col(column), writer))
-                       .alias(_decoded_name(schema_id, column)))
+        columns.append(
+            F.when(this, _read(F.col(column), writer)).alias(_decoded_name(schema_id, column))
+        )
         check = _check(F.col(column), writer)
         if check is not None:
             columns.append(F.when(this, check).alias(_checked_name(schema_id, column)))
@@ -338,38 +412,54 @@ INGESTED = "_floe_ingested"
 
 def raw_reason(error: Column) -> Column:
     """The reason (one of :data:`RAW_REASONS`) of a row kept raw with ``value_error``."""
-    return (F.when(error.rlike(r"^(key[ :]|(Avro|JSON|Protobuf) key )"), F.lit("key"))
-            .when(error.contains("Confluent"), F.lit("not_framed"))
-            .when(error.startswith("unknown schema id"), F.lit("unknown_schema"))
-            .when(error.rlike(r"^(schema id \d+[ :]|value is framed with writer schema id)"),
-                  F.lit("schema_refused"))
-            .when(error.contains(" is malformed: "), F.lit("malformed"))
-            .when(error.contains("could not be decoded") | error.contains("is not a JSON"),
-                  F.lit("undecodable"))
-            .when(error.rlike(r"^(not a Debezium|a truncate|op |a change with|a delete)"),
-                  F.lit("not_a_change"))
-            .otherwise(F.lit("other")))
+    return (
+        F.when(error.rlike(r"^(key[ :]|(Avro|JSON|Protobuf) key )"), F.lit("key"))
+        .when(error.contains("Confluent"), F.lit("not_framed"))
+        .when(error.startswith("unknown schema id"), F.lit("unknown_schema"))
+        .when(
+            error.rlike(r"^(schema id \d+[ :]|value is framed with writer schema id)"),
+            F.lit("schema_refused"),
+        )
+        .when(error.contains(" is malformed: "), F.lit("malformed"))
+        .when(
+            error.contains("could not be decoded") | error.contains("is not a JSON"),
+            F.lit("undecodable"),
+        )
+        .when(
+            error.rlike(r"^(not a Debezium|a truncate|op |a change with|a delete)"),
+            F.lit("not_a_change"),
+        )
+        .otherwise(F.lit("other"))
+    )
 
 
-def decode_framed_key(df: DataFrame, plans: Mapping[int, WriterPlan],
-                      key_type: T.StructType) -> DataFrame:
+def decode_framed_key(
+    df: DataFrame, plans: Mapping[int, WriterPlan], key_type: T.StructType
+) -> DataFrame:
     """Adds ``_key_fields`` (the key, Avro or Protobuf, decoded with its writer schema,
     projected onto the table's ``key_fields`` type) and ``_key_error`` (why it could not be) to
     rows whose key is framed (``frame(df, "key")``); a null key is neither."""
     df, decoded_col, failure_col, _ = _decode_writers_onto(df, plans, key_type, "key")
-    error = F.coalesce(F.col("_key_frame_error"),
-                       F.when(F.col("key").isNotNull(), failure_col.cast("string")))
-    return (df.select("*", error.alias(KEY_ERROR),
-                      F.when(error.isNull(), decoded_col.cast(key_type)).alias(KEY_FIELDS))
-            .drop(*_decoded_names(plans, "key")))
+    error = F.coalesce(
+        F.col("_key_frame_error"), F.when(F.col("key").isNotNull(), failure_col.cast("string"))
+    )
+    return df.select(
+        "*",
+        error.alias(KEY_ERROR),
+        F.when(error.isNull(), decoded_col.cast(key_type)).alias(KEY_FIELDS),
+    ).drop(*_decoded_names(plans, "key"))
 
 
 def decode_json_key(df: DataFrame, key_type: T.StructType) -> DataFrame:
     """``_key_fields`` and ``_key_error`` of JSON keys, parsed against the table's type."""
     df, fields, error, _ = _parse_json(
-        df, "key", key_type, "key is not a JSON object matching the table's key_fields")
-    return (df.withColumn(KEY_ERROR, error).withColumn(KEY_FIELDS, fields)
-            .drop(_plain_checked_name("key")))
+        df, "key", key_type, "key is not a JSON object matching the table's key_fields"
+    )
+    return (
+        df.withColumn(KEY_ERROR, error)
+        .withColumn(KEY_FIELDS, fields)
+        .drop(_plain_checked_name("key"))
+    )
 
 
 def scalar_at(column: Column, kind: T.DataType, path: str) -> Column | None:
@@ -397,8 +487,11 @@ def decoded_field(df: DataFrame, schema_id: int, writer: Writer, path: str) -> C
 CORRUPT = "__floe_corrupt"
 # NaN and Infinity are not JSON numbers (RFC 8259): a record that has them is kept raw, as the
 # registry's JSON deserializer refuses it
-JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT,
-                "allowNonNumericNumbers": "false"}
+JSON_OPTIONS = {
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": CORRUPT,
+    "allowNonNumericNumbers": "false",
+}
 
 
 def _decoded_ok(writer: Writer) -> Callable[[Column], Column]:
@@ -425,8 +518,10 @@ def _from_avro(body: Column, writer_schema: str, *, cut_recursion: bool = False)
     if cut_recursion:
         options["recursiveFieldMaxDepth"] = "1"  # Spark leaves recursive fields out
     if isinstance(parsed, dict) and parsed.get("type") in ("record", "error"):
-        reader = {**parsed, "fields": [*parsed["fields"],
-                                       {"name": OK_FIELD, "type": "boolean", "default": True}]}
+        reader = {
+            **parsed,
+            "fields": [*parsed["fields"], {"name": OK_FIELD, "type": "boolean", "default": True}],
+        }
         return from_avro(body, writer_schema, {**options, "avroSchema": json.dumps(reader)})
     return from_avro(body, writer_schema, options)
 
@@ -435,9 +530,13 @@ def _plain_checked_name(column: str) -> str:
     return f"_{column.strip('_')}_checked"
 
 
-def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str,
-                coerce: Mapping[str, str] | None = None
-                ) -> tuple[DataFrame, Column, Column, Column]:
+def _parse_json(
+    df: DataFrame,
+    column: str,
+    struct: T.StructType,
+    problem: str,
+    coerce: Mapping[str, str] | None = None,
+) -> tuple[DataFrame, Column, Column, Column]:
     """``column`` parsed as JSON against ``struct``: the rows with its check (the caller drops
     :func:`_plain_checked_name`), the parsed value, ``problem`` where it is not a JSON object that
     fits (or why it is malformed), and the note on what follows the document (or on the
@@ -454,22 +553,37 @@ def _parse_json(df: DataFrame, column: str, struct: T.StructType, problem: str,
     if beyond is not None:
         reasons.append(_past_range(beyond))
     present = F.col(column).isNotNull()
-    error = (F.when(present & (parsed.isNull() | parsed.getField(CORRUPT).isNotNull()),
-                    F.lit(problem))
-             .when(present, F.concat(F.lit(f"JSON {'key' if column == 'key' else 'value'} is "
-                                           "malformed: "), F.coalesce(*reasons))))
-    note = F.when(checked.getField("trailing") > 0, F.lit(
-        "more follows the JSON value and was not read; the full value is in value_raw"))
+    error = F.when(
+        present & (parsed.isNull() | parsed.getField(CORRUPT).isNotNull()), F.lit(problem)
+    ).when(
+        present,
+        F.concat(
+            F.lit(f"JSON {'key' if column == 'key' else 'value'} is malformed: "),
+            F.coalesce(*reasons),
+        ),
+    )
+    note = F.when(
+        checked.getField("trailing") > 0,
+        F.lit("more follows the JSON value and was not read; the full value is in value_raw"),
+    )
     coerced = noted(parsed, with_corrupt, struct, coerce or {})
     if coerced is not None:
         note = F.coalesce(note, coerced)
-    return (df, F.when(error.isNull(), project(parsed, with_corrupt, struct, coerce=coerce)),
-            error, note)
+    return (
+        df,
+        F.when(error.isNull(), project(parsed, with_corrupt, struct, coerce=coerce)),
+        error,
+        note,
+    )
 
 
-def decode_json(df: DataFrame, value_type: T.StructType,
-                plans: Mapping[int, WriterPlan] | None = None,
-                coerce: Mapping[str, str] | None = None, unfit: str | None = None) -> DataFrame:
+def decode_json(
+    df: DataFrame,
+    value_type: T.StructType,
+    plans: Mapping[int, WriterPlan] | None = None,
+    coerce: Mapping[str, str] | None = None,
+    unfit: str | None = None,
+) -> DataFrame:
     """JSON values: those in the Confluent wire format (JSON Schema, see :func:`frame`) decoded
     with their writer schema's plan, plain ones parsed against the table's value struct; what
     cannot be is kept raw.  ``coerce``: the fields converted to their column's type; ``unfit``:
@@ -480,47 +594,72 @@ def decode_json(df: DataFrame, value_type: T.StructType,
     df = df.withColumn("_plain", F.when(~framed, F.col("value")))
     problem = "value is not a JSON object matching the table schema" + (
         f" (fields of this batch's values of another type than their column: {unfit})"
-        if unfit else "")
+        if unfit
+        else ""
+    )
     df, plain, plain_error, plain_note = _parse_json(df, "_plain", value_type, problem, coerce)
-    df, decoded_col, failure_col, partial_col = _decode_writers_onto(df, plans or {}, value_type,
-                                                                     coerce=coerce)
+    df, decoded_col, failure_col, partial_col = _decode_writers_onto(
+        df, plans or {}, value_type, coerce=coerce
+    )
     unplanned = F.format_string(
         "value is framed with writer schema id %d, which this table does not decode (a cdc "
-        "table reads Debezium's plain JSON)", F.col("_schema_id"))
+        "table reads Debezium's plain JSON)",
+        F.col("_schema_id"),
+    )
     if plans:
         unplanned = F.when(~F.col("_schema_id").isin(*plans), unplanned)
-    error = F.when(framed, F.coalesce(failure_col.cast("string"), unplanned)
-                   ).otherwise(plain_error)
-    note = F.when(error.isNull(), F.when(framed, partial_col.cast("string"))
-                  .otherwise(plain_note))
-    checked = df.select("*", error.alias("_error"), note.alias("_note"),
-                        F.when(error.isNull(), F.when(framed, decoded_col.cast(value_type))
-                               .otherwise(plain)).alias("_value"))
+    error = F.when(framed, F.coalesce(failure_col.cast("string"), unplanned)).otherwise(plain_error)
+    note = F.when(error.isNull(), F.when(framed, partial_col.cast("string")).otherwise(plain_note))
+    checked = df.select(
+        "*",
+        error.alias("_error"),
+        note.alias("_note"),
+        F.when(error.isNull(), F.when(framed, decoded_col.cast(value_type)).otherwise(plain)).alias(
+            "_value"
+        ),
+    )
     kept_raw = F.col("_error").isNotNull() | F.col("_note").isNotNull()
-    return (checked
-            .withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
-            .withColumn("value_raw", F.when(kept_raw, F.col("value")))
-            .drop("_error", "_note", "_plain", _plain_checked_name("_plain"), "_frame_error",
-                  *_decoded_names(plans or {})))
+    return (
+        checked.withColumn("value_error", F.coalesce(F.col("_error"), F.col("_note")))
+        .withColumn("value_raw", F.when(kept_raw, F.col("value")))
+        .drop(
+            "_error",
+            "_note",
+            "_plain",
+            _plain_checked_name("_plain"),
+            "_frame_error",
+            *_decoded_names(plans or {}),
+        )
+    )
 
 
 # Plain JSON of a table whose value columns are inferred, none yet (decode_raw's reason)
-NO_COLUMNS_YET = ("value is not a JSON object with a field: the table's value columns are "
-                  "inferred from the first one that is")
+NO_COLUMNS_YET = (
+    "value is not a JSON object with a field: the table's value columns are "
+    "inferred from the first one that is"
+)
 
 
 def decode_raw(df: DataFrame, reason: str | None = None) -> DataFrame:
     """The values' bytes in ``value_raw``; ``reason`` (why they are not decoded) on those that
     are not null."""
-    error = (F.when(F.col("value").isNotNull(), F.lit(reason)) if reason
-             else F.lit(None).cast("string"))
-    return (df.withColumn("value_raw", F.col("value"))
-            .withColumn("value_error", error)
-            .withColumn("_schema_id", F.lit(None).cast("int")))
+    error = (
+        F.when(F.col("value").isNotNull(), F.lit(reason)) if reason else F.lit(None).cast("string")
+    )
+    return (
+        df.withColumn("value_raw", F.col("value"))
+        .withColumn("value_error", error)
+        .withColumn("_schema_id", F.lit(None).cast("int"))
+    )
 
 
-def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
-               key_fields: bool = False, op: str | None = None) -> DataFrame:
+def table_rows(
+    df: DataFrame,
+    has_value: bool,
+    cdc: bool = False,
+    key_fields: bool = False,
+    op: str | None = None,
+) -> DataFrame:
     """Selects the table's columns from decoded Kafka source rows (for ``cdc``, from rows
     made by :func:`.cdc.change_rows`, with the before image a delete is keyed by; with
     ``key_fields``, from rows whose key was decoded too: a record whose key could not be is
@@ -528,9 +667,9 @@ def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
     kept for the upsert, :func:`.upsert.operation_rows`)."""
     if key_fields:
         bad_key = F.col(KEY_ERROR).isNotNull()
-        df = (df.withColumn("value_error", F.coalesce(F.col("value_error"), F.col(KEY_ERROR)))
-              .withColumn("value_raw", F.when(bad_key, F.col("value"))
-                          .otherwise(F.col("value_raw"))))
+        df = df.withColumn(
+            "value_error", F.coalesce(F.col("value_error"), F.col(KEY_ERROR))
+        ).withColumn("value_raw", F.when(bad_key, F.col("value")).otherwise(F.col("value_raw")))
         for name in ("_value", "_cdc", "_floe_before", op):
             if name in df.columns:
                 df = df.withColumn(name, F.when(~bad_key, F.col(name)))
@@ -542,8 +681,9 @@ def table_rows(df: DataFrame, has_value: bool, cdc: bool = False,
         F.col("timestampType").alias("timestamp_type"),
         F.col("headers").alias("headers"),
         F.col("_schema_id").alias("schema_id"),
-        (F.col(INGESTED) if INGESTED in df.columns else F.current_timestamp()
-         ).alias("ingest_timestamp"),
+        (F.col(INGESTED) if INGESTED in df.columns else F.current_timestamp()).alias(
+            "ingest_timestamp"
+        ),
     )
     columns = [kafka.alias("kafka")]
     if cdc:

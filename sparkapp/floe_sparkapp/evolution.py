@@ -96,8 +96,12 @@ def _widens(old: IcebergType, new: IcebergType) -> bool:
         return True
     if isinstance(old, FloatType) and isinstance(new, DoubleType):
         return True
-    return (isinstance(old, DecimalType) and isinstance(new, DecimalType)
-            and new.scale == old.scale and new.precision > old.precision)
+    return (
+        isinstance(old, DecimalType)
+        and isinstance(new, DecimalType)
+        and new.scale == old.scale
+        and new.precision > old.precision
+    )
 
 
 _BEFORE = re.compile(r"(?P<name>.+)_before_v(?P<version>[0-9]+)")
@@ -117,8 +121,7 @@ def _before_column(table: StructType, name: str, writer: IcebergType) -> str | N
     return max(found)[1] if found else None
 
 
-def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change],
-             route: bool) -> None:
+def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change], route: bool) -> None:
     if isinstance(old, StructType) and isinstance(new, StructType):
         old_fields = {f.name: f for f in old.fields}
         new_fields = {f.name: f for f in new.fields}
@@ -129,12 +132,21 @@ def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change],
                 continue
             changes: list[Change] = []
             _compare(old_fields[name].field_type, field.field_type, child, changes, route)
-            before = (_before_column(old, name, field.field_type) if route and any(
-                c.kind == "incompatible" for c in changes) else None)
+            before = (
+                _before_column(old, name, field.field_type)
+                if route and any(c.kind == "incompatible" for c in changes)
+                else None
+            )
             if before is not None:
-                out.append(Change(child, "route", f"{_describe(field.field_type)} values go to "
-                                                  f"{before}, kept by an approved change",
-                                  before))
+                out.append(
+                    Change(
+                        child,
+                        "route",
+                        f"{_describe(field.field_type)} values go to "
+                        f"{before}, kept by an approved change",
+                        before,
+                    )
+                )
             else:
                 out.extend(changes)
         for name in old_fields.keys() - new_fields.keys():
@@ -155,12 +167,14 @@ def _compare(old: IcebergType, new: IcebergType, path: str, out: list[Change],
     elif _widens(new, old):
         out.append(Change(path, "narrow", f"{_describe(old)} narrowed to {_describe(new)}"))
     else:
-        out.append(Change(path, "incompatible", f"type changed from {_describe(old)} to "
-                                                f"{_describe(new)}"))
+        out.append(
+            Change(path, "incompatible", f"type changed from {_describe(old)} to {_describe(new)}")
+        )
 
 
-def plan_evolution(table_value: StructType, incoming: StructType, *,
-                   route: bool = False, column: str = "value") -> EvolutionPlan:
+def plan_evolution(
+    table_value: StructType, incoming: StructType, *, route: bool = False, column: str = "value"
+) -> EvolutionPlan:
     """Compares the table's value struct with the one mapped from a new registry schema.
 
     With ``route`` (a writer's records, not the registry's latest version), a field whose type
@@ -171,7 +185,9 @@ def plan_evolution(table_value: StructType, incoming: StructType, *,
     return EvolutionPlan(tuple(changes))
 
 
-def required_fields_added(old_avro: str | dict[str, Any], new_avro: str | dict[str, Any]) -> list[Change]:
+def required_fields_added(
+    old_avro: str | dict[str, Any], new_avro: str | dict[str, Any]
+) -> list[Change]:
     """Top-level Avro fields the new schema adds as required with no default (breaking)."""
     old = json.loads(old_avro) if isinstance(old_avro, str) else old_avro
     new = json.loads(new_avro) if isinstance(new_avro, str) else new_avro
@@ -182,8 +198,11 @@ def required_fields_added(old_avro: str | dict[str, Any], new_avro: str | dict[s
     for field in new.get("fields", []):
         nullable = isinstance(field["type"], list) and "null" in field["type"]
         if field["name"] not in known and "default" not in field and not nullable:
-            changes.append(Change(f"value.{field['name']}", "incompatible",
-                                  "added as required without a default"))
+            changes.append(
+                Change(
+                    f"value.{field['name']}", "incompatible", "added as required without a default"
+                )
+            )
     return changes
 
 
@@ -214,12 +233,13 @@ def apply_evolution(table: Any, incoming: StructType) -> EvolutionPlan:
 def _value_or_refuse(table: Any, column: str = "value") -> StructType:
     current = value_struct(table, column)
     if current is None:
-        raise BreakingChange(EvolutionPlan((Change(column, "incompatible",
-                                                   f"the table has no {column} column"),)))
+        raise BreakingChange(
+            EvolutionPlan((Change(column, "incompatible", f"the table has no {column} column"),))
+        )
     return current
 
 
-def _union_value(table: Any, value: StructType, column: str = "value") -> None:
+def _union_value(table: Any, value: IcebergType, column: str = "value") -> None:
     with table.update_schema() as update:
         update.union_by_name(Schema(NestedField(1, column, value, required=False)))
 
@@ -228,19 +248,34 @@ def _keep_wider(old: IcebergType, new: IcebergType) -> IcebergType:
     """``new`` with every type that is narrower than in ``old`` replaced by the old one."""
     if isinstance(old, StructType) and isinstance(new, StructType):
         old_fields = {f.name: f for f in old.fields}
-        return StructType(*[
-            NestedField(f.field_id, f.name,
-                        _keep_wider(old_fields[f.name].field_type, f.field_type)
-                        if f.name in old_fields else f.field_type,
-                        required=f.required, doc=f.doc)
-            for f in new.fields])
+        return StructType(
+            *[
+                NestedField(
+                    f.field_id,
+                    f.name,
+                    _keep_wider(old_fields[f.name].field_type, f.field_type)
+                    if f.name in old_fields
+                    else f.field_type,
+                    required=f.required,
+                    doc=f.doc,
+                )
+                for f in new.fields
+            ]
+        )
     if isinstance(old, ListType) and isinstance(new, ListType):
-        return ListType(new.element_id, _keep_wider(old.element_type, new.element_type),
-                        element_required=new.element_required)
+        return ListType(
+            new.element_id,
+            _keep_wider(old.element_type, new.element_type),
+            element_required=new.element_required,
+        )
     if isinstance(old, MapType) and isinstance(new, MapType):
-        return MapType(new.key_id, new.key_type, new.value_id,
-                       _keep_wider(old.value_type, new.value_type),
-                       value_required=new.value_required)
+        return MapType(
+            new.key_id,
+            new.key_type,
+            new.value_id,
+            _keep_wider(old.value_type, new.value_type),
+            value_required=new.value_required,
+        )
     return new if old == new or _widens(old, new) else old  # narrower, or routed: the table's
 
 
@@ -278,8 +313,7 @@ def look_for_writer(table: Any, writer: StructType, column: str = "value") -> Ev
     return plan
 
 
-def fit_without_evolution(table: Any, writer: StructType, column: str = "value"
-                          ) -> EvolutionPlan:
+def fit_without_evolution(table: Any, writer: StructType, column: str = "value") -> EvolutionPlan:
     """What the job does on meeting a writer schema under ``schemaEvolution: none``: the table
     keeps its schema; the writer's new fields are left out, and a writer whose values need the
     table to change (a wider or another type) is refused (BreakingChange), so its records are
@@ -287,9 +321,13 @@ def fit_without_evolution(table: Any, writer: StructType, column: str = "value"
     plan = plan_evolution(_value_or_refuse(table, column), writer, route=True, column=column)
     blocking = tuple(c for c in plan.changes if c.kind in ("widen", "incompatible"))
     if blocking:
-        raise BreakingChange(EvolutionPlan(blocking), (
-            "schemaEvolution.mode is none and the table would have to change: "
-            + "; ".join(str(c) for c in blocking)))
+        raise BreakingChange(
+            EvolutionPlan(blocking),
+            (
+                "schemaEvolution.mode is none and the table would have to change: "
+                + "; ".join(str(c) for c in blocking)
+            ),
+        )
     return EvolutionPlan(tuple(c for c in plan.changes if c.kind != "add"))
 
 

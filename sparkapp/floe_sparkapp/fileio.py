@@ -9,7 +9,8 @@ translates the catalog's properties)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -51,4 +52,4 @@ def files_under(io: PyArrowFileIO, location: str) -> Iterator[tuple[str, Any]]:
     store = io.fs_by_scheme(scheme, netloc)
     for info in store.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)):
         if info.type == FileType.File:
-            yield location + info.path[len(root):], info
+            yield location + info.path[len(root) :], info

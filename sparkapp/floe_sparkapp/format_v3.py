@@ -26,10 +26,18 @@ def enable() -> None:
     from pyiceberg.table.metadata import TableMetadataV3
 
     if _refuses(TableMetadataV3):
-        def model_dump_json(self: Any, exclude_none: bool = True, exclude: Any | None = None,
-                            by_alias: bool = True, **kwargs: Any) -> str:
-            return super(TableMetadataV3, self).model_dump_json(
-                exclude_none=exclude_none, exclude=exclude, by_alias=by_alias, **kwargs)
+
+        def model_dump_json(
+            self: Any,
+            exclude_none: bool = True,
+            exclude: Any | None = None,
+            by_alias: bool = True,
+            **kwargs: Any,
+        ) -> str:
+            dumped: str = super(TableMetadataV3, self).model_dump_json(
+                exclude_none=exclude_none, exclude=exclude, by_alias=by_alias, **kwargs
+            )
+            return dumped
 
         TableMetadataV3.model_dump_json = model_dump_json  # type: ignore[method-assign]
     _enabled = True
@@ -41,8 +49,13 @@ def _refuses(model: Any) -> bool:
     from pyiceberg.table.metadata import new_table_metadata
     from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
-    probe = new_table_metadata(Schema(), UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER,
-                               "file:///probe", {"format-version": "3"})
+    probe = new_table_metadata(
+        Schema(),
+        UNPARTITIONED_PARTITION_SPEC,
+        UNSORTED_SORT_ORDER,
+        "file:///probe",
+        {"format-version": "3"},
+    )
     assert isinstance(probe, model)
     try:
         probe.model_dump_json()

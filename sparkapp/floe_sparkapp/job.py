@@ -25,9 +25,16 @@ from .commit_size import CommitSize
 from .config import JobConfig, kafka_client_settings
 from .contract import ROW_LEVEL
 from .evolution import BreakingChange, evolve_for_writer
-from .kafka_offsets import (DataLossError, check_offsets_available, check_topic_identity,
-                            floor_offsets, starting_offsets, topic_identity, topic_partitions,
-                            watermarks)
+from .kafka_offsets import (
+    DataLossError,
+    check_offsets_available,
+    check_topic_identity,
+    floor_offsets,
+    starting_offsets,
+    topic_identity,
+    topic_partitions,
+    watermarks,
+)
 from .layout import KEY_FIELDS, ensure_table, evolve_partitioning
 from .ledger import Committed, claim_table, head, last_commit, summary_properties
 from .registry import Registry
@@ -53,13 +60,18 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
     value = key = None
     if registry is not None and config.value.format != "raw":
         latest = registry.latest()
-        value = schemas.table_struct(latest, config.table.mode, config.value.message,
-                                     config.value.conversions).struct
+        value = schemas.table_struct(
+            latest, config.table.mode, config.value.message, config.value.conversions
+        ).struct
     elif config.value.format == "json":  # without a registry: the declared columns, if any
         value = schemaless.configured_value(config.value)
     if config.key.decoded:
-        key = schemas.table_struct(Registry(config.key_registry(), config.registry_auth())
-                                   .latest(), message=config.key.message).struct
+        key_registry = config.key_registry()
+        assert key_registry is not None  # the contract: a decoded key needs the value's registry
+        key = schemas.table_struct(
+            Registry(key_registry, config.registry_auth()).latest(),
+            message=config.key.message,
+        ).struct
     catalog = catalogs.load_catalog(config.catalog())
     table, created = ensure_table(catalog, config.table, value, key)
     if created:
@@ -71,25 +83,33 @@ def prepare_table(config: JobConfig, registry: Registry | None) -> Any:
             try:
                 plan = evolve_for_writer(table, struct, column)
                 if plan.needs_update:
-                    log.info("evolved table %s: %s", config.table.identifier,
-                             "; ".join(str(c) for c in plan.changes))
+                    log.info(
+                        "evolved table %s: %s",
+                        config.table.identifier,
+                        "; ".join(str(c) for c in plan.changes),
+                    )
             except BreakingChange as change:
-                log.warning("table %s keeps its %s schema: %s", config.table.identifier,
-                            column, change)
+                log.warning(
+                    "table %s keeps its %s schema: %s", config.table.identifier, column, change
+                )
     return table
 
 
-def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committed,
-                      partitions: list[int]) -> tuple[bool, dict[int, int]]:
+def rewind_checkpoint(
+    spark: SparkSession, config: JobConfig, committed: Committed, partitions: list[int]
+) -> tuple[bool, dict[int, int]]:
     """Removes a checkpoint that would resume above the table's offsets (it outlived its table,
     or ``main`` was rolled back), so the query starts from the table's offsets.  Returns
     whether the query resumes from the checkpoint, and the floor of the partitions the table
     has no offsets for (:func:`floor_offsets`)."""
     location = config.checkpoint_location
     if removed := checkpoint.clear_unfinished_writes(spark, location):
-        log.warning("the checkpoint at %s held the unfinished write of a killed process's "
-                    "first batch (%s): removed, the batch runs again", location,
-                    ", ".join(removed))
+        log.warning(
+            "the checkpoint at %s held the unfinished write of a killed process's "
+            "first batch (%s): removed, the batch runs again",
+            location,
+            ", ".join(removed),
+        )
     resume = checkpoint.resume_offsets(spark, location, config.kafka.topic)
     if resume is None:
         return False, {}
@@ -97,9 +117,14 @@ def rewind_checkpoint(spark: SparkSession, config: JobConfig, committed: Committ
     ahead = checkpoint.ahead_of(resume, committed.offsets, floor)
     if not ahead:
         return True, floor
-    log.warning("the checkpoint at %s is ahead of table %s (%s): it is removed and the job "
-                "starts from the table's offsets %s", location, config.table.identifier,
-                "; ".join(ahead), committed.offsets or floor or config.kafka.starting_offsets)
+    log.warning(
+        "the checkpoint at %s is ahead of table %s (%s): it is removed and the job "
+        "starts from the table's offsets %s",
+        location,
+        config.table.identifier,
+        "; ".join(ahead),
+        committed.offsets or floor or config.kafka.starting_offsets,
+    )
     checkpoint.remove(spark, location)
     return False, floor
 
@@ -112,17 +137,23 @@ def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | Non
     table = prepare_table(config, registry)
     if config.table.mode in ROW_LEVEL:
         table = with_deletion_vectors(
-            spark, f"{config.table.catalog.name}.{config.table.identifier}", table)
+            spark, f"{config.table.catalog.name}.{config.table.identifier}", table
+        )
     claim_table(table, config.writer)
     changes = evolve_partitioning(table, config.table)
     if changes:
-        log.info("evolved the partitioning of table %s: %s", config.table.identifier,
-                 "; ".join(changes))
+        log.info(
+            "evolved the partitioning of table %s: %s", config.table.identifier, "; ".join(changes)
+        )
     try:
         swept = sweep_branches(table, config.writer)
         if swept:
-            log.info("dropped %d branch(es) of %s left by interrupted batches: %s", len(swept),
-                     config.table.identifier, ", ".join(swept))
+            log.info(
+                "dropped %d branch(es) of %s left by interrupted batches: %s",
+                len(swept),
+                config.table.identifier,
+                ", ".join(swept),
+            )
     except Exception as error:  # noqa: BLE001 - a left branch only pins its snapshot
         log.warning("could not drop the branches of interrupted batches: %s", error)
     return table
@@ -130,8 +161,10 @@ def ready_table(spark: SparkSession, config: JobConfig, registry: Registry | Non
 
 def table_commits(config: JobConfig, tables: list[Any]) -> list[Committed]:
     """What the topic's tables have committed (:func:`~.commit.last_commit` of each)."""
-    return [last_commit(table, config.writer, config.kafka.topic, ref=config.table.ref)
-            for table in tables]
+    return [
+        last_commit(table, config.writer, config.kafka.topic, ref=config.table.ref)
+        for table in tables
+    ]
 
 
 def rejoining(config: JobConfig, found: list[Committed]) -> list[bool]:
@@ -168,38 +201,67 @@ def lowest_commit(found: list[Committed]) -> Committed:
     if not committed:
         return Committed()
     partitions = set().union(*(c.offsets for c in committed))
-    return Committed(offsets={p: min(c.offsets[p] for c in committed if p in c.offsets)
-                              for p in sorted(partitions)})
+    return Committed(
+        offsets={
+            p: min(c.offsets[p] for c in committed if p in c.offsets) for p in sorted(partitions)
+        }
+    )
 
 
-def record_first_start(spark: SparkSession, config: JobConfig, tables: list[Any],
-                       partitions: list[int], topic_id: str | None) -> Committed:
+def record_first_start(
+    spark: SparkSession,
+    config: JobConfig,
+    tables: list[Any],
+    partitions: list[int],
+    topic_id: str | None,
+) -> Committed:
     """A ``latest`` job's very first start: Kafka's end offsets now, committed (no rows) to
     each of the topic's tables, so that where it started outlives the checkpoint: a job that
     lost its checkpoint before its first batch goes on from there, not from Kafka's end
     again, and the records in between are not skipped."""
     offsets = {p: high for p, (_, high) in watermarks(config, partitions).items()}
     names, routing = config.recorded_routing()
-    properties = summary_properties(config.writer, config.kafka.topic, offsets, None,
-                                    config.generation, 0, topic_id, names, routing,
-                                    offsets if names else None)
+    properties = summary_properties(
+        config.writer,
+        config.kafka.topic,
+        offsets,
+        None,
+        config.generation,
+        0,
+        topic_id,
+        names,
+        routing,
+        offsets if names else None,
+    )
     for destination, table in zip(config.destinations(), tables):
-        committer = BranchCommitter(spark, destination.table.catalog.name,
-                                    destination.table.identifier, config.writer,
-                                    destination.table.ref)
+        committer = BranchCommitter(
+            spark,
+            destination.table.catalog.name,
+            destination.table.identifier,
+            config.writer,
+            destination.table.ref,
+        )
         base = head(table, destination.table.ref)
         committer.publish_summary(base.snapshot_id if base is not None else None, properties)
-    log.info("first start of %s at Kafka's latest offsets %s: recorded on its tables",
-             config.writer, offsets)
+    log.info(
+        "first start of %s at Kafka's latest offsets %s: recorded on its tables",
+        config.writer,
+        offsets,
+    )
     return Committed(offsets=offsets)
 
 
 FIRST_FETCH_WAIT_MS = 100
 
 
-def start(config: JobConfig, spark: SparkSession | None = None, *,
-          available_now: bool = False, query_name: str | None = None,
-          size: CommitSize | None = None) -> Any:
+def start(
+    config: JobConfig,
+    spark: SparkSession | None = None,
+    *,
+    available_now: bool = False,
+    query_name: str | None = None,
+    size: CommitSize | None = None,
+) -> Any:
     """Starts the streaming query; returns it (``available_now`` stops once caught up).
     ``size``: the records a commit takes, as the job's last query left it (else sampled)."""
     if spark is None:
@@ -210,71 +272,108 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
     checkpoint_store(spark, config)
     metrics.register(spark)
     registry = registry_of(config)
-    tables = [ready_table(spark, destination, registry_of(destination))
-              for destination in config.destinations()]
+    tables = [
+        ready_table(spark, destination, registry_of(destination))
+        for destination in config.destinations()
+    ]
     identity = topic_identity(config)
     found = table_commits(config, tables)
     for table_committed in found:
         check_topic_identity(config, table_committed, identity)
     partial_batch.keep_routing(tables[0], config, found[0])
-    if partial_batch.finish(spark, config, registry, tables[0], found[0], identity,
-                            lambda d: ready_table(spark, d, registry_of(d))):
+    if partial_batch.finish(
+        spark,
+        config,
+        registry,
+        tables[0],
+        found[0],
+        identity,
+        lambda d: ready_table(spark, d, registry_of(d)),
+    ):
         for table in tables:
             table.refresh()
         found = table_commits(config, tables)
     committed, rejoin = start_position(config, found)
     for destination, again, table_committed in zip(config.destinations(), rejoin, found):
         if again and table_committed.offsets:
-            log.warning("table %s was not among topic %s's tables when they last committed "
-                        "(its route was removed, then added back): it goes on from where the "
-                        "other tables are, %s, not from its own offsets %s; the records in "
-                        "between stay where they landed", destination.table.identifier,
-                        config.kafka.topic, committed.offsets, table_committed.offsets)
+            log.warning(
+                "table %s was not among topic %s's tables when they last committed "
+                "(its route was removed, then added back): it goes on from where the "
+                "other tables are, %s, not from its own offsets %s; the records in "
+                "between stay where they landed",
+                destination.table.identifier,
+                config.kafka.topic,
+                committed.offsets,
+                table_committed.offsets,
+            )
         elif again:
-            log.info("table %s joins topic %s's tables (a route added): it goes on from where "
-                     "the other tables are, %s", destination.table.identifier,
-                     config.kafka.topic, committed.offsets)
+            log.info(
+                "table %s joins topic %s's tables (a route added): it goes on from where "
+                "the other tables are, %s",
+                destination.table.identifier,
+                config.kafka.topic,
+                committed.offsets,
+            )
     check_offsets_available(config, committed)
     partitions = topic_partitions(config)
     resumes, floor = rewind_checkpoint(spark, config, committed, partitions)
-    if config.kafka.starting_offsets == "latest" and not resumes and \
-            not any(c.offsets for c in found):
+    if (
+        config.kafka.starting_offsets == "latest"
+        and not resumes
+        and not any(c.offsets for c in found)
+    ):
         committed = record_first_start(spark, config, tables, partitions, identity)
     # (unless a checkpoint resumes; earliest is Spark's own -2, which retention cannot overtake)
-    start_at = starting_offsets(config, committed, partitions,
-                                floor if config.kafka.starting_offsets == "latest" else None)
+    start_at = starting_offsets(
+        config, committed, partitions, floor if config.kafka.starting_offsets == "latest" else None
+    )
     if not resumes and committed.offsets:
-        log.info("no checkpoint at %s: starting from the table's offsets %s",
-                 config.checkpoint_location, committed.offsets)
+        log.info(
+            "no checkpoint at %s: starting from the table's offsets %s",
+            config.checkpoint_location,
+            committed.offsets,
+        )
     size = size or CommitSize(config.commit)
     limit = size.planned(config, partitions)
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
-              .option("subscribe", config.kafka.topic)
-              .option("startingOffsets", start_at)
-              .option("kafka.isolation.level", config.kafka.isolation_level)
-              .option("includeHeaders", "true")
-              .option("failOnDataLoss", "true")
-              .option("maxOffsetsPerTrigger", str(limit))
-              # A new consumer's first fetch of a partition comes back empty after the broker
-              # held it this long (500 ms by default) and Spark's consumer then fetches again:
-              # every partition's first read in a job (a start's first batch) waited it.  The
-              # source fetches only offsets it knows are there, so a fetch finds data at once
-              # otherwise; kafka.properties can set it back.
-              .option("kafka.fetch.max.wait.ms", str(FIRST_FETCH_WAIT_MS)))
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("subscribe", config.kafka.topic)
+        .option("startingOffsets", start_at)
+        .option("kafka.isolation.level", config.kafka.isolation_level)
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", str(limit))
+        # A new consumer's first fetch of a partition comes back empty after the broker
+        # held it this long (500 ms by default) and Spark's consumer then fetches again:
+        # every partition's first read in a job (a start's first batch) waited it.  The
+        # source fetches only offsets it knows are there, so a fetch finds data at once
+        # otherwise; kafka.properties can set it back.
+        .option("kafka.fetch.max.wait.ms", str(FIRST_FETCH_WAIT_MS))
+    )
     commit = config.commit
     if commit.min_records and not available_now:  # by volume, or by time at the latest
-        reader = (reader.option("minOffsetsPerTrigger", str(min(commit.min_records, limit)))
-                  .option("maxTriggerDelay", f"{commit.interval_seconds}s"))
+        reader = reader.option("minOffsetsPerTrigger", str(min(commit.min_records, limit))).option(
+            "maxTriggerDelay", f"{commit.interval_seconds}s"
+        )
     for key, value in kafka_client_settings(config).items():
         reader = reader.option(f"kafka.{key}", value)
-    writer = (reader.load().writeStream
-              .foreachBatch(BatchWriter(config, spark, registry,
-                                        [str(t.metadata.table_uuid) for t in tables],
-                                        identity, [committed.offsets if again else None
-                                                   for again in rejoin], size=size))
-              .option("checkpointLocation", config.checkpoint_location)
-              .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}"))
+    writer = (
+        reader.load()
+        .writeStream.foreachBatch(
+            BatchWriter(
+                config,
+                spark,
+                registry,
+                [str(t.metadata.table_uuid) for t in tables],
+                identity,
+                [committed.offsets if again else None for again in rejoin],
+                size=size,
+            )
+        )
+        .option("checkpointLocation", config.checkpoint_location)
+        .queryName(query_name or f"floe_{config.writer.replace('/', '_').replace('-', '_')}")
+    )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -293,8 +392,14 @@ def start(config: JobConfig, spark: SparkSession | None = None, *,
 _REPLAY_METRICS_BUG = "KafkaMicroBatchStream.metrics"
 
 
-def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: bool = False,
-        timeout: float | None = None, restarts: int = 3) -> None:
+def run(
+    config: JobConfig,
+    spark: SparkSession | None = None,
+    *,
+    available_now: bool = False,
+    timeout: float | None = None,
+    restarts: int = 3,
+) -> None:
     """Runs the query until it stops (``available_now``) or fails; raises what it failed with.
 
     A query stopped by :class:`CheckpointAhead` starts again, from the table's offsets; one
@@ -321,20 +426,31 @@ def run(config: JobConfig, spark: SparkSession | None = None, *, available_now: 
             return
         trace = _java_stack_trace(query)
         if size.replan is not None and ("Replan: " in str(error) or "Replan: " in trace):
-            dropped = checkpoint.drop_planned(spark or SparkSession.builder.getOrCreate(),
-                                              config.checkpoint_location)
-            log.info("the query starts again with at most %d records a commit (batch %s "
-                     "planned anew)", size.replan, dropped)
+            dropped = checkpoint.drop_planned(
+                spark or SparkSession.builder.getOrCreate(), config.checkpoint_location
+            )
+            log.info(
+                "the query starts again with at most %d records a commit (batch %s planned anew)",
+                size.replan,
+                dropped,
+            )
             size.replanned()
             continue
         attempt += 1
         if "CheckpointAhead: " in str(error) or "CheckpointAhead: " in trace:
-            log.warning("restarting the query from the table's offsets (attempt %d of %d): %s",
-                        attempt, restarts, str(error).splitlines()[0][:300])
+            log.warning(
+                "restarting the query from the table's offsets (attempt %d of %d): %s",
+                attempt,
+                restarts,
+                str(error).splitlines()[0][:300],
+            )
             continue
         if _REPLAY_METRICS_BUG in trace:
-            log.warning("restarting the query after Spark's replay metrics failure "
-                        "(attempt %d of %d)", attempt, restarts)
+            log.warning(
+                "restarting the query after Spark's replay metrics failure (attempt %d of %d)",
+                attempt,
+                restarts,
+            )
             continue
         lost = _data_loss(config)
         if lost is not None:
@@ -353,14 +469,19 @@ def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossE
         try:
             catalog = catalogs.load_catalog(config.catalog())
             tables = [catalog.load_table(d.table.identifier) for d in config.destinations()]
-            check_offsets_available(config,
-                                    start_position(config, table_commits(config, tables))[0])
+            check_offsets_available(
+                config, start_position(config, table_commits(config, tables))[0]
+            )
             return None
         except DataLossError as error:
             return error
         except Exception as error:  # noqa: BLE001 - cannot tell yet
-            log.warning("could not check Kafka's offsets against the table's (%d of %d): %s",
-                        attempt + 1, tries, str(error).splitlines()[0][:300])
+            log.warning(
+                "could not check Kafka's offsets against the table's (%d of %d): %s",
+                attempt + 1,
+                tries,
+                str(error).splitlines()[0][:300],
+            )
             time.sleep(pause)
     return None  # the query's own failure stands
 
@@ -398,4 +519,5 @@ def _java_stack_trace(query: Any) -> str:
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
+    assert jvm is not None  # the query ran in this process's session
     return str(jvm.org.apache.commons.lang3.exception.ExceptionUtils.getStackTrace(failure.get()))

@@ -50,9 +50,13 @@ from pyiceberg.types import (
 
 from .avro_types import MappedValue, SchemaMappingError
 
-_PRIMITIVES: dict[str, IcebergType] = {"boolean": BooleanType(), "integer": LongType(),
-                                       "number": DoubleType(), "string": StringType(),
-                                       "null": StringType()}
+_PRIMITIVES: dict[str, IcebergType] = {
+    "boolean": BooleanType(),
+    "integer": LongType(),
+    "number": DoubleType(),
+    "string": StringType(),
+    "null": StringType(),
+}
 _FORMATS: dict[str, IcebergType] = {"date-time": TimestamptzType(), "date": DateType()}
 
 
@@ -80,8 +84,9 @@ class _Mapper:
             target = target[part]
         return target, document
 
-    def map(self, schema: Any, where: str, document: str,
-            expanding: tuple[str, ...]) -> IcebergType | None:
+    def map(
+        self, schema: Any, where: str, document: str, expanding: tuple[str, ...]
+    ) -> IcebergType | None:
         """The Iceberg type of ``schema``; None for a recursive reference (no column)."""
         if schema is True or schema == {} or schema is None:
             return StringType()
@@ -135,12 +140,14 @@ class _Mapper:
         if kind == "string" and schema.get("format") in _FORMATS:
             return _FORMATS[schema["format"]]
         if kind not in _PRIMITIVES:
-            raise SchemaMappingError(f"{where or 'the schema'} has type {kind!r}, which JSON "
-                                     "Schema does not define")
+            raise SchemaMappingError(
+                f"{where or 'the schema'} has type {kind!r}, which JSON Schema does not define"
+            )
         return _PRIMITIVES[kind]
 
-    def object(self, schema: dict[str, Any], where: str, document: str,
-               expanding: tuple[str, ...]) -> IcebergType | None:
+    def object(
+        self, schema: dict[str, Any], where: str, document: str, expanding: tuple[str, ...]
+    ) -> IcebergType | None:
         properties = schema.get("properties")
         if not properties:
             extra = schema.get("additionalProperties")
@@ -160,9 +167,9 @@ class _Mapper:
         return StructType(*fields)
 
 
-def json_schema_to_iceberg(schema: str | dict[str, Any],
-                           references: tuple[tuple[str, str], ...] = (),
-                           first_id: int = 1) -> MappedValue:
+def json_schema_to_iceberg(
+    schema: str | dict[str, Any], references: tuple[tuple[str, str], ...] = (), first_id: int = 1
+) -> MappedValue:
     """Maps a JSON Schema (and the schemas it references, by reference name) to the Iceberg
     struct of the ``value`` column; a schema that is not an object is one field, ``value``."""
     try:
@@ -189,9 +196,15 @@ def spark_type(kind: IcebergType) -> Any:
         return T.ArrayType(spark_type(kind.element_type))
     if isinstance(kind, MapType):
         return T.MapType(spark_type(kind.key_type), spark_type(kind.value_type))
-    simple = {BooleanType(): T.BooleanType(), IntegerType(): T.IntegerType(),
-              LongType(): T.LongType(), FloatType(): T.FloatType(),
-              DoubleType(): T.DoubleType(), StringType(): T.StringType(),
-              BinaryType(): T.BinaryType(), TimestamptzType(): T.TimestampType(),
-              DateType(): T.DateType()}
+    simple: dict[IcebergType, Any] = {
+        BooleanType(): T.BooleanType(),
+        IntegerType(): T.IntegerType(),
+        LongType(): T.LongType(),
+        FloatType(): T.FloatType(),
+        DoubleType(): T.DoubleType(),
+        StringType(): T.StringType(),
+        BinaryType(): T.BinaryType(),
+        TimestamptzType(): T.TimestampType(),
+        DateType(): T.DateType(),
+    }
     return simple[kind]

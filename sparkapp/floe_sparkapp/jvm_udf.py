@@ -47,8 +47,10 @@ def make(class_name: str, *args: Any) -> Any:
     try:
         return found(*args)
     except TypeError:  # py4j: the class is not on the classpath
-        raise RuntimeError(f"{class_name} is not on Spark's classpath: add floe-jvm.jar (built "
-                           "from sparkapp/jvm) to spark.jars") from None
+        raise RuntimeError(
+            f"{class_name} is not on Spark's classpath: add floe-jvm.jar (built "
+            "from sparkapp/jvm) to spark.jars"
+        ) from None
 
 
 def apply(udf_maker: Any, *columns: Column) -> Column:
@@ -58,6 +60,7 @@ def apply(udf_maker: Any, *columns: Column) -> Column:
     from pyspark.sql.classic.column import _to_java_column, _to_seq
 
     context = SparkContext._active_spark_context
+    assert context is not None  # columns are applied in a running session
     return JvmColumn(udf_maker.asUdf().apply(_to_seq(context, list(columns), _to_java_column)))
 
 
@@ -89,5 +92,6 @@ def ingest_time(micros: int) -> Column:
 
 def parse_newest(text: str | None) -> dict[int, int]:
     """What :func:`newest_by_partition` found: the newest timestamp (ms) per partition."""
-    return {int(p): int(m) for p, m in (pair.split(":") for pair in (text or "").split(",")
-                                        if pair)}
+    return {
+        int(p): int(m) for p, m in (pair.split(":") for pair in (text or "").split(",") if pair)
+    }

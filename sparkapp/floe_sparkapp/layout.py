@@ -22,15 +22,27 @@ function, :func:`ensure_table`.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortDirection, SortField, SortOrder
 from pyiceberg.transforms import (
-    BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, Transform,
-    TruncateTransform, VoidTransform, YearTransform,
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    VoidTransform,
+    YearTransform,
 )
 from pyiceberg.types import (
     BinaryType,
@@ -67,9 +79,13 @@ KEY_FIELDS = "key_fields"  # the decoded Kafka key (key.format avro, json or pro
 KEY_FIELDS_ID = 7
 MODE = "floe.mode"  # the table property recording the mode the table was made for
 
-_TRANSFORMS: dict[str, Transform] = {
-    "hour": HourTransform(), "day": DayTransform(), "month": MonthTransform(),
-    "year": YearTransform(), "identity": IdentityTransform()}
+_TRANSFORMS: dict[str, Transform[Any, Any]] = {
+    "hour": HourTransform(),
+    "day": DayTransform(),
+    "month": MonthTransform(),
+    "year": YearTransform(),
+    "identity": IdentityTransform(),
+}
 
 
 def table_properties(table: TableLayout) -> dict[str, str]:
@@ -85,15 +101,34 @@ def lineage_struct() -> StructType:
         NestedField(103, "offset", LongType(), required=True),
         NestedField(104, "timestamp", TimestamptzType(), required=True),
         NestedField(105, "timestamp_type", IntegerType(), required=True),
-        NestedField(106, "headers", ListType(107, StructType(
-            NestedField(108, "key", StringType(), required=True),
-            NestedField(109, "value", BinaryType(), required=False),
-        ), element_required=True), required=False),
-        NestedField(110, "schema_id", IntegerType(), required=False,
-                    doc="registry id of the value's writer schema, when the value is framed"),
-        NestedField(111, INGEST_TIMESTAMP, TimestamptzType(), required=False,
-                    doc="when floe landed the record (its batch's time; never before an "
-                        "earlier commit's in the partition)"),
+        NestedField(
+            106,
+            "headers",
+            ListType(
+                107,
+                StructType(
+                    NestedField(108, "key", StringType(), required=True),
+                    NestedField(109, "value", BinaryType(), required=False),
+                ),
+                element_required=True,
+            ),
+            required=False,
+        ),
+        NestedField(
+            110,
+            "schema_id",
+            IntegerType(),
+            required=False,
+            doc="registry id of the value's writer schema, when the value is framed",
+        ),
+        NestedField(
+            111,
+            INGEST_TIMESTAMP,
+            TimestamptzType(),
+            required=False,
+            doc="when floe landed the record (its batch's time; never before an "
+            "earlier commit's in the partition)",
+        ),
     )
 
 
@@ -108,8 +143,7 @@ def with_lineage(table: Any) -> Any:
     for _ in range(3):
         lineage = table.schema().find_field("kafka").field_type
         present = {f.name for f in getattr(lineage, "fields", [])}
-        missing = [f for f in lineage_struct().fields
-                   if f.name not in present and not f.required]
+        missing = [f for f in lineage_struct().fields if f.name not in present and not f.required]
         if not missing:
             return table
         try:
@@ -122,8 +156,9 @@ def with_lineage(table: Any) -> Any:
     return table
 
 
-def table_schema(value: StructType | None, mode: str = "append",
-                 key: StructType | None = None) -> Schema:
+def table_schema(
+    value: StructType | None, mode: str = "append", key: StructType | None = None
+) -> Schema:
     """The full table schema; ``value`` is the mapped registry schema, None for raw topics;
     ``key`` the key's, when the key is decoded.
 
@@ -131,19 +166,46 @@ def table_schema(value: StructType | None, mode: str = "append",
     """
     fields = [NestedField(1, "kafka", lineage_struct(), required=True, doc="Kafka lineage")]
     if mode == "cdc":
-        fields.append(NestedField(6, "cdc", cdc.lineage_struct(), required=False,
-                                  doc="the change event a row's last change came from"))
-    fields.append(NestedField(2, "key", BinaryType(), required=False,
-                              doc="the record key, untouched"))
+        fields.append(
+            NestedField(
+                6,
+                "cdc",
+                cdc.lineage_struct(),
+                required=False,
+                doc="the change event a row's last change came from",
+            )
+        )
+    fields.append(
+        NestedField(2, "key", BinaryType(), required=False, doc="the record key, untouched")
+    )
     if key is not None:
-        fields.append(NestedField(KEY_FIELDS_ID, KEY_FIELDS, _offset_ids(key, 500_000),
-                                  required=False, doc="the decoded record key"))
+        fields.append(
+            NestedField(
+                KEY_FIELDS_ID,
+                KEY_FIELDS,
+                _offset_ids(key, 500_000),
+                required=False,
+                doc="the decoded record key",
+            )
+        )
     if value is not None:
-        fields.append(NestedField(3, "value", _offset_ids(value, 1000), required=False,
-                                  doc="the decoded value; null when null or undecodable"))
+        fields.append(
+            NestedField(
+                3,
+                "value",
+                _offset_ids(value, 1000),
+                required=False,
+                doc="the decoded value; null when null or undecodable",
+            )
+        )
     fields += [
-        NestedField(4, "value_raw", BinaryType(), required=False,
-                    doc="the value bytes when they could not be decoded"),
+        NestedField(
+            4,
+            "value_raw",
+            BinaryType(),
+            required=False,
+            doc="the value bytes when they could not be decoded",
+        ),
         NestedField(5, "value_error", StringType(), required=False, doc="why decoding failed"),
     ]
     return Schema(*fields)
@@ -158,17 +220,26 @@ def _offset_ids(struct: StructType, offset: int) -> StructType:
     return assign_fresh_schema_ids(_Schema(*struct.fields), lambda: next(counter)).as_struct()
 
 
-def partition_fields(table: TableLayout) -> list[tuple[str, Transform, str]]:
+def partition_fields(table: TableLayout) -> list[tuple[str, Transform[Any, Any], str]]:
     """The table's partition fields, as (column path, transform, field name): ``partitioning``
     on ``kafka.timestamp`` first, then ``partitionBy``'s."""
     fields = []
     if table.partitioning != "none":
-        fields.append(("kafka.timestamp", _TRANSFORMS[table.partitioning],
-                       f"kafka_timestamp_{table.partitioning}"))
+        fields.append(
+            (
+                "kafka.timestamp",
+                _TRANSFORMS[table.partitioning],
+                f"kafka_timestamp_{table.partitioning}",
+            )
+        )
     for text in table.partition_by:
         column, name, width = partition_field(text)
-        transform = (BucketTransform(width) if name == "bucket" else TruncateTransform(width)
-                     if name == "truncate" else _TRANSFORMS[name])
+        transform: Transform[Any, Any]
+        if name in ("bucket", "truncate"):
+            assert width is not None  # the spec's pattern gives bucket and truncate a width
+            transform = BucketTransform(width) if name == "bucket" else TruncateTransform(width)
+        else:
+            transform = _TRANSFORMS[name]
         suffix = "" if name == "identity" else f"_{name}" + (f"_{width}" if width else "")
         fields.append((column, transform, column.replace(".", "_") + suffix))
     return fields
@@ -181,28 +252,40 @@ def _source_id(schema: Schema, table: TableLayout, column: str) -> int:
         raise LayoutMismatch(
             f"table.partitionBy: table {table.identifier} has no column {column} to partition "
             "by. Name a field of the value (value.<field>), of the decoded key "
-            "(key_fields.<field>) or of the lineage (kafka.<field>).") from None
+            "(key_fields.<field>) or of the lineage (kafka.<field>)."
+        ) from None
 
 
 def partition_spec(schema: Schema, table: TableLayout) -> PartitionSpec:
     fields = partition_fields(table)
     if not fields:
         return UNPARTITIONED_PARTITION_SPEC
-    return PartitionSpec(*[
-        PartitionField(source_id=_source_id(schema, table, column), field_id=1000 + index,
-                       transform=transform, name=name)
-        for index, (column, transform, name) in enumerate(fields)])
+    return PartitionSpec(
+        *[
+            PartitionField(
+                source_id=_source_id(schema, table, column),
+                field_id=1000 + index,
+                transform=transform,
+                name=name,
+            )
+            for index, (column, transform, name) in enumerate(fields)
+        ]
+    )
 
 
 def evolve_partitioning(existing: Any, table: TableLayout) -> list[str]:
     """Evolves the table's partition spec to the one the spec asks for (a new spec: the files
     written before keep theirs); what changed, in words (nothing: the same fields)."""
     schema = existing.schema()
-    wanted = {(_source_id(schema, table, column), str(transform)): (column, transform, name)
-              for column, transform, name in partition_fields(table)}
-    current = {(field.source_id, str(field.transform)): field.name
-               for field in existing.spec().fields
-               if not isinstance(field.transform, VoidTransform)}
+    wanted = {
+        (_source_id(schema, table, column), str(transform)): (column, transform, name)
+        for column, transform, name in partition_fields(table)
+    }
+    current = {
+        (field.source_id, str(field.transform)): field.name
+        for field in existing.spec().fields
+        if not isinstance(field.transform, VoidTransform)
+    }
     if wanted.keys() == current.keys():
         return []
     changes = []
@@ -220,10 +303,12 @@ def evolve_partitioning(existing: Any, table: TableLayout) -> list[str]:
 
 def sort_order(schema: Schema) -> SortOrder:
     return SortOrder(
-        SortField(source_id=schema.find_field("kafka.partition").field_id,
-                  transform=IdentityTransform()),
-        SortField(source_id=schema.find_field("kafka.offset").field_id,
-                  transform=IdentityTransform()),
+        SortField(
+            source_id=schema.find_field("kafka.partition").field_id, transform=IdentityTransform()
+        ),
+        SortField(
+            source_id=schema.find_field("kafka.offset").field_id, transform=IdentityTransform()
+        ),
     )
 
 
@@ -235,49 +320,60 @@ def files_bound_one_partition(table: Any) -> bool:
     floe = [f.source_id for f in sort_order(table.schema()).fields]
     found = table.sort_order().fields
     if [f.source_id for f in found] != floe or not all(
-            isinstance(f.transform, IdentityTransform) and f.direction == SortDirection.ASC
-            for f in found):
+        isinstance(f.transform, IdentityTransform) and f.direction == SortDirection.ASC
+        for f in found
+    ):
         return False
     properties = table.properties
     default = properties.get("write.metadata.metrics.default", "truncate(16)")
-    return all(properties.get(f"write.metadata.metrics.column.{name}", default).lower()
-               not in ("none", "counts") for name in ("kafka.partition", "kafka.timestamp"))
+    return all(
+        properties.get(f"write.metadata.metrics.column.{name}", default).lower()
+        not in ("none", "counts")
+        for name in ("kafka.partition", "kafka.timestamp")
+    )
 
 
 class LayoutMismatch(ValueError):
     """The table exists but is not laid out the way floe writes it."""
 
 
-def check_layout(existing: Any, table: TableLayout, value: StructType | None,
-                 key: StructType | None = None) -> None:
+def check_layout(
+    existing: Any, table: TableLayout, value: StructType | None, key: StructType | None = None
+) -> None:
     """Refuses an existing table that lacks floe's columns (it was made by something else)."""
     names = {f.name for f in existing.schema().fields}
-    wanted = {"kafka", "key", "value_raw", "value_error"} | ({"value"} if value is not None else set())
+    wanted = {"kafka", "key", "value_raw", "value_error"} | (
+        {"value"} if value is not None else set()
+    )
     if key is not None and KEY_FIELDS not in names:
         raise LayoutMismatch(
             f"table {table.identifier} was made without a {KEY_FIELDS} column, and key.format "
             "says the key is decoded: a table keeps the columns it was made with. Point "
-            "table.identifier at a new table, or set key.format back to raw.")
+            "table.identifier at a new table, or set key.format back to raw."
+        )
     if table.mode == "cdc":
         wanted.add("cdc")
     missing = sorted(wanted - names)
     if missing:
         raise LayoutMismatch(
             f"table {table.identifier} exists but is not a floe table: it has no column(s) "
-            f"{', '.join(missing)}. Point table.identifier at a new table, or drop this one.")
+            f"{', '.join(missing)}. Point table.identifier at a new table, or drop this one."
+        )
     _check_keys(existing, table)
     made_for = existing.properties.get(MODE, "append")
     if made_for != table.mode:
         raise LayoutMismatch(
             f"table {table.identifier} was made for mode {made_for}, the spec says "
             f"{table.mode}: a table keeps the mode it was made with. Point table.identifier at "
-            "a new table, or set the mode back.")
+            "a new table, or set the mode back."
+        )
     lineage = existing.schema().find_field("kafka").field_type
     lineage_names = {f.name for f in getattr(lineage, "fields", [])}
     missing = sorted({"topic", "partition", "offset", "timestamp"} - lineage_names)
     if missing:
         raise LayoutMismatch(
-            f"table {table.identifier} exists but its kafka column lacks {', '.join(missing)}")
+            f"table {table.identifier} exists but its kafka column lacks {', '.join(missing)}"
+        )
 
 
 def _check_keys(existing: Any, table: TableLayout) -> None:
@@ -300,18 +396,24 @@ def _check_keys(existing: Any, table: TableLayout) -> None:
         if not found.field_type.is_primitive:
             problems.append((setting, f"{column} is a {found.field_type}, not a single value"))
     if problems:
-        value = schema.find_field("value").field_type if "value" in {
-            f.name for f in schema.fields} else None
+        value = (
+            schema.find_field("value").field_type
+            if "value" in {f.name for f in schema.fields}
+            else None
+        )
         fields = ", ".join(f.name for f in getattr(value, "fields", []))
         settings = sorted({setting for setting, _ in problems})
-        raise LayoutMismatch(f"table.{' and table.'.join(settings)}: "
-                             f"{'; '.join(problem for _, problem in problems)} (the value's "
-                             f"fields: {fields or 'none'}). Name single-valued fields of "
-                             "the value.")
+        raise LayoutMismatch(
+            f"table.{' and table.'.join(settings)}: "
+            f"{'; '.join(problem for _, problem in problems)} (the value's "
+            f"fields: {fields or 'none'}). Name single-valued fields of "
+            "the value."
+        )
 
 
-def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,
-                 key: StructType | None = None) -> tuple[Any, bool]:
+def ensure_table(
+    catalog: Any, table: TableLayout, value: StructType | None, key: StructType | None = None
+) -> tuple[Any, bool]:
     """Loads the table, creating it (and its namespace) when absent.
 
     Returns the table and whether it was created by this call.  Safe to call concurrently:
@@ -324,17 +426,17 @@ def ensure_table(catalog: Any, table: TableLayout, value: StructType | None,
         return with_lineage(_with_root_snapshot(existing)), False
     except NoSuchTableError:
         pass
-    try:
+    with suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(table.namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     schema = table_schema(value, table.mode, key)
     try:
         created = catalog.create_table(
-            table.identifier, schema=schema,
+            table.identifier,
+            schema=schema,
             partition_spec=partition_spec(schema, table),
             sort_order=sort_order(schema),
-            properties=table_properties(table))
+            properties=table_properties(table),
+        )
         _check_keys(created, table)
         return _with_root_snapshot(created), True
     except TableAlreadyExistsError:
@@ -346,9 +448,11 @@ def _with_root_snapshot(table: Any) -> Any:
         from pyiceberg.exceptions import CommitFailedException
 
         try:
-            with table.transaction() as transaction:
-                with transaction.update_snapshot().fast_append():
-                    pass  # no files: an empty snapshot for the first commit to build on
+            with (
+                table.transaction() as transaction,
+                transaction.update_snapshot().fast_append(),
+            ):
+                pass  # no files: an empty snapshot for the first commit to build on
         except CommitFailedException:  # someone else made it first
             table.refresh()
     return table

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 WRITER = "floe.writer"
 OFFSETS = "floe.offsets"
@@ -78,9 +79,11 @@ def claim_table(table: Any, writer: str) -> None:
     if owner == writer:
         return
     if owner is not None:
-        raise TableInUse(f"the table is written by {owner} (its table property {OWNER}); one "
-                         "table has one writer: point table.identifier at another table, or "
-                         "delete that resource first")
+        raise TableInUse(
+            f"the table is written by {owner} (its table property {OWNER}); one "
+            "table has one writer: point table.identifier at another table, or "
+            "delete that resource first"
+        )
     hand_over_table(table, writer)
 
 
@@ -99,7 +102,7 @@ def _counts(summary: Any, writer: str, topic: str | None) -> bool:
         return False
     if topic is not None and summary.get(TOPIC) is not None:
         return summary.get(TOPIC) == topic and summary.get(WRITER) is not None
-    return summary.get(WRITER) == writer
+    return bool(summary.get(WRITER) == writer)
 
 
 def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
@@ -110,14 +113,20 @@ def _committed(snapshot: Any, from_tag: bool = False) -> Committed:
     tables = summary.get(TABLES)
     start = summary.get(BATCH_START)
     batch_id = summary.get(BATCH_ID)
-    return Committed(snapshot.snapshot_id, offsets, int(vtts) if vtts else None,
-                     int(generation) if generation else None, summary.get(DEAD_LETTER_ERROR),
-                     from_tag, summary.get(TOPIC_ID),
-                     tuple(tables.split(",")) if tables is not None else None,
-                     snapshot.timestamp_ms, summary.get(ROUTING),
-                     {int(p): int(o) for p, o in json.loads(start).items()}
-                     if start is not None else None,
-                     int(batch_id) if batch_id else None)
+    return Committed(
+        snapshot.snapshot_id,
+        offsets,
+        int(vtts) if vtts else None,
+        int(generation) if generation else None,
+        summary.get(DEAD_LETTER_ERROR),
+        from_tag,
+        summary.get(TOPIC_ID),
+        tuple(tables.split(",")) if tables is not None else None,
+        snapshot.timestamp_ms,
+        summary.get(ROUTING),
+        {int(p): int(o) for p, o in json.loads(start).items()} if start is not None else None,
+        int(batch_id) if batch_id else None,
+    )
 
 
 MAIN = "main"
@@ -130,8 +139,9 @@ def head(table: Any, ref: str = MAIN) -> Any:
     return table.current_snapshot() if made is None else table.snapshot_by_id(made.snapshot_id)
 
 
-def last_commit(table: Any, writer: str, topic: str | None = None,
-                at: int | None = None, ref: str = MAIN) -> Committed:
+def last_commit(
+    table: Any, writer: str, topic: str | None = None, at: int | None = None, ref: str = MAIN
+) -> Committed:
     """The newest floe snapshot in branch ``ref``'s ancestry (``main``'s, or the branch the
     resource lands in, :func:`head`) for ``topic`` (see :func:`_counts`), or in the ancestry of
     snapshot ``at``.
@@ -173,13 +183,21 @@ def rows_commit(table: Any, snapshot: Any, topic: str | None) -> Committed:
     key = (str(table.metadata.table_uuid), snapshot.snapshot_id, topic)
     if key not in _ROWS_SEEN:
         newest: dict[int, int] = {}
-        scan = table.scan(snapshot_id=snapshot.snapshot_id, row_filter=EqualTo("kafka.topic", topic),
-                          selected_fields=("kafka.partition", "kafka.offset"))
+        scan = table.scan(
+            snapshot_id=snapshot.snapshot_id,
+            # pyiceberg's EqualTo(term, literal): the pydantic plugin sees only the fields
+            row_filter=EqualTo("kafka.topic", topic),  # type: ignore[call-arg]
+            selected_fields=("kafka.partition", "kafka.offset"),
+        )
         if next(iter(scan.plan_files()), None) is not None:
             for batch in scan.to_arrow_batch_reader():
                 kafka = batch.column("kafka")
-                rows = pa.table({"p": pc.struct_field(kafka, "partition"),
-                                 "o": pc.struct_field(kafka, "offset")})
+                rows = pa.table(
+                    {
+                        "p": pc.struct_field(kafka, "partition"),
+                        "o": pc.struct_field(kafka, "offset"),
+                    }
+                )
                 for found in rows.group_by("p").aggregate([("o", "max")]).to_pylist():
                     p, o = int(found["p"]), int(found["o_max"])
                     newest[p] = max(newest.get(p, -1), o)
@@ -189,12 +207,14 @@ def rows_commit(table: Any, snapshot: Any, topic: str | None) -> Committed:
     offsets = _ROWS_SEEN[key]
     if not offsets:
         return Committed()
-    return Committed(snapshot.snapshot_id, dict(offsets), timestamp_ms=snapshot.timestamp_ms,
-                     from_rows=True)
+    return Committed(
+        snapshot.snapshot_id, dict(offsets), timestamp_ms=snapshot.timestamp_ms, from_rows=True
+    )
 
 
-def tagged_commit(table: Any, writer: str, topic: str | None = None,
-                  below: Any = None) -> Committed:
+def tagged_commit(
+    table: Any, writer: str, topic: str | None = None, below: Any = None
+) -> Committed:
     """The commit the writer's offsets tag is on (or an earlier writer's tag for the same
     topic), in ``main``'s ancestry or not: that the table has one says floe committed to it
     (``main`` may since have been rolled back before every commit).  With ``below``, where
@@ -204,16 +224,25 @@ def tagged_commit(table: Any, writer: str, topic: str | None = None,
         if not name.startswith(OFFSETS_TAG_PREFIX):
             continue
         snapshot = table.snapshot_by_id(ref.snapshot_id)
-        if snapshot is not None and _counts(snapshot.summary, writer, topic) and (
-                below is None or snapshot.sequence_number < below.sequence_number):
+        if (
+            snapshot is not None
+            and _counts(snapshot.summary, writer, topic)
+            and (below is None or snapshot.sequence_number < below.sequence_number)
+        ):
             found.append((name == offsets_tag(writer), snapshot.sequence_number, snapshot))
     if not found:
         return Committed()
     return _committed(max(found, key=lambda f: f[:2])[2], from_tag=True)
 
 
-def commits_since(table: Any, writer: str, since_snapshot_id: int | None,
-                  limit: int = 10_000, topic: str | None = None, ref: str = MAIN) -> int:
+def commits_since(
+    table: Any,
+    writer: str,
+    since_snapshot_id: int | None,
+    limit: int = 10_000,
+    topic: str | None = None,
+    ref: str = MAIN,
+) -> int:
     """How many snapshots of ``writer`` branch ``ref`` gained after ``since_snapshot_id`` (all
     of them, up to ``limit``, when that snapshot is not in the ancestry, e.g. expired or
     None)."""
@@ -236,7 +265,8 @@ OPERATION_ROWS = "floe.operation.rows"  # in its snapshot's summary: the rows it
 
 def ancestors(table: Any, limit: int = 100_000, ref: str = MAIN) -> list[Any]:
     """Branch ``ref``'s snapshots, newest first, as far as its ancestry reaches."""
-    found, snapshot = [], head(table, ref)
+    found: list[Any] = []
+    snapshot = head(table, ref)
     while snapshot is not None and len(found) < limit:
         found.append(snapshot)
         if snapshot.parent_snapshot_id is None:
@@ -260,8 +290,9 @@ def roll_back(table: Any, snapshot_id: int, uid: str, record: dict[str, Any]) ->
 
     with table.transaction() as transaction:
         ManageSnapshots(transaction).rollback_to_snapshot(snapshot_id)
-        transaction.set_properties({OPERATION_PREFIX + uid: json.dumps(record,
-                                                                      separators=(",", ":"))})
+        transaction.set_properties(
+            {OPERATION_PREFIX + uid: json.dumps(record, separators=(",", ":"))}
+        )
     return table
 
 
@@ -284,8 +315,10 @@ def publish(table: Any, branch: str, snapshot_id: int | None = None) -> Publicat
     that is not an ancestor (it changed outside floe) is not forced: the error says what to
     do."""
     if branch not in table.refs():
-        return Publication(getattr(table.current_snapshot(), "snapshot_id", None), error=(
-            f"the table has no branch {branch} yet: the job makes it with its first commit"))
+        return Publication(
+            getattr(table.current_snapshot(), "snapshot_id", None),
+            error=(f"the table has no branch {branch} yet: the job makes it with its first commit"),
+        )
     on_branch = ancestors(table, ref=branch)
     target = snapshot_id if snapshot_id is not None else on_branch[0].snapshot_id
     main = table.current_snapshot()
@@ -294,24 +327,36 @@ def publish(table: Any, branch: str, snapshot_id: int | None = None) -> Publicat
         return Publication(main_id)  # published already
     position = next((i for i, s in enumerate(on_branch) if s.snapshot_id == target), None)
     if position is None:
-        return Publication(main_id, error=(
-            f"snapshot {target} is not on branch {branch}: give one of its snapshots (its head "
-            f"is {on_branch[0].snapshot_id})"))
+        return Publication(
+            main_id,
+            error=(
+                f"snapshot {target} is not on branch {branch}: give one of its snapshots (its head "
+                f"is {on_branch[0].snapshot_id})"
+            ),
+        )
     if torn(on_branch[position]):
-        return Publication(main_id, error=(
-            f"snapshot {target} is the first half of an upsert batch on branch {branch} (its "
-            f"keys' rows deleted, its records not yet added): publish its parent "
-            f"{on_branch[position + 1].snapshot_id if position + 1 < len(on_branch) else ''} "
-            f"(before the batch) or the batch's snapshot "
-            f"{on_branch[position - 1].snapshot_id if position > 0 else ''} (after it)"))
+        return Publication(
+            main_id,
+            error=(
+                f"snapshot {target} is the first half of an upsert batch on branch {branch} (its "
+                f"keys' rows deleted, its records not yet added): publish its parent "
+                f"{on_branch[position + 1].snapshot_id if position + 1 < len(on_branch) else ''} "
+                f"(before the batch) or the batch's snapshot "
+                f"{on_branch[position - 1].snapshot_id if position > 0 else ''} (after it)"
+            ),
+        )
     below = {s.snapshot_id for s in on_branch[position:]}
     if main_id is not None and main_id not in below:
-        return Publication(main_id, error=(
-            f"main (snapshot {main_id}) is not an ancestor of branch {branch}'s snapshot "
-            f"{target}: main changed outside floe (a write to main, or a roll back to a "
-            f"snapshot the branch does not have), and floe does not force it. Roll main back to "
-            f"a snapshot of the branch, or drop the branch: the job then lands again, into a "
-            f"new branch made from main, what main lacks"))
+        return Publication(
+            main_id,
+            error=(
+                f"main (snapshot {main_id}) is not an ancestor of branch {branch}'s snapshot "
+                f"{target}: main changed outside floe (a write to main, or a roll back to a "
+                f"snapshot the branch does not have), and floe does not force it. Roll main back "
+                f"to a snapshot of the branch, or drop the branch: the job then lands again, into "
+                f"a new branch made from main, what main lacks"
+            ),
+        )
     from pyiceberg.table.update.snapshot import ManageSnapshots
 
     with table.transaction() as transaction:
@@ -355,6 +400,7 @@ def retried(table: Any, commit: Callable[[], T], attempts: int = 10) -> T:
             if attempt == attempts - 1:
                 raise
             table.refresh()
+    raise ValueError(f"retried needs at least one attempt, not {attempts}")
 
 
 def record_operation(table: Any, uid: str, record: dict[str, Any]) -> None:
@@ -376,18 +422,25 @@ def merge_offsets(committed: dict[int, int], batch_next: dict[int, int]) -> dict
     return merged
 
 
-def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: int | None,
-                       generation: int, batch_id: int, topic_id: str | None = None,
-                       tables: tuple[str, ...] = (), routing: str | None = None,
-                       batch_start: dict[int, int] | None = None) -> dict[str, str]:
+def summary_properties(
+    writer: str,
+    topic: str,
+    offsets: dict[int, int],
+    vtts: int | None,
+    generation: int,
+    batch_id: int,
+    topic_id: str | None = None,
+    tables: tuple[str, ...] = (),
+    routing: str | None = None,
+    batch_start: dict[int, int] | None = None,
+) -> dict[str, str]:
     """A floe snapshot's summary; ``tables``: a routed topic's tables (identifiers), with the
     digest of its ``routing`` and where the batch was read from (``batch_start``): enough to
     finish a batch that stopped between two tables' commits as it began."""
     props = {
         WRITER: writer,
         TOPIC: topic,
-        OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())},
-                            separators=(",", ":")),
+        OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}, separators=(",", ":")),
         GENERATION: str(generation),
         BATCH_ID: str(batch_id),
     }
@@ -400,8 +453,9 @@ def summary_properties(writer: str, topic: str, offsets: dict[int, int], vtts: i
     if routing is not None:
         props[ROUTING] = routing
     if batch_start is not None:
-        props[BATCH_START] = json.dumps({str(p): o for p, o in sorted(batch_start.items())},
-                                        separators=(",", ":"))
+        props[BATCH_START] = json.dumps(
+            {str(p): o for p, o in sorted(batch_start.items())}, separators=(",", ":")
+        )
     return props
 
 
@@ -432,6 +486,9 @@ def held_since(refs: Any, now_ms: int) -> int | None:
     """The timestamp (ms) of the oldest snapshot a running maintenance action holds, from the
     table's refs as ``(name, snapshot timestamp ms or None)`` pairs; None when none is held
     (a hold older than :data:`HOLD_MAX_AGE_MS` has lapsed)."""
-    held = [int(at) for name, at in refs if name.startswith(HOLD_PREFIX) and at is not None
-            and now_ms - at < HOLD_MAX_AGE_MS]
+    held = [
+        int(at)
+        for name, at in refs
+        if name.startswith(HOLD_PREFIX) and at is not None and now_ms - at < HOLD_MAX_AGE_MS
+    ]
     return min(held) if held else None

@@ -22,12 +22,16 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname.lower(), "logger": record.name}
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
         reference = getattr(record, "k8s_ref", None)  # kopf's per-object loggers
         if isinstance(reference, dict):
-            line.update({key: reference[key] for key in ("namespace", "name")
-                         if reference.get(key)})
+            line.update(
+                {key: reference[key] for key in ("namespace", "name") if reference.get(key)}
+            )
         message = record.getMessage()
         fields = _object(message)
         if fields is None:

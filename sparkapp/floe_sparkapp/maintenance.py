@@ -28,21 +28,27 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .catalog import hadoop_lists, load_catalog
-from .fileio import files_under
-from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, MAIN, head, held_since, last_commit
 from .config import JobConfig
 from .contract import ROW_LEVEL
+from .fileio import files_under
+from .ledger import HOLD_MAX_AGE_MS, HOLD_PREFIX, MAIN, head, held_since, last_commit
 
 log = logging.getLogger("floe.maintenance")
 
 ACTIONS = ("compaction", "expire-snapshots", "remove-orphans", "rewrite-manifests")
 PROPERTY_PREFIX = "floe.maintenance."
 MAX_ATTEMPTS = 5  # a maintenance commit that conflicts with the job's is tried this often
-CONFLICTS = ("CommitFailedException", "ValidationException", "CommitStateUnknownException",
-             "Cannot commit", "concurrent")
+CONFLICTS = (
+    "CommitFailedException",
+    "ValidationException",
+    "CommitStateUnknownException",
+    "Cannot commit",
+    "concurrent",
+)
 
 
 class MaintenanceError(RuntimeError):
@@ -71,17 +77,23 @@ def writing_since(partitioning: str, now: dt.datetime) -> dt.datetime:
 
 
 def _first_row(rows: list[Any]) -> dict[str, Any]:
-    return {k: (int(v) if isinstance(v, int) else v) for k, v in rows[0].asDict().items()} \
-        if rows else {}
+    return (
+        {k: (int(v) if isinstance(v, int) else v) for k, v in rows[0].asDict().items()}
+        if rows
+        else {}
+    )
 
 
 def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
     settings = config.maintenance.compaction
     cutoff = writing_since(config.table.partitioning, now)
-    options = {"target-file-size-bytes": settings.target_file_size_bytes,
-               "min-input-files": settings.min_input_files,
-               # Compacting a few small files is still worth it when nothing else is to do.
-               "rewrite-all": "false", "partial-progress.enabled": "true"}
+    options = {
+        "target-file-size-bytes": settings.target_file_size_bytes,
+        "min-input-files": settings.min_input_files,
+        # Compacting a few small files is still worth it when nothing else is to do.
+        "rewrite-all": "false",
+        "partial-progress.enabled": "true",
+    }
     if config.table.mode in ROW_LEVEL:
         # A file with rows replaced or deleted is rewritten without them, however few: the
         # deletion vectors are applied, then dropped.
@@ -89,15 +101,15 @@ def compaction(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> d
     option_map = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
     where = f"kafka.timestamp < {_sql_timestamp(cutoff)}".replace("'", "\\'")
     ref = config.table.ref  # the branch the job lands in: main moves only when published
-    rows = spark.sql(f"CALL {_name(config)}.system.rewrite_data_files(table => "
-                     f"'{_qualified(config)}', options => map({option_map}), "
-                     f"where => '{where}'"
-                     + (f", branch => '{ref}'" if ref != MAIN else "") + ")").collect()
+    rows = spark.sql(
+        f"CALL {_name(config)}.system.rewrite_data_files(table => "
+        f"'{_qualified(config)}', options => map({option_map}), "
+        f"where => '{where}'" + (f", branch => '{ref}'" if ref != MAIN else "") + ")"
+    ).collect()
     return {**_first_row(rows), "before": _sql_timestamp(cutoff)}
 
 
-def expire_snapshots(spark: Any, config: JobConfig, table: Any,
-                     now: dt.datetime) -> dict[str, Any]:
+def expire_snapshots(spark: Any, config: JobConfig, table: Any, now: dt.datetime) -> dict[str, Any]:
     settings = config.maintenance.expire_snapshots
     older_than = now - dt.timedelta(seconds=config.snapshot_max_age_seconds)
     ref = config.table.ref
@@ -110,17 +122,23 @@ def expire_snapshots(spark: Any, config: JobConfig, table: Any,
     held = _held(table, now)  # and what a running action holds (``holding``)
     if held is not None:
         older_than = min(older_than, held)
-    rows = spark.sql(f"CALL {_name(config)}.system.expire_snapshots(table => "
-                     f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)}, "
-                     f"retain_last => {settings.retain_last})").collect()
+    rows = spark.sql(
+        f"CALL {_name(config)}.system.expire_snapshots(table => "
+        f"'{_qualified(config)}', older_than => {_sql_timestamp(older_than)}, "
+        f"retain_last => {settings.retain_last})"
+    ).collect()
     return {**_first_row(rows), "olderThan": _sql_timestamp(older_than)}
 
 
 def _held(table: Any, now: dt.datetime) -> dt.datetime | None:
     """When the oldest snapshot a running action holds (``holding``) was committed."""
-    held = held_since([(name, getattr(table.snapshot_by_id(ref.snapshot_id), "timestamp_ms",
-                                      None)) for name, ref in table.refs().items()],
-                      int(now.timestamp() * 1000))
+    held = held_since(
+        [
+            (name, getattr(table.snapshot_by_id(ref.snapshot_id), "timestamp_ms", None))
+            for name, ref in table.refs().items()
+        ],
+        int(now.timestamp() * 1000),
+    )
     return None if held is None else _utc(held)
 
 
@@ -138,10 +156,13 @@ def remove_orphans(spark: Any, config: JobConfig, table: Any, now: dt.datetime) 
         older_than = min(older_than, held)
     jvm, session = spark._jvm, spark._jsparkSession
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        session, _qualified(config))
-    action = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
-              .deleteOrphanFiles(iceberg_table)
-              .olderThan(int(older_than.timestamp() * 1000)))
+        session, _qualified(config)
+    )
+    action = (
+        jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+        .deleteOrphanFiles(iceberg_table)
+        .olderThan(int(older_than.timestamp() * 1000))
+    )
     if not hadoop_lists(table.location()):
         action = action.compareToFileList(_listing(spark, table, older_than)._jdf)
     result = action.execute()
@@ -157,26 +178,37 @@ def _listing(spark: Any, table: Any, older_than: dt.datetime) -> Any:
     """The files under the table's location older than ``older_than``, listed through the
     table's FileIO, as Iceberg's orphan action compares them (``file_path``, ``last_modified``)."""
     before_ns = int(older_than.timestamp() * 1_000_000_000)
-    rows = [(path, info.mtime) for path, info in files_under(table.io, table.location())
-            if info.mtime_ns < before_ns]
+    rows = [
+        (path, info.mtime)
+        for path, info in files_under(table.io, table.location())
+        if info.mtime_ns < before_ns
+    ]
     return spark.createDataFrame(rows, "file_path string, last_modified timestamp")
 
 
-def rewrite_manifests(spark: Any, config: JobConfig, table: Any,
-                      now: dt.datetime) -> dict[str, Any]:
+def rewrite_manifests(
+    spark: Any, config: JobConfig, table: Any, now: dt.datetime
+) -> dict[str, Any]:
     if config.table.ref != MAIN:
-        return {"skipped": (f"the table lands in branch {config.table.ref}, and Iceberg "
-                            "rewrites the manifests of main only, which would then no longer "
-                            "be an ancestor of the branch: publishing moves main to the "
-                            "branch's manifests, which compaction keeps few")}
-    rows = spark.sql(f"CALL {_name(config)}.system.rewrite_manifests("
-                     f"'{_qualified(config)}')").collect()
+        return {
+            "skipped": (
+                f"the table lands in branch {config.table.ref}, and Iceberg "
+                "rewrites the manifests of main only, which would then no longer "
+                "be an ancestor of the branch: publishing moves main to the "
+                "branch's manifests, which compaction keeps few"
+            )
+        }
+    rows = spark.sql(
+        f"CALL {_name(config)}.system.rewrite_manifests('{_qualified(config)}')"
+    ).collect()
     return _first_row(rows)
 
 
 RUNNERS: dict[str, Callable[[Any, JobConfig, Any, dt.datetime], dict[str, Any]]] = {
-    "compaction": compaction, "expire-snapshots": expire_snapshots,
-    "remove-orphans": remove_orphans, "rewrite-manifests": rewrite_manifests,
+    "compaction": compaction,
+    "expire-snapshots": expire_snapshots,
+    "remove-orphans": remove_orphans,
+    "rewrite-manifests": rewrite_manifests,
 }
 
 
@@ -197,8 +229,9 @@ def _reason(error: Exception) -> str:
     if java is not None:
         return str(java.toString())[:500]
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return next((line for line in lines if "Exception" in line), lines[0] if lines else
-                repr(error))[:500]
+    return next(
+        (line for line in lines if "Exception" in line), lines[0] if lines else repr(error)
+    )[:500]
 
 
 # The actions whose commits check the table's history from the snapshot they started from.
@@ -221,8 +254,9 @@ def holding(config: JobConfig, action: str) -> Iterator[None]:
         if start is None:
             break
         try:
-            table.manage_snapshots().create_tag(start.snapshot_id, name,
-                                                max_ref_age_ms=HOLD_MAX_AGE_MS).commit()
+            table.manage_snapshots().create_tag(
+                start.snapshot_id, name, max_ref_age_ms=HOLD_MAX_AGE_MS
+            ).commit()
             held = True
             break
         except CommitFailedException:  # the job committed meanwhile: tag its new snapshot
@@ -232,8 +266,9 @@ def holding(config: JobConfig, action: str) -> Iterator[None]:
     finally:
         for _ in range(5 if held else 0):
             try:
-                catalog.load_table(config.table.identifier).manage_snapshots() \
-                    .remove_tag(name).commit()
+                catalog.load_table(config.table.identifier).manage_snapshots().remove_tag(
+                    name
+                ).commit()
                 break
             except CommitFailedException:
                 continue
@@ -250,15 +285,26 @@ def _conflict(error: Exception) -> bool:
 def record(config: JobConfig, action: str, outcome: str, details: dict[str, Any]) -> None:
     """The run's outcome as a table property (a metadata-only commit that cannot conflict)."""
     table = load_catalog(config.catalog()).load_table(config.table.identifier)
-    value = json.dumps({"time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                        "outcome": outcome, **details}, default=str, separators=(",", ":"))
+    value = json.dumps(
+        {
+            "time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "outcome": outcome,
+            **details,
+        },
+        default=str,
+        separators=(",", ":"),
+    )
     with table.transaction() as transaction:
         transaction.set_properties({PROPERTY_PREFIX + action: value[:4000]})
 
 
-def maintain(config: JobConfig, action: str, spark: Any | None = None,
-             now: dt.datetime | None = None, sleep: Callable[[float], None] = time.sleep
-             ) -> dict[str, Any]:
+def maintain(
+    config: JobConfig,
+    action: str,
+    spark: Any | None = None,
+    now: dt.datetime | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
     """Runs one action; returns its figures, or raises MaintenanceError after the attempts."""
     if action not in RUNNERS:
         raise MaintenanceError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
@@ -271,18 +317,25 @@ def maintain(config: JobConfig, action: str, spark: Any | None = None,
     for attempt in range(1, attempts + 1):
         table = load_catalog(config.catalog()).load_table(config.table.identifier)
         try:
-            with (holding(config, action) if action in HOLDING else contextlib.nullcontext()):
-                result = RUNNERS[action](spark, config, table,
-                                         now or dt.datetime.now(dt.timezone.utc))
+            with holding(config, action) if action in HOLDING else contextlib.nullcontext():
+                result = RUNNERS[action](
+                    spark, config, table, now or dt.datetime.now(dt.timezone.utc)
+                )
         except Exception as error:  # noqa: BLE001 - Spark surfaces Iceberg's as Py4J errors
             first = _reason(error)
             if _conflict(error) and attempt < attempts:
-                log.warning("%s: commit conflict on attempt %d/%d, retrying: %s", action, attempt,
-                            attempts, first)
+                log.warning(
+                    "%s: commit conflict on attempt %d/%d, retrying: %s",
+                    action,
+                    attempt,
+                    attempts,
+                    first,
+                )
                 sleep(min(30.0, 2.0 * attempt))
                 continue
-            message = (f"{action} on {config.table.identifier} failed after {attempt} "
-                       f"attempt(s): {first}")
+            message = (
+                f"{action} on {config.table.identifier} failed after {attempt} attempt(s): {first}"
+            )
             record(config, action, "Failed", {"attempts": attempt, "message": message})
             raise MaintenanceError(message) from None
         record(config, action, "Succeeded", {"attempts": attempt, **result})

@@ -13,10 +13,18 @@ import json
 import logging
 import os
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import Counter, Enum, Gauge, Histogram, start_http_server
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 log = logging.getLogger("floe.metrics")
 
@@ -24,50 +32,101 @@ PORT_VARIABLE = "FLOE_METRICS_PORT"
 # Micro-batches and commits take from a fraction of a second to minutes.
 SECONDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
-ROWS = Counter("floe_job_rows", "Rows committed to the table (an upsert or cdc table: records "
-               "applied).", ["table"])
-RAW = Counter("floe_job_records_raw", "Records kept raw (value_raw, the reason in value_error), "
-              "by reason.", ["table", "reason"])
-DEAD_LETTERS = Counter("floe_job_dead_letters", "Records kept raw that were sent to the "
-                       "dead-letter topic.", ["table"])
-DEAD_LETTER_FAILURES = Counter("floe_job_dead_letter_failures", "Records kept raw that the "
-                               "dead-letter topic refused (they are in the table only).",
-                               ["table"])
+ROWS = Counter(
+    "floe_job_rows",
+    "Rows committed to the table (an upsert or cdc table: records applied).",
+    ["table"],
+)
+RAW = Counter(
+    "floe_job_records_raw",
+    "Records kept raw (value_raw, the reason in value_error), by reason.",
+    ["table", "reason"],
+)
+DEAD_LETTERS = Counter(
+    "floe_job_dead_letters", "Records kept raw that were sent to the dead-letter topic.", ["table"]
+)
+DEAD_LETTER_FAILURES = Counter(
+    "floe_job_dead_letter_failures",
+    "Records kept raw that the dead-letter topic refused (they are in the table only).",
+    ["table"],
+)
 COMMITS = Counter("floe_job_commits", "Snapshots the job committed.", ["table"])
-CONFLICTS = Counter("floe_job_commit_conflicts", "Commits tried again after another writer's "
-                    "commit.", ["table"])
+CONFLICTS = Counter(
+    "floe_job_commit_conflicts", "Commits tried again after another writer's commit.", ["table"]
+)
 INPUT_RECORDS = Counter("floe_job_input_records", "Records the job read from Kafka.")
-INPUT_BYTES = Counter("floe_job_input_bytes", "Bytes of the keys and values the job read from "
-                      "Kafka.")
+INPUT_BYTES = Counter(
+    "floe_job_input_bytes", "Bytes of the keys and values the job read from Kafka."
+)
 BATCHES = Counter("floe_job_batches", "Micro-batches the job wrote.")
-BATCH_SECONDS = Histogram("floe_job_batch_duration_seconds", "Seconds a micro-batch took, from "
-                          "its start to its last table's commit.", buckets=SECONDS)
-COMMIT_SECONDS = Histogram("floe_job_commit_duration_seconds", "Seconds one table's commit of "
-                           "a micro-batch took.", buckets=SECONDS)
-LANDED = Gauge("floe_job_landed_timestamp_seconds", "Kafka timestamp the table holds every "
-               "partition's records through (the oldest of the partitions' newest landed "
-               "records).", ["table"])
-COMMITTED = Gauge("floe_job_committed_offset", "The next offset the table's commits hold, per "
-                  "Kafka partition.", ["table", "partition"])
-LATEST = Gauge("floe_job_kafka_latest_offset", "The partition's end offset in Kafka when the "
-               "newest micro-batch was planned.", ["partition"])
-LAG = Gauge("floe_job_kafka_lag_records", "Records in Kafka beyond what the job committed, per "
-            "partition, when the newest micro-batch was planned.", ["partition"])
-SCHEMAS = Gauge("floe_job_schema_seen_timestamp_seconds", "When the job last wrote a record "
-                "of the writer schema id.", ["schema_id"])
+BATCH_SECONDS = Histogram(
+    "floe_job_batch_duration_seconds",
+    "Seconds a micro-batch took, from its start to its last table's commit.",
+    buckets=SECONDS,
+)
+COMMIT_SECONDS = Histogram(
+    "floe_job_commit_duration_seconds",
+    "Seconds one table's commit of a micro-batch took.",
+    buckets=SECONDS,
+)
+LANDED = Gauge(
+    "floe_job_landed_timestamp_seconds",
+    "Kafka timestamp the table holds every "
+    "partition's records through (the oldest of the partitions' newest landed "
+    "records).",
+    ["table"],
+)
+COMMITTED = Gauge(
+    "floe_job_committed_offset",
+    "The next offset the table's commits hold, per Kafka partition.",
+    ["table", "partition"],
+)
+LATEST = Gauge(
+    "floe_job_kafka_latest_offset",
+    "The partition's end offset in Kafka when the newest micro-batch was planned.",
+    ["partition"],
+)
+LAG = Gauge(
+    "floe_job_kafka_lag_records",
+    "Records in Kafka beyond what the job committed, per "
+    "partition, when the newest micro-batch was planned.",
+    ["partition"],
+)
+SCHEMAS = Gauge(
+    "floe_job_schema_seen_timestamp_seconds",
+    "When the job last wrote a record of the writer schema id.",
+    ["schema_id"],
+)
 STARTED = Gauge("floe_job_start_time_seconds", "When the job's process started.")
 # What the driver is doing now, for a stall to say where the job is stuck (the operator reads
 # these when a job has not committed for several intervals while Kafka has records for it).
 # (The operator says them in words: floe_operator.observe.ACTIVITIES.)
-ACTIVITIES = ("starting", "waiting", "reading", "loading_table", "sending_dead_letters",
-              "writing", "committing", "expiring", "retrying")
-ACTIVITY = Enum("floe_job_activity", "What the driver is doing now (1 for the current state).",
-                states=list(ACTIVITIES))
-ACTIVITY_SINCE = Gauge("floe_job_activity_since_timestamp_seconds", "When the driver began "
-                       "what floe_job_activity says it is doing.")
+ACTIVITIES = (
+    "starting",
+    "waiting",
+    "reading",
+    "loading_table",
+    "sending_dead_letters",
+    "writing",
+    "committing",
+    "expiring",
+    "retrying",
+)
+ACTIVITY = Enum(
+    "floe_job_activity",
+    "What the driver is doing now (1 for the current state).",
+    states=list(ACTIVITIES),
+)
+ACTIVITY_SINCE = Gauge(
+    "floe_job_activity_since_timestamp_seconds",
+    "When the driver began what floe_job_activity says it is doing.",
+)
 BATCH = Gauge("floe_job_batch_id", "The micro-batch the driver writes now, or wrote last.")
-INFO = Gauge("floe_job_info", "The job's writer (namespace/name) and floe's version; always 1.",
-             ["writer", "version"])
+INFO = Gauge(
+    "floe_job_info",
+    "The job's writer (namespace/name) and floe's version; always 1.",
+    ["writer", "version"],
+)
 
 
 class ProgressLogger(StreamingQueryListener):
@@ -77,37 +136,52 @@ class ProgressLogger(StreamingQueryListener):
     commit duration and conflicts), so the two together cover what the job reports.
     """
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's names)
-        log.info(json.dumps({"event": "floe.query.started", "name": event.name,
-                             "id": str(event.id), "run_id": str(event.runId)}))
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's names)
+        log.info(
+            json.dumps(
+                {
+                    "event": "floe.query.started",
+                    "name": event.name,
+                    "id": str(event.id),
+                    "run_id": str(event.runId),
+                }
+            )
+        )
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         progress = event.progress
         record_progress(progress.sources)
-        log.info(json.dumps({
-            "event": "floe.progress",
-            "name": progress.name,
-            "id": str(progress.id),
-            "batch": progress.batchId,
-            "input_rows": progress.numInputRows,
-            "input_rows_per_second": round(progress.inputRowsPerSecond or 0.0, 1),
-            "processed_rows_per_second": round(progress.processedRowsPerSecond or 0.0, 1),
-            "batch_ms": progress.batchDuration,
-            "durations_ms": dict(progress.durationMs or {}),
-        }))
+        log.info(
+            json.dumps(
+                {
+                    "event": "floe.progress",
+                    "name": progress.name,
+                    "id": str(progress.id),
+                    "batch": progress.batchId,
+                    "input_rows": progress.numInputRows,
+                    "input_rows_per_second": round(progress.inputRowsPerSecond or 0.0, 1),
+                    "processed_rows_per_second": round(progress.processedRowsPerSecond or 0.0, 1),
+                    "batch_ms": progress.batchDuration,
+                    "durations_ms": dict(progress.durationMs or {}),
+                }
+            )
+        )
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
-        log.info(json.dumps({"event": "floe.query.terminated", "id": str(event.id),
-                             "error": event.exception}))
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
+        log.info(
+            json.dumps(
+                {"event": "floe.query.terminated", "id": str(event.id), "error": event.exception}
+            )
+        )
 
 
 _registered: set[int] = set()
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Adds the listener to a session once."""
     key = id(spark)
     if key not in _registered:
@@ -134,7 +208,7 @@ def starting(writer: str, at: float) -> None:
     log.info(json.dumps({"event": "floe.starting", "writer": writer}))
 
 
-def report_start(spark, writer: str) -> None:
+def report_start(spark: SparkSession, writer: str) -> None:
     """Logs, once, the job's start up to its first commit, step by step: the process (the
     earlier of the JVM and Python) to the entry point, to the session, to the query, to the
     first batch committed."""
@@ -142,24 +216,32 @@ def report_start(spark, writer: str) -> None:
         return
     now = _start["reported"] = time.time()
     try:
-        jvm = spark.sparkContext._jvm.java.lang.management.ManagementFactory \
-            .getRuntimeMXBean().getStartTime() / 1000
+        view: Any = spark.sparkContext._jvm  # (None without a JVM: caught as any failure)
+        jvm = view.java.lang.management.ManagementFactory.getRuntimeMXBean().getStartTime() / 1000
     except Exception:  # noqa: BLE001 - the line is still worth having without it
         jvm = _start["main"]
     began = min(jvm, _start["main"])
     main, session = _start["main"], _start.get("session", _start["main"])
     query = _start.get("query", session)
-    log.info(json.dumps({
-        "event": "floe.started", "writer": writer,
-        "process_started": round(began, 3), "jvm_started": round(jvm, 3),
-        "launch_seconds": round(main - began, 3),  # spark-submit's JVM starting Python
-        "session_seconds": round(session - main, 3),  # locally, the JVM starts here
-        "tables_seconds": round(query - session, 3),
-        "first_batch_seconds": round(now - query, 3),
-        "seconds": round(now - began, 3)}))
+    log.info(
+        json.dumps(
+            {
+                "event": "floe.started",
+                "writer": writer,
+                "process_started": round(began, 3),
+                "jvm_started": round(jvm, 3),
+                "launch_seconds": round(main - began, 3),  # spark-submit's JVM starting Python
+                "session_seconds": round(session - main, 3),  # locally, the JVM starts here
+                "tables_seconds": round(query - session, 3),
+                "first_batch_seconds": round(now - query, 3),
+                "seconds": round(now - began, 3),
+            }
+        )
+    )
 
 
 # --- Prometheus ---------------------------------------------------------------------------
+
 
 def serve(writer: str, tables: Iterable[str], started: float) -> None:
     """Serves the metrics on ``FLOE_METRICS_PORT`` (the pod's ``metrics`` port), if set; every
@@ -200,8 +282,9 @@ def doing(activity: str, batch: int | None = None) -> None:
 _committed: dict[str, dict[int, int]] = {}  # per table, the offsets the job committed
 
 
-def record_batch(tables: list[str], outcomes: list[Any], input_rows: int, input_bytes: int,
-                 seconds: float) -> None:
+def record_batch(
+    tables: list[str], outcomes: list[Any], input_rows: int, input_bytes: int, seconds: float
+) -> None:
     """What one micro-batch did, per table (``outcomes``: :class:`.table_writer.Outcome`)."""
     now = time.time()
     BATCHES.inc()

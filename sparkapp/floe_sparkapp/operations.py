@@ -28,8 +28,10 @@ def destination(config: JobConfig, table: str | None) -> JobConfig:
     """The config of the topic's table ``table`` (default: its own)."""
     found = [d for d in config.destinations() if table in (None, d.table.identifier)]
     if not found:
-        raise OperationRefused(f"table {table} is not one of the topic's tables "
-                               f"({', '.join(d.table.identifier for d in config.destinations())})")
+        raise OperationRefused(
+            f"table {table} is not one of the topic's tables "
+            f"({', '.join(d.table.identifier for d in config.destinations())})"
+        )
     return found[0]
 
 
@@ -39,14 +41,17 @@ def _new_table(config: JobConfig, identifier: str) -> JobConfig:
     from .job import prepare_table, registry_of
     from .ledger import OWNER
 
-    landing = config.model_copy(update={"table": config.table.model_copy(
-        update={"identifier": identifier})})
+    landing = config.model_copy(
+        update={"table": config.table.model_copy(update={"identifier": identifier})}
+    )
     table = prepare_table(landing, registry_of(landing))
     owner = table.properties.get(OWNER)
     if owner is not None:
-        raise OperationRefused(f"table {identifier} is written by {owner} (its table property "
-                               f"{OWNER}): backfill.into names a new table, or one no resource "
-                               "writes yet")
+        raise OperationRefused(
+            f"table {identifier} is written by {owner} (its table property "
+            f"{OWNER}): backfill.into names a new table, or one no resource "
+            "writes yet"
+        )
     return landing
 
 
@@ -68,9 +73,14 @@ def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> 
     if request.type == "Replay":
         table = catalogs.load_catalog(target.catalog()).load_table(target.table.identifier)
         try:
-            return replay.run(spark, target, request, table,
-                              f"{target.table.catalog.name}.{target.table.identifier}",
-                              registry_of(target))
+            return replay.run(
+                spark,
+                target,
+                request,
+                table,
+                f"{target.table.catalog.name}.{target.table.identifier}",
+                registry_of(target),
+            )
         except replay.ReplayRefused as refused:
             raise OperationRefused(str(refused)) from None
     dry_run = request.repair is not None and request.repair.dry_run
@@ -83,6 +93,7 @@ def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> 
         outcome = backfill.run(spark, config, landing, request, writer, target.table.identifier)
     else:
         outcome = repair.run(spark, target, request, writer, config.table.identifier)
-    log.info("operation %s (%s) on %s: %s", request.name, request.type,
-             target.table.identifier, outcome)
+    log.info(
+        "operation %s (%s) on %s: %s", request.name, request.type, target.table.identifier, outcome
+    )
     return outcome

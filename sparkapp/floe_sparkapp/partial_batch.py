@@ -24,7 +24,8 @@ what it always did: the new routing from the next record on.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -43,8 +44,9 @@ ROUTING_PREFIX = "floe.routing."  # + digest: a routing the topic's tables were 
 def keep_routing(table: Any, config: JobConfig, last: Committed) -> None:
     """Keeps the job's routing on the topic's own ``table`` (before any batch commits with
     it), and the one the table's ``last`` commit was made with; drops the others."""
-    wanted = {f"{ROUTING_PREFIX}{config.routing_digest()}": config.routing()} \
-        if config.routes else {}
+    wanted = (
+        {f"{ROUTING_PREFIX}{config.routing_digest()}": config.routing()} if config.routes else {}
+    )
     kept = {*wanted, f"{ROUTING_PREFIX}{last.routing}"}
     stale = [k for k in table.properties if k.startswith(ROUTING_PREFIX) and k not in kept]
     if not stale and all(table.properties.get(k) == v for k, v in wanted.items()):
@@ -81,8 +83,9 @@ def _stopped(table: Any, config: JobConfig, last: Committed, start: dict[int, in
     return last.timestamp_ms is not None and made <= last.timestamp_ms
 
 
-def behind(config: JobConfig, destinations: list[JobConfig], last: Committed,
-           start: dict[int, int]) -> list[str]:
+def behind(
+    config: JobConfig, destinations: list[JobConfig], last: Committed, start: dict[int, int]
+) -> list[str]:
     """The tables of the batch's routing (``destinations``) that stopped where the batch
     ``last`` committed began (:func:`_stopped`); not one the catalog no longer has (dropped,
     with its records)."""
@@ -99,9 +102,15 @@ def behind(config: JobConfig, destinations: list[JobConfig], last: Committed,
     return found
 
 
-def finish(spark: SparkSession, config: JobConfig, registry: Registry | None, table: Any,
-           last: Committed, topic_id: str | None,
-           ready: Callable[[JobConfig], Any]) -> list[str]:
+def finish(
+    spark: SparkSession,
+    config: JobConfig,
+    registry: Registry | None,
+    table: Any,
+    last: Committed,
+    topic_id: str | None,
+    ready: Callable[[JobConfig], Any],
+) -> list[str]:
     """Finishes the batch the topic's own ``table`` committed ``last`` where the driver
     stopped before its other tables committed it: read again from Kafka and landed with the
     routing it began with (``ready`` makes a table of it ready to write).  Returns the tables
@@ -110,10 +119,14 @@ def finish(spark: SparkSession, config: JobConfig, registry: Registry | None, ta
         return []
     began = began_with(config, table, last)
     if began is None:
-        log.warning("the last batch of topic %s was committed with a routing (%s) the table "
-                    "%s no longer records: whether it stopped between two tables' commits "
-                    "cannot be told, and the job goes on with its own routing",
-                    config.kafka.topic, last.routing, config.table.identifier)
+        log.warning(
+            "the last batch of topic %s was committed with a routing (%s) the table "
+            "%s no longer records: whether it stopped between two tables' commits "
+            "cannot be told, and the job goes on with its own routing",
+            config.kafka.topic,
+            last.routing,
+            config.table.identifier,
+        )
         return []
     start = {p: o for p, o in last.batch_start.items() if o < last.offsets.get(p, o)}
     if not start:  # a batch that read nothing (or where a latest job first started)
@@ -123,17 +136,23 @@ def finish(spark: SparkSession, config: JobConfig, registry: Registry | None, ta
     if not lagging:
         return []
     end = {p: last.offsets[p] for p in start}
-    log.warning("the last batch of topic %s (from %s to %s) stopped before tables %s committed "
-                "it%s: it is landed in them now, with the routing it began with",
-                config.kafka.topic, start, end, ", ".join(lagging),
-                "" if began is config else " and the routes changed since")
+    log.warning(
+        "the last batch of topic %s (from %s to %s) stopped before tables %s committed "
+        "it%s: it is landed in them now, with the routing it began with",
+        config.kafka.topic,
+        start,
+        end,
+        ", ".join(lagging),
+        "" if began is config else " and the routes changed since",
+    )
     tables = [ready(destination) for destination in destinations]
     rejoins = []
-    for destination, made in zip(destinations, tables):
+    for made in tables:
         committed = last_commit(made, config.writer, config.kafka.topic, ref=config.table.ref)
         below = {p: o for p, o in start.items() if committed.offsets.get(p, 0) < o}
         rejoins.append(below or None)  # (a table with nothing yet, or that joined again)
-    writer = BatchWriter(began, spark, registry, [str(t.metadata.table_uuid) for t in tables],
-                         topic_id, rejoins)
+    writer = BatchWriter(
+        began, spark, registry, [str(t.metadata.table_uuid) for t in tables], topic_id, rejoins
+    )
     writer.land(read_range(spark, config, start, end), last.batch_id or 0, start, end)
     return lagging

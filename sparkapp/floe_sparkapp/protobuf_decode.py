@@ -27,14 +27,24 @@ DECODER = "dev.floe.protobuf.ProtobufDecoder"
 def writer_type(descriptor: bytes, message: str) -> T.StructType:
     """The Spark struct a writer's records decode into (its Iceberg type's, and the two flags)."""
     struct = spark_type(protobuf_to_iceberg(descriptor, message).struct)
-    return T.StructType([*struct.fields, T.StructField(OK_FIELD, T.BooleanType()),
-                         T.StructField(NOTE_FIELD, T.StringType())])
+    return T.StructType(
+        [
+            *struct.fields,
+            T.StructField(OK_FIELD, T.BooleanType()),
+            T.StructField(NOTE_FIELD, T.StringType()),
+        ]
+    )
 
 
 def read(framed: Column, writer: Writer) -> Column:
     """``framed`` (header included) decoded with ``writer``."""
     struct = writer_type(writer.descriptor, writer.schema)
     java_type = java("org.apache.spark.sql.types.DataType").fromJson(struct.json())
-    decoder = make(DECODER, bytearray(writer.descriptor), writer.schema,
-                   ",".join(index.hex() for index in writer.indexes), java_type)
+    decoder = make(
+        DECODER,
+        bytearray(writer.descriptor),
+        writer.schema,
+        ",".join(index.hex() for index in writer.indexes),
+        java_type,
+    )
     return apply(decoder, framed)

@@ -36,6 +36,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyiceberg.types import (
     BinaryType,
@@ -55,19 +56,40 @@ from pyiceberg.types import (
 
 from .avro_types import MappedValue, SchemaMappingError
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from google.protobuf.descriptor import Descriptor, FieldDescriptor
+    from google.protobuf.descriptor_pb2 import DescriptorProto, FileDescriptorSet
+    from google.protobuf.descriptor_pool import DescriptorPool
+
 WRITER_FILE = "__floe_writer.proto"
 WELL_KNOWN = "google/protobuf/"
 
 # FieldDescriptor.TYPE_* numbers
 _SCALARS: dict[int, IcebergType] = {
-    1: DoubleType(), 2: FloatType(), 3: LongType(), 4: LongType(), 5: IntegerType(),
-    6: LongType(), 7: LongType(), 8: BooleanType(), 9: StringType(), 12: BinaryType(),
-    13: LongType(), 15: IntegerType(), 16: LongType(), 17: IntegerType(), 18: LongType(),
+    1: DoubleType(),
+    2: FloatType(),
+    3: LongType(),
+    4: LongType(),
+    5: IntegerType(),
+    6: LongType(),
+    7: LongType(),
+    8: BooleanType(),
+    9: StringType(),
+    12: BinaryType(),
+    13: LongType(),
+    15: IntegerType(),
+    16: LongType(),
+    17: IntegerType(),
+    18: LongType(),
 }
 _MESSAGE, _GROUP, _ENUM = 11, 10, 14
 _SPECIAL: dict[str, IcebergType] = {"google.protobuf.Timestamp": TimestamptzType()}
-_UNSUPPORTED = {"google.protobuf.Duration": "a Duration (Spark reads it as an interval, which "
-                                            "Iceberg has no type for)"}
+_UNSUPPORTED = {
+    "google.protobuf.Duration": "a Duration (Spark reads it as an interval, which "
+    "Iceberg has no type for)"
+}
 
 
 class ProtobufCompileError(SchemaMappingError):
@@ -89,10 +111,20 @@ def compile_schema(schema: str, references: tuple[tuple[str, str], ...] = ()) ->
             path.write_text(text)
         out = root / "__floe.desc"
         done = subprocess.run(
-            [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}",
-             f"-I{Path(grpc_tools.__file__).parent / '_proto'}", "--include_imports",
-             f"--descriptor_set_out={out}", WRITER_FILE],
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"-I{root}",
+                f"-I{Path(grpc_tools.__file__).parent / '_proto'}",
+                "--include_imports",
+                f"--descriptor_set_out={out}",
+                WRITER_FILE,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             message = (done.stderr or done.stdout).strip().replace(str(root) + "/", "")
             raise ProtobufCompileError(f"protoc cannot compile the schema: {message[:500]}")
@@ -116,7 +148,7 @@ def _zigzag_varint(number: int) -> bytes:
             return bytes(out)
 
 
-def _pool(descriptor_set: bytes):
+def _pool(descriptor_set: bytes) -> tuple[DescriptorPool, FileDescriptorSet]:
     from google.protobuf import descriptor_pb2, descriptor_pool
 
     files = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
@@ -134,7 +166,9 @@ def message_of(descriptor_set: bytes, name: str | None = None) -> Message:
     writer = next(f for f in files.file if f.name == WRITER_FILE)
     package = f"{writer.package}." if writer.package else ""
 
-    def walk(messages, prefix: str, path: tuple[int, ...]):
+    def walk(
+        messages: Iterable[DescriptorProto], prefix: str, path: tuple[int, ...]
+    ) -> Iterator[tuple[str, tuple[int, ...]]]:
         for index, message in enumerate(messages):
             full = f"{prefix}{message.name}"
             yield full, (*path, index)
@@ -150,7 +184,8 @@ def message_of(descriptor_set: bytes, name: str | None = None) -> Message:
         if not match:
             raise SchemaMappingError(
                 f"the Protobuf schema has no message {name}; it has "
-                f"{', '.join(full for full, _ in found)}")
+                f"{', '.join(full for full, _ in found)}"
+            )
         full, path = match[0]
     encoded = _zigzag_varint(len(path)) + b"".join(_zigzag_varint(i) for i in path)
     return Message(full, (b"\x00", encoded) if path == (0,) else (encoded,))
@@ -167,9 +202,11 @@ def protobuf_to_iceberg(descriptor_set: bytes, message: str, first_id: int = 1) 
         next_id += 1
         return next_id - 1
 
-    def field_type(field, where: str, path: tuple[str, ...]) -> IcebergType | None:
+    def field_type(field: FieldDescriptor, where: str, path: tuple[str, ...]) -> IcebergType | None:
         if field.type in (_MESSAGE, _GROUP):
-            name = field.message_type.full_name
+            message = field.message_type
+            assert message is not None  # a message (or group) field has its message's type
+            name = message.full_name
             if name in _SPECIAL:
                 return _SPECIAL[name]
             if name in _UNSUPPORTED:
@@ -177,25 +214,26 @@ def protobuf_to_iceberg(descriptor_set: bytes, message: str, first_id: int = 1) 
             if name in path:
                 recursive.append(where)
                 return None
-            return struct(field.message_type, where, (*path, name))
+            return struct(message, where, (*path, name))
         if field.type == _ENUM:
             return StringType()
         return _SCALARS[field.type]
 
-    def struct(descriptor, where: str, path: tuple[str, ...]) -> StructType:
+    def struct(descriptor: Descriptor, where: str, path: tuple[str, ...]) -> StructType:
         fields = []
         for field in descriptor.fields:
             at = f"{where}.{field.name}" if where else field.name
             field_id = new_id()
-            is_map = (field.type == _MESSAGE and field.message_type.GetOptions().map_entry)
-            if is_map:
-                key_field, value_field = field.message_type.fields
+            message = field.message_type if field.type == _MESSAGE else None
+            if message is not None and message.GetOptions().map_entry:
+                key_field, value_field = message.fields
                 key_id, value_id = new_id(), new_id()
                 value = field_type(value_field, f"{at}.value", path)
                 if value is None:
                     continue
-                kind: IcebergType = MapType(key_id, field_type(key_field, at, path), value_id,
-                                            value, value_required=False)
+                key = field_type(key_field, at, path)
+                assert key is not None  # a map's keys are scalars
+                kind: IcebergType = MapType(key_id, key, value_id, value, value_required=False)
             elif _repeated(field):
                 element_id = new_id()
                 element = field_type(field, f"{at}.element", path)
@@ -218,8 +256,9 @@ def protobuf_to_iceberg(descriptor_set: bytes, message: str, first_id: int = 1) 
     return MappedValue(mapped, tuple(recursive), next_id - 1)
 
 
-def _repeated(field) -> bool:
+def _repeated(field: FieldDescriptor) -> bool:
     repeated = getattr(field, "is_repeated", None)  # protobuf >= 5.29
     if repeated is not None:
         return bool(repeated)
-    return field.label == 3  # LABEL_REPEATED
+    label: int = field.label  # type: ignore[attr-defined]  # protobuf < 5.29: no is_repeated
+    return label == 3  # LABEL_REPEATED

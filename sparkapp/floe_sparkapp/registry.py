@@ -5,12 +5,21 @@ fetched by subject and version."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from .contract import SchemaRegistrySpec
+
+T = TypeVar("T")
+
+
+def _answered(value: T | None) -> T:
+    """A field every answer of the registry has: the client types it optional, as it sends
+    the same classes."""
+    assert value is not None
+    return value
 
 
 @dataclass(frozen=True)
@@ -28,8 +37,12 @@ class Registry:
     ``latest_ttl_seconds``: how long the subject's latest version is kept (the client keeps
     it for good when None, which suits a client used once)."""
 
-    def __init__(self, config: SchemaRegistrySpec, user_info: str | None = None,
-                 latest_ttl_seconds: float | None = None):
+    def __init__(
+        self,
+        config: SchemaRegistrySpec,
+        user_info: str | None = None,
+        latest_ttl_seconds: float | None = None,
+    ):
         settings: dict[str, object] = {"url": config.url}
         if latest_ttl_seconds is not None:
             settings["cache.latest.ttl.sec"] = latest_ttl_seconds
@@ -59,20 +72,28 @@ class Registry:
             if error.http_status_code == 404:
                 return None
             raise
-        return RegisteredSchema(schema_id, found.schema_str, found.schema_type or "AVRO",
-                                references=self._references(found.references))
+        return RegisteredSchema(
+            schema_id,
+            _answered(found.schema_str),
+            found.schema_type or "AVRO",
+            references=self._references(found.references),
+        )
 
     def latest(self, subject: str | None = None) -> RegisteredSchema:
         found = self.client.get_latest_version(subject or self.config.subject)
-        return RegisteredSchema(found.schema_id, found.schema.schema_str,
-                                found.schema.schema_type or "AVRO", found.version,
-                                self._references(found.schema.references))
+        return RegisteredSchema(
+            _answered(found.schema_id),
+            _answered(found.schema.schema_str),
+            found.schema.schema_type or "AVRO",
+            found.version,
+            self._references(found.schema.references),
+        )
 
     def version_ids(self, subject: str | None = None, newest: int = 50) -> list[int]:
         """The schema ids of the subject's versions (the ``newest`` of them), oldest first."""
         subject = subject or self.config.subject
         versions = sorted(self.client.get_versions(subject))[-newest:]
-        return [self.client.get_version(subject, v).schema_id for v in versions]
+        return [_answered(self.client.get_version(subject, v).schema_id) for v in versions]
 
     def _references(self, references: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The referenced schemas' texts by import name, theirs included, each once."""
@@ -83,6 +104,6 @@ class Registry:
             if reference.name in found:
                 continue
             version = self.client.get_version(reference.subject, reference.version)
-            found[reference.name] = version.schema.schema_str
+            found[reference.name] = _answered(version.schema.schema_str)
             pending.extend(version.schema.references or [])
         return tuple(sorted(found.items()))

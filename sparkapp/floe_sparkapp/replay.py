@@ -29,8 +29,9 @@ import json
 import logging
 import struct
 import time
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -57,8 +58,12 @@ class ReplayRefused(ValueError):
 # commit's markers (CONCURRENT_TRANSACTIONS) and is retried: after librdkafka's default 100 ms,
 # which made a small transaction cost ~100 ms; after 10 ms (doubling up to 1 s for real
 # faults), ~15 ms (bench/replay_transactions.py).
-PRODUCER_SETTINGS = {"enable.idempotence": True, "linger.ms": 20, "retry.backoff.ms": 10,
-                     "retry.backoff.max.ms": 1000}
+PRODUCER_SETTINGS = {
+    "enable.idempotence": True,
+    "linger.ms": 20,
+    "retry.backoff.ms": 10,
+    "retry.backoff.max.ms": 1000,
+}
 
 
 def _group(request: OperationRequest) -> str:
@@ -66,6 +71,7 @@ def _group(request: OperationRequest) -> str:
 
 
 # --- values encoded again ----------------------------------------------------------------------
+
 
 def _named(schema: Any, named: dict[str, Any], namespace: str | None = None) -> None:
     """Records the named types ``schema`` defines, by full and short name."""
@@ -79,8 +85,10 @@ def _named(schema: Any, named: dict[str, Any], namespace: str | None = None) -> 
     if kind in ("record", "enum", "fixed") and schema.get("name"):
         space = schema.get("namespace", namespace)
         named.setdefault(schema["name"].rsplit(".", 1)[-1], schema)
-        named.setdefault(schema["name"] if "." in schema["name"] or not space
-                         else f"{space}.{schema['name']}", schema)
+        named.setdefault(
+            schema["name"] if "." in schema["name"] or not space else f"{space}.{schema['name']}",
+            schema,
+        )
         namespace = space
     for field in schema.get("fields", ()):
         _named(field["type"], named, namespace)
@@ -112,8 +120,9 @@ def _datum(value: Any, schema: Any, named: dict[str, Any]) -> Any:
     kind = schema.get("type") if isinstance(schema, dict) else schema
     if kind == "record":
         fields = value if isinstance(value, dict) else value.asDict(recursive=True)
-        return {f["name"]: _datum(fields.get(f["name"]), f["type"], named)
-                for f in schema["fields"]}
+        return {
+            f["name"]: _datum(fields.get(f["name"]), f["type"], named) for f in schema["fields"]
+        }
     if kind == "array":
         return [_datum(item, schema["items"], named) for item in value]
     if kind == "map":
@@ -122,8 +131,11 @@ def _datum(value: Any, schema: Any, named: dict[str, Any]) -> Any:
     if isinstance(kind, (dict, list)):
         return _datum(value, kind, named)
     logical = schema.get("logicalType") if isinstance(schema, dict) else None
-    if logical in ("timestamp-millis", "timestamp-micros") and isinstance(value, dt.datetime) \
-            and value.tzinfo is None:
+    if (
+        logical in ("timestamp-millis", "timestamp-micros")
+        and isinstance(value, dt.datetime)
+        and value.tzinfo is None
+    ):
         return value.astimezone(dt.timezone.utc)  # Spark's naive local time
     if logical == "uuid":
         return str(value)
@@ -146,8 +158,10 @@ class Encoder:
             assert self.registry is not None
             found = self.registry.by_id(schema_id)
             if found is None:
-                raise ReplayRefused(f"schema id {schema_id} is not in the registry any more: "
-                                    "its rows cannot be encoded again")
+                raise ReplayRefused(
+                    f"schema id {schema_id} is not in the registry any more: "
+                    "its rows cannot be encoded again"
+                )
             parsed_names: dict[str, Any] = {}
             raw_names: dict[str, Any] = {}
             for _, text in found.references:
@@ -156,8 +170,11 @@ class Encoder:
                 _named(reference, raw_names)
             raw = json.loads(found.schema)
             _named(raw, raw_names)
-            self.parsed[schema_id] = (fastavro.parse_schema(raw, named_schemas=parsed_names),
-                                      raw_names, raw)
+            self.parsed[schema_id] = (
+                fastavro.parse_schema(raw, named_schemas=parsed_names),
+                raw_names,
+                raw,
+            )
         return self.parsed[schema_id]
 
     def value(self, row: Any) -> bytes | None:
@@ -171,8 +188,7 @@ class Encoder:
         header = b"" if schema_id is None else b"\x00" + struct.pack(">I", schema_id)
         if self.fmt == "json":
             plain = value.asDict(recursive=True) if hasattr(value, "asDict") else value
-            return header + json.dumps(plain, default=_json_default,
-                                       separators=(",", ":")).encode()
+            return header + json.dumps(plain, default=_json_default, separators=(",", ":")).encode()
         import fastavro
 
         parsed, named, raw = self._writer(schema_id)
@@ -193,31 +209,38 @@ def _json_default(value: Any) -> Any:
 
 # --- the target's retention -------------------------------------------------------------------
 
+
 def retention_horizon(configs: dict[str, str], now_ms: int) -> int | None:
     """The Kafka timestamp (epoch ms) below which a topic with ``configs`` deletes a record
     produced with it now, or None where it keeps it: the topic is only compacted, keeps
     records for ever (``retention.ms`` -1), or stamps them itself (LogAppendTime)."""
     retention = int(configs.get("retention.ms") or -1)
-    if "delete" not in configs.get("cleanup.policy", "delete") or retention < 0 \
-            or configs.get("message.timestamp.type", "CreateTime") != "CreateTime":
+    if (
+        "delete" not in configs.get("cleanup.policy", "delete")
+        or retention < 0
+        or configs.get("message.timestamp.type", "CreateTime") != "CreateTime"
+    ):
         return None
     return now_ms - retention
 
 
-def retention_refusal(topic: str, configs: dict[str, str], older: int, oldest_ms: int
-                      ) -> str | None:
+def retention_refusal(
+    topic: str, configs: dict[str, str], older: int, oldest_ms: int
+) -> str | None:
     """Why rows cannot be replayed with their timestamps to ``topic``, whose retention deletes
     ``older`` of them (the oldest stamped ``oldest_ms``), or None where it deletes none."""
     if not older:
         return None
     retention = int(configs["retention.ms"])
     oldest = dt.datetime.fromtimestamp(oldest_ms / 1000, dt.timezone.utc)
-    return (f"topic {topic} deletes records older than {_span(retention)} (retention.ms "
-            f"{retention}), and {older} of the rows to replay are older (the oldest from "
-            f"{oldest:%Y-%m-%dT%H:%M:%SZ}): with their timestamps they would be deleted soon "
-            "after they are produced. Set replay.timestamps: now (each record stamped when "
-            f"produced, its original timestamp kept in header {ORIGINAL_TIMESTAMP}), or raise "
-            "the topic's retention.ms (-1 keeps records for ever)")
+    return (
+        f"topic {topic} deletes records older than {_span(retention)} (retention.ms "
+        f"{retention}), and {older} of the rows to replay are older (the oldest from "
+        f"{oldest:%Y-%m-%dT%H:%M:%SZ}): with their timestamps they would be deleted soon "
+        "after they are produced. Set replay.timestamps: now (each record stamped when "
+        f"produced, its original timestamp kept in header {ORIGINAL_TIMESTAMP}), or raise "
+        "the topic's retention.ms (-1 keeps records for ever)"
+    )
 
 
 def _span(ms: int) -> str:
@@ -229,11 +252,19 @@ def _span(ms: int) -> str:
 
 # --- the run -----------------------------------------------------------------------------------
 
+
 class Replay:
     """One replay run (:func:`run`)."""
 
-    def __init__(self, spark: SparkSession, config: JobConfig, request: OperationRequest,
-                 table: Any, table_ref: str, registry: Registry | None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: JobConfig,
+        request: OperationRequest,
+        table: Any,
+        table_ref: str,
+        registry: Registry | None,
+    ) -> None:
         assert request.replay is not None
         self.spark, self.config, self.request, self.spec = spark, config, request, request.replay
         self.table, self.table_ref = table, table_ref
@@ -250,16 +281,25 @@ class Replay:
         tag = self._tag
         held = self.table.refs().get(tag)
         if held is not None:
-            return held.snapshot_id
+            held_id: int = held.snapshot_id
+            return held_id
         if self.spec.snapshot_id is not None:
             snapshot_id = int(self.spec.snapshot_id)
             if self.table.snapshot_by_id(snapshot_id) is None:
-                raise ReplayRefused(f"snapshot {snapshot_id} is not in table "
-                                    f"{self.config.table.identifier} (expired, or mistyped)")
+                raise ReplayRefused(
+                    f"snapshot {snapshot_id} is not in table "
+                    f"{self.config.table.identifier} (expired, or mistyped)"
+                )
         else:
             snapshot_id = head(self.table, self.config.table.ref).snapshot_id
-        retried(self.table, lambda: self.table.manage_snapshots().create_tag(
-            snapshot_id, tag, max_ref_age_ms=HOLD_MAX_AGE_MS).commit())
+        retried(
+            self.table,
+            lambda: (
+                self.table.manage_snapshots()
+                .create_tag(snapshot_id, tag, max_ref_age_ms=HOLD_MAX_AGE_MS)
+                .commit()
+            ),
+        )
         return snapshot_id
 
     def _release(self) -> None:
@@ -267,8 +307,7 @@ class Replay:
         try:
             self.table.refresh()
             if tag in self.table.refs():
-                retried(self.table,
-                         lambda: self.table.manage_snapshots().remove_tag(tag).commit())
+                retried(self.table, lambda: self.table.manage_snapshots().remove_tag(tag).commit())
         except Exception as error:  # noqa: BLE001 - the tag lapses by itself
             log.warning("could not remove the tag %s: %s", tag, error)
 
@@ -288,8 +327,12 @@ class Replay:
         configs; None where it does not exist."""
         from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-        admin = AdminClient({"bootstrap.servers": self.config.kafka.bootstrap_servers,
-                             **librdkafka_settings(kafka_client_settings(self.config))})
+        admin = AdminClient(
+            {
+                "bootstrap.servers": self.config.kafka.bootstrap_servers,
+                **librdkafka_settings(kafka_client_settings(self.config)),
+            }
+        )
         # (all topics: asking for one by name may create it where the brokers auto-create)
         found = admin.list_topics(timeout=30).topics.get(self.spec.topic)
         if found is None or found.error is not None or not found.partitions:
@@ -305,46 +348,65 @@ class Replay:
         """Per Kafka partition of ``rows``: its first and last source offset, its rows, its
         oldest Kafka timestamp (epoch ms) and how many are older than ``horizon``."""
         stamp = F.unix_millis("kafka.timestamp")
-        return rows.groupBy(F.col("kafka.partition").alias("partition")).agg(
-            F.min("kafka.offset").alias("first"), F.max("kafka.offset").alias("last"),
-            F.count(F.lit(1)).alias("rows"), F.min(stamp).alias("oldest"),
-            F.count_if(F.lit(False) if horizon is None else stamp < horizon).alias("older")
-        ).collect()
+        return (
+            rows.groupBy(F.col("kafka.partition").alias("partition"))
+            .agg(
+                F.min("kafka.offset").alias("first"),
+                F.max("kafka.offset").alias("last"),
+                F.count(F.lit(1)).alias("rows"),
+                F.min(stamp).alias("oldest"),
+                F.count_if(F.lit(False) if horizon is None else stamp < horizon).alias("older"),
+            )
+            .collect()
+        )
 
-    def _check_target(self, target: tuple[int, dict[str, str]] | None, extent: list[Any]
-                      ) -> None:
+    def _check_target(self, target: tuple[int, dict[str, str]] | None, extent: list[Any]) -> None:
         partitions = [r["partition"] for r in extent]
         if target is None:
-            raise ReplayRefused(f"topic {self.spec.topic} does not exist: create it (with at "
-                                f"least {max(partitions, default=0) + 1} partitions) first")
+            raise ReplayRefused(
+                f"topic {self.spec.topic} does not exist: create it (with at "
+                f"least {max(partitions, default=0) + 1} partitions) first"
+            )
         if partitions and max(partitions) >= target[0]:
             raise ReplayRefused(
                 f"topic {self.spec.topic} has {target[0]} partitions and the rows come from "
                 f"partitions up to {max(partitions)}: each row goes to the partition it came "
-                "from; add partitions to it")
-        why = retention_refusal(self.spec.topic, target[1], sum(r["older"] for r in extent),
-                                min((r["oldest"] for r in extent), default=0))
+                "from; add partitions to it"
+            )
+        why = retention_refusal(
+            self.spec.topic,
+            target[1],
+            sum(r["older"] for r in extent),
+            min((r["oldest"] for r in extent), default=0),
+        )
         if why is not None:
             raise ReplayRefused(why)
 
     def _producer(self) -> Any:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.config.kafka.bootstrap_servers,
-                             "transactional.id": _group(self.request), **PRODUCER_SETTINGS,
-                             **librdkafka_settings(kafka_client_settings(self.config))})
+        producer = Producer(
+            {
+                "bootstrap.servers": self.config.kafka.bootstrap_servers,
+                "transactional.id": _group(self.request),
+                **PRODUCER_SETTINGS,
+                **librdkafka_settings(kafka_client_settings(self.config)),
+            }
+        )
         producer.init_transactions(60)  # fences the producer of an earlier attempt
         return producer
 
     def _progress(self, consumer: Any, partitions: list[int]) -> dict[int, int]:
         from confluent_kafka import TopicPartition
 
-        found = consumer.committed([TopicPartition(self.spec.topic, p) for p in partitions],
-                                   timeout=30)
+        found = consumer.committed(
+            [TopicPartition(self.spec.topic, p) for p in partitions], timeout=30
+        )
         return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
 
-    def _send(self, producer: Any, consumer: Any, partition: int, rows: Iterator[Any]
-              ) -> tuple[int, int]:
+    def _send(
+        self, producer: Any, consumer: Any, partition: int, rows: Iterator[Any]
+    ) -> tuple[int, int]:
         """Produces one partition's rows in transactions; returns the records and
         transactions."""
         size = self.spec.records_per_transaction
@@ -378,11 +440,16 @@ class Replay:
         """What ``row`` is produced as: with its timestamp, or (``timestamps: now``) stamped
         by the producer, its timestamp in header floe.original-timestamp."""
         kafka, key = row["kafka"], row["key"]
-        headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
-                   for h in (kafka["headers"] or [])]
+        headers = [
+            (h["key"], None if h["value"] is None else bytes(h["value"]))
+            for h in (kafka["headers"] or [])
+        ]
         stamp = int(kafka["timestamp"].timestamp() * 1000)
-        record = {"key": None if key is None else bytes(key), "value": self.encoder.value(row),
-                  "partition": partition}
+        record = {
+            "key": None if key is None else bytes(key),
+            "value": self.encoder.value(row),
+            "partition": partition,
+        }
         if self.spec.timestamps == "now":
             headers.append((ORIGINAL_TIMESTAMP, str(stamp).encode()))
         else:
@@ -394,20 +461,22 @@ class Replay:
 
         producer.send_offsets_to_transaction(
             [TopicPartition(self.spec.topic, partition, after)],
-            consumer.consumer_group_metadata(), 60)
+            consumer.consumer_group_metadata(),
+            60,
+        )
         producer.commit_transaction(120)
 
     def run(self) -> dict[str, Any]:
         snapshot_id = self._snapshot()
         rows = self._rows(snapshot_id)
         target = self._target()
-        horizon = (None if target is None
-                   else retention_horizon(target[1], int(time.time() * 1000)))
+        horizon = None if target is None else retention_horizon(target[1], int(time.time() * 1000))
         extent = self._extent(rows, horizon)
         self._check_target(target, extent)
         # Per partition, the first and last source offset and the rows: what is replayed
-        total = {int(r["partition"]): (int(r["first"]), int(r["last"]), int(r["rows"]))
-                 for r in extent}
+        total = {
+            int(r["partition"]): (int(r["first"]), int(r["last"]), int(r["rows"])) for r in extent
+        }
         partitions = sorted(total)
         consumer = kafka_consumer(self.config, _group(self.request))
         producer = self._producer()
@@ -418,25 +487,40 @@ class Replay:
                 todo = rows.filter(F.col("kafka.partition") == partition)
                 if partition in done:
                     todo = todo.filter(F.col("kafka.offset") >= done[partition])
-                count, made = self._send(producer, consumer, partition,
-                                         todo.orderBy("kafka.offset").toLocalIterator())
+                count, made = self._send(
+                    producer, consumer, partition, todo.orderBy("kafka.offset").toLocalIterator()
+                )
                 produced += count
                 transactions += made
-                log.info("replay %s: partition %d: %d record(s) produced to %s in %d "
-                         "transaction(s)", self.request.name, partition, count, self.spec.topic,
-                         made)
+                log.info(
+                    "replay %s: partition %d: %d record(s) produced to %s in %d transaction(s)",
+                    self.request.name,
+                    partition,
+                    count,
+                    self.spec.topic,
+                    made,
+                )
         finally:
             producer.flush(60)
             consumer.close()
-        return {"topic": self.spec.topic, "snapshotId": str(snapshot_id),
-                "records": sum(n for *_, n in total.values()),
-                "partitions": {str(p): {"from": lo, "to": hi + 1}
-                               for p, (lo, hi, _) in total.items()},
-                "producedThisAttempt": produced, "transactionsThisAttempt": transactions}
+        return {
+            "topic": self.spec.topic,
+            "snapshotId": str(snapshot_id),
+            "records": sum(n for *_, n in total.values()),
+            "partitions": {str(p): {"from": lo, "to": hi + 1} for p, (lo, hi, _) in total.items()},
+            "producedThisAttempt": produced,
+            "transactionsThisAttempt": transactions,
+        }
 
 
-def run(spark: SparkSession, config: JobConfig, request: OperationRequest, table: Any,
-        table_ref: str, registry: Registry | None) -> dict[str, Any]:
+def run(
+    spark: SparkSession,
+    config: JobConfig,
+    request: OperationRequest,
+    table: Any,
+    table_ref: str,
+    registry: Registry | None,
+) -> dict[str, Any]:
     """Runs the replay of ``config``'s table and records its outcome on the table; returns the
     outcome."""
     replay = Replay(spark, config, request, table, table_ref, registry)

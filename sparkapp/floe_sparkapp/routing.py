@@ -29,26 +29,35 @@ from .schemas import FORMATS, Writer
 ROUTE = "_route"  # the record's tables: 0 the topic's own; n routes[n - 1]'s
 
 
-def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
-           schema_ids: list[int]) -> DataFrame:
+def routed(
+    batch: DataFrame, config: JobConfig, registry: Registry | None, schema_ids: list[int]
+) -> DataFrame:
     """The batch with ``_route`` (and, for Avro, its values decoded per writer schema id)."""
     writers = _writers(registry, schema_ids, config) if registry is not None else {}
     df = decode_writers(frame(batch), writers)
 
     def decoded(path: str) -> list[Column]:
-        return [c for i, writer in writers.items()
-                if (c := decoded_field(df, i, writer, path)) is not None]
+        return [
+            c
+            for i, writer in writers.items()
+            if (c := decoded_field(df, i, writer, path)) is not None
+        ]
 
     if config.value.format == "json":  # plain JSON: read where it is, bare or in a payload
         text = F.when(F.col("_schema_id").isNull(), F.col("value")).cast("string")
 
         def field_of(path: str) -> Column:
-            return F.coalesce(*decoded(path), F.get_json_object(text, f"$.{path}"),
-                              F.get_json_object(text, f"$.payload.{path}"))
+            return F.coalesce(
+                *decoded(path),
+                F.get_json_object(text, f"$.{path}"),
+                F.get_json_object(text, f"$.payload.{path}"),
+            )
     else:
+
         def field_of(path: str) -> Column:
             found = decoded(path)
             return F.coalesce(*found) if found else F.lit(None).cast("string")
+
     fields: dict[str, Column] = {}
     matches = []
     for number, rule in enumerate(config.routes, start=1):
@@ -62,8 +71,7 @@ def routed(batch: DataFrame, config: JobConfig, registry: Registry | None,
     return df.withColumn(ROUTE, F.when(F.size(found) == 0, F.array(F.lit(0))).otherwise(found))
 
 
-def _writers(registry: Registry, schema_ids: list[int], config: JobConfig
-             ) -> dict[int, Writer]:
+def _writers(registry: Registry, schema_ids: list[int], config: JobConfig) -> dict[int, Writer]:
     """How the batch's writer schemas that decode are read; records of the others cannot be
     routed, and their table keeps them raw with the reason."""
     writers = {}
@@ -73,29 +81,45 @@ def _writers(registry: Registry, schema_ids: list[int], config: JobConfig
             continue
         try:
             writers[schema_id] = schemas.mapped(  # read as the table writer reads them
-                found, message=config.value.message,
-                coerce=config.value.conversions)[1]
+                found, message=config.value.message, coerce=config.value.conversions
+            )[1]
         except SchemaMappingError:
             continue
     return writers
 
 
-def split(routed_batch: DataFrame, config: JobConfig,
-          tables: int) -> list[tuple[DataFrame, list[int], list[int]]]:
+def split(
+    routed_batch: DataFrame, config: JobConfig, tables: int
+) -> list[tuple[DataFrame, list[int], list[int]]]:
     """Each table's records and the writer schema ids among their values and keys, in the
     order of :meth:`~floe_sparkapp.config.JobConfig.destinations`."""
-    columns = {name: column for name, column, fmt in (
-        ("ids", "_schema_id", config.value.format), ("keys", "_key_schema_id", config.key.format))
-        if fmt != "raw" and not (name == "keys" and fmt == "json")}
+    columns = {
+        name: column
+        for name, column, fmt in (
+            ("ids", "_schema_id", config.value.format),
+            ("keys", "_key_schema_id", config.key.format),
+        )
+        if fmt != "raw" and not (name == "keys" and fmt == "json")
+    }
     found: dict[int, Any] = {}
     if columns:
         records = routed_batch.select(F.explode(ROUTE).alias(ROUTE), *columns.values())
-        found = {int(row[ROUTE]): row for row in records.groupBy(ROUTE).agg(
-            *[F.collect_set(column).alias(name) for name, column in columns.items()]).collect()}
+        found = {
+            int(row[ROUTE]): row
+            for row in records.groupBy(ROUTE)
+            .agg(*[F.collect_set(column).alias(name) for name, column in columns.items()])
+            .collect()
+        }
 
     def ids(number: int, name: str) -> list[int]:
         row = found.get(number)
         return sorted(row[name]) if row is not None and name in columns else []
 
-    return [(routed_batch.filter(F.array_contains(ROUTE, number)), ids(number, "ids"),
-             ids(number, "keys")) for number in range(tables)]
+    return [
+        (
+            routed_batch.filter(F.array_contains(ROUTE, number)),
+            ids(number, "ids"),
+            ids(number, "keys"),
+        )
+        for number in range(tables)
+    ]

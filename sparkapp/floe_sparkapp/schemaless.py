@@ -14,11 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyiceberg.types import (BooleanType, DoubleType, IcebergType, ListType, LongType,
-                             NestedField, StringType, StructType)
+from pyiceberg.types import (
+    BooleanType,
+    DoubleType,
+    IcebergType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
 from .coercion import coerced_struct, iceberg_type
 from .evolution import EvolutionPlan, _keep_wider, _union_value, plan_evolution, value_struct
+
 
 def declared_struct(columns: Any) -> StructType | None:
     """``value.columns`` as the value struct (every field optional; a dotted name is a field of
@@ -35,9 +44,14 @@ def declared_struct(columns: Any) -> StructType | None:
     ids = iter(range(1, 10_000))
 
     def build(node: dict[str, Any]) -> StructType:
-        return StructType(*[
-            NestedField(next(ids), name, build(kind) if isinstance(kind, dict) else kind,
-                        required=False) for name, kind in node.items()])
+        return StructType(
+            *[
+                NestedField(
+                    next(ids), name, build(kind) if isinstance(kind, dict) else kind, required=False
+                )
+                for name, kind in node.items()
+            ]
+        )
 
     return build(tree)
 
@@ -51,31 +65,41 @@ def configured_value(value: Any) -> StructType | None:
 
 # --- inference ----------------------------------------------------------------------------------
 
+
 def infer(values: Any) -> StructType:
     """The fields of a DataFrame of JSON texts (one column), as an Iceberg struct (optional
     fields; objects with no fields left out): one pass over them."""
     from .jvm_udf import java
 
     spark = values.sparkSession
-    reader = (spark._jsparkSession.read().option("mode", "DROPMALFORMED")
-              .option("allowNonNumericNumbers", "false"))
+    reader = (
+        spark._jsparkSession.read()
+        .option("mode", "DROPMALFORMED")
+        .option("allowNonNumericNumbers", "false")
+    )
     texts = getattr(values._jdf, "as")(java("org.apache.spark.sql.Encoders", spark._jvm).STRING())
     inferred = reader.json(texts)
     from pyspark.sql import types as T
 
     kind = T._parse_datatype_json_string(inferred.schema().json())
     ids = iter(range(1, 1_000_000))
-    return _iceberg(kind, ids) or StructType()
+    found = _iceberg(kind, ids) or StructType()
+    assert isinstance(found, StructType)  # a DataFrame's schema is a struct
+    return found
 
 
 def _iceberg(kind: Any, ids: Any) -> IcebergType | None:
     from pyspark.sql import types as T
 
     if isinstance(kind, T.StructType):
-        fields = [(f.name, _iceberg(f.dataType, ids)) for f in kind.fields
-                  if f.name != "_corrupt_record"]
-        kept = [NestedField(next(ids), name, found, required=False)
-                for name, found in fields if found is not None]
+        fields = [
+            (f.name, _iceberg(f.dataType, ids)) for f in kind.fields if f.name != "_corrupt_record"
+        ]
+        kept = [
+            NestedField(next(ids), name, found, required=False)
+            for name, found in fields
+            if found is not None
+        ]
         return StructType(*kept) if kept else None
     if isinstance(kind, T.ArrayType):
         element = _iceberg(kind.elementType, ids)
@@ -89,8 +113,9 @@ def _iceberg(kind: Any, ids: Any) -> IcebergType | None:
     return StringType()  # strings, and fields only ever null
 
 
-def evolve_inferred(table: Any, inferred: StructType, coerce: dict[str, str],
-                    apply: bool = True) -> EvolutionPlan:
+def evolve_inferred(
+    table: Any, inferred: StructType, coerce: dict[str, str], apply: bool = True
+) -> EvolutionPlan:
     """Adds the fields of ``inferred`` the table's value lacks (the value column itself when
     the table has none); a field of another type keeps its column (the plan's ``incompatible``
     changes say which).  Declared and coerced fields keep their declared type.  Without

@@ -8,9 +8,9 @@ raw on a breaking change until it is approved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Mapping
 
 from . import cdc
 from .avro_types import MappedValue, SchemaMappingError
@@ -47,14 +47,16 @@ def _compiled(schema: str, references: tuple[tuple[str, str], ...]) -> bytes:
     return compile_schema(schema, references)
 
 
-def _mapped(found: RegisteredSchema, mode: str, message: str | None
-            ) -> tuple[MappedValue, Message | None, bytes]:
+def _mapped(
+    found: RegisteredSchema, mode: str, message: str | None
+) -> tuple[MappedValue, Message | None, bytes]:
     kind = found.schema_type.upper()
     if kind == "AVRO":
         return cdc.table_value(found.schema, mode), None, b""
     if mode == "cdc":
-        raise SchemaMappingError(f"a cdc table reads Debezium envelopes in Avro or JSON, not "
-                                 f"{kind}")
+        raise SchemaMappingError(
+            f"a cdc table reads Debezium envelopes in Avro or JSON, not {kind}"
+        )
     if kind == "JSON":
         return json_schema_to_iceberg(found.schema, found.references), None, b""
     if kind == "PROTOBUF":
@@ -64,8 +66,12 @@ def _mapped(found: RegisteredSchema, mode: str, message: str | None
     raise SchemaMappingError(f"schema type {kind} is not one floe reads")
 
 
-def table_struct(found: RegisteredSchema, mode: str = "append", message: str | None = None,
-                 coerce: Mapping[str, str] | None = None) -> MappedValue:
+def table_struct(
+    found: RegisteredSchema,
+    mode: str = "append",
+    message: str | None = None,
+    coerce: Mapping[str, str] | None = None,
+) -> MappedValue:
     """The table struct of a writer schema (for ``cdc``, of the rows in its envelopes);
     ``message`` picks a Protobuf schema's message (else its first); ``coerce`` (by
     :attr:`.contract.ValueSpec.conversions`) gives fields the types ``value.coerce`` declares."""
@@ -75,8 +81,12 @@ def table_struct(found: RegisteredSchema, mode: str = "append", message: str | N
     return value
 
 
-def mapped(found: RegisteredSchema, mode: str = "append", message: str | None = None,
-           coerce: Mapping[str, str] | None = None) -> tuple[MappedValue, Writer]:
+def mapped(
+    found: RegisteredSchema,
+    mode: str = "append",
+    message: str | None = None,
+    coerce: Mapping[str, str] | None = None,
+) -> tuple[MappedValue, Writer]:
     """:func:`table_struct`, and how the records written with the schema are read (a coerced
     field as the writer wrote it: JSON's as text)."""
     value, chosen, descriptor = _mapped(found, mode, message)

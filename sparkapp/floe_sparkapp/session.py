@@ -45,8 +45,9 @@ def checkpoint_store(spark: SparkSession, config: JobConfig) -> None:
     context = spark.sparkContext
     given = {key for key, _ in context.getConf().getAll()}  # spec.spark.conf among them
     hadoop = context._jsc.hadoopConfiguration()
-    for key, value in catalogs.s3a_conf(config.catalog(), config.checkpoint_location,
-                                        given).items():
+    for key, value in catalogs.s3a_conf(
+        config.catalog(), config.checkpoint_location, given
+    ).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any
 
 _local = threading.local()
 
 
-def _state() -> tuple[dict[str, float], list[list]]:
+def _state() -> tuple[dict[str, float], list[list[Any]]]:
     if not hasattr(_local, "taken"):
         _local.taken, _local.open = {}, []
     return _local.taken, _local.open
@@ -42,7 +43,9 @@ def taken() -> dict[str, float]:
     """The steps' seconds since the last call (to the millisecond, the longest first); starts
     counting anew."""
     found, _ = _state()
-    result = {name: round(seconds, 3)
-              for name, seconds in sorted(found.items(), key=lambda item: -item[1])}
+    result = {
+        name: round(seconds, 3)
+        for name, seconds in sorted(found.items(), key=lambda item: -item[1])
+    }
     found.clear()
     return result

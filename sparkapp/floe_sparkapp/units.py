@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 
 # Each unit at most once, largest first (1d12h, 90s, 1m30s, 500ms): what a CEL rule can add up.
-DURATION = (r"^([0-9]+(\.[0-9]+)?d)?([0-9]+(\.[0-9]+)?h)?([0-9]+(\.[0-9]+)?m)?"
-            r"([0-9]+(\.[0-9]+)?s)?([0-9]+(\.[0-9]+)?ms)?$")
+DURATION = (
+    r"^([0-9]+(\.[0-9]+)?d)?([0-9]+(\.[0-9]+)?h)?([0-9]+(\.[0-9]+)?m)?"
+    r"([0-9]+(\.[0-9]+)?s)?([0-9]+(\.[0-9]+)?ms)?$"
+)
 DURATION_MAX_LENGTH = 32
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$"
 
@@ -25,17 +27,30 @@ def cel_seconds(value: str = "self") -> str:
     takes Go's units, so a leading day part is counted apart; no string is built, which keeps
     the API server's estimate of the rule's cost small."""
     parts = f"{value}.split('d')"
-    return (f"(size({parts}) == 1 ? double(duration({value}).getSeconds()) : "
-            f"double({parts}[0]) * 86400.0 + "
-            f"({parts}[1] == '' ? 0.0 : double(duration({parts}[1]).getSeconds())))")
+    return (
+        f"(size({parts}) == 1 ? double(duration({value}).getSeconds()) : "
+        f"double({parts}[0]) * 86400.0 + "
+        f"({parts}[1] == '' ? 0.0 : double(duration({parts}[1]).getSeconds())))"
+    )
 
 
 def cel_bytes(value: str = "self") -> str:
     """A CEL expression of the bytes a size string holds (a double), as :func:`size_bytes`
     counts them: lower case and ``i`` units are binary (Spark's ``512m`` is 512 MiB)."""
-    units = [("Ti", 1024**4), ("t", 1024**4), ("T", 1000**4), ("Gi", 1024**3), ("g", 1024**3),
-             ("G", 1000**3), ("Mi", 1024**2), ("m", 1024**2), ("M", 1000**2), ("Ki", 1024),
-             ("k", 1024), ("K", 1000)]
+    units = [
+        ("Ti", 1024**4),
+        ("t", 1024**4),
+        ("T", 1000**4),
+        ("Gi", 1024**3),
+        ("g", 1024**3),
+        ("G", 1000**3),
+        ("Mi", 1024**2),
+        ("m", 1024**2),
+        ("M", 1000**2),
+        ("Ki", 1024),
+        ("k", 1024),
+        ("K", 1000),
+    ]
     factor = "1.0"
     for unit, bytes_ in reversed(units):
         factor = f"({value}.endsWith('{unit}') ? {float(bytes_)} : {factor})"
@@ -54,10 +69,14 @@ def duration_seconds(text: str) -> int:
 
 def size_bytes(text: str) -> int:
     """'256Mi', '1G', '512m' (Spark's way: lower case is binary) as bytes."""
-    number, unit = _SIZE.match(text).groups()
+    found = _SIZE.match(text)
+    if found is None:
+        raise ValueError(f"not a size: {text!r}")
+    number, unit = found.groups()
     unit = unit or ""
     if unit.endswith("i") or unit.islower():
-        return round(float(number) * 1024 ** ("KMGT".index(unit[0].upper()) + 1))
+        scale: int = 1024 ** ("KMGT".index(unit[0].upper()) + 1)
+        return round(float(number) * scale)
     return round(float(number) * _SIZE_UNIT[unit])
 
 

@@ -26,8 +26,10 @@ the branch's last snapshot, its append's.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import partial
+from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -39,8 +41,9 @@ from .ledger import BATCH_PART
 OP_COLUMN, UPSERT, DELETE = "_floe_op", "upsert", "delete"
 
 
-def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: str,
-                   value_type: Any) -> DataFrame:
+def operation_rows(
+    df: DataFrame, op: Any, key_columns: tuple[str, ...], key: str, value_type: Any
+) -> DataFrame:
     """Decoded records (``_value``, before :func:`.decode.table_rows`) with OP_COLUMN: what
     ``op`` (the table's :class:`~.contract.OpSpec`) says each does; a decoded record whose
     operation is none of op's values, or a delete without its key, is kept raw with the reason
@@ -48,12 +51,14 @@ def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: st
     are identified by when there are no ``key_columns``."""
     where = op.action()
     if op.field:
-        found = (scalar_at(F.col("_value"), value_type, op.field) if "_value" in df.columns
-                 else None)
+        found = scalar_at(F.col("_value"), value_type, op.field) if "_value" in df.columns else None
         text = found.cast("string") if found is not None else None
-        missing = (f"op {where} is null: the record's operation is unknown" if text is not None
-                   else f"op {where} is not a field of the table's value: the record's "
-                        "operation is unknown")
+        missing = (
+            f"op {where} is null: the record's operation is unknown"
+            if text is not None
+            else f"op {where} is not a field of the table's value: the record's "
+            "operation is unknown"
+        )
     else:
         named = F.filter("headers", lambda h: h.getField("key") == F.lit(op.header))
         text = F.try_element_at(named, F.lit(-1)).getField("value").cast("string")
@@ -62,8 +67,9 @@ def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: st
         text = F.lit(None).cast("string")
     values = {UPSERT: (*op.insert, *op.update), DELETE: op.delete}
     action = F.lower(F.trim(text))
-    kind_of = (F.when(action.isin(*values[UPSERT]), F.lit(UPSERT))
-               .when(action.isin(*values[DELETE]), F.lit(DELETE)))
+    kind_of = F.when(action.isin(*values[UPSERT]), F.lit(UPSERT)).when(
+        action.isin(*values[DELETE]), F.lit(DELETE)
+    )
     if key_columns:
         keyless = F.lit(False)
         for name in key_columns:
@@ -74,20 +80,26 @@ def operation_rows(df: DataFrame, op: Any, key_columns: tuple[str, ...], key: st
         why = "op delete without a Kafka key: no row to find"
     body = "_value" if "_value" in df.columns else "value"  # a raw table: its bytes
     decoded = F.col(body).isNotNull() & F.col("value_error").isNull()
-    problem = (F.when(~decoded, F.lit(None))
-               .when(text.isNull(), F.lit(missing))
-               .when(kind_of.isNull(), F.format_string(
-                   f"op %s ({where}) is not an insert ({', '.join(op.insert)}), update "
-                   f"({', '.join(op.update)}) or delete ({', '.join(op.delete)})", text))
-               .when((kind_of == DELETE) & keyless, F.lit(why)))
+    problem = (
+        F.when(~decoded, F.lit(None))
+        .when(text.isNull(), F.lit(missing))
+        .when(
+            kind_of.isNull(),
+            F.format_string(
+                f"op %s ({where}) is not an insert ({', '.join(op.insert)}), update "
+                f"({', '.join(op.update)}) or delete ({', '.join(op.delete)})",
+                text,
+            ),
+        )
+        .when((kind_of == DELETE) & keyless, F.lit(why))
+    )
     checked = df.withColumn("_op_problem", problem)
     bad = F.col("_op_problem").isNotNull()
-    checked = (checked
-               .withColumn("value_error", F.coalesce(F.col("value_error"),
-                                                     F.col("_op_problem")))
-               .withColumn("value_raw", F.when(bad, F.col("value"))
-                           .otherwise(F.col("value_raw")))
-               .withColumn(OP_COLUMN, F.when(decoded & ~bad, kind_of)))
+    checked = (
+        checked.withColumn("value_error", F.coalesce(F.col("value_error"), F.col("_op_problem")))
+        .withColumn("value_raw", F.when(bad, F.col("value")).otherwise(F.col("value_raw")))
+        .withColumn(OP_COLUMN, F.when(decoded & ~bad, kind_of))
+    )
     if body == "_value":  # kept raw: no value
         checked = checked.withColumn(body, F.when(~bad, F.col(body)))
     return checked.drop("_op_problem")
@@ -124,8 +136,10 @@ class Upsert:
     def _identity(self) -> list[Any]:
         """What identifies a record's row (a cdc delete's key is in its before image)."""
         if self.key_columns and self.cdc:
-            return [F.coalesce(F.col(f"value.{c}"), F.col(f"_floe_before.{c}"))
-                    for c in self.key_columns]
+            return [
+                F.coalesce(F.col(f"value.{c}"), F.col(f"_floe_before.{c}"))
+                for c in self.key_columns
+            ]
         return [F.col(c) for c in self._identity_columns()]
 
     def tombstone(self) -> Any:
@@ -155,53 +169,75 @@ class Upsert:
         position = F.struct(F.col("kafka.partition"), F.col("kafka.offset"))
         kafka_key = F.col(self._key)
         ended = self.tombstone() & kafka_key.isNotNull()
-        marked = (rows.withColumn("_floe_position", position)
-                  .withColumn("_floe_tombstone", self.tombstone()))
+        marked = rows.withColumn("_floe_position", position).withColumn(
+            "_floe_tombstone", self.tombstone()
+        )
         # Most batches have no tombstone and each key once: then no record is followed by
         # another of its key, and neither window (each a shuffle of the batch's rows) is needed.
         identity = F.struct(*self._identity())
         keyed = self._identified()
-        seen = rows.agg(F.count_if(ended).alias("ended"), F.count_if(keyed).alias("keyed"),
-                        F.count_distinct(F.when(keyed, identity)).alias("keys")).first()
+        seen = rows.agg(
+            F.count_if(ended).alias("ended"),
+            F.count_if(keyed).alias("keyed"),
+            F.count_distinct(F.when(keyed, identity)).alias("keys"),
+        ).first()
+        assert seen is not None  # an aggregate over all the rows has one row
         if seen["ended"]:  # the newest tombstone of the record's Kafka key in this batch
             deleted_at = F.max(F.when(ended, F.col("_floe_position"))).over(
-                Window.partitionBy(kafka_key))
+                Window.partitionBy(kafka_key)
+            )
         else:
             deleted_at = F.lit(None).cast(marked.schema["_floe_position"].dataType)
         marked = marked.withColumn("_floe_deleted_at", deleted_at)
         # A record followed by a tombstone of its Kafka key is deleted by it.
         live = ~F.col("_floe_tombstone") & (
             F.col("_floe_deleted_at").isNull()
-            | (F.col("_floe_position") > F.col("_floe_deleted_at")))
+            | (F.col("_floe_position") > F.col("_floe_deleted_at"))
+        )
         if seen["ended"] or seen["keys"] < seen["keyed"]:
             # the newest live record of each key ranks first (the others of its key after it)
             newest = Window.partitionBy(*self._identity()).orderBy(
-                live.desc(), F.col("_floe_position").desc())
+                live.desc(), F.col("_floe_position").desc()
+            )
             rank = F.when(live & keyed, F.row_number().over(newest)).otherwise(F.lit(1))
         else:
             rank = F.lit(1)
         marked = marked.withColumn("_floe_live", live).withColumn("_floe_rank", rank)
-        tombstones = (marked.filter(F.col("_floe_tombstone") & kafka_key.isNotNull()
-                                    & (F.col("_floe_position") == F.col("_floe_deleted_at")))
-                      .select(self._key))
+        tombstones = marked.filter(
+            F.col("_floe_tombstone")
+            & kafka_key.isNotNull()
+            & (F.col("_floe_position") == F.col("_floe_deleted_at"))
+        ).select(self._key)
         last = marked.filter(F.col("_floe_live") & (F.col("_floe_rank") == 1))
         upserts = last.filter(~self._deletes()).drop(
-            "_floe_rank", "_floe_live", "_floe_position", "_floe_tombstone", "_floe_deleted_at",
-            "_floe_before", OP_COLUMN)
+            "_floe_rank",
+            "_floe_live",
+            "_floe_position",
+            "_floe_tombstone",
+            "_floe_deleted_at",
+            "_floe_before",
+            OP_COLUMN,
+        )
         deletes = None
         if self.cdc or self.ops:
             removed = last.filter(self._deletes())
             if self.key_columns:
-                deletes = removed.select(*[column.alias(f"_floe_k{i}")
-                                           for i, column in enumerate(self._identity())])
+                deletes = removed.select(
+                    *[column.alias(f"_floe_k{i}") for i, column in enumerate(self._identity())]
+                )
             else:  # keyed by the Kafka key, a delete is a tombstone
                 tombstones = tombstones.unionByName(removed.select(self._key)).distinct()
         return marked, upserts, tombstones, deletes
 
     # --- the statements -----------------------------------------------------------------------
 
-    def apply(self, rows: DataFrame, target: str, properties: dict[str, str],
-              changed: Callable[[], None] | None = None) -> int:
+    def apply(
+        self,
+        rows: DataFrame,
+        target: str,
+        properties: dict[str, str],
+        changed: Callable[[], None] | None = None,
+    ) -> int:
         """Changes ``target`` (the batch's branch) by the batch's records; the last snapshot
         carries ``properties``, the deletes before it :data:`~.ledger.BATCH_PART` (they are
         not a state of the table between batches), and ``changed`` is called after each delete
@@ -228,9 +264,15 @@ class Upsert:
             identity = self._identity_columns()
             removals = [("tombstones", tombstones, [self._key], [self._key], False)]
             if deletes is not None:
-                removals.append(("deletes", deletes,
-                                 [f"_floe_k{i}" for i in range(len(self.key_columns))],
-                                 identity, False))
+                removals.append(
+                    (
+                        "deletes",
+                        deletes,
+                        [f"_floe_k{i}" for i in range(len(self.key_columns))],
+                        identity,
+                        False,
+                    )
+                )
             removals.append(("upserts", upserts, identity, identity, True))
             for name, frame, sources, targets, decoded in removals:
                 named = F.lit(True)  # the records that name a row
@@ -249,9 +291,9 @@ class Upsert:
                     f"DELETE FROM {target} t WHERE t.value_error IS NULL"
                     f"{_bounds(targets, found)} AND "
                     f"({', '.join(f't.{c}' for c in targets)}) IN "
-                    f"(SELECT {_broadcast(found)}{keys} FROM {view} s)")
-                with_commit_properties(spark, {BATCH_PART: name},
-                                       lambda: spark.sql(statement))
+                    f"(SELECT {_broadcast(found)}{keys} FROM {view} s)"
+                )
+                with_commit_properties(spark, {BATCH_PART: name}, partial(spark.sql, statement))
                 if changed is not None:
                     changed()
             writer = upserts.writeTo(target)
@@ -280,14 +322,18 @@ def _keys_of(frame: DataFrame, columns: list[str], named: Any) -> dict[str, Any]
     """How many of ``frame``'s records there are (``_floe_records``), how many name a row
     (``_floe_keys``: ``named`` holds) and, for each key column of a type with an order Iceberg
     keeps bounds for, the least and greatest key they name (``_floe_lo<i>``, ``_floe_hi<i>``)."""
-    aggregates = [F.count(F.lit(1)).alias("_floe_records"),
-                  F.count(F.when(named, F.lit(1))).alias("_floe_keys")]
+    aggregates = [
+        F.count(F.lit(1)).alias("_floe_records"),
+        F.count(F.when(named, F.lit(1))).alias("_floe_keys"),
+    ]
     types = dict(frame.select(*[F.col(c).alias(c) for c in columns]).dtypes)
     for i, column in enumerate(columns):
         if types[column] in _BOUNDED:
             value = F.when(named, F.col(column))
             aggregates += [F.min(value).alias(f"_floe_lo{i}"), F.max(value).alias(f"_floe_hi{i}")]
-    return frame.agg(*aggregates).first().asDict()
+    found = frame.agg(*aggregates).first()
+    assert found is not None  # an aggregate over all the rows has one row
+    return found.asDict()
 
 
 def _bounds(targets: list[str], found: dict[str, Any]) -> str:
@@ -333,7 +379,7 @@ class _Callable:
         self.function()
 
     class Java:
-        implements = ["java.util.concurrent.Callable"]
+        implements: ClassVar[list[str]] = ["java.util.concurrent.Callable"]
 
 
 def with_commit_properties(spark: Any, properties: dict[str, str], run: Any) -> None:
@@ -345,5 +391,7 @@ def with_commit_properties(spark: Any, properties: dict[str, str], run: Any) -> 
     for key, value in properties.items():
         java_properties.put(key, value)
     java("org.apache.iceberg.spark.CommitMetadata", jvm).withCommitProperties(
-        java_properties, _Callable(run),
-        java("java.lang.Class", jvm).forName("java.lang.RuntimeException"))
+        java_properties,
+        _Callable(run),
+        java("java.lang.Class", jvm).forName("java.lang.RuntimeException"),
+    )

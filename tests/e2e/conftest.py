@@ -5,24 +5,33 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from contextlib import closing
-import socket
+from contextlib import closing, suppress
 
 import pytest
 from kubernetes import client
-
 from kubernetes.client.rest import ApiException
 
 from hack.stack.cluster import JOB_NAMESPACES, serve_namespace
 from hack.stack.procs import stop_group
 
-from .kube import (FAILOVER_BACKOFF_SECONDS, FLOE_CRD, OPERATION_CRD, REFRESH_SECONDS, ROOT,
-                   SPARK_POD_DEFAULTS, UNSERVED_SUBMIT_WAIT_SECONDS, admin_client,
-                   delete_namespace_without_operator, drop_topic_finalizers, install_crd,
-                   wait_until)
+from .kube import (
+    FAILOVER_BACKOFF_SECONDS,
+    FLOE_CRD,
+    OPERATION_CRD,
+    REFRESH_SECONDS,
+    ROOT,
+    SPARK_POD_DEFAULTS,
+    UNSERVED_SUBMIT_WAIT_SECONDS,
+    admin_client,
+    delete_namespace_without_operator,
+    drop_topic_finalizers,
+    install_crd,
+    wait_until,
+)
 
 # The namespaces where the node's spark-operator runs the jobs of tests marked `node`, taken in
 # turn. Once a test is done with one, it is deleted and made again (spark-operator's Roles
@@ -54,8 +63,9 @@ def _renew(api: client.ApiClient, name: str) -> None:
         except ApiException as error:
             assert error.status in (404, 409), error
         # Its pods stop first: a driver's JVM has its grace period to stop.
-        assert wait_until(lambda: _gone(core, name) or drop_topic_finalizers(api, name),
-                          timeout=300, interval=1), f"namespace {name} still terminating"
+        assert wait_until(
+            lambda: _gone(core, name) or drop_topic_finalizers(api, name), timeout=300, interval=1
+        ), f"namespace {name} still terminating"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     serve_namespace(name)
     _renewed.add(name)
@@ -63,10 +73,8 @@ def _renew(api: client.ApiClient, name: str) -> None:
 
 def _renew_in_background(api: client.ApiClient, name: str) -> None:
     def renew() -> None:
-        try:
+        with suppress(Exception):  # the next test to take it renews it itself
             _renew(api, name)
-        except Exception:  # noqa: BLE001 - the next test to take it renews it itself
-            pass
 
     _renewing[name] = threading.Thread(target=renew, daemon=True, name=f"renew-{name}")
     _renewing[name].start()
@@ -105,7 +113,8 @@ def namespace(stack, unique_name, request):
         return
     name = unique_name.replace("_", "-")[:50]
     client.CoreV1Api(api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+    )
     yield name
     delete_namespace_without_operator(api, name)
 
@@ -114,12 +123,24 @@ def namespace(stack, unique_name, request):
 def drivers(stack, namespace):
     """The Spark drivers' ServiceAccount and Role in the test's namespace, as floe's chart makes
     them in every namespace it serves (the driver creates its executor pods)."""
-    rendered = subprocess.run(["helm", "template", "floe", str(CHART), "--show-only",
-                               "templates/spark-rbac.yaml",
-                               "--set", f"watch.namespaces={{{namespace}}}"],
-                              capture_output=True, text=True, check=True).stdout
-    applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=rendered,
-                             capture_output=True, text=True)
+    rendered = subprocess.run(
+        [
+            "helm",
+            "template",
+            "floe",
+            str(CHART),
+            "--show-only",
+            "templates/spark-rbac.yaml",
+            "--set",
+            f"watch.namespaces={{{namespace}}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    applied = subprocess.run(
+        ["kubectl", "apply", "-f", "-"], input=rendered, capture_output=True, text=True
+    )
     assert applied.returncode == 0, applied.stderr
 
 
@@ -142,8 +163,14 @@ def _background(command: list[str], log_path, env: dict[str, str] | None = None)
     log = log_path.open("w")
     # umask 0: what an operator creates in the node's shared directory (the table's directories)
     # stays writable by the Spark pods, which run as the image's user.
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True, umask=0)
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        umask=0,
+    )
     return process, log
 
 
@@ -172,15 +199,20 @@ def operator(stack, tmp_path, namespace, drivers):
     install_crd(admin_client(stack), FLOE_CRD)
     install_crd(admin_client(stack), OPERATION_CRD)
     port, metrics_port = free_port(), free_port()
-    process, log = _background([sys.executable, "-m", "floe_operator"], tmp_path / "operator.log",
-                               {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
-                                "FLOE_METRICS_PORT": str(metrics_port),
-                                "FLOE_NAMESPACES": namespace,
-                                "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
-                                "FLOE_FAILOVER_RESET_SECONDS": "45",
-                                "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS),
-                                "FLOE_SPARK_POD": json.dumps(SPARK_POD_DEFAULTS),
-                                **_served_env(namespace)})
+    process, log = _background(
+        [sys.executable, "-m", "floe_operator"],
+        tmp_path / "operator.log",
+        {
+            "FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
+            "FLOE_METRICS_PORT": str(metrics_port),
+            "FLOE_NAMESPACES": namespace,
+            "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
+            "FLOE_FAILOVER_RESET_SECONDS": "45",
+            "FLOE_FAILOVER_BACKOFF_SECONDS": str(FAILOVER_BACKOFF_SECONDS),
+            "FLOE_SPARK_POD": json.dumps(SPARK_POD_DEFAULTS),
+            **_served_env(namespace),
+        },
+    )
     process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     _stop(process, log)
@@ -197,13 +229,20 @@ def operator_control(stack, tmp_path, namespace, drivers):
         def start(self, **env: str) -> int:
             """Starts one more operator process (extra FLOE_* settings in env); its index."""
             port = free_port()
-            running.append(_background([sys.executable, "-m", "floe_operator"],
-                                       self.log(len(running)),
-                                       {"FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
-                                        "FLOE_METRICS_PORT": str(free_port()),
-                                        "FLOE_NAMESPACES": namespace,
-                                        "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
-                                        **_served_env(namespace), **env}))
+            running.append(
+                _background(
+                    [sys.executable, "-m", "floe_operator"],
+                    self.log(len(running)),
+                    {
+                        "FLOE_LIVENESS": f"http://127.0.0.1:{port}/healthz",
+                        "FLOE_METRICS_PORT": str(free_port()),
+                        "FLOE_NAMESPACES": namespace,
+                        "FLOE_REFRESH_SECONDS": str(REFRESH_SECONDS),
+                        **_served_env(namespace),
+                        **env,
+                    },
+                )
+            )
             return len(running) - 1
 
         def log(self, index: int):

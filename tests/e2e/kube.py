@@ -30,7 +30,8 @@ UNSERVED_SUBMIT_WAIT_SECONDS = 2
 # (FLOE_SPARK_POD, the chart's spark.pod): a label and a toleration each pod carries.
 SPARK_POD_DEFAULTS = {
     "podLabels": {"floe.dev/test-suite": "e2e"},
-    "tolerations": [{"key": "floe.dev/dedicated", "operator": "Exists", "effect": "NoSchedule"}]}
+    "tolerations": [{"key": "floe.dev/dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+}
 # kubeflow spark-operator's own CRD, from the module the stack builds it from.
 SPARK_CRD = Path(spark_operator_chart()) / "crds" / "sparkoperator.k8s.io_sparkapplications.yaml"
 
@@ -52,7 +53,8 @@ def install_crd(api_client: client.ApiClient, path: Path) -> None:
         # again when another test replaced it meanwhile (409).
         for _ in range(10):
             served = api_client.sanitize_for_serialization(
-                extensions.read_custom_resource_definition(name))
+                extensions.read_custom_resource_definition(name)
+            )
             if _same_crd(served["spec"], crd["spec"]):
                 break
             crd["metadata"]["resourceVersion"] = served["metadata"]["resourceVersion"]
@@ -75,10 +77,14 @@ def _same_crd(served: dict, wanted: dict) -> bool:
     the file's fields alone)."""
     if isinstance(wanted, dict):
         return isinstance(served, dict) and all(
-            _same_crd(served.get(key), value) for key, value in wanted.items())
+            _same_crd(served.get(key), value) for key, value in wanted.items()
+        )
     if isinstance(wanted, list):
-        return (isinstance(served, list) and len(served) == len(wanted)
-                and all(_same_crd(a, b) for a, b in zip(served, wanted)))
+        return (
+            isinstance(served, list)
+            and len(served) == len(wanted)
+            and all(_same_crd(a, b) for a, b in zip(served, wanted))
+        )
     return served == wanted
 
 
@@ -95,8 +101,9 @@ def drop_topic_finalizers(api_client: client.ApiClient, namespace: str) -> None:
     custom = client.CustomObjectsApi(api_client)
     for plural in ("kafkaicebergtopics", "kafkaicebergoperations"):
         try:
-            found = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                         plural)["items"]
+            found = custom.list_namespaced_custom_object("floe.dev", "v1alpha1", namespace, plural)[
+                "items"
+            ]
         except ApiException as error:
             if error.status != 404:  # 404: the CRD was never installed
                 raise
@@ -105,9 +112,14 @@ def drop_topic_finalizers(api_client: client.ApiClient, namespace: str) -> None:
             if not item["metadata"].get("finalizers"):
                 continue
             try:
-                custom.patch_namespaced_custom_object("floe.dev", "v1alpha1", namespace, plural,
-                                                      item["metadata"]["name"],
-                                                      {"metadata": {"finalizers": None}})
+                custom.patch_namespaced_custom_object(
+                    "floe.dev",
+                    "v1alpha1",
+                    namespace,
+                    plural,
+                    item["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                )
             except ApiException as error:
                 if error.status != 404:  # 404: gone meanwhile
                     raise
@@ -130,6 +142,9 @@ def wait_until(predicate, timeout: float = 60, interval: float = 0.5) -> bool:
 
 def running_job_pods(api_client: client.ApiClient, namespace: str, app: str) -> list[str]:
     """The pods of a SparkApplication (driver and executors) that have not ended."""
-    found = client.CoreV1Api(api_client).list_namespaced_pod(
-        namespace, label_selector=f"sparkoperator.k8s.io/app-name={app}").items
+    found = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(namespace, label_selector=f"sparkoperator.k8s.io/app-name={app}")
+        .items
+    )
     return [p.metadata.name for p in found if p.status.phase not in ("Succeeded", "Failed")]

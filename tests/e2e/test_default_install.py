@@ -34,8 +34,17 @@ def helm(*args: str) -> subprocess.CompletedProcess:
 def default_install(stack):
     """The chart installed with no values at all; uninstalled afterwards."""
     helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--ignore-not-found")
-    installed = helm("install", RELEASE, str(ROOT / "charts" / "floe-operator"), "--namespace",
-                     RELEASE_NAMESPACE, "--create-namespace", "--wait", "--timeout", "5m")
+    installed = helm(
+        "install",
+        RELEASE,
+        str(ROOT / "charts" / "floe-operator"),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    )
     assert installed.returncode == 0, installed.stderr
     yield
     helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
@@ -55,7 +64,8 @@ def _read(read, name: str, namespace: str):
 @pytest.mark.node
 @pytest.mark.alone("kubernetes")
 def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_drivers_account(
-        stack, default_install, namespace, shared, tmp_path, unique_name):
+    stack, default_install, namespace, shared, tmp_path, unique_name
+):
     admin = admin_client(stack)
     custom, core = client.CustomObjectsApi(admin), client.CoreV1Api(admin)
     rbac = client.RbacAuthorizationV1Api(admin)
@@ -71,24 +81,38 @@ def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_driv
     identifier = f"analytics.default_{uuid.uuid4().hex[:8]}"
     body = topic_body(stack, shared, kafka_topic, catalog_spec)
     body["spec"]["table"]["identifier"] = identifier
-    created = custom.create_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                     "kafkaicebergtopics", body)
+    created = custom.create_namespaced_custom_object(
+        "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", body
+    )
     uid = created["metadata"]["uid"]
 
     def status() -> dict:
-        return custom.get_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                                   "kafkaicebergtopics", "orders").get("status", {})
+        return custom.get_namespaced_custom_object(
+            "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders"
+        ).get("status", {})
 
     def landed() -> bool:
         offsets = status().get("offsets", {})
         expected = {str(p): o for p, o in producer.next_offsets().items()}
         return offsets.get("committed") == expected and offsets.get("lag") == 0
 
-    operator_log = lambda: subprocess.run(  # noqa: E731 - read only when a wait fails
-        ["kubectl", "logs", "-n", RELEASE_NAMESPACE, f"deployment/{RELEASE}-floe-operator",
-         "--tail=80"], capture_output=True, text=True).stdout
+    operator_log = lambda: (  # noqa: E731 - read only when a wait fails
+        subprocess.run(
+            [
+                "kubectl",
+                "logs",
+                "-n",
+                RELEASE_NAMESPACE,
+                f"deployment/{RELEASE}-floe-operator",
+                "--tail=80",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     assert wait_until(landed, timeout=300, interval=1), (
-        f"{status()}\n{operator_log()}\n{logs(tmp_path, namespace)}")
+        f"{status()}\n{operator_log()}\n{logs(tmp_path, namespace)}"
+    )
     rows = topic_catalog(None, catalog_spec).load_table(identifier).scan().to_arrow().to_pylist()
     assert_exactly_once(rows, producer.sent)
     tested = helm("test", RELEASE, "--namespace", RELEASE_NAMESPACE)
@@ -97,18 +121,26 @@ def test_a_default_install_lands_a_topic_in_another_namespace_and_makes_its_driv
     account = core.read_namespaced_service_account("floe-spark", namespace)
     assert account.metadata.labels["app.kubernetes.io/managed-by"] == "floe"
     assert [(o.kind, o.uid) for o in account.metadata.owner_references] == [
-        ("KafkaIcebergTopic", uid)]
+        ("KafkaIcebergTopic", uid)
+    ]
     binding = rbac.read_namespaced_role_binding("floe-spark", namespace)
     assert (binding.role_ref.kind, binding.role_ref.name) == (
-        "ClusterRole", f"{RELEASE}-floe-operator-spark")
+        "ClusterRole",
+        f"{RELEASE}-floe-operator-spark",
+    )
     assert [(s.kind, s.name) for s in binding.subjects] == [("ServiceAccount", "floe-spark")]
     driver = core.list_namespaced_pod(namespace, label_selector="spark-role=driver").items
     assert [p.spec.service_account_name for p in driver] == ["floe-spark"]
 
     # Gone with the resource: the garbage collector removes what only it owned.
-    custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", namespace,
-                                           "kafkaicebergtopics", "orders")
+    custom.delete_namespaced_custom_object(
+        "floe.dev", "v1alpha1", namespace, "kafkaicebergtopics", "orders"
+    )
     assert wait_until(
-        lambda: _read(core.read_namespaced_service_account, "floe-spark", namespace) is None
-        and _read(rbac.read_namespaced_role_binding, "floe-spark", namespace) is None,
-        timeout=300, interval=1), operator_log()
+        lambda: (
+            _read(core.read_namespaced_service_account, "floe-spark", namespace) is None
+            and _read(rbac.read_namespaced_role_binding, "floe-spark", namespace) is None
+        ),
+        timeout=300,
+        interval=1,
+    ), operator_log()

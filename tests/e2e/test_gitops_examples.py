@@ -17,10 +17,20 @@ pytestmark = pytest.mark.e2e
 GITOPS = ROOT / "examples" / "gitops"
 # What a user would check per environment after `kubectl apply -k`.
 OVERLAYS = {
-    "staging": {"namespace": "data-staging", "interval": "15s", "identifier": "staging.orders",
-                "executors": 1, "executor_memory": "1g"},
-    "production": {"namespace": "data-production", "interval": "60s",
-                   "identifier": "analytics.orders", "executors": 3, "executor_memory": "4g"},
+    "staging": {
+        "namespace": "data-staging",
+        "interval": "15s",
+        "identifier": "staging.orders",
+        "executors": 1,
+        "executor_memory": "1g",
+    },
+    "production": {
+        "namespace": "data-production",
+        "interval": "60s",
+        "identifier": "analytics.orders",
+        "executors": 3,
+        "executor_memory": "4g",
+    },
 }
 SECRETS = {"kafka-auth", "schema-registry-auth", "lake-credentials"}
 
@@ -33,17 +43,22 @@ def kustomize(path) -> list[dict]:
 
 def server_dry_run(objects: list[dict], *extra: str) -> dict:
     """`kubectl apply --dry-run=server` (strict field validation): the object as stored."""
-    applied = subprocess.run(["kubectl", "apply", "--dry-run=server", "-o", "yaml", *extra,
-                              "-f", "-"], input=yaml.safe_dump_all(objects),
-                             capture_output=True, text=True)
+    applied = subprocess.run(
+        ["kubectl", "apply", "--dry-run=server", "-o", "yaml", *extra, "-f", "-"],
+        input=yaml.safe_dump_all(objects),
+        capture_output=True,
+        text=True,
+    )
     assert applied.returncode == 0, applied.stderr
     return yaml.safe_load(applied.stdout)
 
 
 def secret_names(spec: dict) -> set[str]:
-    return {spec["kafka"]["authSecretRef"]["name"],
-            spec["value"]["schemaRegistry"]["authSecretRef"]["name"],
-            spec["table"]["catalog"]["secretRef"]["name"]}
+    return {
+        spec["kafka"]["authSecretRef"]["name"],
+        spec["value"]["schemaRegistry"]["authSecretRef"]["name"],
+        spec["table"]["catalog"]["secretRef"]["name"],
+    }
 
 
 @pytest.fixture
@@ -71,7 +86,7 @@ def overlay_namespaces(stack):
         return False
 
     for name in created:
-        assert wait_until(lambda: gone(name), timeout=60), f"namespace {name} not deleted"
+        assert wait_until(lambda: gone(name), timeout=60), f"namespace {name} not deleted"  # noqa: B023 - called within this iteration
 
 
 def test_each_overlay_builds_and_the_api_server_accepts_it(stack, overlay_namespaces):
@@ -80,7 +95,8 @@ def test_each_overlay_builds_and_the_api_server_accepts_it(stack, overlay_namesp
     for overlay, expected in OVERLAYS.items():
         objects = kustomize(GITOPS / "overlays" / overlay)
         assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-            ("KafkaIcebergTopic", "orders")]
+            ("KafkaIcebergTopic", "orders")
+        ]
         # No Secret is in git: the topic only names them.
         assert secret_names(objects[0]["spec"]) == SECRETS
 
@@ -98,8 +114,11 @@ def test_each_overlay_builds_and_the_api_server_accepts_it(stack, overlay_namesp
         assert spec["kafka"]["properties"]["security.protocol"] == "SASL_SSL"
         assert spec["table"]["deletionPolicy"] == "Retain"
         assert spec["suspend"] is False
-        seen[overlay] = (stored["metadata"]["namespace"], spec["commit"]["interval"],
-                         spec["table"]["identifier"])
+        seen[overlay] = (
+            stored["metadata"]["namespace"],
+            spec["commit"]["interval"],
+            spec["table"]["identifier"],
+        )
     # Every field an environment owns differs between them.
     for field in zip(*seen.values()):
         assert len(set(field)) == len(OVERLAYS), seen
@@ -111,5 +130,8 @@ def test_the_base_alone_is_a_valid_topic_in_any_namespace(stack, namespace):
     assert "namespace" not in objects[0]["metadata"]  # the overlays decide it
     stored = server_dry_run(objects, "-n", namespace)
     assert stored["metadata"]["namespace"] == namespace
-    assert stored["spec"]["commit"] == {"interval": "60s", "maxRecordsPerCommit": 2000000,
-                                        "maxBytesPerCommit": "512Mi"}
+    assert stored["spec"]["commit"] == {
+        "interval": "60s",
+        "maxRecordsPerCommit": 2000000,
+        "maxBytesPerCommit": "512Mi",
+    }

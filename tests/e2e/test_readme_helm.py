@@ -16,23 +16,31 @@ from .kube import ROOT, admin_client, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.alone("kubernetes")]
 
 MARKER = "<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py. -->"
-UPGRADE = ("<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py "
-           "too. -->")
+UPGRADE = (
+    "<!-- The commands of this block are run as written by tests/e2e/test_readme_helm.py too. -->"
+)
 
 
 def readme_commands(marker: str = MARKER) -> list[str]:
     text = (ROOT / "docs" / "install.md").read_text()
-    block = text[text.index(marker) + len(marker):].split("```sh\n", 1)[1].split("```", 1)[0]
+    block = text[text.index(marker) + len(marker) :].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
 
 def test_the_readmes_helm_install_upgrade_and_uninstall_work_as_written(stack):
     commands = readme_commands()
-    assert [c.split()[:2] for c in commands] == [["helm", "install"], ["kubectl", "get"],
-                                                 ["helm", "upgrade"], ["helm", "uninstall"]]
+    assert [c.split()[:2] for c in commands] == [
+        ["helm", "install"],
+        ["kubectl", "get"],
+        ["helm", "upgrade"],
+        ["helm", "uninstall"],
+    ]
     upgrade = readme_commands(UPGRADE)  # the CRDs applied, the release upgraded, helm test
-    assert [c.split()[:2] for c in upgrade] == [["kubectl", "apply"], ["helm", "upgrade"],
-                                                ["helm", "test"]]
+    assert [c.split()[:2] for c in upgrade] == [
+        ["kubectl", "apply"],
+        ["helm", "upgrade"],
+        ["helm", "test"],
+    ]
     apps = client.AppsV1Api(admin_client(stack))
     core = client.CoreV1Api(admin_client(stack))
 
@@ -56,8 +64,9 @@ def test_the_readmes_helm_install_upgrade_and_uninstall_work_as_written(stack):
         outputs = []
 
         def run(command: str) -> None:
-            done = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True,
-                                  timeout=300)
+            done = subprocess.run(
+                shlex.split(command), cwd=ROOT, capture_output=True, text=True, timeout=300
+            )
             assert done.returncode == 0, f"{command}\n{done.stderr}"
             outputs.append(done.stdout)
 
@@ -76,8 +85,9 @@ def test_the_readmes_helm_install_upgrade_and_uninstall_work_as_written(stack):
         assert "Next steps" in outputs[0]
         assert wait_until(lambda: deployment() is None, timeout=60)
     finally:
-        subprocess.run(["helm", "uninstall", "floe", "--namespace", "floe-system"],
-                       capture_output=True)
+        subprocess.run(
+            ["helm", "uninstall", "floe", "--namespace", "floe-system"], capture_output=True
+        )
         try:
             core.delete_namespace("floe-system")
         except ApiException as error:

@@ -44,8 +44,10 @@ def quickstart() -> list[tuple[str, str]]:
     """The README quickstart's code blocks in order: (language, text)."""
     text = (ROOT / "README.md").read_text()
     section = text.split("## Quickstart on your cluster", 1)[1].split("\n## ", 1)[0]
-    return [(lang, textwrap.dedent(body))
-            for lang, body in re.findall(r"```(\w*)\n(.*?)^\s*```", section, re.S | re.M)]
+    return [
+        (lang, textwrap.dedent(body))
+        for lang, body in re.findall(r"```(\w*)\n(.*?)^\s*```", section, re.S | re.M)
+    ]
 
 
 def commands(block: str) -> list[str]:
@@ -62,8 +64,7 @@ def edits(env: dict[str, str], warehouse: str) -> dict[str, str]:
         "kafka.kafka.svc:9092": env["FLOE_KAFKA_BOOTSTRAP"],
         "http://schema-registry.kafka.svc:8081": env["FLOE_SCHEMA_REGISTRY_URL"],
         "jdbc:postgresql://iceberg-catalog.data.svc:5432/iceberg": jdbc,
-        "postgresql+psycopg2://iceberg:...@iceberg-catalog.data.svc:5432/iceberg":
-            f"postgresql+psycopg2://{user}:{password}@{jdbc.removeprefix('jdbc:postgresql://')}",
+        "postgresql+psycopg2://iceberg:...@iceberg-catalog.data.svc:5432/iceberg": f"postgresql+psycopg2://{user}:{password}@{jdbc.removeprefix('jdbc:postgresql://')}",
         "jdbc.user: iceberg": f"jdbc.user: {user}",
         "s3://lake/warehouse": warehouse,
         "http://minio.data.svc:9000": env["FLOE_S3_ENDPOINT"],
@@ -83,8 +84,13 @@ def edited(text: str, replacements: dict[str, str]) -> str:
 
 
 def run(command: str) -> str:
-    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -110,8 +116,9 @@ def fresh_topic(bootstrap: str) -> None:
     if TOPIC in admin.list_topics(timeout=10).topics:
         for future in admin.delete_topics([TOPIC]).values():
             future.result(timeout=30)
-        assert wait_until(lambda: TOPIC not in admin.list_topics(timeout=10).topics,
-                          timeout=60, interval=1)
+        assert wait_until(
+            lambda: TOPIC not in admin.list_topics(timeout=10).topics, timeout=60, interval=1
+        )
 
 
 def query(snippet: str):
@@ -129,33 +136,53 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
     spark_operator, install, declare, expected, snippet = (body for _, body in blocks)
     api = admin_client(stack)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    replacements = edits(stack.env, f"s3://{stack.env['FLOE_S3_BUCKET']}/quickstart-"
-                                    f"{uuid.uuid4().hex[:8]}")
-    every = spark_operator + install + declare + snippet + (ROOT / "examples" / "orders.yaml"
-                                                             ).read_text()
+    replacements = edits(
+        stack.env, f"s3://{stack.env['FLOE_S3_BUCKET']}/quickstart-{uuid.uuid4().hex[:8]}"
+    )
+    every = (
+        spark_operator
+        + install
+        + declare
+        + snippet
+        + (ROOT / "examples" / "orders.yaml").read_text()
+    )
     assert [old for old in replacements if old not in every] == []  # the README's own words
 
     # 1. spark-operator: its chart, with the README's values, serves every namespace.
     add, upgrade = commands(spark_operator)
     assert add == "helm repo add spark-operator https://kubeflow.github.io/spark-operator"
     assert "helm upgrade --install spark-operator spark-operator/spark-operator" in upgrade
-    rendered = run(upgrade.replace("helm upgrade --install spark-operator spark-operator/"
-                                   "spark-operator", f"helm template spark-operator "
-                                   f"{shlex.quote(spark_operator_chart())}"))
+    rendered = run(
+        upgrade.replace(
+            "helm upgrade --install spark-operator spark-operator/spark-operator",
+            f"helm template spark-operator {shlex.quote(spark_operator_chart())}",
+        )
+    )
     deployments = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "Deployment"]
-    assert {d["metadata"]["name"]: [a for a in d["spec"]["template"]["spec"]["containers"][0]
-                                    ["args"] if a.startswith("--namespaces")]
-            for d in deployments} == {"spark-operator-controller": ['--namespaces=""'],
-                                      "spark-operator-webhook": ['--namespaces=""']}
+    assert {
+        d["metadata"]["name"]: [
+            a
+            for a in d["spec"]["template"]["spec"]["containers"][0]["args"]
+            if a.startswith("--namespaces")
+        ]
+        for d in deployments
+    } == {
+        "spark-operator-controller": ['--namespaces=""'],
+        "spark-operator-webhook": ['--namespaces=""'],
+    }
 
     # The topic's records, as the user's producers wrote them; a previous run's topic and
     # table gone (the stack keeps Kafka's data from one run to the next).
     fresh_topic(stack.env["FLOE_KAFKA_BOOTSTRAP"])
     demo.produce(stack.env)
     from pyiceberg.catalog.sql import SqlCatalog
-    sql = SqlCatalog("lake", uri=replacements[next(k for k in replacements
-                                                   if k.startswith("postgresql+"))],
-                     warehouse=replacements["s3://lake/warehouse"], **s3_properties(stack))
+
+    sql = SqlCatalog(
+        "lake",
+        uri=replacements[next(k for k in replacements if k.startswith("postgresql+"))],
+        warehouse=replacements["s3://lake/warehouse"],
+        **s3_properties(stack),
+    )
     if sql.table_exists("analytics.orders"):
         sql.drop_table("analytics.orders")
     assert wait_until(lambda: _gone(core, "floe-system"), timeout=120)
@@ -164,8 +191,9 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
         assert wait_until(lambda: _gone(core, NAMESPACE), timeout=300, interval=1)
 
     def kit() -> dict:
-        return custom.get_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
-                                                   "kafkaicebergtopics", "orders")
+        return custom.get_namespaced_custom_object(
+            "floe.dev", "v1alpha1", NAMESPACE, "kafkaicebergtopics", "orders"
+        )
 
     try:
         # 2. floe, from the chart's defaults and the images.
@@ -181,12 +209,22 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
         serve_namespace(NAMESPACE)  # spark-operator's Roles: its chart's, in a namespace it serves
         run(edited(secret, replacements))
         assert apply == "kubectl apply -f examples/orders.yaml"
-        resource = yaml.safe_load(edited((ROOT / "examples" / "orders.yaml").read_text(),
-                                         replacements))
-        resource["spec"]["spark"] = {"conf": {"spark.kubernetes.driver.request.cores": "250m",
-                                              "spark.kubernetes.executor.request.cores": "250m"}}
-        applied = subprocess.run(shlex.split(apply.replace("examples/orders.yaml", "-")), cwd=ROOT,
-                                 input=yaml.safe_dump(resource), capture_output=True, text=True)
+        resource = yaml.safe_load(
+            edited((ROOT / "examples" / "orders.yaml").read_text(), replacements)
+        )
+        resource["spec"]["spark"] = {
+            "conf": {
+                "spark.kubernetes.driver.request.cores": "250m",
+                "spark.kubernetes.executor.request.cores": "250m",
+            }
+        }
+        applied = subprocess.run(
+            shlex.split(apply.replace("examples/orders.yaml", "-")),
+            cwd=ROOT,
+            input=yaml.safe_dump(resource),
+            capture_output=True,
+            text=True,
+        )
         assert applied.returncode == 0, applied.stderr
         header = expected.split()[:6]
         assert run(get).split()[:6] == header
@@ -199,11 +237,14 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
             return lines[0].split() == header and lines[1].split()[:4] == expected_row
 
         def why() -> str:
-            return "\n".join(subprocess.run(shlex.split(command), capture_output=True,
-                                             text=True).stdout for command in (
-                f"kubectl describe kit orders -n {NAMESPACE}",
-                "kubectl logs -n floe-system deployment/floe-floe-operator --tail=40",
-                f"kubectl logs -n {NAMESPACE} floe-orders-driver --tail=60"))
+            return "\n".join(
+                subprocess.run(shlex.split(command), capture_output=True, text=True).stdout
+                for command in (
+                    f"kubectl describe kit orders -n {NAMESPACE}",
+                    "kubectl logs -n floe-system deployment/floe-floe-operator --tail=40",
+                    f"kubectl logs -n {NAMESPACE} floe-orders-driver --tail=60",
+                )
+            )
 
         assert wait_until(shown, timeout=420, interval=3), why()
         assert kit()["status"]["offsets"]["committed"] == ends
@@ -214,13 +255,16 @@ def test_the_readmes_quickstart_lands_the_example_topic_on_a_cluster(stack):
         assert {r["value"]["customer"] for r in rows} <= {"ada", "grace", "linus"}
     finally:
         try:
-            custom.delete_namespaced_custom_object("floe.dev", "v1alpha1", NAMESPACE,
-                                                   "kafkaicebergtopics", "orders")
+            custom.delete_namespaced_custom_object(
+                "floe.dev", "v1alpha1", NAMESPACE, "kafkaicebergtopics", "orders"
+            )
             wait_until(lambda: not _exists(kit), timeout=120, interval=1)
         except ApiException as error:
             assert error.status == 404
-        subprocess.run(["helm", "uninstall", "floe", "--namespace", "floe-system", "--wait"],
-                       capture_output=True)
+        subprocess.run(
+            ["helm", "uninstall", "floe", "--namespace", "floe-system", "--wait"],
+            capture_output=True,
+        )
         try:
             core.delete_namespace("floe-system")
         except ApiException as error:

@@ -25,12 +25,12 @@ def api_client(stack, token: str | None = None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-
-
 def test_configmap_create_read_patch_delete(stack, namespace):
     core = client.CoreV1Api(api_client(stack))
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="settings"), data={"interval": "60s"}))
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="settings"), data={"interval": "60s"}),
+    )
 
     assert core.read_namespaced_config_map("settings", namespace).data == {"interval": "60s"}
     core.patch_namespaced_config_map("settings", namespace, {"data": {"interval": "10s"}})
@@ -49,20 +49,33 @@ WIDGET_CRD = {
         "group": "smoke.floe.dev",
         "scope": "Namespaced",
         "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-        "versions": [{
-            "name": "v1", "served": True, "storage": True,
-            "subresources": {"status": {}},
-            "schema": {"openAPIV3Schema": {
-                "type": "object",
-                "properties": {
-                    "spec": {"type": "object", "required": ["size"], "properties": {
-                        "size": {"type": "integer", "minimum": 1},
-                        "color": {"type": "string", "default": "blue"},
-                    }},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["size"],
+                                "properties": {
+                                    "size": {"type": "integer", "minimum": 1},
+                                    "color": {"type": "string", "default": "blue"},
+                                },
+                            },
+                            "status": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            },
+                        },
+                    }
                 },
-            }},
-        }],
+            }
+        ],
     },
 }
 
@@ -79,9 +92,15 @@ def test_custom_resource_lifecycle_and_validation(stack, namespace):
     deadline = time.monotonic() + 30
     while True:  # a new CRD takes a moment to be served
         try:
-            custom.create_namespaced_custom_object(*args, {
-                "apiVersion": "smoke.floe.dev/v1", "kind": "Widget",
-                "metadata": {"name": "w1"}, "spec": {"size": 3}})
+            custom.create_namespaced_custom_object(
+                *args,
+                {
+                    "apiVersion": "smoke.floe.dev/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": "w1"},
+                    "spec": {"size": 3},
+                },
+            )
             break
         except ApiException as error:
             if error.status != 404 or time.monotonic() > deadline:
@@ -96,9 +115,15 @@ def test_custom_resource_lifecycle_and_validation(stack, namespace):
     assert (widget["spec"]["size"], widget["status"]["phase"]) == (5, "Ready")
 
     with pytest.raises(ApiException) as invalid:
-        custom.create_namespaced_custom_object(*args, {
-            "apiVersion": "smoke.floe.dev/v1", "kind": "Widget",
-            "metadata": {"name": "w2"}, "spec": {"size": 0}})
+        custom.create_namespaced_custom_object(
+            *args,
+            {
+                "apiVersion": "smoke.floe.dev/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w2"},
+                "spec": {"size": 0},
+            },
+        )
     assert invalid.value.status == 422
     assert "spec.size" in invalid.value.body
 
@@ -113,7 +138,8 @@ def test_rbac_refuses_a_user_without_grants(stack, namespace):
     assert refused.value.status == 403
     assert json.loads(refused.value.body)["message"] == (
         f'configmaps is forbidden: User "nobody" cannot list resource "configmaps" '
-        f'in API group "" in the namespace "{namespace}"')
+        f'in API group "" in the namespace "{namespace}"'
+    )
 
     with pytest.raises(ApiException) as unauthenticated:
         client.CoreV1Api(api_client(stack, "not-a-token")).list_namespaced_config_map(namespace)
@@ -123,10 +149,12 @@ def test_rbac_refuses_a_user_without_grants(stack, namespace):
 def test_service_account_tokens_authenticate_and_are_authorized_by_rbac(stack, namespace):
     admin = api_client(stack)
     core = client.CoreV1Api(admin)
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name="reader")))
-    token = core.create_namespaced_service_account_token("reader", namespace, {
-        "spec": {"audiences": [], "expirationSeconds": 600}}).status.token
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
+    )
+    token = core.create_namespaced_service_account_token(
+        "reader", namespace, {"spec": {"audiences": [], "expirationSeconds": 600}}
+    ).status.token
     as_reader = api_client(stack, token)
 
     review = client.AuthenticationV1Api(as_reader).create_self_subject_review({})
@@ -136,19 +164,32 @@ def test_service_account_tokens_authenticate_and_are_authorized_by_rbac(stack, n
     assert refused.value.status == 403
 
     rbac = client.RbacAuthorizationV1Api(admin)
-    rbac.create_namespaced_role(namespace, {
-        "metadata": {"name": "configmap-reader"},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "configmap-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "configmap-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "configmap-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+        },
+    )
     deadline = time.monotonic() + 10
     while True:  # RBAC caches update within moments
         try:
-            names = [c.metadata.name for c in
-                     client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items]
+            names = [
+                c.metadata.name
+                for c in client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items
+            ]
             break
         except ApiException as error:
             if error.status != 403 or time.monotonic() > deadline:
@@ -156,15 +197,26 @@ def test_service_account_tokens_authenticate_and_are_authorized_by_rbac(stack, n
             time.sleep(0.3)
     # Published by the real controller-manager, asynchronously: it may be busy deleting the
     # namespaces of earlier tests.
-    assert wait_until(lambda: "kube-root-ca.crt" in [
-        c.metadata.name for c in
-        client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items]), names
+    assert wait_until(
+        lambda: (
+            "kube-root-ca.crt"
+            in [
+                c.metadata.name
+                for c in client.CoreV1Api(as_reader).list_namespaced_config_map(namespace).items
+            ]
+        )
+    ), names
 
 
 def test_kubectl_and_helm_talk_to_the_api_server(stack, namespace):
-    out = subprocess.run(["kubectl", "get", "namespace", namespace, "-o", "name"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["kubectl", "get", "namespace", namespace, "-o", "name"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == f"namespace/{namespace}"
-    helm = subprocess.run(["helm", "list", "-n", namespace, "-o", "json"],
-                          capture_output=True, text=True, check=True)
+    helm = subprocess.run(
+        ["helm", "list", "-n", namespace, "-o", "json"], capture_output=True, text=True, check=True
+    )
     assert helm.stdout.strip() == "[]"

@@ -28,50 +28,84 @@ FLOE = str(Path(sys.executable).parent / "floe")
 ARGS = ("floe.dev", "v1alpha1")
 
 BODY = {
-    "apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
+    "apiVersion": "floe.dev/v1alpha1",
+    "kind": "KafkaIcebergTopic",
     "spec": {
         "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders"},
-        "value": {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
-                                                       "subject": "orders-value"}},
-        "table": {"catalog": {"name": "lake", "uri": "jdbc:postgresql://pg:5432/iceberg",
-                              "warehouse": "s3://lake/wh"},
-                  "identifier": "analytics.orders"},
+        "value": {
+            "format": "avro",
+            "schemaRegistry": {"url": "http://registry:8081", "subject": "orders-value"},
+        },
+        "table": {
+            "catalog": {
+                "name": "lake",
+                "uri": "jdbc:postgresql://pg:5432/iceberg",
+                "warehouse": "s3://lake/wh",
+            },
+            "identifier": "analytics.orders",
+        },
     },
 }
 
 
 def condition(kind: str, status: str, reason: str, message: str) -> dict:
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": "2026-11-22T10:00:00Z", "observedGeneration": 1}
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-11-22T10:00:00Z",
+        "observedGeneration": 1,
+    }
 
 
 LANDING = {
-    "observedGeneration": 1, "phase": "Running",
-    "conditions": [condition("Ready", "True", "Landing", "the job is running and the table exists"),
-                   condition("JobRunning", "True", "Running", "SparkApplication floe-orders is running"),
-                   condition("TableReady", "True", "TableExists", "table has schema 1"),
-                   condition("SchemaInSync", "True", "InSync", "table matches registry version 2"),
-                   condition("MaintenanceScheduled", "True", "Scheduled", "compaction 17 * * * *")],
+    "observedGeneration": 1,
+    "phase": "Running",
+    "conditions": [
+        condition("Ready", "True", "Landing", "the job is running and the table exists"),
+        condition("JobRunning", "True", "Running", "SparkApplication floe-orders is running"),
+        condition("TableReady", "True", "TableExists", "table has schema 1"),
+        condition("SchemaInSync", "True", "InSync", "table matches registry version 2"),
+        condition("MaintenanceScheduled", "True", "Scheduled", "compaction 17 * * * *"),
+    ],
     "sparkApplication": {"name": "floe-orders", "state": "RUNNING", "attempts": 1, "failovers": 2},
-    "table": {"snapshotId": "5318008", "committedAt": "2026-11-22T10:05:00Z", "schemaId": 1,
-              "registryVersion": 2},
+    "table": {
+        "snapshotId": "5318008",
+        "committedAt": "2026-11-22T10:05:00Z",
+        "schemaId": 1,
+        "registryVersion": 2,
+    },
     "offsets": {"committed": {"0": 1200, "1": 900}, "latest": {"0": 1250, "1": 900}, "lag": 50},
     "landedThrough": 125,  # seconds ago, a timestamp when the fixture writes it
-    "maintenance": {"compaction": {"schedule": "17 * * * *", "cronJob": "floe-orders-compaction",
-                                   "lastRun": {"outcome": "Succeeded",
-                                               "time": "2026-11-22T09:17:40Z"}}},
+    "maintenance": {
+        "compaction": {
+            "schedule": "17 * * * *",
+            "cronJob": "floe-orders-compaction",
+            "lastRun": {"outcome": "Succeeded", "time": "2026-11-22T09:17:40Z"},
+        }
+    },
 }
 
 BREAKING = {
-    "observedGeneration": 1, "phase": "Running",
-    "conditions": [condition("Ready", "True", "Landing", "the job is running and the table exists"),
-                   condition("SchemaInSync", "False", "BreakingChange",
-                             "registry version 3: field price changed from double to string")],
+    "observedGeneration": 1,
+    "phase": "Running",
+    "conditions": [
+        condition("Ready", "True", "Landing", "the job is running and the table exists"),
+        condition(
+            "SchemaInSync",
+            "False",
+            "BreakingChange",
+            "registry version 3: field price changed from double to string",
+        ),
+    ],
     "table": {"snapshotId": "77", "schemaId": 1, "registryVersion": 3},
     "offsets": {"committed": {"0": 10}, "latest": {"0": 10}, "lag": 0},
     "landedThrough": 4000,
-    "schemaChange": {"registryVersion": 3,
-                     "changes": ["value.price: type changed from double to string"]},
+    "schemaChange": {
+        "registryVersion": 3,
+        "changes": ["value.price: type changed from double to string"],
+    },
 }
 
 
@@ -91,8 +125,9 @@ def topics(stack, namespace):
         api.create_namespaced_custom_object(*ARGS, namespace, "kafkaicebergtopics", body)
         if status:
             status = {**status, "landedThrough": ago(status["landedThrough"])}
-            api.patch_namespaced_custom_object_status(*ARGS, namespace, "kafkaicebergtopics",
-                                                      name, {"status": status})
+            api.patch_namespaced_custom_object_status(
+                *ARGS, namespace, "kafkaicebergtopics", name, {"status": status}
+            )
     return namespace
 
 
@@ -110,12 +145,25 @@ def test_the_summary_shows_one_line_per_topic(stack, topics):
     assert cells[0] == ["NAME", "READY", "PHASE", "LAG", "FRESHNESS", "SNAPSHOT", "SCHEMA", "AGE"]
     assert cells[1][:7] == ["orders", "True", "Running", "50", cells[1][4], "5318008", "v2"]
     # the age of its landedThrough (2m5s when the fixture wrote it) when the command ran
-    landed = epoch(client.CustomObjectsApi(admin_client(stack)).get_namespaced_custom_object(
-        *ARGS, topics, "kafkaicebergtopics", "orders")["status"]["landedThrough"])
-    assert 125 <= int(before - landed) <= duration_seconds(cells[1][4]) <= after - landed, \
-        (cells[1][4], before - landed, after - landed)
-    assert cells[2][:7] == ["payments", "True", "Running", "0", "1h6m", "77",
-                            "v3 (awaiting approval)"]
+    landed = epoch(
+        client.CustomObjectsApi(admin_client(stack)).get_namespaced_custom_object(
+            *ARGS, topics, "kafkaicebergtopics", "orders"
+        )["status"]["landedThrough"]
+    )
+    assert 125 <= int(before - landed) <= duration_seconds(cells[1][4]) <= after - landed, (
+        cells[1][4],
+        before - landed,
+        after - landed,
+    )
+    assert cells[2][:7] == [
+        "payments",
+        "True",
+        "Running",
+        "0",
+        "1h6m",
+        "77",
+        "v3 (awaiting approval)",
+    ]
     assert cells[3][:7] == ["returns", "-", "-", "-", "-", "-", "-"]
     assert len(cells) == 4
 
@@ -137,8 +185,16 @@ def test_the_details_show_offsets_conditions_and_maintenance(topics):
     assert conditions[4].split()[:3] == ["SchemaInSync", "True", "InSync"]
     assert conditions[4].endswith("table matches registry version 2")
     maintenance = text.split("Maintenance:\n", 1)[1].splitlines()
-    assert maintenance[1].split() == ["compaction", "17", "*", "*", "*", "*", "Succeeded",
-                                      "2026-11-22T09:17:40Z"]
+    assert maintenance[1].split() == [
+        "compaction",
+        "17",
+        "*",
+        "*",
+        "*",
+        "*",
+        "Succeeded",
+        "2026-11-22T09:17:40Z",
+    ]
 
     unvisited = floe("returns", "-n", topics)
     assert "Conditions:\n  none yet: the operator has not visited this resource" in unvisited.stdout
@@ -149,7 +205,10 @@ def test_json_output_and_all_namespaces(topics):
     assert shown.returncode == 0, shown.stderr
     mine = [row for row in json.loads(shown.stdout) if row["NAMESPACE"] == topics]
     assert [(r["NAME"], r["READY"], r["LAG"]) for r in mine] == [
-        ("orders", "True", "50"), ("payments", "True", "0"), ("returns", "-", "-")]
+        ("orders", "True", "50"),
+        ("payments", "True", "0"),
+        ("returns", "-", "-"),
+    ]
     table = floe("-A")
     assert table.stdout.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
     assert any(line.split()[:2] == [topics, "orders"] for line in table.stdout.splitlines())
@@ -158,8 +217,9 @@ def test_json_output_and_all_namespaces(topics):
 def test_a_missing_topic_or_namespace_says_so(topics):
     missing = floe("shipments", "-n", topics)
     assert missing.returncode == 1
-    assert missing.stderr.strip() == (f'floe: KafkaIcebergTopic "shipments" not found in '
-                                      f'namespace "{topics}"')
+    assert missing.stderr.strip() == (
+        f'floe: KafkaIcebergTopic "shipments" not found in namespace "{topics}"'
+    )
     empty = floe("-n", "nothing-here")
     assert empty.returncode == 0
     assert empty.stderr.strip() == 'No KafkaIcebergTopics in namespace "nothing-here".'

@@ -21,11 +21,13 @@ from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.config import JobConfig, parse_config
 
 
-def create_topic(bootstrap: str, name: str, partitions: int,
-                 config: dict[str, str] | None = None) -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1,
-                                                config=config or {})]).values():
+    for future in admin.create_topics(
+        [NewTopic(name, partitions, 1, config=config or {})]
+    ).values():
         future.result(timeout=30)
 
 
@@ -58,27 +60,40 @@ class AvroProducer:
         self.topic = topic
         self.record_subjects = record_subjects
         self.registry = SchemaRegistryClient({"url": stack.registry_url})
-        self.producer = Producer({"bootstrap.servers": stack.bootstrap, "enable.idempotence": True,
-                                  "linger.ms": 5})
+        self.producer = Producer(
+            {"bootstrap.servers": stack.bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
         self.serializers: dict[str, AvroSerializer] = {}
         self.sent: dict[tuple[int, int], dict[str, Any]] = {}
 
     def _serializer(self, schema: dict) -> AvroSerializer:
         text = json.dumps(schema)
         if text not in self.serializers:
-            conf = {"subject.name.strategy": topic_record_subject_name_strategy} \
-                if self.record_subjects else None
+            conf = (
+                {"subject.name.strategy": topic_record_subject_name_strategy}
+                if self.record_subjects
+                else None
+            )
             self.serializers[text] = AvroSerializer(self.registry, text, conf=conf)
         return self.serializers[text]
 
-    def send(self, *, key: bytes | None, value: dict | None = None, schema: dict | None = None,
-             raw: bytes | None = None, headers: list[tuple[str, bytes]] | None = None,
-             partition: int | None = None, timestamp_ms: int | None = None) -> None:
+    def send(
+        self,
+        *,
+        key: bytes | None,
+        value: dict | None = None,
+        schema: dict | None = None,
+        raw: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
         payload = raw
         if value is not None:
             assert schema is not None
-            payload = self._serializer(schema)(value, SerializationContext(self.topic,
-                                                                           MessageField.VALUE))
+            payload = self._serializer(schema)(
+                value, SerializationContext(self.topic, MessageField.VALUE)
+            )
         record = {"key": key, "value": value, "payload": payload, "headers": headers or []}
 
         def delivered(error, message):
@@ -88,8 +103,9 @@ class AvroProducer:
         kwargs: dict[str, Any] = {"partition": partition} if partition is not None else {}
         if timestamp_ms is not None:
             kwargs["timestamp"] = timestamp_ms
-        self.producer.produce(self.topic, key=key, value=payload, headers=headers,
-                              on_delivery=delivered, **kwargs)
+        self.producer.produce(
+            self.topic, key=key, value=payload, headers=headers, on_delivery=delivered, **kwargs
+        )
 
     def flush(self) -> None:
         assert self.producer.flush(60) == 0
@@ -101,10 +117,21 @@ class AvroProducer:
         return result
 
 
-def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: str = "data/orders",
-               dead_letter: str | None = None, interval: float = 1, max_records: int = 100_000,
-               catalog_dir: Path | None = None, mode: str = "append",
-               key_columns: tuple[str, ...] = (), catalog: str = "sqlite") -> JobConfig:
+def job_config(
+    stack,
+    tmp_path: Path,
+    topic: str,
+    *,
+    fmt: str = "avro",
+    writer: str = "data/orders",
+    dead_letter: str | None = None,
+    interval: float = 1,
+    max_records: int = 100_000,
+    catalog_dir: Path | None = None,
+    mode: str = "append",
+    key_columns: tuple[str, ...] = (),
+    catalog: str = "sqlite",
+) -> JobConfig:
     """``catalog``: ``sqlite`` (a JDBC catalog in a file in ``catalog_dir``), ``postgresql`` (a
     JDBC catalog on the stack's server, named for ``catalog_dir``), ``rest`` (the stack's
     Iceberg REST catalog server, its warehouse on the S3 server), or ``gcs`` or ``adls`` (the
@@ -114,19 +141,31 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
     catalog_name = "c" + hashlib.sha1(str(catalog_dir).encode()).hexdigest()[:10]
     database: dict[str, Any] = {"uri": f"jdbc:sqlite:{catalog_dir / 'catalog.db'}"}
     if catalog == "postgresql":
-        database = {"uri": stack.env["FLOE_POSTGRES_JDBC"],
-                    "properties": {"jdbc.user": stack.env["FLOE_POSTGRES_USER"],
-                                   "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"]}}
-    catalog_config: dict[str, Any] = {"type": "sql", "name": catalog_name, **database,
-                                      "warehouse": f"file://{catalog_dir / 'warehouse'}"}
+        database = {
+            "uri": stack.env["FLOE_POSTGRES_JDBC"],
+            "properties": {
+                "jdbc.user": stack.env["FLOE_POSTGRES_USER"],
+                "jdbc.password": stack.env["FLOE_POSTGRES_PASSWORD"],
+            },
+        }
+    catalog_config: dict[str, Any] = {
+        "type": "sql",
+        "name": catalog_name,
+        **database,
+        "warehouse": f"file://{catalog_dir / 'warehouse'}",
+    }
     if catalog in OBJECT_STORES:
         catalog_config["warehouse"], catalog_config["properties"] = object_store(
-            stack, catalog, catalog_name)
+            stack, catalog, catalog_name
+        )
     if catalog == "rest":
-        catalog_config = {"type": "rest", "name": catalog_name,
-                          "uri": stack.env["FLOE_REST_CATALOG_URI"],
-                          "warehouse": stack.env["FLOE_REST_CATALOG_WAREHOUSE"],
-                          "properties": s3_properties(stack)}
+        catalog_config = {
+            "type": "rest",
+            "name": catalog_name,
+            "uri": stack.env["FLOE_REST_CATALOG_URI"],
+            "warehouse": stack.env["FLOE_REST_CATALOG_WAREHOUSE"],
+            "properties": s3_properties(stack),
+        }
     data: dict[str, Any] = {
         "writer": writer,
         "generation": 1,
@@ -135,7 +174,8 @@ def job_config(stack, tmp_path: Path, topic: str, *, fmt: str = "avro", writer: 
         "table": {
             "catalog": catalog_config,
             "identifier": f"analytics.{topic.replace('-', '_')}",
-            "mode": mode, "keyColumns": list(key_columns),
+            "mode": mode,
+            "keyColumns": list(key_columns),
         },
         "commit": {"interval": f"{interval}s", "maxRecordsPerCommit": max_records},
         "checkpointLocation": str(tmp_path / "checkpoint"),
@@ -156,17 +196,25 @@ def local_job_env(stack, cores: int = 2, memory: str = "768m") -> dict[str, str]
     # A test's job process lives seconds to minutes: the client compiler alone (C1) brings it
     # to its first commit on less CPU (bench/job_start.py: 10.0 s -> 7.8 s on 2 cores).
     options = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -XX:TieredStopAtLevel=1".strip()
-    return {**os.environ, "SPARK_SUBMIT_OPTS": options, "PYSPARK_SUBMIT_ARGS": (
-        f"--master local[{cores}] --driver-memory {memory} --conf spark.ui.enabled=false "
-        f"--driver-class-path {stack.env['FLOE_SPARK_CLASSPATH']} pyspark-shell")}
+    return {
+        **os.environ,
+        "SPARK_SUBMIT_OPTS": options,
+        "PYSPARK_SUBMIT_ARGS": (
+            f"--master local[{cores}] --driver-memory {memory} --conf spark.ui.enabled=false "
+            f"--driver-class-path {stack.env['FLOE_SPARK_CLASSPATH']} pyspark-shell"
+        ),
+    }
 
 
 def s3_properties(stack) -> dict[str, str]:
     """Catalog properties that reach the stack's S3 server."""
-    return {"s3.endpoint": stack.env["FLOE_S3_ENDPOINT"], "s3.path-style-access": "true",
-            "s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
-            "s3.secret-access-key": stack.env["FLOE_S3_SECRET_KEY"],
-            "client.region": stack.env["FLOE_S3_REGION"]}
+    return {
+        "s3.endpoint": stack.env["FLOE_S3_ENDPOINT"],
+        "s3.path-style-access": "true",
+        "s3.access-key-id": stack.env["FLOE_S3_ACCESS_KEY"],
+        "s3.secret-access-key": stack.env["FLOE_S3_SECRET_KEY"],
+        "client.region": stack.env["FLOE_S3_REGION"],
+    }
 
 
 OBJECT_STORES = ("gcs", "adls")
@@ -177,14 +225,23 @@ def object_store(stack, kind: str, prefix: str) -> tuple[str, dict[str, str]]:
     properties that reach it (Iceberg's own names, as a user writes them)."""
     env = stack.env
     if kind == "gcs":
-        return (f"gs://{env['FLOE_GCS_BUCKET']}/{prefix}",
-                {"gcs.service.host": env["FLOE_GCS_ENDPOINT"], "gcs.no-auth": "true",
-                 "gcs.project-id": "floe"})
+        return (
+            f"gs://{env['FLOE_GCS_BUCKET']}/{prefix}",
+            {
+                "gcs.service.host": env["FLOE_GCS_ENDPOINT"],
+                "gcs.no-auth": "true",
+                "gcs.project-id": "floe",
+            },
+        )
     host = f"{env['FLOE_ADLS_ACCOUNT']}.dfs.core.windows.net"
-    return (f"abfss://{env['FLOE_ADLS_CONTAINER']}@{host}/{prefix}",
-            {f"adls.connection-string.{host}": env["FLOE_ADLS_ENDPOINT"],
-             "adls.auth.shared-key.account.name": env["FLOE_ADLS_ACCOUNT"],
-             "adls.auth.shared-key.account.key": env["FLOE_ADLS_KEY"]})
+    return (
+        f"abfss://{env['FLOE_ADLS_CONTAINER']}@{host}/{prefix}",
+        {
+            f"adls.connection-string.{host}": env["FLOE_ADLS_ENDPOINT"],
+            "adls.auth.shared-key.account.name": env["FLOE_ADLS_ACCOUNT"],
+            "adls.auth.shared-key.account.key": env["FLOE_ADLS_KEY"],
+        },
+    )
 
 
 def table_rows(config: JobConfig) -> list[dict[str, Any]]:
@@ -210,11 +267,18 @@ def duckdb_rows(config: JobConfig, columns: str, where: str = "true") -> list[tu
         endpoint = props["s3.endpoint"]
         connection.execute(
             "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', "
-            "USE_SSL ?)", [props["s3.access-key-id"], props["s3.secret-access-key"],
-                           props["client.region"], endpoint.split("://", 1)[1],
-                           endpoint.startswith("https://")])
+            "USE_SSL ?)",
+            [
+                props["s3.access-key-id"],
+                props["s3.secret-access-key"],
+                props["client.region"],
+                endpoint.split("://", 1)[1],
+                endpoint.startswith("https://"),
+            ],
+        )
     return connection.execute(
-        f"SELECT {columns} FROM iceberg_scan('{location}') WHERE {where}").fetchall()
+        f"SELECT {columns} FROM iceberg_scan('{location}') WHERE {where}"
+    ).fetchall()
 
 
 def load_table(config: JobConfig):
@@ -224,15 +288,17 @@ def load_table(config: JobConfig):
 def group_offsets(stack, config: JobConfig, partitions: list[int]) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": config.consumer_group})
     try:
-        committed = consumer.committed([TopicPartition(config.kafka.topic, p) for p in partitions],
-                                       timeout=30)
+        committed = consumer.committed(
+            [TopicPartition(config.kafka.topic, p) for p in partitions], timeout=30
+        )
         return {tp.partition: tp.offset for tp in committed}
     finally:
         consumer.close()
 
 
-def consume_to_end(stack, topic: str, timeout: float = 30,
-                   isolation: str = "read_committed") -> list:
+def consume_to_end(
+    stack, topic: str, timeout: float = 30, isolation: str = "read_committed"
+) -> list:
     """Every record ``topic`` holds now: each partition read to its end, so a test sees that no
     other record is there without waiting for one that might come. (``isolation``: the
     consumer's isolation.level, librdkafka's default; read_committed ends at the last stable
@@ -242,9 +308,15 @@ def consume_to_end(stack, topic: str, timeout: float = 30,
 
     from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": isolation})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     found, ended = [], set()
@@ -263,8 +335,9 @@ def consume_to_end(stack, topic: str, timeout: float = 30,
     return found
 
 
-def wait_for_rows(config: JobConfig, count: int, timeout: float = 180,
-                  query: Any = None) -> list[dict[str, Any]]:
+def wait_for_rows(
+    config: JobConfig, count: int, timeout: float = 180, query: Any = None
+) -> list[dict[str, Any]]:
     """Polls the table until it has at least ``count`` rows (or the timeout passes); with the
     streaming ``query`` that fills it, fails at once with its error when it stops."""
     import time
@@ -281,7 +354,7 @@ def wait_for_rows(config: JobConfig, count: int, timeout: float = 180,
             snapshot = table.current_snapshot()
             if snapshot is not None and snapshot.snapshot_id != scanned:  # read once per commit
                 rows, scanned = table.scan().to_arrow().to_pylist(), snapshot.snapshot_id
-        except Exception:  # the table may not exist yet, or the catalog is down: open again
+        except Exception:  # noqa: BLE001 - no table yet, or the catalog down: open again
             rows, scanned, catalog = [], None, None
         if len(rows) >= count:
             return rows
@@ -292,8 +365,14 @@ def wait_for_rows(config: JobConfig, count: int, timeout: float = 180,
 def assert_exactly_once(rows: list[dict[str, Any]], sent: dict[tuple[int, int], Any]) -> None:
     """The row set equals the produced set: each (partition, offset) once, none missing."""
     positions = [(r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows]
-    duplicates = {p for p in positions if positions.count(p) > 1} if len(set(positions)) != len(positions) else set()
-    assert not duplicates, f"{len(duplicates)} records landed more than once, e.g. {sorted(duplicates)[:5]}"
+    duplicates = (
+        {p for p in positions if positions.count(p) > 1}
+        if len(set(positions)) != len(positions)
+        else set()
+    )
+    assert not duplicates, (
+        f"{len(duplicates)} records landed more than once, e.g. {sorted(duplicates)[:5]}"
+    )
     missing = set(sent) - set(positions)
     assert not missing, f"{len(missing)} records missing, e.g. {sorted(missing)[:5]}"
     extra = set(positions) - set(sent)
@@ -374,16 +453,18 @@ def run_killed_between_branch_and_main(config: JobConfig, spark, monkeypatch) ->
 def with_maintenance(config: JobConfig, **actions: dict[str, Any]) -> JobConfig:
     """``config`` with some maintenance settings changed (``compaction={"min_input_files":
     2}``), unchecked: a test may go below what a resource allows."""
-    maintenance = config.maintenance.model_copy(update={
-        action: getattr(config.maintenance, action).model_copy(update=changes)
-        for action, changes in actions.items()})
+    maintenance = config.maintenance.model_copy(
+        update={
+            action: getattr(config.maintenance, action).model_copy(update=changes)
+            for action, changes in actions.items()
+        }
+    )
     return config.model_copy(update={"maintenance": maintenance})
 
 
 def route_table(table: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """A route's table like ``table`` (a job config's ``table``, as JSON), in its catalog."""
-    return {**{k: v for k, v in table.items() if k not in ("catalog", "deletionPolicy")},
-            **changes}
+    return {**{k: v for k, v in table.items() if k not in ("catalog", "deletionPolicy")}, **changes}
 
 
 def with_sections(config: JobConfig, **sections: dict[str, Any]) -> JobConfig:

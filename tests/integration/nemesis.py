@@ -34,24 +34,32 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.config import JobConfig, parse_config
+from floe_sparkapp.ledger import last_commit
 
 from ..faultproxy import FaultProxy
+from . import nemesis_routed
 from .jobkit import AvroProducer, create_topic, job_config, load_table, local_job_env
 from .nemesis_routed import ROUTINGS, Operations, routed, write_routing
-from . import nemesis_routed
 
 BAD_VALUES = (b"\x00\xff\xff\xff\xff", b"\x00\x00\x00", b"\x01not-avro")
-ORDER = {"type": "record", "name": "NemesisOrder", "namespace": "floe.nemesis", "fields": [
-    {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
-    {"name": "quantity", "type": "int"}]}
+ORDER = {
+    "type": "record",
+    "name": "NemesisOrder",
+    "namespace": "floe.nemesis",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "quantity", "type": "int"},
+    ],
+}
 
 
 @dataclass
@@ -65,8 +73,11 @@ class Plan:
 
     def neighbours(self) -> list[str]:
         """The proxies the job's traffic goes through for this catalog."""
-        return ["kafka", "registry"] + {"sqlite": [], "postgresql": ["postgres"],
-                                        "rest": ["rest_catalog", "s3"]}[self.catalog]
+        return ["kafka", "registry"] + {
+            "sqlite": [],
+            "postgresql": ["postgres"],
+            "rest": ["rest_catalog", "s3"],
+        }[self.catalog]
 
 
 @dataclass
@@ -88,20 +99,32 @@ class Outcome:
     history: dict = field(default_factory=dict)  # routed: the history's end per partition
 
     def summary(self) -> dict[str, Any]:
-        return {"seconds": self.plan.seconds, "seed": self.plan.seed,
-                "catalog": self.plan.catalog, "mode": self.plan.mode,
-                "faults": dict(sorted(self.faults.items())),
-                "job_starts": self.starts, "job_exits": {str(k): v for k, v in
-                                                         sorted(self.exits.items())},
-                "produced": self.produced, "bad_records": self.bad, "rows": self.rows,
-                "dead_letters": self.dead_letters,
-                "dead_letter_copies": self.dead_letter_copies,
-                "catch_up_seconds": round(self.catch_up_seconds, 1),
-                **({"routings": sorted(self.routings),
+        return {
+            "seconds": self.plan.seconds,
+            "seed": self.plan.seed,
+            "catalog": self.plan.catalog,
+            "mode": self.plan.mode,
+            "faults": dict(sorted(self.faults.items())),
+            "job_starts": self.starts,
+            "job_exits": {str(k): v for k, v in sorted(self.exits.items())},
+            "produced": self.produced,
+            "bad_records": self.bad,
+            "rows": self.rows,
+            "dead_letters": self.dead_letters,
+            "dead_letter_copies": self.dead_letter_copies,
+            "catch_up_seconds": round(self.catch_up_seconds, 1),
+            **(
+                {
+                    "routings": sorted(self.routings),
                     "operations": dict(sorted(self.operations.items())),
-                    "operations_succeeded": dict(sorted(self.succeeded.items()))}
-                   if self.plan.mode == "routed" else {}),
-                "violations": self.violations[:20], "holds": not self.violations}
+                    "operations_succeeded": dict(sorted(self.succeeded.items())),
+                }
+                if self.plan.mode == "routed"
+                else {}
+            ),
+            "violations": self.violations[:20],
+            "holds": not self.violations,
+        }
 
 
 def faulty_config(stack, config: JobConfig, catalog: str) -> JobConfig:
@@ -123,8 +146,7 @@ class Supervisor:
     """Runs the job process, and starts it again after it exits or is killed (the operator's
     failover, with a short backoff)."""
 
-    def __init__(self, command: list[str], env: dict[str, str], log_file: Path,
-                 outcome: Outcome):
+    def __init__(self, command: list[str], env: dict[str, str], log_file: Path, outcome: Outcome):
         self.command, self.env, self.outcome = command, env, outcome
         self.log = log_file.open("a")
         self.process: subprocess.Popen | None = None
@@ -135,9 +157,13 @@ class Supervisor:
     def _loop(self) -> None:
         while not self.stopping.is_set():
             with self.lock:
-                self.process = subprocess.Popen(self.command, env=self.env, stdout=self.log,
-                                                stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+                self.process = subprocess.Popen(
+                    self.command,
+                    env=self.env,
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 self.outcome.starts += 1
             code = self.process.wait()
             if self.stopping.is_set():
@@ -177,9 +203,14 @@ class Records:
 
     def __init__(self, stack, topic: str, plan: Plan, rng: random.Random):
         self.avro = AvroProducer(stack, topic)
-        self.producer = Producer({"bootstrap.servers": stack.bootstrap,
-                                  "enable.idempotence": True, "linger.ms": 5,
-                                  "message.timeout.ms": 300_000})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": stack.bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 300_000,
+            }
+        )
         self.topic, self.plan, self.rng = topic, plan, rng
         self.serialize = self.avro._serializer(ORDER)
         self.stopping = threading.Event()
@@ -195,8 +226,9 @@ class Records:
             return f"bad-{i}".encode(), BAD_VALUES[i % len(BAD_VALUES)]
         key = f"k{i % self.plan.keys}" if self.plan.mode == "upsert" else f"k{i}"
         value = {"id": i, "item": f"item-{i}", "quantity": i % 100}
-        return key.encode(), self.serialize(value, SerializationContext(self.topic,
-                                                                         MessageField.VALUE))
+        return key.encode(), self.serialize(
+            value, SerializationContext(self.topic, MessageField.VALUE)
+        )
 
     def _delivered(self, error, message) -> None:
         if error is not None:
@@ -233,16 +265,27 @@ class Records:
 class Schedule:
     """One fault at a time, drawn from the seeded generator, each undone after its window."""
 
-    def __init__(self, plan: Plan, proxy: FaultProxy, supervisor: Supervisor,
-                 outcome: Outcome, rng: random.Random, config_file: Path | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        proxy: FaultProxy,
+        supervisor: Supervisor,
+        outcome: Outcome,
+        rng: random.Random,
+        config_file: Path | None = None,
+    ):
         self.plan, self.proxy, self.supervisor = plan, proxy, supervisor
         self.outcome, self.rng, self.config_file = outcome, rng, config_file
         self.routing = "ab"
         self.kinds: list[tuple[str, float, Callable[[], None]]] = [
-            ("latency", 3, self._latency), ("reset", 2, self._reset),
-            ("lost-reply", 3, self._lost_reply), ("refused", 2, self._refused),
-            ("down", 1, self._down), ("broker-restart", 0.5, self._broker_restart),
-            ("kill", 1, self._kill)]
+            ("latency", 3, self._latency),
+            ("reset", 2, self._reset),
+            ("lost-reply", 3, self._lost_reply),
+            ("refused", 2, self._refused),
+            ("down", 1, self._down),
+            ("broker-restart", 0.5, self._broker_restart),
+            ("kill", 1, self._kill),
+        ]
         if plan.mode == "routed":
             self.kinds.append(("reroute", 1, self._reroute))
 
@@ -251,12 +294,17 @@ class Schedule:
         then kinds drawn by their weights until ``until``."""
         first = self.rng.sample(self.kinds, len(self.kinds))
         while first or time.monotonic() < until:
-            self._pause(self.rng.uniform(0.5, 3) if first else self.rng.uniform(2, 8),
-                        None if first else until)
+            self._pause(
+                self.rng.uniform(0.5, 3) if first else self.rng.uniform(2, 8),
+                None if first else until,
+            )
             if not first and time.monotonic() >= until:
                 break
-            name, _, fault = first.pop(0) if first else self.rng.choices(
-                self.kinds, [w for _, w, _ in self.kinds])[0]
+            name, _, fault = (
+                first.pop(0)
+                if first
+                else self.rng.choices(self.kinds, [w for _, w, _ in self.kinds])[0]
+            )
             fault()
             self.outcome.faults[name] += 1
 
@@ -277,8 +325,13 @@ class Schedule:
             self.proxy.remove_toxic(target, name)
 
     def _latency(self) -> None:
-        self._with_toxic("latency", "downstream", self.rng.uniform(3, 10),
-                         latency=self.rng.randint(200, 1500), jitter=200)
+        self._with_toxic(
+            "latency",
+            "downstream",
+            self.rng.uniform(3, 10),
+            latency=self.rng.randint(200, 1500),
+            jitter=200,
+        )
 
     def _reset(self) -> None:
         self._with_toxic("reset_peer", "upstream", self.rng.uniform(1, 4), timeout=0)
@@ -286,8 +339,9 @@ class Schedule:
     def _lost_reply(self) -> None:
         # Requests reach the neighbour (and are applied); replies never come back, and the
         # connection is closed after the timeout.
-        self._with_toxic("timeout", "downstream", self.rng.uniform(2, 6),
-                         timeout=self.rng.randint(500, 3000))
+        self._with_toxic(
+            "timeout", "downstream", self.rng.uniform(2, 6), timeout=self.rng.randint(500, 3000)
+        )
 
     def _disabled(self, window: float) -> None:
         target = self._neighbour()
@@ -328,19 +382,32 @@ class Schedule:
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in range(partitions)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(partitions)
+        }
     finally:
         consumer.close()
 
 
 def read_topic(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[tuple[int, int], Any]:
     """Every record Kafka holds below ``ends``: (partition, offset) -> (key, value, headers)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     found: dict[tuple[int, int], Any] = {}
     done = {p for p, end in ends.items() if end == 0}
@@ -360,8 +427,9 @@ def read_topic(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[tuple[i
     return found
 
 
-def check(stack, config: JobConfig, dead_letter_topic: str, partitions: int,
-          outcome: Outcome) -> None:
+def check(
+    stack, config: JobConfig, dead_letter_topic: str, partitions: int, outcome: Outcome
+) -> None:
     """The invariant (module doc); violations are added to ``outcome``."""
     violations = outcome.violations
     ends = end_offsets(stack.bootstrap, config.kafka.topic, partitions)
@@ -371,29 +439,35 @@ def check(stack, config: JobConfig, dead_letter_topic: str, partitions: int,
     for destination in config.destinations():
         table = load_table(destination)
         tasks = list(table.scan().plan_files())
-        missing += [t.file.file_path for t in tasks
-                    if not table.io.new_input(t.file.file_path).exists()]
-        missing += [d.file_path for t in tasks for d in t.delete_files
-                    if not table.io.new_input(d.file_path).exists()]
+        missing += [
+            t.file.file_path for t in tasks if not table.io.new_input(t.file.file_path).exists()
+        ]
+        missing += [
+            d.file_path
+            for t in tasks
+            for d in t.delete_files
+            if not table.io.new_input(d.file_path).exists()
+        ]
     if missing:
         violations.append(f"main refers to {len(missing)} missing file(s), e.g. {missing[:3]}")
         return
     if config.routes:
-        rows = nemesis_routed.check(config, records, ends, outcome.routings, _quantity,
-                                    violations)
+        rows = nemesis_routed.check(config, records, ends, outcome.routings, _quantity, violations)
     else:
         table = load_table(config)
         committed = last_commit(table, config.writer, config.kafka.topic)
         if committed.offsets != {p: o for p, o in ends.items() if o}:
-            violations.append(f"the table's offsets {committed.offsets} are not Kafka's end "
-                              f"offsets {ends}")
+            violations.append(
+                f"the table's offsets {committed.offsets} are not Kafka's end offsets {ends}"
+            )
         rows = table.scan().to_arrow().to_pylist()
     outcome.rows = len(rows)
     positions = Counter((r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows)
     duplicated = sorted(p for p, n in positions.items() if n > 1)
     if duplicated:
-        violations.append(f"{len(duplicated)} record(s) landed more than once, e.g. "
-                          f"{duplicated[:5]}")
+        violations.append(
+            f"{len(duplicated)} record(s) landed more than once, e.g. {duplicated[:5]}"
+        )
     if config.table.mode == "append":
         expected = set(records)
     else:  # one row per key: the key's last record
@@ -403,13 +477,16 @@ def check(stack, config: JobConfig, dead_letter_topic: str, partitions: int,
         expected = set(last.values())
     missing_rows = sorted(expected - set(positions))
     if missing_rows:
-        violations.append(f"{len(missing_rows)} record(s) missing from the table, e.g. "
-                          f"{missing_rows[:5]}")
+        violations.append(
+            f"{len(missing_rows)} record(s) missing from the table, e.g. {missing_rows[:5]}"
+        )
     extra = sorted(set(positions) - expected)
     if extra:
-        violations.append(f"{len(extra)} row(s) that are not "
-                          f"{'records' if config.table.mode == 'append' else 'a key’s last'}"
-                          f" in Kafka, e.g. {extra[:5]}")
+        violations.append(
+            f"{len(extra)} row(s) that are not "
+            f"{'records' if config.table.mode == 'append' else 'a key’s last'}"
+            f" in Kafka, e.g. {extra[:5]}"
+        )
     wrong = []
     for row in rows:
         position = (row["kafka"]["partition"], row["kafka"]["offset"])
@@ -439,8 +516,9 @@ def check(stack, config: JobConfig, dead_letter_topic: str, partitions: int,
     # The history a routed run's backfills land was never the job's to send
     not_sent = sorted(p for p in bad - set(sent) if p[1] >= outcome.history.get(p[0], 0))
     if not_sent:
-        violations.append(f"{len(not_sent)} bad record(s) not in the dead-letter topic, e.g. "
-                          f"{not_sent[:5]}")
+        violations.append(
+            f"{len(not_sent)} bad record(s) not in the dead-letter topic, e.g. {not_sent[:5]}"
+        )
 
 
 def _varint(payload: bytes, i: int) -> tuple[int, int]:
@@ -481,8 +559,10 @@ def _offsets(config: JobConfig) -> dict[int, int]:
 
 def caught_up(config: JobConfig, ends: dict[int, int]) -> bool:
     """Whether each of the topic's tables has committed up to ``ends``."""
-    return all(all(_offsets(destination).get(p, 0) >= o for p, o in ends.items() if o)
-               for destination in config.destinations())
+    return all(
+        all(_offsets(destination).get(p, 0) >= o for p, o in ends.items() if o)
+        for destination in config.destinations()
+    )
 
 
 def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) -> Outcome:
@@ -498,15 +578,24 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
     create_topic(stack.bootstrap, dead_letter, 1)
     workdir.mkdir(parents=True, exist_ok=True)
     is_routed = plan.mode == "routed"
-    config = job_config(stack, workdir, name, interval=2, max_records=2000,
-                        catalog=plan.catalog, mode="append" if is_routed else plan.mode,
-                        dead_letter=dead_letter, writer=f"nemesis/{name}")
+    config = job_config(
+        stack,
+        workdir,
+        name,
+        interval=2,
+        max_records=2000,
+        catalog=plan.catalog,
+        mode="append" if is_routed else plan.mode,
+        dead_letter=dead_letter,
+        writer=f"nemesis/{name}",
+    )
     records = Records(stack, name, plan, rng)
     # The subject gets its schema before the job starts (the job reads it at its start).
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    records.serialize({"id": -1, "item": "", "quantity": 0},
-                      SerializationContext(name, MessageField.VALUE))
+    records.serialize(
+        {"id": -1, "item": "", "quantity": 0}, SerializationContext(name, MessageField.VALUE)
+    )
     if is_routed:  # history the job, starting at latest, leaves to the backfills
         records.produce(plan.history)
         outcome.history = end_offsets(stack.bootstrap, name, partitions)
@@ -530,8 +619,7 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
             time.sleep(1)
         history_end = int(time.time()) + 1
         time.sleep(max(0.0, history_end - time.time()))
-        operations = Operations(config_file, env, workdir / "operations.log", config,
-                                history_end)
+        operations = Operations(config_file, env, workdir / "operations.log", config, history_end)
         operations.start()
     records.start()
     try:
@@ -548,8 +636,9 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
         outcome.operations.update(operations.attempts)
         outcome.succeeded.update(operations.done)
         if left:
-            outcome.violations.append(f"operations that did not succeed within 300 s of the "
-                                      f"last fault: {left}")
+            outcome.violations.append(
+                f"operations that did not succeed within 300 s of the last fault: {left}"
+            )
     started = time.monotonic()
     ends = end_offsets(stack.bootstrap, name, partitions)
     deadline = started + 300
@@ -567,16 +656,18 @@ def run(stack, workdir: Path, plan: Plan, log: Callable[[str], None] = print) ->
 
 
 def _memory_gib() -> int:
-    return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30)
+    return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.integration.nemesis",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.integration.nemesis", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--catalog", default="sqlite",
-                        help="comma-separated: sqlite, postgresql, rest")
+    parser.add_argument(
+        "--catalog", default="sqlite", help="comma-separated: sqlite, postgresql, rest"
+    )
     parser.add_argument("--mode", default="append", help="comma-separated: append, upsert, routed")
     parser.add_argument("--record", help="append each run's result to this JSON-lines file")
     args = parser.parse_args(argv)
@@ -600,13 +691,22 @@ def main(argv: list[str] | None = None) -> int:
             holds &= not outcome.violations
             if args.record:
                 with open(args.record, "a") as out:
-                    out.write(json.dumps({"date": time.strftime("%Y-%m-%d"),
-                                          "machine": f"{os.cpu_count()} cores, "
-                                                     f"{_memory_gib()} GiB",
-                                          "command": " ".join(
-                                              ["python -m tests.integration.nemesis",
-                                               *(argv if argv is not None else sys.argv[1:])]),
-                                          **outcome.summary()}) + "\n")
+                    out.write(
+                        json.dumps(
+                            {
+                                "date": time.strftime("%Y-%m-%d"),
+                                "machine": f"{os.cpu_count()} cores, {_memory_gib()} GiB",
+                                "command": " ".join(
+                                    [
+                                        "python -m tests.integration.nemesis",
+                                        *(argv if argv is not None else sys.argv[1:]),
+                                    ]
+                                ),
+                                **outcome.summary(),
+                            }
+                        )
+                        + "\n"
+                    )
     return 0 if holds else 1
 
 

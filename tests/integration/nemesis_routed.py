@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from floe_sparkapp.config import JobConfig, parse_config
 from floe_sparkapp.ledger import last_commit
@@ -36,15 +37,17 @@ from .jobkit import load_table
 
 # Routings the run moves between; the first is where it starts and ends.
 ROUTINGS = ("ab", "a", "ba")
-A_VALUES = [str(q) for q in range(0, 33)]
+A_VALUES = [str(q) for q in range(33)]
 B_VALUES = [str(q) for q in range(33, 66)]
 
 
 def routed(data: dict[str, Any], routing: str) -> dict[str, Any]:
     """A job config (as JSON) with the routes of ``routing`` (``ab``, ``a``, ``ba``)."""
     stem = data["table"]["identifier"]
-    routes = {"a": {"field": "quantity", "values": A_VALUES, "table": {"identifier": f"{stem}_a"}},
-              "b": {"field": "quantity", "values": B_VALUES, "table": {"identifier": f"{stem}_b"}}}
+    routes = {
+        "a": {"field": "quantity", "values": A_VALUES, "table": {"identifier": f"{stem}_a"}},
+        "b": {"field": "quantity", "values": B_VALUES, "table": {"identifier": f"{stem}_b"}},
+    }
     return {**data, "routes": [routes[name] for name in routing]}
 
 
@@ -84,15 +87,27 @@ class Operations:
     maintenance in turn.  A Backfill of ``_b`` while its route is gone is refused (not one of
     the topic's tables) and waits for it to come back."""
 
-    def __init__(self, config_file: Path, env: dict[str, str], log_file: Path, config: JobConfig,
-                 history_end: int):
+    def __init__(
+        self,
+        config_file: Path,
+        env: dict[str, str],
+        log_file: Path,
+        config: JobConfig,
+        history_end: int,
+    ):
         """``history_end``: when the job first started (epoch seconds), the end of what the
         backfills land."""
         self.config_file, self.env, self.history_end = config_file, env, history_end
         self.log = log_file.open("a")
         own, a, b = tables(config)
-        self.pending = [("Backfill", own), ("compaction", own), ("Backfill", a),
-                        ("Repair", own), ("Backfill", b), ("rewrite-manifests", own)]
+        self.pending = [
+            ("Backfill", own),
+            ("compaction", own),
+            ("Backfill", a),
+            ("Repair", own),
+            ("Backfill", b),
+            ("rewrite-manifests", own),
+        ]
         self.done: Counter = Counter()
         self.attempts: Counter = Counter()
         self.stopping = threading.Event()
@@ -105,21 +120,32 @@ class Operations:
         if kind == "Backfill":
             section["recordsPerCommit"] = 50
             section["toTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.history_end))
-        return json.dumps({"uid": uid, "name": f"{uid}-{attempt}", "type": kind,
-                           kind.lower(): section})
+        return json.dumps(
+            {"uid": uid, "name": f"{uid}-{attempt}", "type": kind, kind.lower(): section}
+        )
 
     def _command(self, kind: str, table: str) -> list[str]:
         base = [sys.executable, "-m", "floe_sparkapp"]
         if kind in MAINTENANCE:  # every table of the topic, as the CronJob's
             return [*base, "maintain", "--config", str(self.config_file), "--action", kind]
-        return [*base, "operate", "--config", str(self.config_file), "--operation",
-                self._request(kind, table, self.attempts[f"{kind}:{table}"])]
+        return [
+            *base,
+            "operate",
+            "--config",
+            str(self.config_file),
+            "--operation",
+            self._request(kind, table, self.attempts[f"{kind}:{table}"]),
+        ]
 
     def _run(self, kind: str, table: str) -> bool:
         self.attempts[f"{kind}:{table}"] += 1
-        self.process = subprocess.Popen(self._command(kind, table), env=self.env,
-                                        stdout=self.log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            self._command(kind, table),
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         return self.process.wait() == 0
 
     def _loop(self) -> None:
@@ -156,9 +182,14 @@ class Operations:
         return [f"{kind} of {table}" for kind, table in self.pending]
 
 
-def check(config: JobConfig, records: dict[tuple[int, int], Any], ends: dict[int, int],
-          routings: set[str], quantity_of: Callable[[bytes, bytes], int | None],
-          violations: list[str]) -> list[dict[str, Any]]:
+def check(
+    config: JobConfig,
+    records: dict[tuple[int, int], Any],
+    ends: dict[int, int],
+    routings: set[str],
+    quantity_of: Callable[[bytes, bytes], int | None],
+    violations: list[str],
+) -> list[dict[str, Any]]:
     """The routed invariant (module doc); returns every table's rows together."""
     everything: list[dict[str, Any]] = []
     where: dict[tuple[int, int], list[str]] = {}
@@ -168,16 +199,19 @@ def check(config: JobConfig, records: dict[tuple[int, int], Any], ends: dict[int
         table = load_table(destination)
         offsets = last_commit(table, destination.writer, topic).offsets
         if offsets != {p: o for p, o in ends.items() if o}:
-            violations.append(f"table {name}'s offsets {offsets} are not Kafka's end offsets "
-                              f"{ends}")
+            violations.append(
+                f"table {name}'s offsets {offsets} are not Kafka's end offsets {ends}"
+            )
         rows = table.scan().to_arrow().to_pylist() if table.current_snapshot() else []
         for row in rows:
             where.setdefault((row["kafka"]["partition"], row["kafka"]["offset"]), []).append(name)
         everything += rows
     twice = sorted(p for p, found in where.items() if len(found) > 1)
     if twice:
-        violations.append(f"{len(twice)} record(s) in more than one row, e.g. "
-                          f"{[(p, where[p]) for p in twice[:5]]}")
+        violations.append(
+            f"{len(twice)} record(s) in more than one row, e.g. "
+            f"{[(p, where[p]) for p in twice[:5]]}"
+        )
     astray = []
     for position, found in where.items():
         if position not in records:
@@ -187,6 +221,7 @@ def check(config: JobConfig, records: dict[tuple[int, int], Any], ends: dict[int
         if not set(found) <= allowed:
             astray.append((position, found, sorted(allowed)))
     if astray:
-        violations.append(f"{len(astray)} row(s) in a table no routing of the run sent them "
-                          f"to, e.g. {astray[:5]}")
+        violations.append(
+            f"{len(astray)} row(s) in a table no routing of the run sent them to, e.g. {astray[:5]}"
+        )
     return everything

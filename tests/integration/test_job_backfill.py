@@ -13,9 +13,18 @@ from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.ledger import OPERATION, ancestors, last_commit
 from floe_sparkapp.operations import operate
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config,
-                     killed_after_first, load_table, run_once, streaming, table_rows,
-                     wait_for_rows)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    killed_after_first,
+    load_table,
+    run_once,
+    streaming,
+    table_rows,
+    wait_for_rows,
+)
 from .test_job_roundtrip import normalize, produce_orders
 
 pytestmark = pytest.mark.integration
@@ -24,17 +33,19 @@ pytestmark = pytest.mark.integration
 def _committed(config) -> dict[int, int]:
     try:
         return last_commit(load_table(config), config.writer, config.kafka.topic).offsets
-    except Exception:  # not made yet
+    except Exception:  # noqa: BLE001 - not made yet
         return {}
 
 
 def request(uid: str, **backfill) -> OperationRequest:
-    return OperationRequest.model_validate({"uid": uid, "name": uid, "type": "Backfill",
-                                            "backfill": backfill})
+    return OperationRequest.model_validate(
+        {"uid": uid, "name": uid, "type": "Backfill", "backfill": backfill}
+    )
 
 
 def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """A job that started at ``latest`` on a topic with 40 records lands only what came after;
     a backfill (7 offsets a commit), killed after its first commit and run again while the job
     keeps landing, brings the 40 in: every record is one row, and the table's offsets stay
@@ -45,9 +56,16 @@ def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 40)
-    config = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
-                           "kafka": {"bootstrapServers": stack.bootstrap, "topic": topic,
-                                     "startingOffsets": "latest"}})
+    config = parse_config(
+        {
+            **json.loads(job_config(stack, tmp_path, topic).to_json()),
+            "kafka": {
+                "bootstrapServers": stack.bootstrap,
+                "topic": topic,
+                "startingOffsets": "latest",
+            },
+        }
+    )
     with streaming(config, spark) as (failures, _):
         produced = 40
         # The job lands what comes once it has started (at latest): until then, more history
@@ -65,8 +83,9 @@ def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
         outcome = operate(config, request("fill", recordsPerCommit=7), spark)
         assert outcome["landed"] >= 40, outcome  # the history, in both runs
         assert outcome["leftOut"] == {}
-        commits = [s for s in ancestors(load_table(config))
-                   if (s.summary or {}).get(OPERATION) == "fill"]
+        commits = [
+            s for s in ancestors(load_table(config)) if (s.summary or {}).get(OPERATION) == "fill"
+        ]
         assert outcome["commits"] == len(commits) >= 6
         rows = wait_for_rows(config, produced)
         assert not failures, failures
@@ -77,15 +96,15 @@ def test_a_backfill_lands_the_history_a_latest_job_skipped_once_beside_the_job(
         assert normalize(row["value"]) == normalize(sent["value"])
     # The ledger is the job's: the backfill's commits carry no offsets, and the job's newest
     # commit says where Kafka's records end.
-    assert last_commit(load_table(config), config.writer, topic).offsets == \
-        producer.next_offsets()
+    assert last_commit(load_table(config), config.writer, topic).offsets == producer.next_offsets()
     again = operate(config, request("again"), spark)  # everything is there: nothing lands
     assert again["landed"] == 0 and again["commits"] == 0
     assert len(table_rows(config)) == produced
 
 
 def test_a_backfill_into_a_new_table_leaves_offsets_a_resource_goes_on_from(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """A table rebuilt from the topic: a backfill into a new table lands every record Kafka has
     (eight offsets a commit), those it cannot decode raw and in the dead-letter topic, once;
     and a job made for that table afterwards goes on from its offsets: each record once."""
@@ -114,14 +133,21 @@ def test_a_backfill_into_a_new_table_leaves_offsets_a_resource_goes_on_from(
         headers = dict(message.headers())
         assert message.value() == bad[message.key()]
         assert headers["floe.table"].decode() == rebuilt
-        assert (int(headers["floe.partition"]), int(headers["floe.offset"])) == \
-            positions[message.key()]
+        assert (int(headers["floe.partition"]), int(headers["floe.offset"])) == positions[
+            message.key()
+        ]
     data = json.loads(config.to_json())
-    landing = parse_config({**data, "writer": "data/rebuilt",
-                            "table": {**data["table"], "identifier": rebuilt},
-                            "checkpointLocation": str(tmp_path / "rebuilt-checkpoint")})
-    assert last_commit(load_table(landing), landing.writer, topic).offsets == \
-        producer.next_offsets()
+    landing = parse_config(
+        {
+            **data,
+            "writer": "data/rebuilt",
+            "table": {**data["table"], "identifier": rebuilt},
+            "checkpointLocation": str(tmp_path / "rebuilt-checkpoint"),
+        }
+    )
+    assert (
+        last_commit(load_table(landing), landing.writer, topic).offsets == producer.next_offsets()
+    )
     produce_orders(producer, 30, 10)
     run_once(landing, spark)
     rows = table_rows(landing)

@@ -14,8 +14,17 @@ from floe_sparkapp.commit import BranchCommitter
 from floe_sparkapp.ledger import ancestors, head, last_commit, publish
 from floe_sparkapp.maintenance import maintain
 
-from .jobkit import (AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-                     run_once, table_rows, with_maintenance, with_sections)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+    with_maintenance,
+    with_sections,
+)
 from .test_job_roundtrip import V1, order, produce_orders
 
 pytestmark = [pytest.mark.integration]
@@ -38,10 +47,12 @@ def branch_rows(config, ref: str = "audit") -> list[dict]:
 
 
 def test_a_branch_lands_exactly_once_and_main_moves_only_when_published(
-        stack, spark, tmp_path, topic, monkeypatch):
+    stack, spark, tmp_path, topic, monkeypatch
+):
     producer = AvroProducer(stack, topic)
-    config = with_sections(job_config(stack, tmp_path, topic, max_records=40),
-                           table={"branch": "audit"})
+    config = with_sections(
+        job_config(stack, tmp_path, topic, max_records=40), table={"branch": "audit"}
+    )
     produce_orders(producer, 0, 100)
 
     # The first batch's commit lands, and its reply is lost: the job looks and finds it on the
@@ -87,8 +98,7 @@ def test_a_branch_lands_exactly_once_and_main_moves_only_when_published(
     on_branch = [s for s in ancestors(table, ref="audit") if s.summary.get("floe.offsets")]
     middle = on_branch[1]
     done = publish(table, "audit", middle.snapshot_id)
-    assert done.moved and load_table(config).current_snapshot().snapshot_id == \
-        middle.snapshot_id
+    assert done.moved and load_table(config).current_snapshot().snapshot_id == middle.snapshot_id
     held = last_commit(load_table(config), config.writer, topic).offsets
     assert len(table_rows(config)) == sum(held.values())
     assert 100 < sum(held.values()) < 180
@@ -121,37 +131,50 @@ def test_a_branch_lands_exactly_once_and_main_moves_only_when_published(
 
 @pytest.mark.faults
 def test_publishing_the_first_half_of_an_upsert_batch_is_refused_and_main_stays(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """An upsert batch deletes its keys' rows on its branch, then adds its records: the
     snapshot between is no state of the table between batches.  Publishing it is refused,
     naming the snapshots before and after the batch, and main does not move."""
     producer = AvroProducer(stack, topic)
-    config = with_sections(job_config(stack, tmp_path, topic, mode="upsert", max_records=20),
-                           table={"branch": "audit"})
+    config = with_sections(
+        job_config(stack, tmp_path, topic, mode="upsert", max_records=20), table={"branch": "audit"}
+    )
     for i in range(40):  # two batches over the same 20 keys: the second replaces their rows
-        producer.send(key=f"k{i % 20}".encode(), value={**order(i % 20, 1), "item": f"v{i}"},
-                      schema=V1, partition=0)
+        producer.send(
+            key=f"k{i % 20}".encode(),
+            value={**order(i % 20, 1), "item": f"v{i}"},
+            schema=V1,
+            partition=0,
+        )
     producer.flush()
     run_once(config, spark)
 
     table = load_table(config)
-    halves = [s for s in ancestors(table, ref="audit")
-              if s.parent_snapshot_id is not None and not s.summary.get("floe.writer")]
+    halves = [
+        s
+        for s in ancestors(table, ref="audit")
+        if s.parent_snapshot_id is not None and not s.summary.get("floe.writer")
+    ]
     assert halves, [s.summary for s in ancestors(table, ref="audit")]
     refused = publish(table, "audit", halves[0].snapshot_id)
     assert not refused.moved and refused.error.startswith(
-        f"snapshot {halves[0].snapshot_id} is the first half of an upsert batch on branch audit")
+        f"snapshot {halves[0].snapshot_id} is the first half of an upsert batch on branch audit"
+    )
     assert spark.table(table_ref(config)).count() == 0  # main did not move
     assert publish(load_table(config), "audit").moved  # the branch's head is whole
     assert {r["key"].decode(): r["value"]["item"] for r in table_rows(config)} == {
-        f"k{k}": f"v{20 + k}" for k in range(20)}
+        f"k{k}": f"v{20 + k}" for k in range(20)
+    }
 
 
 def test_an_upsert_table_merges_on_its_branch_and_publishes_the_last_record_per_key(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     producer = AvroProducer(stack, topic)
-    config = with_sections(job_config(stack, tmp_path, topic, mode="upsert", max_records=30),
-                           table={"branch": "audit"})
+    config = with_sections(
+        job_config(stack, tmp_path, topic, mode="upsert", max_records=30), table={"branch": "audit"}
+    )
     expected = {}
     for i in range(60):
         value = {**order(i % 20, 1), "item": f"v{i}"}
@@ -171,4 +194,5 @@ def test_an_upsert_table_merges_on_its_branch_and_publishes_the_last_record_per_
     assert len(rows) == len(expected)
     # No batch branch is left behind, only the resource's own refs.
     assert set(load_table(config).refs()) - {"main", "audit"} == {
-        name for name in load_table(config).refs() if name.startswith("floe_offsets_")}
+        name for name in load_table(config).refs() if name.startswith("floe_offsets_")
+    }

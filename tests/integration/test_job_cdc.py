@@ -12,44 +12,78 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
-                     run_killed_between_branch_and_main, run_once, table_rows)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    duckdb_rows,
+    job_config,
+    load_table,
+    run_killed_between_branch_and_main,
+    run_once,
+    table_rows,
+)
 from .test_job_upsert import delete_files
 
 pytestmark = [pytest.mark.integration]
 
 NAMESPACE = "inventory.public.customers"
-SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
-          "fields": [{"name": "version", "type": "string"},
-                     {"name": "connector", "type": "string"},
-                     {"name": "name", "type": "string"},
-                     {"name": "ts_ms", "type": "long"},
-                     {"name": "snapshot", "type": ["null", "string"], "default": None},
-                     {"name": "db", "type": "string"},
-                     {"name": "schema", "type": "string"},
-                     {"name": "table", "type": "string"},
-                     {"name": "txId", "type": ["null", "long"], "default": None},
-                     {"name": "lsn", "type": ["null", "long"], "default": None}]}
-ROW_V1 = [{"name": "id", "type": "int"},
-          {"name": "name", "type": "string"},
-          {"name": "email", "type": ["null", "string"], "default": None}]
+SOURCE = {
+    "type": "record",
+    "name": "Source",
+    "namespace": "io.debezium.connector.postgresql",
+    "fields": [
+        {"name": "version", "type": "string"},
+        {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"},
+        {"name": "ts_ms", "type": "long"},
+        {"name": "snapshot", "type": ["null", "string"], "default": None},
+        {"name": "db", "type": "string"},
+        {"name": "schema", "type": "string"},
+        {"name": "table", "type": "string"},
+        {"name": "txId", "type": ["null", "long"], "default": None},
+        {"name": "lsn", "type": ["null", "long"], "default": None},
+    ],
+}
+ROW_V1 = [
+    {"name": "id", "type": "int"},
+    {"name": "name", "type": "string"},
+    {"name": "email", "type": ["null", "string"], "default": None},
+]
 ROW_V2 = [*ROW_V1, {"name": "tier", "type": ["null", "string"], "default": None}]
 
 
 def envelope(row_fields: list, namespace: str = NAMESPACE) -> dict:
     """Debezium's envelope schema for a table whose rows have ``row_fields``."""
     row = {"type": "record", "name": "Value", "namespace": namespace, "fields": row_fields}
-    return {"type": "record", "name": "Envelope", "namespace": namespace, "fields": [
-        {"name": "before", "type": ["null", row], "default": None},
-        {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
-        {"name": "source", "type": SOURCE},
-        {"name": "op", "type": "string"},
-        {"name": "ts_ms", "type": ["null", "long"], "default": None},
-        {"name": "transaction", "type": ["null", {
-            "type": "record", "name": "block", "namespace": "event",
-            "fields": [{"name": "id", "type": "string"},
-                       {"name": "total_order", "type": "long"},
-                       {"name": "data_collection_order", "type": "long"}]}], "default": None}]}
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": namespace,
+        "fields": [
+            {"name": "before", "type": ["null", row], "default": None},
+            {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
+            {"name": "source", "type": SOURCE},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {
+                "name": "transaction",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "block",
+                        "namespace": "event",
+                        "fields": [
+                            {"name": "id", "type": "string"},
+                            {"name": "total_order", "type": "long"},
+                            {"name": "data_collection_order", "type": "long"},
+                        ],
+                    },
+                ],
+                "default": None,
+            },
+        ],
+    }
 
 
 class Database:
@@ -65,8 +99,7 @@ class Database:
     def change(self, op: str, row_id: int, **fields) -> dict:
         """The event of a change of row ``row_id``, applied to the source table."""
         before = self.rows.get(row_id)
-        after = None if op == "d" else {
-            **(before or {"id": row_id, **self.blank}), **fields}
+        after = None if op == "d" else {**(before or {"id": row_id, **self.blank}), **fields}
         event = self.event(op, before, after)
         if after is None:
             self.rows.pop(row_id)
@@ -78,12 +111,26 @@ class Database:
 
     def event(self, op: str, before: dict | None, after: dict | None) -> dict:
         self.lsn += 8
-        source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "inventory",
-                  "ts_ms": 1_700_000_000_000 + self.lsn, "snapshot": "true" if op == "r" else
-                  "false", "db": "inventory", "schema": "public", "table": self.table,
-                  "txId": self.lsn // 8, "lsn": self.lsn}
-        return {"before": before, "after": after, "source": source, "op": op,
-                "ts_ms": 1_700_000_000_500 + self.lsn, "transaction": None}
+        source = {
+            "version": "2.7.0.Final",
+            "connector": "postgresql",
+            "name": "inventory",
+            "ts_ms": 1_700_000_000_000 + self.lsn,
+            "snapshot": "true" if op == "r" else "false",
+            "db": "inventory",
+            "schema": "public",
+            "table": self.table,
+            "txId": self.lsn // 8,
+            "lsn": self.lsn,
+        }
+        return {
+            "before": before,
+            "after": after,
+            "source": source,
+            "op": op,
+            "ts_ms": 1_700_000_000_500 + self.lsn,
+            "transaction": None,
+        }
 
 
 def cdc_topic(stack, unique_name: str) -> str:
@@ -98,7 +145,8 @@ def spark_rows(spark, config) -> list:
 
 
 def test_cdc_table_equals_the_source_through_a_crash_and_a_schema_change(
-        stack, spark, tmp_path, unique_name, monkeypatch):
+    stack, spark, tmp_path, unique_name, monkeypatch
+):
     topic = cdc_topic(stack, unique_name)
     producer = AvroProducer(stack, topic)
     config = job_config(stack, tmp_path, topic, mode="cdc", max_records=300)
@@ -107,8 +155,9 @@ def test_cdc_table_equals_the_source_through_a_crash_and_a_schema_change(
 
     def send(op: str, row_id: int, schema: dict, **fields) -> None:
         # Debezium keys a change by the row's primary key, so a row's changes share a partition
-        producer.send(key=f'{{"id":{row_id}}}'.encode(), value=db.change(op, row_id, **fields),
-                      schema=schema)
+        producer.send(
+            key=f'{{"id":{row_id}}}'.encode(), value=db.change(op, row_id, **fields), schema=schema
+        )
 
     v1, v2 = envelope(ROW_V1), envelope(ROW_V2)
     for i in range(200):  # the connector's initial snapshot
@@ -164,15 +213,18 @@ def test_cdc_table_equals_the_source_through_a_crash_and_a_schema_change(
         assert r["cdc"]["ts"] is not None
     kept_raw = sorted((r["value_error"], r["value_raw"]) for r in rows if r["value"] is None)
     assert [error.split(":")[0] for error, _ in kept_raw] == [
-        "a truncate event (op t) is not applied", "not in the Confluent wire format"]
+        "a truncate event (op t) is not applied",
+        "not in the Confluent wire format",
+    ]
     assert kept_raw[0][1][5:] and kept_raw[1][1] == b"not avro"
 
     assert sorted(tuple(r) for r in spark_rows(spark, config)) == sorted(
         (r["value"]["id"], r["value"]["name"], r["value"]["email"], r["value"]["tier"])
-        for r in changed)
-    assert sorted(duckdb_rows(config, "value.id, value.name, value.email, value.tier",
-                              "value IS NOT NULL")) == sorted(
-        tuple(r) for r in spark_rows(spark, config))
+        for r in changed
+    )
+    assert sorted(
+        duckdb_rows(config, "value.id, value.name, value.email, value.tier", "value IS NOT NULL")
+    ) == sorted(tuple(r) for r in spark_rows(spark, config))
     files = delete_files(spark, config)
     assert files and {(f["content"], f["file_format"]) for f in files} == {(1, "PUFFIN")}
     assert load_table(config).format_version == 3
@@ -194,8 +246,9 @@ def test_cdc_of_json_envelopes_keyed_by_a_field_of_the_row(stack, spark, tmp_pat
         event = db.change(op, row_id, **fields)
         if next(wrapped):
             event = {"schema": {"type": "struct", "optional": False}, "payload": event}
-        producer.produce(topic, key=str(row_id).encode(), value=json.dumps(event).encode(),
-                         partition=0)
+        producer.produce(
+            topic, key=str(row_id).encode(), value=json.dumps(event).encode(), partition=0
+        )
 
     for i in range(10):
         send("c", i, name=f"customer {i}")
@@ -214,16 +267,19 @@ def test_cdc_of_json_envelopes_keyed_by_a_field_of_the_row(stack, spark, tmp_pat
     run_once(config, spark)
 
     rows = table_rows(config)
-    assert {r["value"]["id"]: (r["value"]["name"], r["cdc"]["op"])
-            for r in rows if r["value"] is not None} == {
-        i: (row["name"], db.last[i][0]) for i, row in db.rows.items()}
+    assert {
+        r["value"]["id"]: (r["value"]["name"], r["cdc"]["op"])
+        for r in rows
+        if r["value"] is not None
+    } == {i: (row["name"], db.last[i][0]) for i, row in db.rows.items()}
     assert sorted(db.rows) == [0, 2, 4, 5, 6, 7, 8, 9]
     bad = [r for r in rows if r["value"] is None]
     assert len(bad) == 1 and bad[0]["value_raw"] == b'{"op": "u", "after": '
 
 
 def test_cdc_keyed_by_debeziums_json_key_decoded_by_its_subject(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """Debezium's key is the row's primary key, ``{"id": 1}`` in JSON.  Decoded by its own
     subject (key.format json), the key's fields identify the row, whatever the bytes: a key
     written with other spacing or field order finds the same row."""
@@ -232,9 +288,20 @@ def test_cdc_keyed_by_debeziums_json_key_decoded_by_its_subject(
     topic = cdc_topic(stack, unique_name)
     registry = SchemaRegistryClient({"url": stack.registry_url})
     registry.register_schema(f"{topic}-value", Schema(json.dumps(envelope(ROW_V1)), "AVRO"))
-    registry.register_schema(f"{topic}-key", Schema(json.dumps(
-        {"type": "record", "name": "Key", "namespace": NAMESPACE,
-         "fields": [{"name": "id", "type": "int"}]}), "AVRO"))
+    registry.register_schema(
+        f"{topic}-key",
+        Schema(
+            json.dumps(
+                {
+                    "type": "record",
+                    "name": "Key",
+                    "namespace": NAMESPACE,
+                    "fields": [{"name": "id", "type": "int"}],
+                }
+            ),
+            "AVRO",
+        ),
+    )
     base = job_config(stack, tmp_path, topic, fmt="json", mode="cdc")
     data = base.model_dump(by_alias=True, mode="json", exclude_none=True)
     data["key"] = {"format": "json", "subject": f"{topic}-key"}
@@ -245,8 +312,9 @@ def test_cdc_keyed_by_debeziums_json_key_decoded_by_its_subject(
 
     def send(op: str, row_id: int, **fields) -> None:
         key = (next(spacing) % row_id).encode()
-        producer.produce(topic, key=key, value=json.dumps(db.change(op, row_id, **fields)),
-                         partition=row_id % 3)
+        producer.produce(
+            topic, key=key, value=json.dumps(db.change(op, row_id, **fields)), partition=row_id % 3
+        )
         if op == "d":  # Debezium's tombstone after a delete
             producer.produce(topic, key=key, value=None, partition=row_id % 3)
 
@@ -258,8 +326,7 @@ def test_cdc_keyed_by_debeziums_json_key_decoded_by_its_subject(
         send("u", i, name=f"renamed {i}")
     for i in range(0, 20, 4):
         send("d", i)
-    producer.produce(topic, key=b"[1]", value=json.dumps(db.change("u", 1, name="x")),
-                     partition=1)
+    producer.produce(topic, key=b"[1]", value=json.dumps(db.change("u", 1, name="x")), partition=1)
     producer.flush()
     run_once(config, spark)
 

@@ -10,8 +10,14 @@ import pytest
 from floe_sparkapp.ledger import last_commit
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, streaming,
-    table_rows, wait_for_rows,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    streaming,
+    table_rows,
+    wait_for_rows,
 )
 from .test_job_roundtrip import produce_orders
 
@@ -28,14 +34,16 @@ def committed_at(config) -> tuple[int, int]:
 
 
 def test_a_burst_commits_when_enough_has_arrived_and_a_trickle_when_the_interval_ends(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"volume-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 150)
     config = job_config(stack, tmp_path, topic, interval=INTERVAL)
-    config = config.model_copy(update={"commit": config.commit.model_copy(
-        update={"min_records": 100})})
+    config = config.model_copy(
+        update={"commit": config.commit.model_copy(update={"min_records": 100})}
+    )
 
     with streaming(config, spark) as (failures, _):
         wait_for_rows(config, 150, timeout=120)  # the backlog: more than minRecords at once
@@ -58,8 +66,12 @@ def test_a_burst_commits_when_enough_has_arrived_and_a_trickle_when_the_interval
     assert_exactly_once(table_rows(config), producer.sent)
 
 
-NOTE = {"type": "record", "name": "Note", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"}, {"name": "text", "type": "string"}]}
+NOTE = {
+    "type": "record",
+    "name": "Note",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "text", "type": "string"}],
+}
 LARGE = 16_000  # bytes of text in a large record
 
 
@@ -72,22 +84,26 @@ def produce_notes(producer: AvroProducer, start_at: int, count: int, size: int) 
 def job_commits(config) -> list[int]:
     """The records of each of the job's commits, oldest first."""
     table = load_table(config)
-    return [int(s.summary["added-records"]) for s in
-            sorted(table.snapshots(), key=lambda s: s.sequence_number)
-            if s.summary.additional_properties.get("floe.writer") == config.writer
-            and "added-records" in s.summary.additional_properties]
+    return [
+        int(s.summary["added-records"])
+        for s in sorted(table.snapshots(), key=lambda s: s.sequence_number)
+        if s.summary.additional_properties.get("floe.writer") == config.writer
+        and "added-records" in s.summary.additional_properties
+    ]
 
 
 def test_a_commit_takes_about_max_bytes_of_records_and_plans_again_when_they_grow(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"bytes-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
     produce_notes(producer, 0, 100, LARGE)  # large records first, then small ones: the sample
     produce_notes(producer, 100, 150, 50)  # of the newest finds small records only
     config = job_config(stack, tmp_path, topic, max_records=1000)
-    config = config.model_copy(update={"commit": config.commit.model_copy(
-        update={"max_bytes_per_commit": "1Mi"})})
+    config = config.model_copy(
+        update={"commit": config.commit.model_copy(update={"max_bytes_per_commit": "1Mi"})}
+    )
     fit = 1024 * 1024 // LARGE  # large records in 1 MiB
 
     with streaming(config, spark) as (failures, _):

@@ -10,15 +10,23 @@ import requests
 from floe_sparkapp.job import run, start
 from floe_sparkapp.ledger import last_commit
 
-from .jobkit import (AvroProducer, create_topic, job_config, load_table, table_rows,
-                     valid_through, wait_for_rows)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    job_config,
+    load_table,
+    table_rows,
+    valid_through,
+    wait_for_rows,
+)
 from .test_job_roundtrip import V1, V2, normalize, order
 
 pytestmark = pytest.mark.integration
 
 
 def test_additive_version_adds_a_column_without_restart_and_breaking_one_is_kept_raw(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"evolve-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
@@ -29,8 +37,9 @@ def test_additive_version_adds_a_column_without_restart_and_breaking_one_is_kept
     query = start(config, spark)
     try:
         wait_for_rows(config, 40)
-        assert "note" not in [f.name for f in
-                              load_table(config).schema().find_field("value").field_type.fields]
+        assert "note" not in [
+            f.name for f in load_table(config).schema().find_field("value").field_type.fields
+        ]
 
         for i in range(40, 80):  # a new optional field, registered by the producer
             producer.send(key=f"v2-{i}".encode(), value=order(i, 2), schema=V2)
@@ -39,11 +48,16 @@ def test_additive_version_adds_a_column_without_restart_and_breaking_one_is_kept
 
         # A breaking change: quantity becomes a string. The registry must be told to accept it.
         subject = f"{topic}-value"
-        requests.put(f"{stack.registry_url}/config/{subject}",
-                     json={"compatibility": "NONE"}, timeout=10).raise_for_status()
-        v3 = {**V2, "fields": [f if f["name"] != "quantity" else {"name": "quantity",
-                                                                  "type": "string"}
-                               for f in V2["fields"]]}
+        requests.put(
+            f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"}, timeout=10
+        ).raise_for_status()
+        v3 = {
+            **V2,
+            "fields": [
+                f if f["name"] != "quantity" else {"name": "quantity", "type": "string"}
+                for f in V2["fields"]
+            ],
+        }
         for i in range(80, 90):
             value = {**order(i, 2), "quantity": f"{i} pieces"}
             producer.send(key=f"v3-{i}".encode(), value=value, schema=v3)
@@ -59,10 +73,15 @@ def test_additive_version_adds_a_column_without_restart_and_breaking_one_is_kept
     assert normalize(by_key["v2-44"]["value"]) == normalize(order(44, 2))
     breaking = by_key["v3-85"]
     assert breaking["value"] is None
-    assert breaking["value_raw"] == producer.sent[next(
-        p for p, s in producer.sent.items() if s["key"] == b"v3-85")]["payload"]
+    assert (
+        breaking["value_raw"]
+        == producer.sent[next(p for p, s in producer.sent.items() if s["key"] == b"v3-85")][
+            "payload"
+        ]
+    )
     assert breaking["value_error"].endswith(
-        "breaking schema change: value.quantity: type changed from int to string")
+        "breaking schema change: value.quantity: type changed from int to string"
+    )
     value_fields = load_table(config).schema().find_field("value").field_type
     assert str(value_fields.field_by_name("quantity").field_type) == "int"  # table unchanged
 
@@ -73,13 +92,22 @@ def test_json_values_are_parsed_against_the_table_schema(stack, spark, tmp_path,
 
     topic = f"json-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=1)
-    schema = {"type": "record", "name": "Event", "fields": [
-        {"name": "id", "type": "long"}, {"name": "kind", "type": "string"}]}
+    schema = {
+        "type": "record",
+        "name": "Event",
+        "fields": [{"name": "id", "type": "long"}, {"name": "kind", "type": "string"}],
+    }
     SchemaRegistryClient({"url": stack.registry_url}).register_schema(
-        f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
+        f"{topic}-value", Schema(json.dumps(schema), "AVRO")
+    )
     producer = Producer({"bootstrap.servers": stack.bootstrap})
-    payloads = [b'{"id": 1, "kind": "click"}', b'{"id": 2, "kind": "view", "extra": true}',
-                b"not json at all", None, b'{"id": "not a number", "kind": "click"}']
+    payloads = [
+        b'{"id": 1, "kind": "click"}',
+        b'{"id": 2, "kind": "view", "extra": true}',
+        b"not json at all",
+        None,
+        b'{"id": "not a number", "kind": "click"}',
+    ]
     for i, payload in enumerate(payloads):
         producer.produce(topic, key=str(i).encode(), value=payload)
     producer.flush(30)
@@ -119,20 +147,29 @@ def test_raw_format_keeps_the_bytes(stack, spark, tmp_path, unique_name):
 
 
 def test_a_recursive_schema_is_decoded_but_for_its_recursive_part_which_is_kept_raw(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"tree-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=1)
-    node = {"type": "record", "name": "Node", "fields": [
-        {"name": "label", "type": "string"},
-        {"name": "children", "type": {"type": "array", "items": "Node"}}]}
+    node = {
+        "type": "record",
+        "name": "Node",
+        "fields": [
+            {"name": "label", "type": "string"},
+            {"name": "children", "type": {"type": "array", "items": "Node"}},
+        ],
+    }
     producer = AvroProducer(stack, topic)
     producer.send(key=b"first", value=order(1, 1), schema=V1)  # the table comes from V1
     producer.flush()
     config = job_config(stack, tmp_path, topic)
     run(config, spark, available_now=True, timeout=600)
 
-    producer.send(key=b"tree", value={"label": "root", "children": [
-        {"label": "leaf", "children": []}]}, schema=node)
+    producer.send(
+        key=b"tree",
+        value={"label": "root", "children": [{"label": "leaf", "children": []}]},
+        schema=node,
+    )
     producer.send(key=b"second", value=order(2, 1), schema=V1)
     producer.flush()
     run(config, spark, available_now=True, timeout=600)
@@ -149,7 +186,8 @@ def test_a_recursive_schema_is_decoded_but_for_its_recursive_part_which_is_kept_
 
 
 def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
-        stack, spark, tmp_path, unique_name, caplog):
+    stack, spark, tmp_path, unique_name, caplog
+):
     """Four writer versions, each adding a field, registered after the job last ran and mixed
     in one batch: all decode, the table evolved for each, the batch decoded again once (the
     three the job did not plan for are found in one go, though the first pass counts only the
@@ -166,8 +204,13 @@ def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
         producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
     producer.flush()
     config = job_config(stack, tmp_path, topic)
-    config = config.model_copy(update={"table": config.table.model_copy(update={
-        "properties": {"write.metadata.metrics.default": "none"}})})
+    config = config.model_copy(
+        update={
+            "table": config.table.model_copy(
+                update={"properties": {"write.metadata.metrics.default": "none"}}
+            )
+        }
+    )
     run(config, spark, available_now=True, timeout=600)
 
     added = ("colour", "size", "weight", "shape")
@@ -181,7 +224,7 @@ def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
     turns = (3, 1, 2, 0)
     for i in range(12, 44):
         name, schema = versions[turns[i % 4]]
-        value = {**order(i, 1), **{f: f"{f} {i}" for f in added[:turns[i % 4] + 1]}}
+        value = {**order(i, 1), **{f: f"{f} {i}" for f in added[: turns[i % 4] + 1]}}
         producer.send(key=f"{name}-{i}".encode(), value=value, schema=schema)
     producer.flush()
     caplog.clear()
@@ -193,8 +236,8 @@ def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
     for r in rows:
         i = r["value"]["id"]
         assert {f: r["value"][f] for f in added} == {
-            f: f"{f} {i}" if i >= 10 and n <= turns[i % 4] else None
-            for n, f in enumerate(added)}
+            f: f"{f} {i}" if i >= 10 and n <= turns[i % 4] else None for n, f in enumerate(added)
+        }
     assert len({r["kafka"]["schema_id"] for r in rows}) == 5
     assert len([r for r in caplog.records if "decoding it again" in r.getMessage()]) == 1
 
@@ -205,7 +248,8 @@ def test_a_batch_of_versions_the_job_has_not_seen_lands_each_in_its_columns(
 
 @pytest.mark.faults
 def test_schema_evolution_none_keeps_the_tables_schema_in_the_job(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """`schemaEvolution.mode: none` reaches the job: a new field is left out, and a value that
     needs a wider column is kept raw with the reason, while the table keeps its schema."""
     from floe_sparkapp.config import parse_config
@@ -216,13 +260,21 @@ def test_schema_evolution_none_keeps_the_tables_schema_in_the_job(
     for i in range(10):
         producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
     producer.flush()
-    config = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
-                           "schemaEvolution": {"mode": "none"}})
+    config = parse_config(
+        {
+            **json.loads(job_config(stack, tmp_path, topic).to_json()),
+            "schemaEvolution": {"mode": "none"},
+        }
+    )
     run(config, spark, available_now=True, timeout=600)
 
-    wide = {**V2, "fields": [f if f["name"] != "quantity" else {"name": "quantity",
-                                                                "type": "long"}
-                             for f in V2["fields"]]}
+    wide = {
+        **V2,
+        "fields": [
+            f if f["name"] != "quantity" else {"name": "quantity", "type": "long"}
+            for f in V2["fields"]
+        ],
+    }
     for i in range(10, 20):
         producer.send(key=f"v2-{i}".encode(), value=order(i, 2), schema=V2)
     for i in range(20, 25):
@@ -241,13 +293,15 @@ def test_schema_evolution_none_keeps_the_tables_schema_in_the_job(
     assert kept["value"] is None and kept["value_raw"] is not None
     assert kept["value_error"].endswith(
         "schemaEvolution.mode is none and the table would have to change: "
-        "value.quantity: int widened to long")
+        "value.quantity: int widened to long"
+    )
 
 
 @pytest.mark.faults
 @pytest.mark.alone("registry")  # it takes the registry's next schema id
 def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """A record framed with a schema id the registry does not know (yet) lands raw; once the
     schema is registered, the running job decodes that id's records: a 404 is not kept."""
     import io
@@ -267,8 +321,9 @@ def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
         return {**V1, "doc": f"{unique_name} {tag}"}
 
     # The registry numbers new schemas in turn: the next one will get the probe's id + 1.
-    probe = registry.register_schema(f"{topic}-probe", Schema(json.dumps(new_content("probe")),
-                                                              "AVRO"))
+    probe = registry.register_schema(
+        f"{topic}-probe", Schema(json.dumps(new_content("probe")), "AVRO")
+    )
     late = new_content("late")
     body = io.BytesIO()
     fastavro.schemaless_writer(body, fastavro.parse_schema(late), order(5, 1))
@@ -279,10 +334,12 @@ def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
     try:
         rows = {r["key"].decode(): r for r in wait_for_rows(config, 6)}
         assert rows["early"]["value_error"] == (
-            f"unknown schema id {probe + 1}: the schema registry has no schema with this id")
+            f"unknown schema id {probe + 1}: the schema registry has no schema with this id"
+        )
 
         assert registry.register_schema(f"{topic}-value", Schema(json.dumps(late), "AVRO")) == (
-            probe + 1)
+            probe + 1
+        )
         for i in range(6, 11):
             producer.send(key=f"late-{i}".encode(), value=order(i, 1), schema=late)
         producer.flush()
@@ -291,14 +348,17 @@ def test_a_schema_id_the_registry_did_not_know_decodes_once_it_is_registered(
         query.stop()
     assert query.exception() is None
     assert len(rows) == 11
-    assert all(rows[f"late-{i}"]["value"] is not None and rows[f"late-{i}"]["value_error"] is None
-               for i in range(6, 11)), [rows[f"late-{i}"]["value_error"] for i in range(6, 11)]
+    assert all(
+        rows[f"late-{i}"]["value"] is not None and rows[f"late-{i}"]["value_error"] is None
+        for i in range(6, 11)
+    ), [rows[f"late-{i}"]["value_error"] for i in range(6, 11)]
     assert normalize(rows["late-8"]["value"]) == normalize(order(8, 1))
 
 
 @pytest.mark.faults
 def test_records_of_an_older_writer_after_an_approved_change_land_in_the_before_column(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from floe_sparkapp.avro_types import avro_to_iceberg
@@ -316,19 +376,25 @@ def test_records_of_an_older_writer_after_an_approved_change_land_in_the_before_
     try:
         wait_for_rows(config, 10)
         # item becomes a number: a breaking change, approved as the operator applies it.
-        requests.put(f"{stack.registry_url}/config/{subject}",
-                     json={"compatibility": "NONE"}, timeout=10).raise_for_status()
-        numbered = {**V1, "fields": [f if f["name"] != "item" else {"name": "item",
-                                                                     "type": "long"}
-                                     for f in V1["fields"]]}
+        requests.put(
+            f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"}, timeout=10
+        ).raise_for_status()
+        numbered = {
+            **V1,
+            "fields": [
+                f if f["name"] != "item" else {"name": "item", "type": "long"} for f in V1["fields"]
+            ],
+        }
         producer.send(key=b"v2-before", value={**order(10, 1), "item": 10}, schema=numbered)
         producer.flush()
         wait_for_rows(config, 11)
-        version = SchemaRegistryClient({"url": stack.registry_url}).get_latest_version(
-            subject).version
+        version = (
+            SchemaRegistryClient({"url": stack.registry_url}).get_latest_version(subject).version
+        )
         incoming = avro_to_iceberg(json.dumps(numbered)).struct
         assert apply_approved_breaking(load_table(config), incoming, version) == [
-            f"value.item -> item_before_v{version}"]
+            f"value.item -> item_before_v{version}"
+        ]
         # Approving again (the annotation stays; another operator replica) changes nothing.
         schema_id = load_table(config).schema().schema_id
         assert apply_approved_breaking(load_table(config), incoming, version) == []
@@ -339,8 +405,9 @@ def test_records_of_an_older_writer_after_an_approved_change_land_in_the_before_
             if i % 2:
                 producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
             else:
-                producer.send(key=f"v2-{i}".encode(), value={**order(i, 1), "item": i},
-                              schema=numbered)
+                producer.send(
+                    key=f"v2-{i}".encode(), value={**order(i, 1), "item": i}, schema=numbered
+                )
         producer.flush()
         rows = wait_for_rows(config, 21, timeout=120)
     finally:

@@ -10,15 +10,25 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from floe_sparkapp.ledger import branch_prefix, offsets_tag
 from floe_sparkapp.job import start
 from floe_sparkapp.kafka_offsets import DataLossError
+from floe_sparkapp.ledger import branch_prefix, offsets_tag
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
-    recreate_topic, run_once, streaming, table_rows, wait_for_rows,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    recreate_topic,
+    run_once,
+    streaming,
+    table_rows,
+    wait_for_rows,
 )
-from .test_job_roundtrip import V1 as V1_SCHEMA, order, produce_orders
+from .test_job_roundtrip import V1 as V1_SCHEMA
+from .test_job_roundtrip import order, produce_orders
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -44,7 +54,8 @@ def test_lost_checkpoint_restarts_from_the_table_offsets(stack, spark, tmp_path,
 
 
 def test_a_first_batch_killed_while_writing_its_offsets_runs_again_on_restart(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """A process killed between writing its first offset log file under its temporary name and
     renaming it: Spark refuses such a checkpoint at every start, unless the job clears it."""
     producer = AvroProducer(stack, topic)
@@ -62,12 +73,15 @@ def test_a_first_batch_killed_while_writing_its_offsets_runs_again_on_restart(
 
 
 def test_replayed_batch_after_losing_the_last_commit_log_entry_is_a_no_op(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 120)
     config = job_config(stack, tmp_path, topic, max_records=50)  # several batches
     run_once(config, spark)
-    commits = sorted((tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits = sorted(
+        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
+    )
     # Spark replays the last batch, which the table has already committed.
     commits[-1].unlink()
     commits[-1].with_name(f".{commits[-1].name}.crc").unlink(missing_ok=True)
@@ -81,8 +95,9 @@ def test_replayed_batch_after_losing_the_last_commit_log_entry_is_a_no_op(
 def test_aborted_transactions_never_land(stack, spark, tmp_path, topic):
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 20)
-    transactional = Producer({"bootstrap.servers": stack.bootstrap,
-                              "transactional.id": f"tx-{topic}"})
+    transactional = Producer(
+        {"bootstrap.servers": stack.bootstrap, "transactional.id": f"tx-{topic}"}
+    )
     transactional.init_transactions(30)
     serialize = next(iter(producer.serializers.values()))
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -167,7 +182,8 @@ def test_records_deleted_by_retention_fail_the_job_with_data_loss(stack, spark, 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
 def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
-        stack, tmp_path, topic, catalog):
+    stack, tmp_path, topic, catalog
+):
     import json
     import os
     import random
@@ -203,8 +219,9 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
     try:
         for n in range(10):
             committed = first_commits()
-            job = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+            job = subprocess.Popen(
+                command, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            )
             if n % 2 == 0:  # during start-up: before its first commit (about 10 s in)
                 time.sleep(rng.uniform(2, 8))
             else:  # once it has committed a batch: mid-batch or between batches (2 s apart)
@@ -223,11 +240,15 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
         log_file.close()
     assert kills == 10
 
-    final = subprocess.run([*command, "--available-now"], env=env, capture_output=True,
-                           text=True, timeout=600)
+    final = subprocess.run(
+        [*command, "--available-now"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
-    batches = [json.loads(line[line.index("{"):]) for line in
-               (final.stdout + final.stderr).splitlines() if '"event": "floe.batch"' in line]
+    batches = [
+        json.loads(line[line.index("{") :])
+        for line in (final.stdout + final.stderr).splitlines()
+        if '"event": "floe.batch"' in line
+    ]
     assert batches, "the last run committed nothing"
     assert_exactly_once(table_rows(config), producer.sent)
     # Killed batches left their branches; each start drops those of the runs before it.
@@ -235,7 +256,8 @@ def test_sigkilled_job_restarted_again_and_again_loses_and_duplicates_nothing(
 
 
 def test_branches_left_by_interrupted_batches_are_dropped_when_the_job_starts(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
 
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
@@ -259,7 +281,8 @@ def test_branches_left_by_interrupted_batches_are_dropped_when_the_job_starts(
 
 
 def test_an_append_failing_before_its_commit_deletes_its_files_and_lands_once_on_restart(
-        stack, spark, tmp_path, topic, monkeypatch):
+    stack, spark, tmp_path, topic, monkeypatch
+):
     from floe_sparkapp.commit import BranchCommitter
     from floe_sparkapp.ledger import last_commit
 
@@ -319,7 +342,8 @@ def _on_table_of(config, other, *, writer: str, checkpoint):
 
 
 def test_an_old_name_reused_for_another_topic_starts_from_that_topics_offsets(
-        stack, spark, tmp_path, topic, unique_name):
+    stack, spark, tmp_path, topic, unique_name
+):
     first = AvroProducer(stack, topic)
     produce_orders(first, 0, 30)
     old = job_config(stack, tmp_path, topic)
@@ -330,8 +354,12 @@ def test_an_old_name_reused_for_another_topic_starts_from_that_topics_offsets(
     create_topic(stack.bootstrap, other_topic, partitions=3)
     second = AvroProducer(stack, other_topic)
     produce_orders(second, 100, 12)
-    new = _on_table_of(job_config(stack, tmp_path / "new", other_topic, catalog_dir=tmp_path),
-                       old, writer=old.writer, checkpoint=tmp_path / "new-checkpoint")
+    new = _on_table_of(
+        job_config(stack, tmp_path / "new", other_topic, catalog_dir=tmp_path),
+        old,
+        writer=old.writer,
+        checkpoint=tmp_path / "new-checkpoint",
+    )
     run_once(new, spark)
 
     rows = table_rows(old)
@@ -349,8 +377,9 @@ def test_a_renamed_resource_goes_on_from_the_old_names_offsets(stack, spark, tmp
     # What the operator does when the table's writer is gone and another resource names it.
     hand_over_table(load_table(old), "data/orders-renamed")
     produce_orders(producer, 30, 10)
-    renamed = _on_table_of(old, old, writer="data/orders-renamed",
-                           checkpoint=tmp_path / "renamed-checkpoint")
+    renamed = _on_table_of(
+        old, old, writer="data/orders-renamed", checkpoint=tmp_path / "renamed-checkpoint"
+    )
     run_once(renamed, spark)
 
     assert_exactly_once(table_rows(old), producer.sent)
@@ -365,13 +394,15 @@ def test_a_second_resource_cannot_write_a_table_that_has_a_writer(stack, spark, 
     produce_orders(producer, 0, 10)
     first = job_config(stack, tmp_path, topic)
     run_once(first, spark)
-    second = _on_table_of(first, first, writer="data/another",
-                          checkpoint=tmp_path / "another-checkpoint")
+    second = _on_table_of(
+        first, first, writer="data/another", checkpoint=tmp_path / "another-checkpoint"
+    )
 
     with pytest.raises(TableInUse) as refused:
         run_once(second, spark)
-    assert str(refused.value).startswith("the table is written by data/orders (its table "
-                                         "property floe.writer)")
+    assert str(refused.value).startswith(
+        "the table is written by data/orders (its table property floe.writer)"
+    )
     assert load_table(first).properties["floe.writer"] == "data/orders"
     assert_exactly_once(table_rows(first), producer.sent)
 
@@ -390,19 +421,25 @@ def _ancestry(table) -> list[int]:
     ids, snapshot = [], table.current_snapshot()
     while snapshot is not None:
         ids.append(snapshot.snapshot_id)
-        snapshot = (table.snapshot_by_id(snapshot.parent_snapshot_id)
-                    if snapshot.parent_snapshot_id is not None else None)
+        snapshot = (
+            table.snapshot_by_id(snapshot.parent_snapshot_id)
+            if snapshot.parent_snapshot_id is not None
+            else None
+        )
     return ids
 
 
 def _rollback(spark, config, snapshot_id: int) -> None:
-    spark.sql(f"CALL {config.table.catalog.name}.system.rollback_to_snapshot("
-              f"'{config.table.identifier}', {snapshot_id})")
+    spark.sql(
+        f"CALL {config.table.catalog.name}.system.rollback_to_snapshot("
+        f"'{config.table.identifier}', {snapshot_id})"
+    )
 
 
 @pytest.mark.parametrize("table_change", ["purged and created again", "a new identifier"])
 def test_a_checkpoint_that_outlived_its_table_is_not_followed(
-        stack, spark, tmp_path, topic, table_change):
+    stack, spark, tmp_path, topic, table_change
+):
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 40)
     config = job_config(stack, tmp_path, topic)
@@ -441,7 +478,8 @@ def test_a_rollback_of_main_between_batches_is_ingested_again(stack, spark, tmp_
 
 
 def test_a_rollback_of_main_during_a_batch_is_not_undone(
-        stack, spark, tmp_path, topic, monkeypatch):
+    stack, spark, tmp_path, topic, monkeypatch
+):
     from floe_sparkapp.commit import BranchCommitter
 
     producer = AvroProducer(stack, topic)
@@ -473,7 +511,8 @@ def test_a_rollback_of_main_during_a_batch_is_not_undone(
 
 
 def test_a_dead_letter_topic_that_refuses_records_does_not_wedge_the_job(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     from floe_sparkapp.ledger import last_commit
 
     from .jobkit import consume_to_end
@@ -492,8 +531,10 @@ def test_a_dead_letter_topic_that_refuses_records_does_not_wedge_the_job(
     huge = next(r for r in rows if r["key"] == b"huge")
     assert huge["value_raw"] == b"not avro " * 1000 and huge["value_error"]
     failure = last_commit(load_table(config), config.writer, topic).dead_letter_error
-    assert failure.startswith(f"1 undecodable record(s) not sent to dead-letter topic {dlq} "
-                              "after 3 attempts (they are in value_raw): ")
+    assert failure.startswith(
+        f"1 undecodable record(s) not sent to dead-letter topic {dlq} "
+        "after 3 attempts (they are in value_raw): "
+    )
     assert "RecordTooLargeException" in failure
 
     # The next batch's undecodable record fits: it is delivered and the failure is cleared.
@@ -537,7 +578,8 @@ def test_partitions_added_to_the_topic_land_exactly_once(stack, spark, tmp_path,
 
 
 def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
     config = job_config(stack, tmp_path, topic)
@@ -549,15 +591,18 @@ def test_a_topic_deleted_and_created_again_stops_the_job_with_data_loss(
     with pytest.raises(DataLossError) as lost:
         start(config, spark, available_now=True)
     message = str(lost.value)
-    assert message.startswith(f"DataLoss: topic {topic} is not the topic table "
-                              f"{config.table.identifier}'s offsets were committed from: the "
-                              "topic was deleted and created again (topic ID ")
+    assert message.startswith(
+        f"DataLoss: topic {topic} is not the topic table "
+        f"{config.table.identifier}'s offsets were committed from: the "
+        "topic was deleted and created again (topic ID "
+    )
     assert "create the resource again with another table.identifier" in message
     assert_exactly_once(table_rows(config), producer.sent)  # nothing of the new topic mixed in
 
 
 def test_a_topic_created_again_and_refilled_past_the_tables_offsets_stops_the_job(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """The new topic's offsets reach beyond the table's, so the offsets alone look fine: the
     topic ID recorded with them tells the topics apart, and nothing of the new one is skipped
     or mixed in."""
@@ -575,8 +620,9 @@ def test_a_topic_created_again_and_refilled_past_the_tables_offsets_stops_the_jo
     again = AvroProducer(stack, topic)
     for i in range(100, 160):  # past offset 30 on every partition
         for partition in range(3):
-            again.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA,
-                       partition=partition)
+            again.send(
+                key=f"k{i}".encode(), value=order(i, 1), schema=V1_SCHEMA, partition=partition
+            )
     again.flush()
 
     with pytest.raises(DataLossError) as lost:
@@ -586,7 +632,8 @@ def test_a_topic_created_again_and_refilled_past_the_tables_offsets_stops_the_jo
 
 
 def test_a_topic_deleted_and_created_again_while_the_job_runs_stops_it_with_data_loss(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     producer = AvroProducer(stack, topic)
     produce_orders(producer, 0, 30)
     config = job_config(stack, tmp_path, topic, interval=1)
@@ -598,21 +645,36 @@ def test_a_topic_deleted_and_created_again_while_the_job_runs_stops_it_with_data
     # Spark's Kafka source stops the query in its own words; the job says DataLoss (its exit
     # code tells the operator not to restart it).
     assert len(failures) == 1 and isinstance(failures[0], DataLossError), failures
-    assert str(failures[0]).startswith(f"DataLoss: topic {topic}: Kafka's offsets are below "
-                                       "the table's, so the topic was deleted and created again")
+    assert str(failures[0]).startswith(
+        f"DataLoss: topic {topic}: Kafka's offsets are below "
+        "the table's, so the topic was deleted and created again"
+    )
     assert_exactly_once(table_rows(config), producer.sent)
 
 
 def test_a_compacted_topic_with_offset_gaps_lands_what_compaction_kept(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     from confluent_kafka import Consumer
     from confluent_kafka.admin import NewTopic
 
     name = f"compacted-{unique_name}".replace("_", "-")
     admin = AdminClient({"bootstrap.servers": stack.bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1, config={
-            "cleanup.policy": "compact", "segment.ms": "200",
-            "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0"})]).values():
+    for future in admin.create_topics(
+        [
+            NewTopic(
+                name,
+                1,
+                1,
+                config={
+                    "cleanup.policy": "compact",
+                    "segment.ms": "200",
+                    "min.cleanable.dirty.ratio": "0.001",
+                    "min.compaction.lag.ms": "0",
+                },
+            )
+        ]
+    ).values():
         future.result(timeout=30)
     producer = AvroProducer(stack, name)
     for version in range(1, 5):  # each key written four times: compaction keeps the last
@@ -622,8 +684,14 @@ def test_a_compacted_topic_with_offset_gaps_lands_what_compaction_kept(
         time.sleep(0.3)
 
     def kept() -> dict[tuple[int, int], bytes]:
-        consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"g-{name}",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": stack.bootstrap,
+                "group.id": f"g-{name}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
         consumer.assign([TopicPartition(name, 0, 0)])
         found: dict[tuple[int, int], bytes] = {}
         while (message := consumer.poll(2.0)) is not None:
@@ -645,7 +713,8 @@ def test_a_compacted_topic_with_offset_gaps_lands_what_compaction_kept(
 
 
 def test_a_latest_job_that_lost_its_checkpoint_skips_nothing_after_its_first_start(
-        stack, spark, tmp_path, topic, monkeypatch):
+    stack, spark, tmp_path, topic, monkeypatch
+):
     """``startingOffsets: latest`` applies to the job's very first start only: the history
     before it is skipped, but what came after is landed even when the job stopped before its
     first commit and lost its checkpoint (on every restart with a GCS or ADLS warehouse,
@@ -674,7 +743,8 @@ def test_a_latest_job_that_lost_its_checkpoint_skips_nothing_after_its_first_sta
         with pytest.raises(Exception, match="crashed before its first commit"):
             run_once(config, spark)
     assert last_commit(load_table(config), config.writer, topic).offsets == {
-        p: max(o for q, o in history if q == p) + 1 for p, _ in history}  # where it started
+        p: max(o for q, o in history if q == p) + 1 for p, _ in history
+    }  # where it started
 
     produce_orders(producer, 30, 30)  # after the first start: each lands
     shutil.rmtree(config.checkpoint_location)
@@ -693,7 +763,8 @@ def test_a_latest_job_that_lost_its_checkpoint_skips_nothing_after_its_first_sta
 
 
 def test_a_commit_that_is_not_floes_during_a_batch_does_not_send_it_back(
-        stack, spark, tmp_path, topic, monkeypatch):
+    stack, spark, tmp_path, topic, monkeypatch
+):
     """A compaction or an operation that commits while a batch writes its files (here: a
     snapshot that is not floe's, committed between every batch's files and its commit) no
     longer sends the batch back to be written again, which starved a busy job beside its
@@ -733,27 +804,29 @@ def test_a_commit_that_is_not_floes_during_a_batch_does_not_send_it_back(
 
 
 def test_a_topic_made_after_the_job_started_is_recorded_with_its_identity(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """The job started before its topic existed: its first batch asks Kafka again which topic
     it reads, so its commits carry the topic's identity (and a topic created again later is
     told apart) instead of none for the whole run."""
-    from floe_sparkapp.kafka_offsets import topic_identity
-    from floe_sparkapp.ledger import last_commit
-
     import json
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+    from floe_sparkapp.kafka_offsets import topic_identity
+    from floe_sparkapp.ledger import last_commit
+
     topic = f"faults-later-{unique_name}".replace("_", "-")
     SchemaRegistryClient({"url": stack.registry_url}).register_schema(
-        f"{topic}-value", Schema(json.dumps(V1_SCHEMA), "AVRO"))
+        f"{topic}-value", Schema(json.dumps(V1_SCHEMA), "AVRO")
+    )
     config = job_config(stack, tmp_path, topic, interval=1)
     assert topic_identity(config) is None
     query = start(config, spark)
     try:
         try:
             create_topic(stack.bootstrap, topic, partitions=2)
-        except Exception as error:  # the job's consumer may have made it first (auto-create)
+        except Exception as error:  # noqa: BLE001 - the job's consumer may have made it first
             assert "TOPIC_ALREADY_EXISTS" in str(error), error
         producer = AvroProducer(stack, topic)
         produce_orders(producer, 0, 20)
@@ -767,15 +840,19 @@ def test_a_topic_made_after_the_job_started_is_recorded_with_its_identity(
 
 
 def test_brokers_that_do_not_say_the_topics_identity_only_lose_that_check(
-        stack, spark, tmp_path, topic, monkeypatch, caplog):
+    stack, spark, tmp_path, topic, monkeypatch, caplog
+):
     """Brokers without topic IDs (before Kafka 3.1) answer DescribeCluster or DescribeTopics
     with an error: the job lands all the same, says in a warning what it cannot check, and
     does not crash in a loop."""
     from confluent_kafka import KafkaError, KafkaException
 
     def unsupported(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                                        "DescribeClusterRequest is not supported by broker"))
+        raise KafkaException(
+            KafkaError(
+                KafkaError._UNSUPPORTED_FEATURE, "DescribeClusterRequest is not supported by broker"
+            )
+        )
 
     monkeypatch.setattr(AdminClient, "describe_cluster", unsupported)
     producer = AvroProducer(stack, topic)

@@ -64,8 +64,11 @@ class FramedProducer:
     def send(self, key: bytes, payload: bytes, value=None) -> None:
         def delivered(error, message):
             assert error is None, error
-            self.sent[(message.partition(), message.offset())] = {"key": key, "payload": payload,
-                                                                  "value": value}
+            self.sent[(message.partition(), message.offset())] = {
+                "key": key,
+                "payload": payload,
+                "value": value,
+            }
 
         self.producer.produce(self.topic, key=key, value=payload, on_delivery=delivered)
 
@@ -95,16 +98,17 @@ def message_class(schema: str, references: tuple[tuple[str, str], ...], name: st
 
     pool = descriptor_pool.DescriptorPool()
     for file in descriptor_pb2.FileDescriptorSet.FromString(
-            compile_schema(schema, references)).file:
+        compile_schema(schema, references)
+    ).file:
         pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
 
 
 def proto_order(cls, i: int, version: int):
-    order = cls(id=i, customer=f"c{i % 7}", status=i % 3, big=2**64 - 1 - i,
-                tags={"a": i, "b": -i})
-    order.at.FromDatetime(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-                          + dt.timedelta(seconds=i, microseconds=i))
+    order = cls(id=i, customer=f"c{i % 7}", status=i % 3, big=2**64 - 1 - i, tags={"a": i, "b": -i})
+    order.at.FromDatetime(
+        dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i, microseconds=i)
+    )
     for n in range(i % 3):
         line = order.lines.add(sku=f"s{n}", quantity=2**32 - 1 - n)
         line.price.currency, line.price.units = "EUR", 100 * n
@@ -123,6 +127,7 @@ def python_view(message) -> dict:
     """What protobuf in Python decodes, in the table's terms: enums by name, uint64 as the
     signed long of its bits, proto3 fields without presence at their zero value, unset
     message and optional fields null, the recursive ``parent`` left out."""
+
     def convert(msg) -> dict:
         out = {}
         for field in msg.DESCRIPTOR.fields:
@@ -135,9 +140,9 @@ def python_view(message) -> dict:
             elif field.is_repeated:
                 out[name] = [convert(v) for v in value]
             elif field.message_type is not None and field.message_type.full_name.endswith(
-                    "Timestamp"):
-                out[name] = value.ToDatetime(tzinfo=dt.timezone.utc) if msg.HasField(name) \
-                    else None
+                "Timestamp"
+            ):
+                out[name] = value.ToDatetime(tzinfo=dt.timezone.utc) if msg.HasField(name) else None
             elif field.message_type is not None:
                 out[name] = convert(value) if msg.HasField(name) else None
             elif field.has_presence and not msg.HasField(name):
@@ -149,6 +154,7 @@ def python_view(message) -> dict:
             else:
                 out[name] = value
         return out
+
     return convert(message)
 
 
@@ -168,7 +174,8 @@ def table_view(value: dict) -> dict:
 
 
 def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_change(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"proto-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     dlq = f"{topic}.dlq"
@@ -182,8 +189,11 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
     v1_id = producer.register(subject, Schema(V1, "PROTOBUF", references))
     v1 = message_class(V1, imports, "shop.Order")
     for i in range(30):
-        producer.send(f"v1-{i}".encode(), framed(v1_id, proto_order(v1, i, 1).SerializeToString(),
-                                                 b"\x00"), proto_order(v1, i, 1))
+        producer.send(
+            f"v1-{i}".encode(),
+            framed(v1_id, proto_order(v1, i, 1).SerializeToString(), b"\x00"),
+            proto_order(v1, i, 1),
+        )
     producer.send(b"corrupt", framed(v1_id, b"\x0a\xff\xff\xff", b"\x00"))
     producer.flush()
     config = job_config(stack, tmp_path, topic, fmt="protobuf", dead_letter=dlq)
@@ -193,16 +203,23 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
         v2_id = producer.register(subject, Schema(V2, "PROTOBUF", references))
         v2 = message_class(V2, imports, "shop.Order")
         for i in range(30, 60):  # the non-compact index array [0] (0x02 0x00) is the same
-            producer.send(f"v2-{i}".encode(), framed(
-                v2_id, proto_order(v2, i, 2).SerializeToString(), b"\x02\x00" if i % 2 else b"\x00"),
-                proto_order(v2, i, 2))
+            producer.send(
+                f"v2-{i}".encode(),
+                framed(
+                    v2_id,
+                    proto_order(v2, i, 2).SerializeToString(),
+                    b"\x02\x00" if i % 2 else b"\x00",
+                ),
+                proto_order(v2, i, 2),
+            )
         # a v2 value framed with v1's id: fields v1 does not know are kept in value_raw
         newer = proto_order(v2, 61, 2).SerializeToString()
         producer.send(b"unknown", framed(v1_id, newer, b"\x00"), v1.FromString(newer))
         producer.flush()
         wait_for_rows(config, 62)
-        requests.put(f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"},
-                     timeout=10).raise_for_status()
+        requests.put(
+            f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"}, timeout=10
+        ).raise_for_status()
         v3_id = producer.register(subject, Schema(V3, "PROTOBUF", references))
         v3 = message_class(V3, imports, "shop.Order")
         broken = v3(id=99, customer=7).SerializeToString()
@@ -214,7 +231,7 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
     assert query.exception() is None
 
     by_key = {r["key"].decode(): r for r in rows}
-    for position, sent in producer.sent.items():
+    for sent in producer.sent.values():
         key = sent["key"].decode()
         if key in ("corrupt", "v3"):
             continue
@@ -229,37 +246,57 @@ def test_protobuf_values_decode_per_writer_schema_evolve_and_gate_a_breaking_cha
         # the writers have a recursive field: the raw value is kept beside the decoded one
         assert row["value_raw"] == sent["payload"]
         if key == "unknown":
-            assert row["value_error"] == ("the value has fields its writer schema's shop.Order "
-                                          "does not define; the full value is in value_raw")
+            assert row["value_error"] == (
+                "the value has fields its writer schema's shop.Order "
+                "does not define; the full value is in value_raw"
+            )
             continue
         assert row["value_error"].startswith("recursive field(s) parent of writer schema id")
         assert row["kafka"]["schema_id"] == (v1_id if key.startswith("v1-") else v2_id)
 
     corrupt = by_key["corrupt"]
     assert corrupt["value"] is None and corrupt["value_raw"] == framed(
-        v1_id, b"\x0a\xff\xff\xff", b"\x00")
+        v1_id, b"\x0a\xff\xff\xff", b"\x00"
+    )
     assert corrupt["value_error"].startswith(
-        f"Protobuf value could not be decoded as message shop.Order of its writer schema id "
-        f"{v1_id}")
+        f"Protobuf value could not be decoded as message shop.Order of its writer schema id {v1_id}"
+    )
     breaking = by_key["v3"]
     assert breaking["value"] is None and breaking["value_raw"] == framed(v3_id, broken, b"\x00")
     assert breaking["value_error"].endswith(
-        "breaking schema change: value.customer: type changed from string to long")
+        "breaking schema change: value.customer: type changed from string to long"
+    )
     value_type = load_table(config).schema().find_field("value").field_type
     assert [f.name for f in value_type.fields] == [
-        "id", "customer", "status", "lines", "tags", "at", "big", "note", "discount"]
+        "id",
+        "customer",
+        "status",
+        "lines",
+        "tags",
+        "at",
+        "big",
+        "note",
+        "discount",
+    ]
     assert str(value_type.field_by_name("customer").field_type) == "string"
     assert_dead_lettered(stack, dlq, by_key, {"corrupt", "v3"})
 
 
-MONEY = {"type": "object", "properties": {"currency": {"type": "string"},
-                                          "units": {"type": "integer"}}}
+MONEY = {
+    "type": "object",
+    "properties": {"currency": {"type": "string"}, "units": {"type": "integer"}},
+}
 
 
 def json_order_schema(version: int) -> dict:
-    line = {"type": "object", "properties": {"sku": {"type": "string"},
-                                             "quantity": {"type": "integer"},
-                                             "price": {"$ref": "money.json"}}}
+    line = {
+        "type": "object",
+        "properties": {
+            "sku": {"type": "string"},
+            "quantity": {"type": "integer"},
+            "price": {"$ref": "money.json"},
+        },
+    }
     properties = {
         "id": {"type": "integer"},
         "customer": {"type": "integer" if version == 3 else "string"},
@@ -273,16 +310,27 @@ def json_order_schema(version: int) -> dict:
     if version >= 2:
         line["properties"]["gift"] = {"type": "boolean"}
         properties["discount"] = {"type": "number"}
-    return {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order",
-            "type": "object", "properties": properties, "definitions": {"Line": line}}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "Order",
+        "type": "object",
+        "properties": properties,
+        "definitions": {"Line": line},
+    }
 
 
 def json_order(i: int, version: int) -> dict:
-    order = {"id": i, "customer": f"c{i % 7}", "status": ["NEW", "PAID", "SHIPPED"][i % 3],
-             "lines": [{"sku": f"s{n}", "quantity": n, "price": {"currency": "EUR",
-                                                                  "units": 100 * n}}
-                       for n in range(i % 3)],
-             "tags": {"a": i}, "at": f"2026-01-01T00:00:{i % 60:02d}.{i:06d}Z"}
+    order = {
+        "id": i,
+        "customer": f"c{i % 7}",
+        "status": ["NEW", "PAID", "SHIPPED"][i % 3],
+        "lines": [
+            {"sku": f"s{n}", "quantity": n, "price": {"currency": "EUR", "units": 100 * n}}
+            for n in range(i % 3)
+        ],
+        "tags": {"a": i},
+        "at": f"2026-01-01T00:00:{i % 60:02d}.{i:06d}Z",
+    }
     if i % 4 == 0:
         order["note"] = f"note {i}"
     if i % 5 == 0:
@@ -305,7 +353,8 @@ def json_view(order: dict, version: int) -> dict:
 
 
 def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_change(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"jsonschema-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     dlq = f"{topic}.dlq"
@@ -315,11 +364,13 @@ def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_
     producer.register(money_subject, Schema(json.dumps(MONEY), "JSON"))
     references = [SchemaReference("money.json", money_subject, 1)]
     subject = f"{topic}-value"
-    v1_id = producer.register(subject, Schema(json.dumps(json_order_schema(1)), "JSON",
-                                              references))
+    v1_id = producer.register(subject, Schema(json.dumps(json_order_schema(1)), "JSON", references))
     for i in range(30):
-        producer.send(f"v1-{i}".encode(), framed(v1_id, json.dumps(json_order(i, 1)).encode()),
-                      json_order(i, 1))
+        producer.send(
+            f"v1-{i}".encode(),
+            framed(v1_id, json.dumps(json_order(i, 1)).encode()),
+            json_order(i, 1),
+        )
     producer.send(b"corrupt", framed(v1_id, b'{"id": "not a number"'))
     producer.send(b"plain", json.dumps(json_order(7, 1)).encode(), json_order(7, 1))
     producer.flush()
@@ -327,17 +378,23 @@ def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_
     query = start(config, spark)
     try:
         wait_for_rows(config, 32)
-        v2_id = producer.register(subject, Schema(json.dumps(json_order_schema(2)), "JSON",
-                                                  references))
+        v2_id = producer.register(
+            subject, Schema(json.dumps(json_order_schema(2)), "JSON", references)
+        )
         for i in range(30, 60):
-            producer.send(f"v2-{i}".encode(),
-                          framed(v2_id, json.dumps(json_order(i, 2)).encode()), json_order(i, 2))
+            producer.send(
+                f"v2-{i}".encode(),
+                framed(v2_id, json.dumps(json_order(i, 2)).encode()),
+                json_order(i, 2),
+            )
         producer.flush()
         wait_for_rows(config, 62)
-        requests.put(f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"},
-                     timeout=10).raise_for_status()
-        v3_id = producer.register(subject, Schema(json.dumps(json_order_schema(3)), "JSON",
-                                                  references))
+        requests.put(
+            f"{stack.registry_url}/config/{subject}", json={"compatibility": "NONE"}, timeout=10
+        ).raise_for_status()
+        v3_id = producer.register(
+            subject, Schema(json.dumps(json_order_schema(3)), "JSON", references)
+        )
         broken = json.dumps({"id": 99, "customer": 7}).encode()
         producer.send(b"v3", framed(v3_id, broken))
         producer.flush()
@@ -365,13 +422,23 @@ def test_json_schema_values_decode_per_writer_schema_evolve_and_gate_a_breaking_
 
     corrupt = by_key["corrupt"]
     assert corrupt["value"] is None
-    assert corrupt["value_error"] == (f"JSON value of writer schema id {v1_id} is not a JSON "
-                                      "document of its schema's shape")
+    assert corrupt["value_error"] == (
+        f"JSON value of writer schema id {v1_id} is not a JSON document of its schema's shape"
+    )
     breaking = by_key["v3"]
     assert breaking["value"] is None and breaking["value_raw"] == framed(v3_id, broken)
     assert breaking["value_error"].endswith(
-        "breaking schema change: value.customer: type changed from string to long")
+        "breaking schema change: value.customer: type changed from string to long"
+    )
     value_type = load_table(config).schema().find_field("value").field_type
     assert [f.name for f in value_type.fields] == [
-        "id", "customer", "status", "lines", "tags", "at", "note", "discount"]
+        "id",
+        "customer",
+        "status",
+        "lines",
+        "tags",
+        "at",
+        "note",
+        "discount",
+    ]
     assert_dead_lettered(stack, dlq, by_key, {"corrupt", "v3"})

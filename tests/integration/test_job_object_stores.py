@@ -12,13 +12,22 @@ import sys
 import time
 
 import pytest
+
 from floe_sparkapp.fileio import files_under
 from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.maintenance import maintain
 
 from .jobkit import (
-    OBJECT_STORES, AvroProducer, assert_exactly_once, create_topic, job_config, load_table,
-    local_job_env, run_once, table_rows, with_maintenance,
+    OBJECT_STORES,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    run_once,
+    table_rows,
+    with_maintenance,
 )
 from .test_maintenance import multiset, produce_old
 
@@ -37,15 +46,20 @@ def killed_during_a_commit(stack, config, tmp_path) -> str:
     config_file = tmp_path / "job.json"
     config_file.write_text(config.to_json())
     log = (tmp_path / "job.log").open("w")
-    job = subprocess.Popen([sys.executable, "-m", "floe_sparkapp", "run", "--config",
-                            str(config_file)], env=local_job_env(stack),
-                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "floe_sparkapp", "run", "--config", str(config_file)],
+        env=local_job_env(stack),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         table = None
         while table is None or last_commit(table, config.writer).snapshot_id is None:
             assert job.poll() is None and time.monotonic() < deadline, (
-                (tmp_path / "job.log").read_text()[-3000:])
+                tmp_path / "job.log"
+            ).read_text()[-3000:]
             time.sleep(0.2)
             try:
                 table = load_table(config)
@@ -55,7 +69,8 @@ def killed_during_a_commit(stack, config, tmp_path) -> str:
         before = listing(table, metadata)
         while True:
             assert job.poll() is None and time.monotonic() < deadline, (
-                (tmp_path / "job.log").read_text()[-3000:])
+                tmp_path / "job.log"
+            ).read_text()[-3000:]
             new = [path for path in listing(table, metadata) - before if path.endswith(".avro")]
             if new:
                 os.killpg(job.pid, signal.SIGKILL)
@@ -70,7 +85,8 @@ def killed_during_a_commit(stack, config, tmp_path) -> str:
 
 @pytest.mark.parametrize("store", OBJECT_STORES)
 def test_a_warehouse_on_the_store_lands_exactly_once_through_a_sigkill_during_a_commit(
-        stack, spark, tmp_path, unique_name, store):
+    stack, spark, tmp_path, unique_name, store
+):
     topic = f"store-{store}-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
     producer = AvroProducer(stack, topic)
@@ -90,8 +106,9 @@ def test_a_warehouse_on_the_store_lands_exactly_once_through_a_sigkill_during_a_
     # Maintenance on the store: compaction keeps every row; orphan removal lists the store
     # through the FileIO and deletes what no snapshot holds (the killed commit's files, and
     # one planted here), then finds nothing more.
-    maintained = with_maintenance(config, compaction={"min_input_files": 2},
-                                  remove_orphans={"older_than": "1s"})
+    maintained = with_maintenance(
+        config, compaction={"min_input_files": 2}, remove_orphans={"older_than": "1s"}
+    )
     compacted = maintain(maintained, "compaction", spark)
     assert compacted["rewritten_data_files_count"] >= 2
     assert multiset(table_rows(config)) == multiset(rows)
@@ -102,7 +119,9 @@ def test_a_warehouse_on_the_store_lands_exactly_once_through_a_sigkill_during_a_
     removed = maintain(maintained, "remove-orphans", spark)
     assert removed["removedFiles"] >= 1
     table = load_table(config)
-    assert not any(path.endswith("planted-orphan.parquet")
-                   for path in listing(table, f"{table.location()}/data"))
+    assert not any(
+        path.endswith("planted-orphan.parquet")
+        for path in listing(table, f"{table.location()}/data")
+    )
     assert maintain(maintained, "remove-orphans", spark)["removedFiles"] == 0
     assert multiset(table_rows(config)) == multiset(rows)

@@ -14,20 +14,34 @@ from floe_sparkapp.ledger import OPERATION, ancestors, operation_record
 from floe_sparkapp.operations import OperationRefused, operate
 from floe_sparkapp.repair import LEFT_OUT
 
-from .jobkit import (AvroProducer, assert_exactly_once, consume_to_end, create_topic,
-                     job_config, killed_after_first, load_table, route_table, run_once,
-                     table_rows)
+from .jobkit import (
+    AvroProducer,
+    assert_exactly_once,
+    consume_to_end,
+    create_topic,
+    job_config,
+    killed_after_first,
+    load_table,
+    route_table,
+    run_once,
+    table_rows,
+)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration
 
-WIDE = {**V1, "fields": [f if f["name"] != "quantity" else {"name": "quantity", "type": "long"}
-                         for f in V1["fields"]]}
+WIDE = {
+    **V1,
+    "fields": [
+        f if f["name"] != "quantity" else {"name": "quantity", "type": "long"} for f in V1["fields"]
+    ],
+}
 
 
 def request(uid: str, **repair) -> OperationRequest:
-    return OperationRequest.model_validate({"uid": uid, "name": uid, "type": "Repair",
-                                            "repair": repair})
+    return OperationRequest.model_validate(
+        {"uid": uid, "name": uid, "type": "Repair", "repair": repair}
+    )
 
 
 def raw_rows(config) -> list[dict]:
@@ -35,7 +49,8 @@ def raw_rows(config) -> list[dict]:
 
 
 def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_on_after_a_kill(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """Records that needed a wider column were kept raw under ``schemaEvolution: none``; once
     the spec allows additive changes, a dry run counts them (and says why two garbage records
     would stay raw), then a repair killed after its first commit is run again: every record is
@@ -48,8 +63,12 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
     for i in range(10):
         producer.send(key=f"v1-{i}".encode(), value=order(i, 1), schema=V1)
     producer.flush()
-    frozen = parse_config({**json.loads(job_config(stack, tmp_path, topic).to_json()),
-                           "schemaEvolution": {"mode": "none"}})
+    frozen = parse_config(
+        {
+            **json.loads(job_config(stack, tmp_path, topic).to_json()),
+            "schemaEvolution": {"mode": "none"},
+        }
+    )
     run_once(frozen, spark)
     for i in range(10, 30):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
@@ -76,8 +95,9 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
     outcome = operate(config, request("fix", rowsPerCommit=4), spark)
     assert outcome["repaired"] == 20 and outcome["stayRaw"] == 2
     assert outcome["selected"] == 18  # the second run selected what the first left raw
-    commits = [s for s in ancestors(load_table(config))
-               if (s.summary or {}).get(OPERATION) == "fix"]
+    commits = [
+        s for s in ancestors(load_table(config)) if (s.summary or {}).get(OPERATION) == "fix"
+    ]
     assert outcome["commits"] == len(commits) >= 6  # 4 rows of one partition a commit
     assert str(load_table(config).schema().find_field("value.quantity").field_type) == "long"
 
@@ -94,6 +114,7 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
 
     again = operate(config, request("fix", rowsPerCommit=4), spark)
     assert again["selected"] == 2 and again["repaired"] == 20
+
     def lineage(row: dict) -> tuple:
         return row["kafka"]["partition"], row["kafka"]["offset"]
 
@@ -101,11 +122,10 @@ def test_a_repair_decodes_the_rows_kept_raw_once_their_cause_is_fixed_and_goes_o
 
 
 def test_a_repair_refuses_a_table_it_cannot_repair(stack, spark, tmp_path, unique_name):
-    config = job_config(stack, tmp_path, f"norepair-{unique_name}".replace("_", "-"),
-                        fmt="raw")
-    with pytest.raises(OperationRefused, match="value.format is raw"):
+    config = job_config(stack, tmp_path, f"norepair-{unique_name}".replace("_", "-"), fmt="raw")
+    with pytest.raises(OperationRefused, match=r"value.format is raw"):
         operate(config, request("raw"), spark)
-    with pytest.raises(OperationRefused, match="analytics.other is not one of the topic's"):
+    with pytest.raises(OperationRefused, match=r"analytics.other is not one of the topic's"):
         operate(config, request("other", table="analytics.other"), spark)
 
 
@@ -128,31 +148,45 @@ def with_evolution(data: dict, mode: str):
 
 
 def test_a_repair_re_drives_the_dead_letters_whose_raw_rows_were_deleted(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """A user read the undecodable records from the dead-letter topic and deleted their raw
     rows from the table; once the cause is fixed, a repair lands them from the dead letters,
     decoded, with their own lineage (timestamp and headers as they came), once however often
     it runs."""
     topic = f"redrive-{unique_name}".replace("_", "-")
     dead, producer = orders_with_dead_letters(stack, topic)
-    frozen = with_evolution(json.loads(job_config(stack, tmp_path, topic,
-                                                  dead_letter=dead).to_json()), "none")
+    frozen = with_evolution(
+        json.loads(job_config(stack, tmp_path, topic, dead_letter=dead).to_json()), "none"
+    )
     run_once(frozen, spark)
     minute_ago = int(time.time() * 1000) - 60_000  # (days ago, retention would delete them)
     for i in range(10, 18):
-        producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE,
-                      headers=[("trace", f"t{i}".encode())], timestamp_ms=minute_ago + i)
+        producer.send(
+            key=f"wide-{i}".encode(),
+            value=order(i, 1),
+            schema=WIDE,
+            headers=[("trace", f"t{i}".encode())],
+            timestamp_ms=minute_ago + i,
+        )
     producer.flush()
     run_once(frozen, spark)
     assert len(raw_rows(frozen)) == 8
-    spark.sql(f"DELETE FROM {frozen.table.catalog.name}.{frozen.table.identifier} "
-              "WHERE value_raw IS NOT NULL")
+    spark.sql(
+        f"DELETE FROM {frozen.table.catalog.name}.{frozen.table.identifier} "
+        "WHERE value_raw IS NOT NULL"
+    )
     assert len(table_rows(frozen)) == 10
     config = with_evolution(json.loads(frozen.to_json()), "additive")
 
     dry = operate(config, request("look", dryRun=True), spark)
-    assert dry["deadLetters"] == {"read": 8, "missing": 8, "landed": 0, "wouldLand": 8,
-                                  "stayUndecodable": 0}
+    assert dry["deadLetters"] == {
+        "read": 8,
+        "missing": 8,
+        "landed": 0,
+        "wouldLand": 8,
+        "stayUndecodable": 0,
+    }
     assert len(table_rows(config)) == 10
     outcome = operate(config, request("redrive"), spark)
     assert outcome["selected"] == 0 and outcome["repaired"] == 0
@@ -177,7 +211,8 @@ def quantity_type(config) -> str:
 
 @pytest.mark.faults
 def test_a_repair_leaves_the_dead_letters_of_a_batch_never_committed_to_the_job(
-        stack, spark, tmp_path, unique_name, monkeypatch):
+    stack, spark, tmp_path, unique_name, monkeypatch
+):
     """A batch sends its undecodable records to the dead-letter topic before its commit, and
     the driver is killed in between: the table has neither their rows nor their offsets.  Once
     their cause is fixed, a repair re-driving the dead letters lands none of them (the job
@@ -187,8 +222,9 @@ def test_a_repair_leaves_the_dead_letters_of_a_batch_never_committed_to_the_job(
 
     topic = f"uncommitted-{unique_name}".replace("_", "-")
     dead, producer = orders_with_dead_letters(stack, topic)
-    frozen = with_evolution(json.loads(job_config(stack, tmp_path, topic,
-                                                  dead_letter=dead).to_json()), "none")
+    frozen = with_evolution(
+        json.loads(job_config(stack, tmp_path, topic, dead_letter=dead).to_json()), "none"
+    )
     run_once(frozen, spark)
     for i in range(10, 18):
         producer.send(key=f"wide-{i}".encode(), value=order(i, 1), schema=WIDE)
@@ -221,7 +257,8 @@ def test_a_repair_leaves_the_dead_letters_of_a_batch_never_committed_to_the_job(
 
 @pytest.mark.faults
 def test_a_repair_re_drives_into_each_of_a_routed_topics_tables_only_its_own_dead_letters(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """The even orders go to a route's table, the rest to the topic's own; both tables kept
     the wide records raw, each sending its own to the one dead-letter topic, and their raw
     rows were deleted.  A repair of each table lands its own dead letters and leaves out the
@@ -230,8 +267,13 @@ def test_a_repair_re_drives_into_each_of_a_routed_topics_tables_only_its_own_dea
     dead, producer = orders_with_dead_letters(stack, topic)
     data = json.loads(job_config(stack, tmp_path, topic, dead_letter=dead).to_json())
     even = f"{data['table']['identifier']}_even"
-    data["routes"] = [{"field": "item", "values": [f"item-{i}" for i in range(0, 18, 2)],
-                       "table": route_table(data["table"], identifier=even)}]
+    data["routes"] = [
+        {
+            "field": "item",
+            "values": [f"item-{i}" for i in range(0, 18, 2)],
+            "table": route_table(data["table"], identifier=even),
+        }
+    ]
     frozen = with_evolution(data, "none")
     run_once(frozen, spark)
     for i in range(10, 18):
@@ -240,8 +282,10 @@ def test_a_repair_re_drives_into_each_of_a_routed_topics_tables_only_its_own_dea
     run_once(frozen, spark)
     assert [len(raw_rows(table)) for table in frozen.destinations()] == [4, 4]
     for table in frozen.destinations():
-        spark.sql(f"DELETE FROM {table.table.catalog.name}.{table.table.identifier} "
-                  "WHERE value_raw IS NOT NULL")
+        spark.sql(
+            f"DELETE FROM {table.table.catalog.name}.{table.table.identifier} "
+            "WHERE value_raw IS NOT NULL"
+        )
     config = with_evolution(json.loads(frozen.to_json()), "additive")
 
     other = {"otherTable": {"count": 4, "why": LEFT_OUT["otherTable"]}}

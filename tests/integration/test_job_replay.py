@@ -14,16 +14,24 @@ from floe_sparkapp.config import parse_config
 from floe_sparkapp.contract import OperationRequest
 from floe_sparkapp.operations import OperationRefused, operate
 
-from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, killed_after_first,
-                     run_once, table_rows)
+from .jobkit import (
+    AvroProducer,
+    consume_to_end,
+    create_topic,
+    job_config,
+    killed_after_first,
+    run_once,
+    table_rows,
+)
 from .test_job_roundtrip import V1, normalize, order
 
 pytestmark = pytest.mark.integration
 
 
 def request(uid: str, **replay) -> OperationRequest:
-    return OperationRequest.model_validate({"uid": uid, "name": uid, "type": "Replay",
-                                            "replay": replay})
+    return OperationRequest.model_validate(
+        {"uid": uid, "name": uid, "type": "Replay", "replay": replay}
+    )
 
 
 def committed_records(stack, topic: str) -> list:
@@ -33,9 +41,15 @@ def committed_records(stack, topic: str) -> list:
     open for 30 s, as before."""
     if _no_open_transaction(stack, topic, timeout=30):
         return consume_to_end(stack, topic, isolation="read_committed")
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"read-{topic}",
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.bootstrap,
+            "group.id": f"read-{topic}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     found, idle = [], 0
     while idle < 10:
@@ -55,15 +69,27 @@ def _no_open_transaction(stack, topic: str, timeout: float) -> bool:
     high watermark (a read_uncommitted one's) within ``timeout``."""
     from confluent_kafka import TopicPartition
 
-    readers = [Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"ends-{topic}",
-                         "isolation.level": level})
-               for level in ("read_committed", "read_uncommitted")]
+    readers = [
+        Consumer(
+            {
+                "bootstrap.servers": stack.bootstrap,
+                "group.id": f"ends-{topic}",
+                "isolation.level": level,
+            }
+        )
+        for level in ("read_committed", "read_uncommitted")
+    ]
     try:
         partitions = readers[0].list_topics(topic, timeout=10).topics[topic].partitions
         deadline = time.monotonic() + timeout
         while True:
-            stable, end = [[reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                            for p in sorted(partitions)] for reader in readers]
+            stable, end = [
+                [
+                    reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in sorted(partitions)
+                ]
+                for reader in readers
+            ]
             if stable == end:
                 return True
             if time.monotonic() > deadline:
@@ -79,14 +105,24 @@ def as_landed(rows: list[dict]) -> dict[int, list[tuple]]:
     found: dict[int, list[tuple]] = {}
     for row in sorted(rows, key=lambda r: (r["kafka"]["partition"], r["kafka"]["offset"])):
         kafka = row["kafka"]
-        found.setdefault(kafka["partition"], []).append((
-            row["key"], normalize(row["value"]), row["value_raw"], row["value_error"],
-            kafka["timestamp"], kafka["timestamp_type"], kafka["headers"], kafka["schema_id"]))
+        found.setdefault(kafka["partition"], []).append(
+            (
+                row["key"],
+                normalize(row["value"]),
+                row["value_raw"],
+                row["value_error"],
+                kafka["timestamp"],
+                kafka["timestamp_type"],
+                kafka["headers"],
+                kafka["schema_id"],
+            )
+        )
     return found
 
 
 def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_rows(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """A table with decoded rows, a raw one, a tombstone and headers is replayed (four records a
     transaction); the first attempt dies after its first transaction and the second goes on
     after it. The topic holds each row once (read committed), and floe landing it makes the
@@ -102,9 +138,13 @@ def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_ro
     # retention would delete the records it replays
     minute_ago = int(time.time() * 1000) - 60_000
     for i in range(20):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
-                      headers=[("trace", f"t{i}".encode())] if i % 3 else None,
-                      timestamp_ms=minute_ago + i)
+        producer.send(
+            key=f"k{i}".encode(),
+            value=order(i, 1),
+            schema=V1,
+            headers=[("trace", f"t{i}".encode())] if i % 3 else None,
+            timestamp_ms=minute_ago + i,
+        )
     producer.send(key=b"junk", raw=b"not avro", partition=0)
     producer.send(key=b"gone", partition=1)  # a tombstone
     producer.flush()
@@ -122,25 +162,34 @@ def test_a_replay_produces_the_table_once_and_landing_it_again_makes_the_same_ro
     produced = committed_records(stack, target)
     (tmp_path / "copy").mkdir()
     assert len(produced) == 22  # each row once, however often the replay ran
-    copy = parse_config({**json.loads(job_config(stack, tmp_path / "copy", target,
-                                                 writer="data/copy").to_json()),
-                         "value": {"format": "avro", "schemaRegistry": {
-                             "url": stack.registry_url, "subject": f"{source}-value"}}})
+    copy = parse_config(
+        {
+            **json.loads(
+                job_config(stack, tmp_path / "copy", target, writer="data/copy").to_json()
+            ),
+            "value": {
+                "format": "avro",
+                "schemaRegistry": {"url": stack.registry_url, "subject": f"{source}-value"},
+            },
+        }
+    )
     run_once(copy, spark)
     assert as_landed(table_rows(copy)) == as_landed(table_rows(config))
 
     with pytest.raises(OperationRefused, match="does not exist: create it"):
         operate(config, request("nowhere", topic=f"{source}-none"), spark)
     create_topic(stack.bootstrap, f"{source}-narrow", partitions=1)
-    with pytest.raises(OperationRefused, match="has 1 partitions and the rows come from "
-                                               "partitions up to 1"):
+    with pytest.raises(
+        OperationRefused, match="has 1 partitions and the rows come from partitions up to 1"
+    ):
         operate(config, request("narrow", topic=f"{source}-narrow"), spark)
     with pytest.raises(OperationRefused, match="is the topic the table lands"):
         operate(config, request("self", topic=source), spark)
 
 
 def test_old_rows_are_refused_where_the_topics_retention_deletes_them_or_stamped_now(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """Rows 30 days old, replayed to a topic that keeps records 7 days: with their timestamps
     the replay is refused (the broker would delete them) and produces nothing; stamped now,
     each row is in the topic once, recent, its timestamp in header floe.original-timestamp."""
@@ -148,21 +197,26 @@ def test_old_rows_are_refused_where_the_topics_retention_deletes_them_or_stamped
     target = f"{source}-week"
     # the source keeps its old records until the job has landed them
     create_topic(stack.bootstrap, source, partitions=2, config={"retention.ms": "-1"})
-    create_topic(stack.bootstrap, target, partitions=2,
-                 config={"retention.ms": str(7 * 86_400_000)})
+    create_topic(
+        stack.bootstrap, target, partitions=2, config={"retention.ms": str(7 * 86_400_000)}
+    )
     producer = AvroProducer(stack, source)
     month_ago = int(time.time() * 1000) - 30 * 86_400_000
     for i in range(10):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
-                      timestamp_ms=month_ago + i)
+        producer.send(
+            key=f"k{i}".encode(), value=order(i, 1), schema=V1, timestamp_ms=month_ago + i
+        )
     producer.flush()
     config = job_config(stack, tmp_path, source)
     run_once(config, spark)
     assert len(table_rows(config)) == 10
 
-    with pytest.raises(OperationRefused, match=r"\(retention\.ms 604800000\), and 10 of the rows "
-                                               r"to replay are older.* Set replay\.timestamps: "
-                                               "now"):
+    with pytest.raises(
+        OperationRefused,
+        match=r"\(retention\.ms 604800000\), and 10 of the rows "
+        r"to replay are older.* Set replay\.timestamps: "
+        "now",
+    ):
         operate(config, request("old-kept", topic=target), spark)
     outcome = operate(config, request("old-now", topic=target, timestamps="now"), spark)
     assert outcome["records"] == outcome["producedThisAttempt"] == 10
@@ -171,5 +225,6 @@ def test_old_rows_are_refused_where_the_topics_retention_deletes_them_or_stamped
     assert len(produced) == 10  # each row once, none from the refused replay
     hour_ago = int(time.time() * 1000) - 3_600_000
     assert all(m.timestamp()[1] > hour_ago for m in produced)
-    assert {m.key(): int(dict(m.headers())["floe.original-timestamp"].decode())
-            for m in produced} == {f"k{i}".encode(): month_ago + i for i in range(10)}
+    assert {
+        m.key(): int(dict(m.headers())["floe.original-timestamp"].decode()) for m in produced
+    } == {f"k{i}".encode(): month_ago + i for i in range(10)}

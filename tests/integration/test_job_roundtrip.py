@@ -13,46 +13,71 @@ from decimal import Decimal
 import fastavro
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
-
 from prometheus_client import REGISTRY
 
 from floe_sparkapp.contract import RAW_REASONS
-from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import start
+from floe_sparkapp.ledger import last_commit
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, consume_to_end, create_topic, duckdb_rows, group_offsets,
-    job_config, load_table, run_once, table_rows, valid_through,
+    AvroProducer,
+    assert_exactly_once,
+    consume_to_end,
+    create_topic,
+    duckdb_rows,
+    group_offsets,
+    job_config,
+    load_table,
+    run_once,
+    table_rows,
+    valid_through,
 )
 
 pytestmark = pytest.mark.integration
 
-LINE = {"type": "record", "name": "Line", "fields": [
-    {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}
-V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "item", "type": "string"},
-    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
-    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
-                               "scale": 2}},
-    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
-    {"name": "tags", "type": {"type": "map", "values": "string"}},
-    {"name": "lines", "type": {"type": "array", "items": LINE}},
-    {"name": "quantity", "type": "int"},
-]}
-V2 = {**V1, "fields": V1["fields"] + [{"name": "note", "type": ["null", "string"],
-                                       "default": None}]}
+LINE = {
+    "type": "record",
+    "name": "Line",
+    "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}],
+}
+V1 = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "lines", "type": {"type": "array", "items": LINE}},
+        {"name": "quantity", "type": "int"},
+    ],
+}
+V2 = {
+    **V1,
+    "fields": V1["fields"] + [{"name": "note", "type": ["null", "string"], "default": None}],
+}
 
 
 def order(i: int, version: int) -> dict:
     value = {
-        "id": i, "item": f"item-{i}", "status": "PAID" if i % 2 else "NEW",
-        "price": Decimal(i) / 4, "day": date(2026, 11, 1 + i % 20),
+        "id": i,
+        "item": f"item-{i}",
+        "status": "PAID" if i % 2 else "NEW",
+        "price": Decimal(i) / 4,
+        "day": date(2026, 11, 1 + i % 20),
         "at": datetime(2026, 11, 22, 10, i % 60, tzinfo=timezone.utc),
-        "ref": str(uuid.UUID(int=i)), "tags": {"n": str(i)},
-        "lines": [{"sku": f"s{i}", "qty": i % 7}], "quantity": i % 100,
+        "ref": str(uuid.UUID(int=i)),
+        "tags": {"n": str(i)},
+        "lines": [{"sku": f"s{i}", "qty": i % 7}],
+        "quantity": i % 100,
     }
     if version == 2:
         value["note"] = f"note {i}" if i % 3 else None
@@ -87,16 +112,21 @@ def sample(name: str, labels: dict[str, str]) -> float:
 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
-def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, unique_name, caplog,
-                                                    catalog):
+def test_avro_topic_lands_exactly_once_with_lineage(
+    stack, spark, tmp_path, unique_name, caplog, catalog
+):
     caplog.set_level(logging.INFO)
     topic = f"orders-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=3)
     producer = AvroProducer(stack, topic)
     for i in range(300):
         version = 1 if i < 150 else 2
-        producer.send(key=f"k{i}".encode(), value=order(i, version), schema=V1 if version == 1 else V2,
-                      headers=[("trace", f"t{i}".encode())])
+        producer.send(
+            key=f"k{i}".encode(),
+            value=order(i, version),
+            schema=V1 if version == 1 else V2,
+            headers=[("trace", f"t{i}".encode())],
+        )
     for i in range(5):  # tombstones
         producer.send(key=f"gone{i}".encode(), raw=None)
     producer.flush()
@@ -123,8 +153,14 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     assert len(schema_ids) == 2  # two writer schema versions, one table schema
     # DuckDB reads the same rows
     assert sorted(duckdb_rows(config, "kafka.partition, kafka.offset, key, value.id")) == sorted(
-        (r["kafka"]["partition"], r["kafka"]["offset"], r["key"],
-         r["value"]["id"] if r["value"] else None) for r in rows)
+        (
+            r["kafka"]["partition"],
+            r["kafka"]["offset"],
+            r["key"],
+            r["value"]["id"] if r["value"] else None,
+        )
+        for r in rows
+    )
 
     table = load_table(config)
     committed = last_commit(table, config.writer)
@@ -139,19 +175,28 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     assert [f.name for f in table.schema().find_field("value").field_type.fields][-1] == "note"
 
     # The job reports its progress as structured log lines.
-    batches = [json.loads(r.getMessage()) for r in caplog.records if r.name == "floe.job"
-               and r.getMessage().startswith('{"event": "floe.batch"')]
+    batches = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if r.name == "floe.job" and r.getMessage().startswith('{"event": "floe.batch"')
+    ]
     assert sum(b["rows"] for b in batches) == 305
     assert all(b["decode_failures"] == 0 and b["commit_seconds"] > 0 for b in batches)
     # each with the driver's time by step, which together stay within the batch's
     landing = [b for b in batches if b["rows"]]
-    assert landing and all({"load_table", "ledger", "decode_plan", "write", "commit"}
-                           <= set(b["steps"]) for b in landing), landing
+    assert landing and all(
+        {"load_table", "ledger", "decode_plan", "write", "commit"} <= set(b["steps"])
+        for b in landing
+    ), landing
     assert all(sum(b["steps"].values()) <= b["seconds"] + 0.01 for b in batches), batches
+
     def progress_rows() -> int:  # the listener's events arrive asynchronously, other
         # queries' late ones too: only this query's count
-        events = [json.loads(r.getMessage()) for r in caplog.records
-                  if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage()]
+        events = [
+            json.loads(r.getMessage())
+            for r in caplog.records
+            if r.name == "floe.metrics" and '"floe.progress"' in r.getMessage()
+        ]
         return sum(e["input_rows"] for e in events if e["id"] == str(query.id))
 
     deadline = time.monotonic() + 60
@@ -163,14 +208,22 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
     table_label = {"table": config.table.identifier}
     assert sample("floe_job_rows_total", table_label) == 305
     assert sample("floe_job_commits_total", table_label) >= 1
-    assert sum(sample("floe_job_records_raw_total", {**table_label, "reason": reason})
-               for reason in RAW_REASONS) == 0
-    committed_offsets = {p: sample("floe_job_committed_offset", {**table_label,
-                                                                "partition": str(p)})
-                         for p in range(3)}
+    assert (
+        sum(
+            sample("floe_job_records_raw_total", {**table_label, "reason": reason})
+            for reason in RAW_REASONS
+        )
+        == 0
+    )
+    committed_offsets = {
+        p: sample("floe_job_committed_offset", {**table_label, "partition": str(p)})
+        for p in range(3)
+    }
     assert committed_offsets == producer.next_offsets()
-    assert all(sample("floe_job_schema_seen_timestamp_seconds", {"schema_id": str(i)}) > 0
-               for i in schema_ids)
+    assert all(
+        sample("floe_job_schema_seen_timestamp_seconds", {"schema_id": str(i)}) > 0
+        for i in schema_ids
+    )
     assert sample("floe_job_landed_timestamp_seconds", table_label) > 0
 
     # A second run with nothing new commits nothing and lands no row twice.
@@ -183,7 +236,8 @@ def test_avro_topic_lands_exactly_once_with_lineage(stack, spark, tmp_path, uniq
 
 
 def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     topic = f"poison-{unique_name}".replace("_", "-")
     dlq = f"{topic}.dlq"
     create_topic(stack.bootstrap, topic, partitions=1)
@@ -192,11 +246,19 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
     producer.send(key=b"good-1", value=order(1, 1), schema=V1)
     serialize = next(iter(producer.serializers.values()))
     good = serialize(order(2, 1), SerializationContext(topic, MessageField.VALUE))
-    wide = {**V1, "fields": [f if f["name"] != "price" else {**f, "type": {
-        **f["type"], "precision": 30}} for f in V1["fields"]]}
+    wide = {
+        **V1,
+        "fields": [
+            f if f["name"] != "price" else {**f, "type": {**f["type"], "precision": 30}}
+            for f in V1["fields"]
+        ],
+    }
     body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(wide),
-                               {**order(3, 1), "price": Decimal("123456789012345678.90")})
+    fastavro.schemaless_writer(
+        body,
+        fastavro.parse_schema(wide),
+        {**order(3, 1), "price": Decimal("123456789012345678.90")},
+    )
     poison = {
         b"does-not-fit": good[:5] + body.getvalue(),
         b"bad-magic": b"\x01" + good[1:],
@@ -230,17 +292,20 @@ def test_poison_records_land_raw_with_their_reason_and_in_the_dead_letter_topic(
     }
     schema_id = int.from_bytes(good[1:5], "big")
     for key in (b"truncated", b"not-avro", b"does-not-fit"):
-        assert errors[key] == (f"Avro value could not be decoded with its writer schema id "
-                               f"{schema_id} (truncated, corrupt, or a value out of its type's range)")
+        assert errors[key] == (
+            f"Avro value could not be decoded with its writer schema id "
+            f"{schema_id} (truncated, corrupt, or a value out of its type's range)"
+        )
     for key, payload in poison.items():
         assert rows[key]["value"] is None
         assert rows[key]["value_raw"] == payload
 
     # The job's metrics count the records kept raw by reason, and the dead letters sent.
     table_label = {"table": config.table.identifier}
-    assert {reason: sample("floe_job_records_raw_total", {**table_label, "reason": reason})
-            for reason in RAW_REASONS} == {**dict.fromkeys(RAW_REASONS, 0), "not_framed": 2,
-                                           "unknown_schema": 1, "undecodable": 3}
+    assert {
+        reason: sample("floe_job_records_raw_total", {**table_label, "reason": reason})
+        for reason in RAW_REASONS
+    } == {**dict.fromkeys(RAW_REASONS, 0), "not_framed": 2, "unknown_schema": 1, "undecodable": 3}
     assert sample("floe_job_rows_total", table_label) == 8
     assert sample("floe_job_dead_letters_total", table_label) == 6
     assert sample("floe_job_dead_letter_failures_total", table_label) == 0
@@ -274,8 +339,7 @@ def column(data_file, *path: str) -> list:
     return values
 
 
-def test_data_files_keep_the_tables_sort_order_and_a_users_own(
-        stack, spark, tmp_path, unique_name):
+def test_data_files_keep_the_tables_sort_order_and_a_users_own(stack, spark, tmp_path, unique_name):
     """An append writes each file in floe's order, kafka.partition then kafka.offset, and says
     so (its sort order id), also when one Kafka partition's records alternate between two days'
     table partitions; once a user gives the table a sort order of their own, new files follow
@@ -286,19 +350,28 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
     # (fixed days: the topic keeps them, where the broker's retention would delete them a week on)
     create_topic(stack.bootstrap, topic, partitions=2, config={"retention.ms": "-1"})
     producer = AvroProducer(stack, topic)
-    days = (int(datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp() * 1000),
-            int(datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp() * 1000))
+    days = (
+        int(datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp() * 1000),
+        int(datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp() * 1000),
+    )
     for i in range(200):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1, partition=i % 2,
-                      timestamp_ms=days[(i // 2) % 2] + i)
+        producer.send(
+            key=f"k{i}".encode(),
+            value=order(i, 1),
+            schema=V1,
+            partition=i % 2,
+            timestamp_ms=days[(i // 2) % 2] + i,
+        )
     producer.flush()
     config = job_config(stack, tmp_path, topic)
     run_once(config, spark)
 
     table = load_table(config)
     floe_order = table.sort_order()
-    assert [table.schema().find_column_name(f.source_id) for f in floe_order.fields] == \
-        ["kafka.partition", "kafka.offset"]
+    assert [table.schema().find_column_name(f.source_id) for f in floe_order.fields] == [
+        "kafka.partition",
+        "kafka.offset",
+    ]
     first = files(table, table.current_snapshot().snapshot_id)
     assert len(first) == 4  # two Kafka partitions × two days
     for data_file in first:
@@ -319,8 +392,9 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
     run_once(config, spark)
     table = load_table(config)
     before = {f.file_path for f in first}
-    added = [f for f in files(table, table.current_snapshot().snapshot_id)
-             if f.file_path not in before]
+    added = [
+        f for f in files(table, table.current_snapshot().snapshot_id) if f.file_path not in before
+    ]
     assert added
     for data_file in added:
         assert data_file.sort_order_id == users.order_id
@@ -330,7 +404,8 @@ def test_data_files_keep_the_tables_sort_order_and_a_users_own(
 
 
 def test_a_small_batch_over_many_partitions_is_written_in_one_file_a_core(
-        stack, spark, tmp_path, unique_name):
+    stack, spark, tmp_path, unique_name
+):
     """A batch of a few records from each of many Kafka partitions is written by one task a
     core, not one a partition: the commit adds a file a core (the tests' session has two),
     each in floe's order, and is valid through the partitions' newest records."""
@@ -353,13 +428,15 @@ def test_a_small_batch_over_many_partitions_is_written_in_one_file_a_core(
     assert len(written) == 2, [f.file_path for f in written]
     for data_file in written:
         assert data_file.sort_order_id == table.sort_order().order_id
-        positions = list(zip(column(data_file, "kafka", "partition"),
-                             column(data_file, "kafka", "offset")))
-        assert positions == sorted(positions) and len(set(p for p, _ in positions)) > 1
+        positions = list(
+            zip(column(data_file, "kafka", "partition"), column(data_file, "kafka", "offset"))
+        )
+        assert positions == sorted(positions) and len({p for p, _ in positions}) > 1
 
 
 def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
-        stack, spark, tmp_path, unique_name, monkeypatch):
+    stack, spark, tmp_path, unique_name, monkeypatch
+):
     """kafka.ingest_timestamp is when floe landed a record (its batch's time): beside the
     producer's kafka.timestamp, never before an earlier commit's in the partition, even when
     the job's next driver runs on a node whose clock is an hour behind."""
@@ -378,10 +455,10 @@ def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
 
     def landed() -> dict[int, list[datetime]]:
         found: dict[int, list] = {}
-        for row in sorted(table_rows(config), key=lambda r: (r["kafka"]["partition"],
-                                                             r["kafka"]["offset"])):
-            found.setdefault(row["kafka"]["partition"], []).append(
-                row["kafka"]["ingest_timestamp"])
+        for row in sorted(
+            table_rows(config), key=lambda r: (r["kafka"]["partition"], r["kafka"]["offset"])
+        ):
+            found.setdefault(row["kafka"]["partition"], []).append(row["kafka"]["ingest_timestamp"])
         return found
 
     first = landed()
@@ -390,8 +467,9 @@ def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
     assert all(p == sorted(p) for p in first.values())
     assert len(set(times)) >= 3  # one time per batch: 120 records, 40 a commit
     table = load_table(config)
-    last_commit_at = datetime.fromtimestamp(table.current_snapshot().timestamp_ms / 1000,
-                                            timezone.utc)
+    last_commit_at = datetime.fromtimestamp(
+        table.current_snapshot().timestamp_ms / 1000, timezone.utc
+    )
     assert max(times) < last_commit_at
 
     behind = time.time_ns() - 3600 * 10**9
@@ -402,6 +480,6 @@ def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
     run_once(config, spark)
     second = landed()
     for partition, stamps in second.items():
-        assert stamps == sorted(stamps) and stamps[:len(first[partition])] == first[partition]
-    new = {t for p, stamps in second.items() for t in stamps[len(first[p]):]}
+        assert stamps == sorted(stamps) and stamps[: len(first[partition])] == first[partition]
+    new = {t for p, stamps in second.items() for t in stamps[len(first[p]) :]}
     assert new == {last_commit_at + timedelta(milliseconds=1)}

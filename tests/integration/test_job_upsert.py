@@ -5,11 +5,21 @@ Spark."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from .jobkit import (AvroProducer, create_topic, duckdb_rows, job_config, load_table,
-                     run_killed_between_branch_and_main, run_once, table_rows, with_sections)
+from .jobkit import (
+    AvroProducer,
+    create_topic,
+    duckdb_rows,
+    job_config,
+    load_table,
+    run_killed_between_branch_and_main,
+    run_once,
+    table_rows,
+    with_sections,
+)
 from .test_job_roundtrip import V1, order
 
 pytestmark = [pytest.mark.integration]
@@ -43,7 +53,8 @@ def delete_files(spark, config) -> list:
 
 
 def test_upsert_holds_the_last_record_per_key_through_crashes_and_tombstones(
-        stack, spark, tmp_path, topic, monkeypatch):
+    stack, spark, tmp_path, topic, monkeypatch
+):
     producer = AvroProducer(stack, topic)
     config = job_config(stack, tmp_path, topic, mode="upsert", max_records=1000)
     latest: dict[str, dict] = {}
@@ -68,12 +79,20 @@ def test_upsert_holds_the_last_record_per_key_through_crashes_and_tombstones(
     rows = table_rows(config)
     assert len(rows) == len(latest) == KEYS - 50
     assert {r["key"].decode(): r["value"]["item"] for r in rows} == {
-        k: v["item"] for k, v in latest.items()}
+        k: v["item"] for k, v in latest.items()
+    }
     expected = sorted((r["key"].decode(), r["value"]["id"], r["value"]["item"]) for r in rows)
-    assert sorted((r["key"].decode(), r["id"], r["item"])
-                  for r in spark_rows(spark, config)) == expected
-    assert sorted((key.decode(), i, item) for key, i, item in
-                  duckdb_rows(config, "key, value.id, value.item")) == expected
+    assert (
+        sorted((r["key"].decode(), r["id"], r["item"]) for r in spark_rows(spark, config))
+        == expected
+    )
+    assert (
+        sorted(
+            (key.decode(), i, item)
+            for key, i, item in duckdb_rows(config, "key, value.id, value.item")
+        )
+        == expected
+    )
 
     # Changed rows are deletion vectors (position deletes in Puffin files); no equality deletes.
     files = delete_files(spark, config)
@@ -95,8 +114,9 @@ def metadata(table) -> dict:
 
 
 @pytest.mark.faults
-def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_its_append_starts_over(
-        stack, spark, tmp_path, topic, monkeypatch):
+def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_its_append_starts_over(  # noqa: E501 - the name is the test's sentence
+    stack, spark, tmp_path, topic, monkeypatch
+):
     """A driver that starts drops the batch branches it finds (a zombie's still writing among
     them): the zombie's append, whose commit finds its branch gone, makes it again at main's
     head, without the deletes before it.  Its batch must start over, not move main there:
@@ -149,15 +169,17 @@ def test_a_batch_whose_branch_a_starting_driver_drops_between_its_deletes_and_it
     monkeypatch.setattr(DataFrame, "writeTo", swept_while_written)
     run_once(config, spark)
 
-    assert open(marker).read()  # the batch's branch was there to drop
+    assert Path(marker).read_text()  # the batch's branch was there to drop
     rows = table_rows(config)
     assert sorted(r["key"].decode() for r in rows) == sorted(latest)
     assert {r["key"].decode(): r["value"]["item"] for r in rows} == {
-        k: v["item"] for k, v in latest.items()}
+        k: v["item"] for k, v in latest.items()
+    }
 
 
 def test_pyiceberg_changing_a_version_3_table_keeps_what_iceberg_java_wrote(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """floe changes an upsert table's metadata with PyIceberg (its writer, schema, tags) between
     the job's commits, which Iceberg Java writes: the file PyIceberg writes keeps every field
     of the one Java wrote (row lineage included), and Spark goes on reading and writing it."""
@@ -177,8 +199,9 @@ def test_pyiceberg_changing_a_version_3_table_keeps_what_iceberg_java_wrote(
     after = metadata(load_table(config))
     assert after["properties"] == {**before["properties"], "owner-team": "orders"}
     changed = {"properties", "last-updated-ms", "metadata-log"}
-    assert {k: v for k, v in after.items() if k not in changed} == \
-        {k: v for k, v in before.items() if k not in changed}
+    assert {k: v for k, v in after.items() if k not in changed} == {
+        k: v for k, v in before.items() if k not in changed
+    }
 
     for i in range(1200, 1300):
         update(producer, i)
@@ -189,7 +212,8 @@ def test_pyiceberg_changing_a_version_3_table_keeps_what_iceberg_java_wrote(
 
 
 def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     producer = AvroProducer(stack, topic)
     config = job_config(stack, tmp_path, topic, mode="upsert", key_columns=("id",))
 
@@ -197,8 +221,9 @@ def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
         if i is None:
             producer.send(key=key.encode(), raw=None, partition=0)
         else:
-            producer.send(key=key.encode(), value={**order(i, 1), "item": item}, schema=V1,
-                          partition=0)
+            producer.send(
+                key=key.encode(), value={**order(i, 1), "item": item}, schema=V1, partition=0
+            )
 
     for i in range(5):
         send(f"a{i}", i, "first")
@@ -220,10 +245,17 @@ def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
     run_once(config, spark)
 
     rows = table_rows(config)
-    decoded = {r["value"]["id"]: (r["key"].decode(), r["value"]["item"])
-               for r in rows if r["value"] is not None}
-    assert decoded == {0: ("a0", "third"), 2: ("a2", "again"), 3: ("b3", "moved"),
-                       4: ("a4", "first")}
+    decoded = {
+        r["value"]["id"]: (r["key"].decode(), r["value"]["item"])
+        for r in rows
+        if r["value"] is not None
+    }
+    assert decoded == {
+        0: ("a0", "third"),
+        2: ("a2", "again"),
+        3: ("b3", "moved"),
+        4: ("a4", "first"),
+    }
     undecodable = [r for r in rows if r["value"] is None]
     assert len(undecodable) == 1 and undecodable[0]["value_raw"] == b"not avro"
     assert undecodable[0]["value_error"]
@@ -231,7 +263,8 @@ def test_upsert_by_value_fields_applies_the_last_change_per_key_within_a_batch(
 
 
 def test_upsert_by_a_text_field_replaces_rows_whatever_characters_their_keys_hold(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     # A commit names its keys' range in its statement: keys with quotes, backslashes and
     # letters outside ASCII, on either end of the range, replace their rows all the same.
     producer = AvroProducer(stack, topic)
@@ -239,25 +272,36 @@ def test_upsert_by_a_text_field_replaces_rows_whatever_characters_their_keys_hol
     items = ["o'brien", "back\\slash", "\u00fcber", "plain", "'; DROP TABLE x; --", "~~~"]
     for round_ in (1, 2):
         for i, item in enumerate(items):
-            producer.send(key=item.encode(), value={**order(i, 1), "item": item,
-                                                    "quantity": round_ * 10 + i},
-                          schema=V1, partition=i % 4)
+            producer.send(
+                key=item.encode(),
+                value={**order(i, 1), "item": item, "quantity": round_ * 10 + i},
+                schema=V1,
+                partition=i % 4,
+            )
         producer.flush()
         run_once(config, spark)
 
     rows = table_rows(config)
     assert sorted((r["value"]["item"], r["value"]["quantity"]) for r in rows) == sorted(
-        (item, 20 + i) for i, item in enumerate(items))
+        (item, 20 + i) for i, item in enumerate(items)
+    )
 
 
-KEY_V1 = {"type": "record", "name": "OrderKey", "namespace": "shop",
-          "fields": [{"name": "id", "type": "long"}]}
-KEY_V2 = {**KEY_V1, "fields": [*KEY_V1["fields"],
-                               {"name": "shard", "type": ["null", "string"], "default": None}]}
+KEY_V1 = {
+    "type": "record",
+    "name": "OrderKey",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}],
+}
+KEY_V2 = {
+    **KEY_V1,
+    "fields": [*KEY_V1["fields"], {"name": "shard", "type": ["null", "string"], "default": None}],
+}
 
 
 def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_versions(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """A key in the registry's wire format carries its schema id in its bytes: a new key schema
     version changes the bytes of every key.  Decoded by its subject (key.format avro), the key
     fields identify the row, so records keyed by either version update one row, tombstones of
@@ -268,8 +312,9 @@ def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_vers
     from floe_sparkapp.config import parse_config
 
     producer = AvroProducer(stack, topic)
-    keys = {json.dumps(s): AvroSerializer(producer.registry, json.dumps(s))
-            for s in (KEY_V1, KEY_V2)}
+    keys = {
+        json.dumps(s): AvroSerializer(producer.registry, json.dumps(s)) for s in (KEY_V1, KEY_V2)
+    }
     context = SerializationContext(topic, MessageField.KEY)
 
     def key(schema: dict, i: int) -> bytes:
@@ -282,20 +327,23 @@ def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_vers
     config = parse_config(data)
     latest: dict[int, str] = {}
     for i in range(100):  # ids 0..19, five updates each, keys of version 1
-        producer.send(key=key(KEY_V1, i % 20), value={**order(i % 20, 1), "item": f"a{i}"},
-                      schema=V1)
+        producer.send(
+            key=key(KEY_V1, i % 20), value={**order(i % 20, 1), "item": f"a{i}"}, schema=V1
+        )
         latest[i % 20] = f"a{i}"
     producer.flush()
     run_once(config, spark)
     assert len(table_rows(config)) == 20
 
     for i in range(0, 40, 2):  # half the ids updated again, keyed by version 2
-        producer.send(key=key(KEY_V2, i % 20), value={**order(i % 20, 1), "item": f"b{i}"},
-                      schema=V1)
+        producer.send(
+            key=key(KEY_V2, i % 20), value={**order(i % 20, 1), "item": f"b{i}"}, schema=V1
+        )
         latest[i % 20] = f"b{i}"
     for i in range(5):  # tombstones: ids 0, 2 by version 2, ids 1, 3, 5 by version 1
-        producer.send(key=key(KEY_V2 if i < 2 else KEY_V1, i * 2 if i < 2 else i * 2 - 3),
-                      value=None)
+        producer.send(
+            key=key(KEY_V2 if i < 2 else KEY_V1, i * 2 if i < 2 else i * 2 - 3), value=None
+        )
     for gone in (0, 2, 1, 3, 5):
         latest.pop(gone)
     producer.send(key=b"\x01not a framed key", value=order(99, 1), schema=V1)
@@ -305,17 +353,23 @@ def test_upsert_keyed_by_the_avro_key_decoded_by_its_own_subject_across_key_vers
     rows = table_rows(config)
     [kept] = [r for r in rows if r["value_error"]]
     assert kept["key"] == b"\x01not a framed key" and kept["value"] is None
-    assert kept["value_error"] == "key not in the Confluent wire format: first byte 0x01, " \
-                                  "expected 0x00"
+    assert (
+        kept["value_error"] == "key not in the Confluent wire format: first byte 0x01, "
+        "expected 0x00"
+    )
     assert kept["value_raw"]  # the value's bytes, kept with the key's reason
     applied = [r for r in rows if not r["value_error"]]
     assert sorted(r["key_fields"]["id"] for r in applied) == sorted(latest)  # one row per id
     assert {r["key_fields"]["id"]: r["value"]["item"] for r in applied} == latest
-    assert [f.name for f in load_table(config).schema().find_field("key_fields")
-            .field_type.fields] == ["id", "shard"]
-    assert sorted(spark.table(f"{config.table.catalog.name}.{config.table.identifier}")
-                  .filter("value_error IS NULL").select("key_fields.id").collect()) == \
-        sorted((i,) for i in latest)
+    assert [
+        f.name for f in load_table(config).schema().find_field("key_fields").field_type.fields
+    ] == ["id", "shard"]
+    assert sorted(
+        spark.table(f"{config.table.catalog.name}.{config.table.identifier}")
+        .filter("value_error IS NULL")
+        .select("key_fields.id")
+        .collect()
+    ) == sorted((i,) for i in latest)
 
 
 KEY_PROTO = """syntax = "proto3";
@@ -345,11 +399,12 @@ def test_upsert_keyed_by_a_protobuf_key_decoded_by_its_own_subject(stack, spark,
         schema_id, cls = versions[version]
         return framed(schema_id, cls(id=i).SerializeToString(), index=b"\x00")
 
-    config = with_sections(job_config(stack, tmp_path, topic, mode="upsert"), key={
-        "format": "protobuf", "subject": f"{topic}-key", "message": "shop.OrderKey"})
+    config = with_sections(
+        job_config(stack, tmp_path, topic, mode="upsert"),
+        key={"format": "protobuf", "subject": f"{topic}-key", "message": "shop.OrderKey"},
+    )
     for i in range(10):
-        producer.send(key=key(1, i), value={**order(i, 1), "item": f"a{i}"}, schema=V1,
-                      partition=0)
+        producer.send(key=key(1, i), value={**order(i, 1), "item": f"a{i}"}, schema=V1, partition=0)
     producer.send(key=key(2, 3), value={**order(3, 1), "item": "b3"}, schema=V1, partition=0)
     producer.send(key=key(2, 4), value=None, partition=0)  # deletes id 4's row
     producer.send(key=key(1, 5)[:-1] + b"\xff", value=order(5, 1), schema=V1, partition=0)
@@ -358,10 +413,12 @@ def test_upsert_keyed_by_a_protobuf_key_decoded_by_its_own_subject(stack, spark,
 
     rows = table_rows(config)
     [kept] = [r for r in rows if r["value_error"]]
-    assert kept["value_error"].startswith("Protobuf key could not be decoded as message "
-                                          "shop.OrderKey of its writer schema id")
+    assert kept["value_error"].startswith(
+        "Protobuf key could not be decoded as message shop.OrderKey of its writer schema id"
+    )
     assert kept["value_raw"] and kept["value"] is None
     applied = {r["key_fields"]["id"]: r["value"]["item"] for r in rows if not r["value_error"]}
     assert applied == {**{i: f"a{i}" for i in range(10) if i != 4}, 3: "b3"}
-    assert [f.name for f in load_table(config).schema().find_field("key_fields")
-            .field_type.fields] == ["id", "shard"]
+    assert [
+        f.name for f in load_table(config).schema().find_field("key_fields").field_type.fields
+    ] == ["id", "shard"]

@@ -7,16 +7,28 @@ from __future__ import annotations
 
 import pytest
 
-from .jobkit import (AvroProducer, consume_to_end, create_topic, job_config, run_once,
-                     table_rows, with_sections)
+from .jobkit import (
+    AvroProducer,
+    consume_to_end,
+    create_topic,
+    job_config,
+    run_once,
+    table_rows,
+    with_sections,
+)
 
 pytestmark = [pytest.mark.integration]
 
-PRODUCT = {"type": "record", "name": "Product", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "name", "type": "string"},
-    {"name": "action", "type": ["null", "string"], "default": None},
-]}
+PRODUCT = {
+    "type": "record",
+    "name": "Product",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "action", "type": ["null", "string"], "default": None},
+    ],
+}
 
 
 @pytest.fixture
@@ -27,19 +39,31 @@ def topic(stack, unique_name):
 
 
 def test_an_operation_field_inserts_updates_and_deletes_rows_by_key_columns(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     dead = f"{topic}-dlq"
     create_topic(stack.bootstrap, dead, partitions=1)
     producer = AvroProducer(stack, topic)
     config = with_sections(
         job_config(stack, tmp_path, topic, mode="upsert", key_columns=("id",), dead_letter=dead),
-        table={"op": {"field": "action", "insert": ["c", "r", "index"], "update": ["u"],
-                      "delete": ["d", "delete"]}})
+        table={
+            "op": {
+                "field": "action",
+                "insert": ["c", "r", "index"],
+                "update": ["u"],
+                "delete": ["d", "delete"],
+            }
+        },
+    )
 
     def send(i: int, name: str, action: str | None) -> None:
         # keyed by something else than id: the rows follow the value's id
-        producer.send(key=f"k{i % 3}".encode(), partition=i % 2, schema=PRODUCT,
-                      value={"id": i, "name": name, "action": action})
+        producer.send(
+            key=f"k{i % 3}".encode(),
+            partition=i % 2,
+            schema=PRODUCT,
+            value={"id": i, "name": name, "action": action},
+        )
 
     for i in range(10):
         send(i, f"first-{i}", "c" if i % 2 else "INDEX")  # compared lower-cased
@@ -64,13 +88,21 @@ def test_an_operation_field_inserts_updates_and_deletes_rows_by_key_columns(
 
     rows = table_rows(config)
     applied = {r["value"]["id"]: r["value"]["name"] for r in rows if r["value_error"] is None}
-    assert applied == {0: "third-0", 2: "again-2", 3: "first-3", 4: "first-4", 5: "back-5",
-                       7: "first-7", 8: "first-8", 9: "first-9"}
-    raw = sorted((r["value_error"] for r in rows if r["value_error"]))
+    assert applied == {
+        0: "third-0",
+        2: "again-2",
+        3: "first-3",
+        4: "first-4",
+        5: "back-5",
+        7: "first-7",
+        8: "first-8",
+        9: "first-9",
+    }
+    raw = sorted(r["value_error"] for r in rows if r["value_error"])
     assert raw == [
         "op field action is null: the record's operation is unknown",
-        "op merge (field action) is not an insert (c, r, index), update (u) or delete "
-        "(d, delete)"]
+        "op merge (field action) is not an insert (c, r, index), update (u) or delete (d, delete)",
+    ]
     assert all(r["value"] is None and r["value_raw"] for r in rows if r["value_error"])
     letters = consume_to_end(stack, dead)
     assert sorted(dict(m.headers())["floe.error"].decode() for m in letters) == raw
@@ -78,13 +110,18 @@ def test_an_operation_field_inserts_updates_and_deletes_rows_by_key_columns(
 
 def test_an_operation_header_deletes_rows_by_the_kafka_key(stack, spark, tmp_path, topic):
     producer = AvroProducer(stack, topic)
-    config = with_sections(job_config(stack, tmp_path, topic, mode="upsert"),
-                           table={"op": {"header": "op"}})
+    config = with_sections(
+        job_config(stack, tmp_path, topic, mode="upsert"), table={"op": {"header": "op"}}
+    )
 
     def send(key: str, name: str, op: bytes | None) -> None:
-        producer.send(key=key.encode(), partition=0, schema=PRODUCT,
-                      value={"id": 0, "name": name, "action": None},
-                      headers=[("source", b"app")] + ([("op", op)] if op is not None else []))
+        producer.send(
+            key=key.encode(),
+            partition=0,
+            schema=PRODUCT,
+            value={"id": 0, "name": name, "action": None},
+            headers=[("source", b"app")] + ([("op", op)] if op is not None else []),
+        )
 
     for key in ("a", "b", "c", "d"):
         send(key, f"{key}-1", b"insert")
@@ -95,14 +132,24 @@ def test_an_operation_header_deletes_rows_by_the_kafka_key(stack, spark, tmp_pat
     send("c", "c-2", b"upsert")
     send("c", "c-3", b"d")
     send("d", "d-2", None)  # no header: raw, the row kept
-    producer.send(key=b"e", partition=0, schema=PRODUCT, value={"id": 0, "name": "e-1"},
-                  headers=[("op", b"d"), ("op", b"c")])  # a repeated header: its last value
+    producer.send(
+        key=b"e",
+        partition=0,
+        schema=PRODUCT,
+        value={"id": 0, "name": "e-1"},
+        headers=[("op", b"d"), ("op", b"c")],
+    )  # a repeated header: its last value
     producer.flush()
     run_once(config, spark)
 
     rows = table_rows(config)
     assert {r["key"].decode(): r["value"]["name"] for r in rows if not r["value_error"]} == {
-        "a": "a-2", "d": "d-1", "e": "e-1"}
+        "a": "a-2",
+        "d": "d-1",
+        "e": "e-1",
+    }
     [raw] = [r for r in rows if r["value_error"]]
-    assert raw["key"] == b"d" and raw["value_error"] == \
-        "op header op is missing: the record has no such header"
+    assert (
+        raw["key"] == b"d"
+        and raw["value_error"] == "op header op is missing: the record has no such header"
+    )

@@ -15,13 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.job import run, start
+from floe_sparkapp.ledger import last_commit
 from floe_sparkapp.maintenance import PROPERTY_PREFIX, maintain
 
 from .jobkit import (
-    AvroProducer, assert_exactly_once, create_topic, job_config, load_table, local_job_env,
-    table_rows, wait_for_rows, with_maintenance,
+    AvroProducer,
+    assert_exactly_once,
+    create_topic,
+    job_config,
+    load_table,
+    local_job_env,
+    table_rows,
+    wait_for_rows,
+    with_maintenance,
 )
 from .test_job_roundtrip import V1, order
 
@@ -33,8 +40,7 @@ TWO_DAYS_AGO = int(time.time() * 1000) - 2 * DAY_MS  # a partition nobody writes
 
 def produce_old(producer: AvroProducer, start_at: int, count: int, at_ms: int = TWO_DAYS_AGO):
     for i in range(start_at, start_at + count):
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
-                      timestamp_ms=at_ms + i)
+        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1, timestamp_ms=at_ms + i)
     producer.flush()
 
 
@@ -47,18 +53,37 @@ def data_files(config) -> list[str]:
     return [task.file.file_path for task in load_table(config).scan().plan_files()]
 
 
-def config_with(stack, tmp_path, topic, catalog="sqlite", *, min_input_files=None,
-                retain_last=None, max_snapshot_age_seconds=None, orphan_older_than_seconds=None):
+def config_with(
+    stack,
+    tmp_path,
+    topic,
+    catalog="sqlite",
+    *,
+    min_input_files=None,
+    retain_last=None,
+    max_snapshot_age_seconds=None,
+    orphan_older_than_seconds=None,
+):
     """A job config of 25 records a commit, with some maintenance settings changed (below
     what a resource allows, where a test needs it)."""
     config = job_config(stack, tmp_path, topic, max_records=25, catalog=catalog)
-    expire = {**({"retain_last": retain_last} if retain_last is not None else {}),
-              **({"max_age": f"{max_snapshot_age_seconds}s"}
-                 if max_snapshot_age_seconds is not None else {})}
-    actions = {"compaction": {"min_input_files": min_input_files} if min_input_files else {},
-               "expire_snapshots": expire,
-               "remove_orphans": ({"older_than": f"{orphan_older_than_seconds}s"}
-                                  if orphan_older_than_seconds is not None else {})}
+    expire = {
+        **({"retain_last": retain_last} if retain_last is not None else {}),
+        **(
+            {"max_age": f"{max_snapshot_age_seconds}s"}
+            if max_snapshot_age_seconds is not None
+            else {}
+        ),
+    }
+    actions = {
+        "compaction": {"min_input_files": min_input_files} if min_input_files else {},
+        "expire_snapshots": expire,
+        "remove_orphans": (
+            {"older_than": f"{orphan_older_than_seconds}s"}
+            if orphan_older_than_seconds is not None
+            else {}
+        ),
+    }
     return with_maintenance(config, **{a: changes for a, changes in actions.items() if changes})
 
 
@@ -70,8 +95,7 @@ def topic(stack, unique_name):
 
 
 @pytest.mark.parametrize("catalog", ["sqlite", "postgresql", "rest"])
-def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_path, topic,
-                                                            catalog):
+def test_compaction_merges_small_files_and_keeps_every_row(stack, spark, tmp_path, topic, catalog):
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 300)
     config = config_with(stack, tmp_path, topic, catalog, min_input_files=2)
@@ -120,8 +144,9 @@ def test_compaction_leaves_the_partition_being_written_alone(stack, spark, tmp_p
     assert sorted(data_files(config)) == before
 
 
-def test_compaction_while_the_job_commits_loses_and_duplicates_nothing(stack, spark, tmp_path,
-                                                                       topic, monkeypatch):
+def test_compaction_while_the_job_commits_loses_and_duplicates_nothing(
+    stack, spark, tmp_path, topic, monkeypatch
+):
     from floe_sparkapp import maintenance
 
     monkeypatch.setattr(maintenance, "MAX_ATTEMPTS", 10)
@@ -155,18 +180,24 @@ def test_compaction_while_the_job_commits_loses_and_duplicates_nothing(stack, sp
 
 
 def test_aggressive_expiry_keeps_the_offsets_and_exactly_once_survives_a_lost_checkpoint(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 200)
-    config = config_with(stack, tmp_path, topic, min_input_files=2, retain_last=1,
-                         max_snapshot_age_seconds=60)
+    config = config_with(
+        stack, tmp_path, topic, min_input_files=2, retain_last=1, max_snapshot_age_seconds=60
+    )
     run(config, spark, available_now=True, timeout=600)
     maintain(config, "compaction", spark)  # main's head is now a snapshot floe did not write
     floe_snapshot = last_commit(load_table(config), config.writer).snapshot_id
     snapshots_before = len(load_table(config).snapshots())
 
-    maintain(config, "expire-snapshots", spark, now=dt.datetime.now(dt.timezone.utc)
-             + dt.timedelta(days=30))
+    maintain(
+        config,
+        "expire-snapshots",
+        spark,
+        now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30),
+    )
 
     table = load_table(config)
     assert len(table.snapshots()) < snapshots_before
@@ -178,7 +209,8 @@ def test_aggressive_expiry_keeps_the_offsets_and_exactly_once_survives_a_lost_ch
 
 
 def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """With a short interval the job keeps the table at about retainLast commits (those
     older than maxAge expire): the metadata every commit rewrites stays small, the manifest
     lists of expired snapshots are deleted, and the offsets stay."""
@@ -210,7 +242,8 @@ def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
     assert table.refs()[offsets_tag(config.writer)].snapshot_id == newest
     metadata = Path(table.metadata_location.removeprefix("file:")).parent
     assert sorted(p.name for p in metadata.glob("snap-*.avro")) == sorted(
-        Path(s.manifest_list).name for s in kept)
+        Path(s.manifest_list).name for s in kept
+    )
 
     shutil.rmtree(config.checkpoint_location)  # the offsets come from the table
     produce_old(producer, 130, 10)
@@ -220,7 +253,8 @@ def test_the_job_expires_snapshots_as_it_commits_and_its_offsets_survive(
 
 @pytest.mark.faults
 def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """The newest floe snapshot is tagged: an expiry that keeps only main's head (a compaction
     on top of it) cannot take the offsets, and a lost checkpoint duplicates nothing."""
     from floe_sparkapp.ledger import offsets_tag
@@ -233,9 +267,11 @@ def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
     floe_snapshot = last_commit(load_table(config), config.writer).snapshot_id
     assert load_table(config).refs()[offsets_tag(config.writer)].snapshot_id == floe_snapshot
     future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
-    spark.sql(f"CALL {config.table.catalog.name}.system.expire_snapshots(table => "
-              f"'{config.table.catalog.name}.{config.table.identifier}', "
-              f"older_than => TIMESTAMP '{future:%Y-%m-%d %H:%M:%S}', retain_last => 1)").collect()
+    spark.sql(
+        f"CALL {config.table.catalog.name}.system.expire_snapshots(table => "
+        f"'{config.table.catalog.name}.{config.table.identifier}', "
+        f"older_than => TIMESTAMP '{future:%Y-%m-%d %H:%M:%S}', retain_last => 1)"
+    ).collect()
 
     table = load_table(config)
     assert last_commit(table, config.writer, config.kafka.topic).snapshot_id == floe_snapshot
@@ -245,18 +281,23 @@ def test_offsets_survive_compaction_and_someone_elses_expiry_to_one_snapshot(
     assert_exactly_once(table_rows(config), producer.sent)
 
 
-@pytest.mark.parametrize("threshold, age", [
-    (None, 4 * 86_400),  # the default, 3 days
-    # The resource allows removeOrphans.olderThan down to 1h; Iceberg's remove_orphan_files
-    # procedure refuses anything under 24 hours.
-    pytest.param(3600, 2 * 3600, marks=pytest.mark.faults, id="under-a-day"),
-])
-def test_orphan_removal_deletes_only_old_unreferenced_files(stack, spark, tmp_path, topic,
-                                                             threshold, age):
+@pytest.mark.parametrize(
+    "threshold, age",
+    [
+        (None, 4 * 86_400),  # the default, 3 days
+        # The resource allows removeOrphans.olderThan down to 1h; Iceberg's remove_orphan_files
+        # procedure refuses anything under 24 hours.
+        pytest.param(3600, 2 * 3600, marks=pytest.mark.faults, id="under-a-day"),
+    ],
+)
+def test_orphan_removal_deletes_only_old_unreferenced_files(
+    stack, spark, tmp_path, topic, threshold, age
+):
     producer = AvroProducer(stack, topic)
     produce_old(producer, 0, 50)
-    config = config_with(stack, tmp_path, topic, **(
-        {"orphan_older_than_seconds": threshold} if threshold else {}))
+    config = config_with(
+        stack, tmp_path, topic, **({"orphan_older_than_seconds": threshold} if threshold else {})
+    )
     run(config, spark, available_now=True, timeout=600)
     referenced = data_files(config)
     data_dir = Path(referenced[0].removeprefix("file:")).parent
@@ -296,8 +337,12 @@ def test_compaction_of_an_upsert_table_applies_its_deletes(stack, spark, tmp_pat
     # Too few files for a rewrite by their number alone: the deletes are what is rewritten.
     config = with_maintenance(config, compaction={"min_input_files": 50})
     for i in range(200):  # 40 keys, each updated five times, in a partition nobody writes now
-        producer.send(key=f"k{i % 40}".encode(), value={**order(i % 40, 1), "item": f"u{i}"},
-                      schema=V1, timestamp_ms=TWO_DAYS_AGO + i)
+        producer.send(
+            key=f"k{i % 40}".encode(),
+            value={**order(i % 40, 1), "item": f"u{i}"},
+            schema=V1,
+            timestamp_ms=TWO_DAYS_AGO + i,
+        )
     producer.flush()
     run(config, spark, available_now=True, timeout=600)  # 25 records a commit
     before = table_rows(config)
@@ -313,7 +358,8 @@ def test_compaction_of_an_upsert_table_applies_its_deletes(stack, spark, tmp_pat
 
 @pytest.mark.faults
 def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """The job commits every second and expires what is older than 2 s beyond 3 snapshots,
     while a compaction of hundreds of files runs for longer than that: the compaction holds
     the snapshot it started from (a tag the job's expiry keeps, with all after it), so its
@@ -322,13 +368,19 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
 
     producer = AvroProducer(stack, topic)
     for i in range(2400):  # over 20 days: each batch writes a file per day and partition
-        producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1,
-                      timestamp_ms=TWO_DAYS_AGO - (i % 20) * DAY_MS)
+        producer.send(
+            key=f"k{i}".encode(),
+            value=order(i, 1),
+            schema=V1,
+            timestamp_ms=TWO_DAYS_AGO - (i % 20) * DAY_MS,
+        )
     producer.flush()
-    config = config_with(stack, tmp_path, topic, min_input_files=2, retain_last=3,
-                         max_snapshot_age_seconds=2)
-    config = config.model_copy(update={"commit": config.commit.model_copy(
-        update={"max_records_per_commit": 300})})
+    config = config_with(
+        stack, tmp_path, topic, min_input_files=2, retain_last=3, max_snapshot_age_seconds=2
+    )
+    config = config.model_copy(
+        update={"commit": config.commit.model_copy(update={"max_records_per_commit": 300})}
+    )
     run(config, spark, available_now=True, timeout=900)  # 8 commits, hundreds of files
     old_files = len(data_files(config))
     assert old_files >= 200
@@ -356,8 +408,21 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
         wait_for_rows(config, 2410, query=query)  # the job commits and expires meanwhile
         started = time.monotonic()
         compaction = subprocess.run(
-            [sys.executable, "-m", "floe_sparkapp", "maintain", "--config", str(config_file),
-             "--action", "compaction"], env=env, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "floe_sparkapp",
+                "maintain",
+                "--config",
+                str(config_file),
+                "--action",
+                "compaction",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         took = time.monotonic() - started
     finally:
         stop.set()
@@ -379,7 +444,8 @@ def test_a_long_compaction_succeeds_beside_a_job_expiring_snapshots_every_second
 
 @pytest.mark.faults
 def test_orphan_removal_beside_a_running_compaction_keeps_the_files_it_has_written(
-        stack, spark, tmp_path, topic):
+    stack, spark, tmp_path, topic
+):
     """A compaction (or a manifest rewrite) runs for hours and commits its files at the end:
     while its hold is on the table, orphan removal deletes only files older than the snapshot
     it started from, so the compaction's commit never refers to files already removed.  An

@@ -18,15 +18,18 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
         future.result(timeout=30)
 
 
-def consume_all(bootstrap: str, topic: str, expected: int, *, isolation: str,
-                timeout: float = 30) -> list:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"smoke-{uuid.uuid4().hex}",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-    })
+def consume_all(
+    bootstrap: str, topic: str, expected: int, *, isolation: str, timeout: float = 30
+) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"smoke-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
     consumer.subscribe([topic])
     records = []
     deadline = time.monotonic() + timeout
@@ -65,8 +68,9 @@ def test_produce_and_consume(stack, unique_name):
 def test_read_committed_hides_aborted_transactions(stack, unique_name):
     topic = f"smoke-tx-{unique_name}"
     create_topic(stack.bootstrap, topic, partitions=2)
-    producer = Producer({"bootstrap.servers": stack.bootstrap,
-                         "transactional.id": f"smoke-{unique_name}"})
+    producer = Producer(
+        {"bootstrap.servers": stack.bootstrap, "transactional.id": f"smoke-{unique_name}"}
+    )
     producer.init_transactions(30)
     for batch in range(4):
         producer.begin_transaction()
@@ -83,4 +87,9 @@ def test_read_committed_hides_aborted_transactions(stack, unique_name):
 
     assert sorted(m.value() for m in committed) == [b"batch-0"] * 5 + [b"batch-2"] * 5
     # The aborted records are in the log; only the read_committed consumer skips them.
-    assert sorted({m.value() for m in everything}) == [b"batch-0", b"batch-1", b"batch-2", b"batch-3"]
+    assert sorted({m.value() for m in everything}) == [
+        b"batch-0",
+        b"batch-1",
+        b"batch-2",
+        b"batch-3",
+    ]

@@ -11,10 +11,16 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 pytestmark = pytest.mark.integration
 
-V1 = {"type": "record", "name": "Order", "namespace": "floe.smoke",
-      "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}]}
-V2 = {**V1, "fields": V1["fields"] + [
-    {"name": "quantity", "type": ["null", "int"], "default": None}]}
+V1 = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "floe.smoke",
+    "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}],
+}
+V2 = {
+    **V1,
+    "fields": V1["fields"] + [{"name": "quantity", "type": ["null", "int"], "default": None}],
+}
 
 
 def test_two_versions_registered_and_read_back_by_id(stack, unique_name):

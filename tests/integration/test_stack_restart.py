@@ -27,6 +27,8 @@ def test_killed_kafka_broker_restarts_with_its_data(stack, unique_name):
     for i in range(50):
         producer.produce(topic, value=f"after-{i}".encode())
     assert producer.flush(60) == 0
-    values = sorted(m.value().decode() for m in
-                    consume_all(stack.bootstrap, topic, 100, isolation="read_committed"))
+    values = sorted(
+        m.value().decode()
+        for m in consume_all(stack.bootstrap, topic, 100, isolation="read_committed")
+    )
     assert values == sorted([f"before-{i}" for i in range(50)] + [f"after-{i}" for i in range(50)])

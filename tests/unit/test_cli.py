@@ -32,20 +32,40 @@ class Cluster:
         return {"status": {"phase": "Succeeded", "message": "landed 3 records"}}
 
 
-@pytest.mark.parametrize("argv, kind, section", [
-    (["backfill", "orders", "--from-time", "2026-11-01T00:00:00Z", "--partition", "2",
-      "--partition", "0"], "Backfill",
-     {"fromTime": "2026-11-01T00:00:00Z", "partitions": [0, 2]}),
-    (["backfill", "orders", "--table", "analytics.eu"], "Backfill", {"table": "analytics.eu"}),
-    (["repair", "orders", "--reason", "schema_refused", "--dry-run"], "Repair",
-     {"dryRun": True, "reasons": ["schema_refused"]}),
-    (["rollback", "orders", "--to", "42"], "Rollback", {"snapshotId": "42"}),
-    (["replay", "orders", "--topic", "orders-copy", "--snapshot", "42"], "Replay",
-     {"topic": "orders-copy", "snapshotId": "42"}),
-])
+@pytest.mark.parametrize(
+    "argv, kind, section",
+    [
+        (
+            [
+                "backfill",
+                "orders",
+                "--from-time",
+                "2026-11-01T00:00:00Z",
+                "--partition",
+                "2",
+                "--partition",
+                "0",
+            ],
+            "Backfill",
+            {"fromTime": "2026-11-01T00:00:00Z", "partitions": [0, 2]},
+        ),
+        (["backfill", "orders", "--table", "analytics.eu"], "Backfill", {"table": "analytics.eu"}),
+        (
+            ["repair", "orders", "--reason", "schema_refused", "--dry-run"],
+            "Repair",
+            {"dryRun": True, "reasons": ["schema_refused"]},
+        ),
+        (["rollback", "orders", "--to", "42"], "Rollback", {"snapshotId": "42"}),
+        (
+            ["replay", "orders", "--topic", "orders-copy", "--snapshot", "42"],
+            "Replay",
+            {"topic": "orders-copy", "snapshotId": "42"},
+        ),
+    ],
+)
 def test_each_operation_command_makes_its_operation(argv, kind, section, monkeypatch, capsys):
     cluster = Cluster()
-    args = cli._parser().parse_args(argv + ["-w"])
+    args = cli._parser().parse_args([*argv, "-w"])
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     assert cli.COMMANDS[args.command](cluster, "data", args) == 0
     (body,) = cluster.made
@@ -54,8 +74,11 @@ def test_each_operation_command_makes_its_operation(argv, kind, section, monkeyp
     assert body["spec"] == {"topic": "orders", "type": kind, kind.lower(): section}
     OperationSpec.model_validate(body["spec"])  # what the API server takes
     printed = capsys.readouterr().out.splitlines()
-    assert printed == [f"kafkaicebergoperation data/{body['metadata']['name']} created",
-                       "Running: attempt 1 is running", "Succeeded: landed 3 records"]
+    assert printed == [
+        f"kafkaicebergoperation data/{body['metadata']['name']} created",
+        "Running: attempt 1 is running",
+        "Succeeded: landed 3 records",
+    ]
 
 
 def test_an_unknown_reason_is_refused_before_anything_is_made():
@@ -76,11 +99,15 @@ class Branched:
         self.reads += 1
         status = {"branch": {"name": self.branch, "snapshotId": self.head}} if self.head else {}
         if self.annotations and self.reads > 2:
-            status["branch"]["lastPublish"] = {"request": self.annotations["floe.dev/publish"],
-                                               **(self.answer or {"snapshotId": self.head})}
-        return {"metadata": {"name": name},
-                "spec": {"table": {"branch": self.branch} if self.branch else {}},
-                "status": status}
+            status["branch"]["lastPublish"] = {
+                "request": self.annotations["floe.dev/publish"],
+                **(self.answer or {"snapshotId": self.head}),
+            }
+        return {
+            "metadata": {"name": name},
+            "spec": {"table": {"branch": self.branch} if self.branch else {}},
+            "status": status,
+        }
 
     def annotate(self, namespace, name, key, value):
         self.annotations[key] = value
@@ -100,11 +127,14 @@ def test_publish_names_the_head_the_status_shows_and_waits_for_the_answer(monkey
     assert capsys.readouterr().out.splitlines()[-1] == "not published: main diverged"
 
 
-@pytest.mark.parametrize("cluster, argv, says", [
-    (Branched(branch=None), [], "lands in main (no spec.table.branch)"),
-    (Branched(head=None), [], "has no commit yet"),
-    (Branched(), ["--snapshot", "head"], "takes a snapshot id"),
-])
+@pytest.mark.parametrize(
+    "cluster, argv, says",
+    [
+        (Branched(branch=None), [], "lands in main (no spec.table.branch)"),
+        (Branched(head=None), [], "has no commit yet"),
+        (Branched(), ["--snapshot", "head"], "takes a snapshot id"),
+    ],
+)
 def test_publish_refuses_what_it_cannot_publish(cluster, argv, says):
     args = cli._parser().parse_args(["publish", "orders", *argv])
     with pytest.raises(cli.Failure, match=says.replace("(", r"\(").replace(")", r"\)")):

@@ -38,8 +38,7 @@ def test_records_much_larger_than_sampled_plan_the_commits_again():
     assert size.replan == 512 * MIB // 1_000
     size.replanned()  # the next start: the batch's size counts beside a new sample's
     assert size.replan is None
-    assert CommitSize(CommitSpec(), sampled=100, observed=size.observed).limit == \
-        512 * MIB // 1_000
+    assert CommitSize(CommitSpec(), sampled=100, observed=size.observed).limit == 512 * MIB // 1_000
 
 
 def test_smaller_records_plan_larger_commits_only_when_a_batch_was_full():

@@ -27,8 +27,12 @@ def models(root: type[BaseModel]) -> set[type[BaseModel]]:
 
     def visit(model: type[BaseModel]) -> None:
         for klass in model.__mro__:
-            if isinstance(klass, type) and issubclass(klass, BaseModel) and klass not in found \
-                    and klass is not BaseModel:
+            if (
+                isinstance(klass, type)
+                and issubclass(klass, BaseModel)
+                and klass not in found
+                and klass is not BaseModel
+            ):
                 found.add(klass)
                 for field in klass.model_fields.values():
                     for inner in _types(field.annotation):
@@ -44,8 +48,11 @@ def _types(annotation: Any) -> list[type[BaseModel]]:
     return [t for arg in getattr(annotation, "__args__", ()) for t in _types(arg)]
 
 
-RULES = [rule for model in sorted(models(KafkaIcebergTopicSpec), key=lambda m: m.__name__)
-         for rule in model.__dict__.get("RULES", ())]
+RULES = [
+    rule
+    for model in sorted(models(KafkaIcebergTopicSpec), key=lambda m: m.__name__)
+    for rule in model.__dict__.get("RULES", ())
+]
 
 
 def crd_rules() -> list[tuple[str, str]]:
@@ -53,7 +60,9 @@ def crd_rules() -> list[tuple[str, str]]:
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            found.extend((v["rule"], v["message"]) for v in node.get("x-kubernetes-validations", []))
+            found.extend(
+                (v["rule"], v["message"]) for v in node.get("x-kubernetes-validations", [])
+            )
             for child in node.values():
                 walk(child)
         elif isinstance(node, list):
@@ -66,8 +75,12 @@ def crd_rules() -> list[tuple[str, str]]:
 
 def test_the_job_config_is_the_spec_and_what_the_operator_adds():
     spec = set(contract.TopicSpec.model_fields)
-    assert set(JobConfig.model_fields) - spec == {"writer", "generation", "checkpoint_location",
-                                                   "secrets"}
+    assert set(JobConfig.model_fields) - spec == {
+        "writer",
+        "generation",
+        "checkpoint_location",
+        "secrets",
+    }
     assert set(KafkaIcebergTopicSpec.model_fields) - spec == {"spark", "auto_rollback"}
     assert issubclass(JobConfig, contract.TopicSpec)
     assert issubclass(KafkaIcebergTopicSpec, contract.TopicSpec)

@@ -21,24 +21,31 @@ def test_crds_directory_is_up_to_date():
 
     for name in FILES:
         assert (ROOT / "crds" / name).read_text() == render(name), (
-            f"crds/{name} is stale: run `make crds`")
+            f"crds/{name} is stale: run `make crds`"
+        )
 
 
 def test_the_chart_ships_the_same_crds():
     chart = sorted(p.name for p in (ROOT / "charts" / "floe-operator" / "crds").iterdir())
     assert chart == sorted(p.name for p in (ROOT / "crds").iterdir())
     for name in chart:
-        assert (ROOT / "charts" / "floe-operator" / "crds" / name).read_text() == \
-            (ROOT / "crds" / name).read_text(), f"charts/floe-operator/crds/{name} is stale: run `make crds`"
+        assert (ROOT / "charts" / "floe-operator" / "crds" / name).read_text() == (
+            ROOT / "crds" / name
+        ).read_text(), f"charts/floe-operator/crds/{name} is stale: run `make crds`"
 
 
 def test_the_schema_is_structural():
-    schema = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"
+    ]
 
     def walk(node, path):
         assert "$ref" not in node and "anyOf" not in node, path
-        if (node.get("type") == "object" and path != ".metadata"
-                and not node.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            node.get("type") == "object"
+            and path != ".metadata"
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             assert "properties" in node or "additionalProperties" in node, path
         for name, child in node.get("properties", {}).items():
             walk(child, f"{path}.{name}")
@@ -67,10 +74,19 @@ def test_every_status_the_planner_writes_fits_the_crds_status_schema():
             return [written(v) for v in status]
         return status
 
-    routed = topic_of(routes=[{"field": "region", "values": ["eu"],
-                               "table": {"identifier": "analytics.orders_eu"}}])
-    runs = {"compaction": {"time": "2026-11-18T03:00:00Z", "outcome": "Failed",
-                           "attempts": 5, "message": "conflict"}}
+    routed = topic_of(
+        routes=[
+            {"field": "region", "values": ["eu"], "table": {"identifier": "analytics.orders_eu"}}
+        ]
+    )
+    runs = {
+        "compaction": {
+            "time": "2026-11-18T03:00:00Z",
+            "outcome": "Failed",
+            "attempts": 5,
+            "message": "conflict",
+        }
+    }
     worlds = [
         (TOPIC, steady()),
         (TOPIC, steady(table=replace(steady().table, maintenance_runs=runs))),
@@ -118,17 +134,30 @@ def test_the_charts_pod_defaults_have_the_fields_of_a_resources_pod_settings():
 
 
 def test_the_designs_example_spec_parses_with_defaults():
-    spec = KafkaIcebergTopicSpec.model_validate({
-        "kafka": {"bootstrapServers": "kafka:9092", "topic": "orders",
-                  "authSecretRef": {"name": "kafka-auth"}},
-        "value": {"format": "avro", "schemaRegistry": {"url": "http://registry:8081",
-                                                       "subject": "orders-value"}},
-        "table": {"catalog": {"type": "sql", "uri": "jdbc:postgresql://pg:5432/iceberg",
-                              "warehouse": "s3://lake/wh", "secretRef": {"name": "lake"}},
-                  "identifier": "analytics.orders"},
-        "commit": {"interval": "60s", "maxRecordsPerCommit": 500000},
-        "deadLetter": {"topic": "orders.dlq"},
-    })
+    spec = KafkaIcebergTopicSpec.model_validate(
+        {
+            "kafka": {
+                "bootstrapServers": "kafka:9092",
+                "topic": "orders",
+                "authSecretRef": {"name": "kafka-auth"},
+            },
+            "value": {
+                "format": "avro",
+                "schemaRegistry": {"url": "http://registry:8081", "subject": "orders-value"},
+            },
+            "table": {
+                "catalog": {
+                    "type": "sql",
+                    "uri": "jdbc:postgresql://pg:5432/iceberg",
+                    "warehouse": "s3://lake/wh",
+                    "secretRef": {"name": "lake"},
+                },
+                "identifier": "analytics.orders",
+            },
+            "commit": {"interval": "60s", "maxRecordsPerCommit": 500000},
+            "deadLetter": {"topic": "orders.dlq"},
+        }
+    )
     assert spec.table.partitioning == "day"
     assert spec.table.deletion_policy == "Retain"
     assert spec.schema_evolution.mode == "additive"

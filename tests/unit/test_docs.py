@@ -11,8 +11,12 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-        *sorted(p for p in ROOT.glob("*/README.md")), *sorted(ROOT.glob("examples/**/*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted(p for p in ROOT.glob("*/README.md")),
+    *sorted(ROOT.glob("examples/**/*.md")),
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -38,14 +42,24 @@ def anchors(path: Path) -> set[str]:
 
 
 def links() -> list[tuple[Path, str]]:
-    return [(path, target) for path in DOCS for line in _prose(path)
-            for target in LINK.findall(line)
-            if not target.startswith(("http://", "https://", "mailto:"))]
+    return [
+        (path, target)
+        for path in DOCS
+        for line in _prose(path)
+        for target in LINK.findall(line)
+        if not target.startswith(("http://", "https://", "mailto:"))
+    ]
 
 
 def test_the_docs_are_where_the_readme_says():
     assert {p.name for p in (ROOT / "docs").glob("*.md")} >= {
-        "resource.md", "install.md", "tables.md", "job.md", "local-stack.md", "development.md"}
+        "resource.md",
+        "install.md",
+        "tables.md",
+        "job.md",
+        "local-stack.md",
+        "development.md",
+    }
 
 
 @pytest.mark.parametrize("path, target", links(), ids=lambda v: str(v)[-60:])
@@ -56,7 +70,8 @@ def test_every_relative_link_and_anchor_resolves(path, target):
     if anchor and resolved.suffix == ".md":
         assert anchor in anchors(resolved), (
             f"{path.relative_to(ROOT)}: {target}: no heading #{anchor} in "
-            f"{resolved.relative_to(ROOT)}")
+            f"{resolved.relative_to(ROOT)}"
+        )
 
 
 def test_each_operation_in_the_docs_is_one_the_api_server_takes():
@@ -70,7 +85,11 @@ def test_each_operation_in_the_docs_is_one_the_api_server_takes():
     text = (ROOT / "docs" / "operations.md").read_text()
     found = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
     operations = [doc for doc in found if doc.get("kind") == "KafkaIcebergOperation"]
-    assert {doc["spec"]["type"] for doc in operations} == {"Rollback", "Repair", "Backfill",
-                                                           "Replay"}
+    assert {doc["spec"]["type"] for doc in operations} == {
+        "Rollback",
+        "Repair",
+        "Backfill",
+        "Replay",
+    }
     for doc in operations:
         OperationSpec.model_validate(doc["spec"])

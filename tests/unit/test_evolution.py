@@ -8,7 +8,11 @@ from floe_sparkapp.avro_types import avro_to_iceberg
 from floe_sparkapp.catalog import load_catalog
 from floe_sparkapp.contract import CatalogSpec, TableSpec
 from floe_sparkapp.evolution import (
-    BreakingChange, apply_evolution, plan_evolution, required_fields_added, value_struct,
+    BreakingChange,
+    apply_evolution,
+    plan_evolution,
+    required_fields_added,
+    value_struct,
 )
 from floe_sparkapp.layout import ensure_table
 
@@ -19,32 +23,55 @@ def record(*fields):
     return {"type": "record", "name": "Order", "fields": list(fields)}
 
 
-V1 = record({"name": "id", "type": "int"}, {"name": "price", "type": "float"},
-            {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
-                                        "precision": 10, "scale": 2}},
-            {"name": "customer", "type": {"type": "record", "name": "C", "fields": [
-                {"name": "name", "type": "string"}]}})
+V1 = record(
+    {"name": "id", "type": "int"},
+    {"name": "price", "type": "float"},
+    {
+        "name": "amount",
+        "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+    },
+    {
+        "name": "customer",
+        "type": {"type": "record", "name": "C", "fields": [{"name": "name", "type": "string"}]},
+    },
+)
 
 
 @pytest.fixture
 def table(tmp_path):
-    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                            warehouse=f"file://{tmp_path / 'wh'}")
-    created, _ = ensure_table(load_catalog(catalog),
-                              TableSpec(catalog=catalog, identifier="db.orders"),
-                              avro_to_iceberg(V1).struct)
+    catalog = CatalogSpec(
+        uri=f"jdbc:sqlite:{tmp_path / 'c.db'}", warehouse=f"file://{tmp_path / 'wh'}"
+    )
+    created, _ = ensure_table(
+        load_catalog(catalog),
+        TableSpec(catalog=catalog, identifier="db.orders"),
+        avro_to_iceberg(V1).struct,
+    )
     return created
 
 
 def test_additive_changes_evolve_the_table_by_name_keeping_field_ids(table):
     before = {f.name: f.field_id for f in value_struct(table).fields}
-    v2 = record({"name": "id", "type": "long"}, {"name": "price", "type": "double"},
-                {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
-                                            "precision": 18, "scale": 2}},
-                {"name": "customer", "type": {"type": "record", "name": "C", "fields": [
+    v2 = record(
+        {"name": "id", "type": "long"},
+        {"name": "price", "type": "double"},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 18, "scale": 2},
+        },
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "C",
+                "fields": [
                     {"name": "name", "type": "string"},
-                    {"name": "email", "type": ["null", "string"], "default": None}]}},
-                {"name": "note", "type": ["null", "string"], "default": None})
+                    {"name": "email", "type": ["null", "string"], "default": None},
+                ],
+            },
+        },
+        {"name": "note", "type": ["null", "string"], "default": None},
+    )
 
     plan = apply_evolution(table, avro_to_iceberg(v2).struct)
 
@@ -68,27 +95,47 @@ def test_additive_changes_evolve_the_table_by_name_keeping_field_ids(table):
 
 
 def test_a_dropped_field_keeps_its_column(table):
-    v2 = record({"name": "id", "type": "int"}, {"name": "price", "type": "float"},
-                {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
-                                            "precision": 10, "scale": 2}})
+    v2 = record(
+        {"name": "id", "type": "int"},
+        {"name": "price", "type": "float"},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
+    )
     plan = apply_evolution(table, avro_to_iceberg(v2).struct)
     assert [str(c) for c in plan.changes] == [
-        "value.customer: no longer in the schema; the column is kept"]
+        "value.customer: no longer in the schema; the column is kept"
+    ]
     table.refresh()
     assert value_struct(table).field_by_name("customer") is not None
 
 
-@pytest.mark.parametrize("field, expected", [
-    ({"name": "id", "type": "string"}, "value.id: type changed from int to string"),
-    ({"name": "price", "type": "int"}, "value.price: type changed from float to int"),
-    ({"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
-                                 "scale": 3}},
-     "value.amount: type changed from decimal(10, 2) to decimal(10, 3)"),
-    ({"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8,
-                                 "scale": 2}},
-     "value.amount: decimal(10, 2) narrowed to decimal(8, 2)"),
-    ({"name": "customer", "type": "string"}, "value.customer: type changed from struct to string"),
-])
+@pytest.mark.parametrize(
+    "field, expected",
+    [
+        ({"name": "id", "type": "string"}, "value.id: type changed from int to string"),
+        ({"name": "price", "type": "int"}, "value.price: type changed from float to int"),
+        (
+            {
+                "name": "amount",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 3},
+            },
+            "value.amount: type changed from decimal(10, 2) to decimal(10, 3)",
+        ),
+        (
+            {
+                "name": "amount",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2},
+            },
+            "value.amount: decimal(10, 2) narrowed to decimal(8, 2)",
+        ),
+        (
+            {"name": "customer", "type": "string"},
+            "value.customer: type changed from struct to string",
+        ),
+    ],
+)
 def test_breaking_changes_are_refused_with_the_field_and_change(table, field, expected):
     fields = [f for f in V1["fields"] if f["name"] != field["name"]] + [field]
     schema_before = table.schema()
@@ -108,11 +155,15 @@ def test_narrowing_long_to_int_is_breaking():
 
 
 def test_a_field_added_as_required_without_default_is_breaking_at_the_avro_level():
-    v2 = record(*V1["fields"], {"name": "must", "type": "string"},
-                {"name": "fine", "type": "string", "default": ""},
-                {"name": "maybe", "type": ["null", "int"]})
+    v2 = record(
+        *V1["fields"],
+        {"name": "must", "type": "string"},
+        {"name": "fine", "type": "string", "default": ""},
+        {"name": "maybe", "type": ["null", "int"]},
+    )
     assert [str(c) for c in required_fields_added(V1, v2)] == [
-        "value.must: added as required without a default"]
+        "value.must: added as required without a default"
+    ]
 
 
 def test_an_existing_table_that_is_not_floes_is_refused(tmp_path):
@@ -121,18 +172,21 @@ def test_an_existing_table_that_is_not_floes_is_refused(tmp_path):
 
     from floe_sparkapp.layout import LayoutMismatch
 
-    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                            warehouse=f"file://{tmp_path / 'wh'}")
+    catalog = CatalogSpec(
+        uri=f"jdbc:sqlite:{tmp_path / 'c.db'}", warehouse=f"file://{tmp_path / 'wh'}"
+    )
     opened = load_catalog(catalog)
     opened.create_namespace("db")
     opened.create_table("db.other", Schema(NestedField(1, "id", LongType())))
 
     with pytest.raises(LayoutMismatch) as refused:
-        ensure_table(opened, TableSpec(catalog=catalog, identifier="db.other"),
-                     avro_to_iceberg(V1).struct)
+        ensure_table(
+            opened, TableSpec(catalog=catalog, identifier="db.other"), avro_to_iceberg(V1).struct
+        )
     assert str(refused.value) == (
         "table db.other exists but is not a floe table: it has no column(s) kafka, key, value, "
-        "value_error, value_raw. Point table.identifier at a new table, or drop this one.")
+        "value_error, value_raw. Point table.identifier at a new table, or drop this one."
+    )
 
 
 def test_an_approved_breaking_version_keeps_the_old_column_under_a_new_name(table):
@@ -155,8 +209,9 @@ def test_an_older_writer_after_approved_changes_goes_to_the_column_that_kept_its
     from floe_sparkapp.evolution import apply_approved_breaking, evolve_for_writer
 
     def with_id(kind):
-        return avro_to_iceberg(record(*[f for f in V1["fields"] if f["name"] != "id"],
-                                      {"name": "id", "type": kind})).struct
+        return avro_to_iceberg(
+            record(*[f for f in V1["fields"] if f["name"] != "id"], {"name": "id", "type": kind})
+        ).struct
 
     apply_approved_breaking(table, with_id("string"), version=3)  # int -> string
     table.refresh()
@@ -164,11 +219,15 @@ def test_an_older_writer_after_approved_changes_goes_to_the_column_that_kept_its
     table.refresh()
     value = value_struct(table)
     assert {f.name: str(f.field_type) for f in value.fields if f.name.startswith("id")} == {
-        "id": "boolean", "id_before_v3": "int", "id_before_v5": "string"}
+        "id": "boolean",
+        "id_before_v3": "int",
+        "id_before_v5": "string",
+    }
 
     assert plan_evolution(value, with_id("int"), route=True).routes == {"value.id": "id_before_v3"}
     assert plan_evolution(value, with_id("string"), route=True).routes == {
-        "value.id": "id_before_v5"}
+        "value.id": "id_before_v5"
+    }
     assert plan_evolution(value, with_id("boolean"), route=True).routes == {}
     # The registry's latest version is never routed: a new type still needs an approval.
     assert not plan_evolution(value, with_id("int")).decodable
@@ -184,30 +243,41 @@ def test_an_older_writer_after_approved_changes_goes_to_the_column_that_kept_its
 def test_partition_fields_are_made_and_evolved_as_the_spec_says(tmp_path):
     from floe_sparkapp.layout import LayoutMismatch, evolve_partitioning
 
-    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                          warehouse=f"file://{tmp_path / 'wh'}")
+    catalog = CatalogSpec(
+        uri=f"jdbc:sqlite:{tmp_path / 'c.db'}", warehouse=f"file://{tmp_path / 'wh'}"
+    )
     opened = load_catalog(catalog)
-    spec = TableSpec(catalog=catalog, identifier="db.parts",
-                     partition_by=("bucket(8, value.id)", "truncate(3, value.customer.name)"))
+    spec = TableSpec(
+        catalog=catalog,
+        identifier="db.parts",
+        partition_by=("bucket(8, value.id)", "truncate(3, value.customer.name)"),
+    )
     table, _ = ensure_table(opened, spec, avro_to_iceberg(V1).struct)
     assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
-        ("kafka_timestamp_day", "day"), ("value_id_bucket_8", "bucket[8]"),
-        ("value_customer_name_truncate_3", "truncate[3]")]
+        ("kafka_timestamp_day", "day"),
+        ("value_id_bucket_8", "bucket[8]"),
+        ("value_customer_name_truncate_3", "truncate[3]"),
+    ]
     assert evolve_partitioning(table, spec) == []  # the same fields: no new spec
 
-    changed = spec.model_copy(update={"partitioning": "hour",
-                                      "partition_by": ("value.customer.name",)})
+    changed = spec.model_copy(
+        update={"partitioning": "hour", "partition_by": ("value.customer.name",)}
+    )
     assert evolve_partitioning(table, changed) == [
-        "partition field kafka_timestamp_day removed", "partition field value_id_bucket_8 removed",
+        "partition field kafka_timestamp_day removed",
+        "partition field value_id_bucket_8 removed",
         "partition field value_customer_name_truncate_3 removed",
         "partitioned by hour(kafka.timestamp) as kafka_timestamp_hour",
-        "partitioned by identity(value.customer.name) as value_customer_name"]
+        "partitioned by identity(value.customer.name) as value_customer_name",
+    ]
     table.refresh()
     assert [f.name for f in table.spec().fields if str(f.transform) != "void"] == [
-        "kafka_timestamp_hour", "value_customer_name"]
+        "kafka_timestamp_hour",
+        "value_customer_name",
+    ]
     assert len(table.specs()) == 2
 
-    with pytest.raises(LayoutMismatch, match="has no column value.region to partition by"):
+    with pytest.raises(LayoutMismatch, match=r"has no column value.region to partition by"):
         evolve_partitioning(table, spec.model_copy(update={"partition_by": ("value.region",)}))
 
 
@@ -215,20 +285,27 @@ def test_an_upsert_tables_key_columns_and_operation_field_must_be_fields_of_the_
     from floe_sparkapp.contract import OpSpec
     from floe_sparkapp.layout import LayoutMismatch
 
-    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                          warehouse=f"file://{tmp_path / 'wh'}")
+    catalog = CatalogSpec(
+        uri=f"jdbc:sqlite:{tmp_path / 'c.db'}", warehouse=f"file://{tmp_path / 'wh'}"
+    )
     opened = load_catalog(catalog)
     value = avro_to_iceberg(V1).struct
     fields = ", ".join(f.name for f in value.fields)
-    spec = TableSpec(catalog=catalog, identifier="db.customers", mode="upsert",
-                     key_columns=("id",), op=OpSpec(field="action"))
+    spec = TableSpec(
+        catalog=catalog,
+        identifier="db.customers",
+        mode="upsert",
+        key_columns=("id",),
+        op=OpSpec(field="action"),
+    )
     with pytest.raises(LayoutMismatch) as refused:
         ensure_table(opened, spec, value)
     assert str(refused.value) == (
         f"table.op.field: the value has no field action (the value's fields: {fields}). Name "
-        "single-valued fields of the value.")
+        "single-valued fields of the value."
+    )
     header = spec.model_copy(update={"op": OpSpec(header="op")})
-    table, created = ensure_table(opened, header, value)
+    table, _created = ensure_table(opened, header, value)
     assert table.properties["floe.mode"] == "upsert"
 
 
@@ -238,18 +315,24 @@ def test_a_table_made_before_the_ingest_timestamp_gets_it_when_opened(tmp_path):
 
     from floe_sparkapp.layout import lineage_struct, table_schema
 
-    catalog = CatalogSpec(uri=f"jdbc:sqlite:{tmp_path / 'c.db'}",
-                          warehouse=f"file://{tmp_path / 'wh'}")
+    catalog = CatalogSpec(
+        uri=f"jdbc:sqlite:{tmp_path / 'c.db'}", warehouse=f"file://{tmp_path / 'wh'}"
+    )
     opened = load_catalog(catalog)
     opened.create_namespace("db")
     current = table_schema(avro_to_iceberg(V1).struct)
     older = StructType(*[f for f in lineage_struct().fields if f.name != "ingest_timestamp"])
-    opened.create_table("db.orders", Schema(
-        NestedField(1, "kafka", older, required=True),
-        *[f for f in current.fields if f.name != "kafka"]))
+    opened.create_table(
+        "db.orders",
+        Schema(
+            NestedField(1, "kafka", older, required=True),
+            *[f for f in current.fields if f.name != "kafka"],
+        ),
+    )
 
-    table, created = ensure_table(opened, TableSpec(catalog=catalog, identifier="db.orders"),
-                                  avro_to_iceberg(V1).struct)
+    table, created = ensure_table(
+        opened, TableSpec(catalog=catalog, identifier="db.orders"), avro_to_iceberg(V1).struct
+    )
     assert not created
     lineage = table.schema().find_field("kafka").field_type
     assert [f.name for f in lineage.fields] == [f.name for f in lineage_struct().fields]

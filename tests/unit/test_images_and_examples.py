@@ -41,22 +41,29 @@ def venv_tool(name: str) -> str:
 
 
 def test_every_image_has_a_dockerfile():
-    assert [p.parent.name for p in DOCKERFILES] == ["operator", "pause", "prometheus",
-                                                    "prometheus-operator", "spark",
-                                                    "spark-operator"]
+    assert [p.parent.name for p in DOCKERFILES] == [
+        "operator",
+        "pause",
+        "prometheus",
+        "prometheus-operator",
+        "spark",
+        "spark-operator",
+    ]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_dockerfile_passes_hadolint(dockerfile):
-    linted = subprocess.run([venv_tool("hadolint"), "--failure-threshold", "warning",
-                             "--no-color", str(dockerfile)], capture_output=True, text=True)
+    linted = subprocess.run(
+        [venv_tool("hadolint"), "--failure-threshold", "warning", "--no-color", str(dockerfile)],
+        capture_output=True,
+        text=True,
+    )
     assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shell_script_passes_shellcheck(script):
-    checked = subprocess.run([venv_tool("shellcheck"), str(script)], capture_output=True,
-                             text=True)
+    checked = subprocess.run([venv_tool("shellcheck"), str(script)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
@@ -73,7 +80,7 @@ def test_the_spark_image_matches_pyspark_and_the_operators_entry_file():
     assert f"-Dspark.version={pyspark}" in dockerfile
     main_file = OperatorSettings().job_main_file
     assert main_file.startswith("local://")
-    assert f"COPY images/spark/floe_job.py {main_file[len('local://'):]}" in dockerfile
+    assert f"COPY images/spark/floe_job.py {main_file[len('local://') :]}" in dockerfile
 
 
 def test_hadoops_s3a_is_the_release_of_pysparks_hadoop_client():
@@ -83,16 +90,21 @@ def test_hadoops_s3a_is_the_release_of_pysparks_hadoop_client():
     hadoop = re.search(r"<hadoop.version>([0-9.]+)</hadoop.version>", pom).group(1)
     jars = Path(pyspark.__file__).parent / "jars"
     assert (jars / f"hadoop-client-api-{hadoop}.jar").exists(), sorted(
-        j.name for j in jars.glob("hadoop-client-*"))
+        j.name for j in jars.glob("hadoop-client-*")
+    )
 
 
 def test_the_job_entry_file_runs_as_python_dash_m_floe_sparkapp(tmp_path):
     # A config that cannot be read stops both before Spark is touched, so nothing starts here.
     args = ["run", "--config", str(tmp_path / "missing.json")]
-    as_module = subprocess.run([sys.executable, "-m", "floe_sparkapp", *args],
-                               capture_output=True, text=True)
-    as_file = subprocess.run([sys.executable, str(IMAGES / "spark" / "floe_job.py"), *args],
-                             capture_output=True, text=True)
+    as_module = subprocess.run(
+        [sys.executable, "-m", "floe_sparkapp", *args], capture_output=True, text=True
+    )
+    as_file = subprocess.run(
+        [sys.executable, str(IMAGES / "spark" / "floe_job.py"), *args],
+        capture_output=True,
+        text=True,
+    )
     assert as_module.returncode == 2, as_module.stderr
     assert (as_file.returncode, as_file.stderr) == (as_module.returncode, as_module.stderr)
     assert as_file.stderr.startswith("floe: cannot read job config")
@@ -100,11 +112,20 @@ def test_the_job_entry_file_runs_as_python_dash_m_floe_sparkapp(tmp_path):
 
 def test_the_images_install_their_extras_and_the_plugin_needs_only_the_api_client():
     def listed(*extras: str) -> set[str]:
-        printed = subprocess.run([sys.executable, str(IMAGES / "runtime_requirements.py"),
-                                  str(ROOT / "pyproject.toml"), *extras],
-                                 capture_output=True, text=True, check=True).stdout
-        return {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower()
-                for line in printed.splitlines()}
+        printed = subprocess.run(
+            [
+                sys.executable,
+                str(IMAGES / "runtime_requirements.py"),
+                str(ROOT / "pyproject.toml"),
+                *extras,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return {
+            re.match(r"[A-Za-z0-9._-]+", line).group(0).lower() for line in printed.splitlines()
+        }
 
     plugin, operator = listed(), listed("operator")
     assert plugin == {"kubernetes", "pyyaml"}
@@ -114,10 +135,12 @@ def test_the_images_install_their_extras_and_the_plugin_needs_only_the_api_clien
     assert listed("operator", "job") == operator | {"pyspark"}
     for dockerfile, extras in (("operator", "operator"), ("spark", "operator job")):
         assert f"pyproject.toml {extras}" in " ".join(
-            (IMAGES / dockerfile / "Dockerfile").read_text().replace("\\\n", " ").split())
+            (IMAGES / dockerfile / "Dockerfile").read_text().replace("\\\n", " ").split()
+        )
 
 
 # The Argo CD health check.
+
 
 def health(obj: dict, script: Path = HEALTH_LUA) -> dict:
     from lupa import lua51
@@ -129,9 +152,12 @@ def health(obj: dict, script: Path = HEALTH_LUA) -> dict:
 
 
 def topic(generation: int = 2, suspend: bool = False, observed: Observation | None = None):
-    obj = {"apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergTopic",
-           "metadata": {"name": "orders", "namespace": "data", "generation": generation},
-           "spec": {"suspend": suspend}}
+    obj = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "KafkaIcebergTopic",
+        "metadata": {"name": "orders", "namespace": "data", "generation": generation},
+        "spec": {"suspend": suspend},
+    }
     if observed is not None:
         obj["status"] = status(observed, None)
     return obj
@@ -140,29 +166,37 @@ def topic(generation: int = 2, suspend: bool = False, observed: Observation | No
 def test_health_is_progressing_until_the_operator_writes_a_status():
     assert health(topic()) == {
         "status": "Progressing",
-        "message": "Waiting for the floe operator to observe generation 2"}
+        "message": "Waiting for the floe operator to observe generation 2",
+    }
 
 
 def test_health_is_progressing_while_the_status_describes_an_older_generation():
-    running = Observation(generation=1, app_state="RUNNING", app_name="floe-orders",
-                          table_exists=True, schema_id=1)
+    running = Observation(
+        generation=1, app_state="RUNNING", app_name="floe-orders", table_exists=True, schema_id=1
+    )
     assert status(running, None)["phase"] == "Running"
     assert health(topic(generation=2, observed=running)) == {
         "status": "Progressing",
-        "message": "Waiting for the floe operator to observe generation 2"}
+        "message": "Waiting for the floe operator to observe generation 2",
+    }
 
 
 def test_health_is_healthy_when_ready():
-    running = Observation(generation=2, app_state="RUNNING", app_name="floe-orders",
-                          table_exists=True, schema_id=1)
+    running = Observation(
+        generation=2, app_state="RUNNING", app_name="floe-orders", table_exists=True, schema_id=1
+    )
     assert health(topic(observed=running)) == {
-        "status": "Healthy", "message": "the job is running and the table exists"}
+        "status": "Healthy",
+        "message": "the job is running and the table exists",
+    }
 
 
 def test_health_is_suspended_when_the_spec_says_so():
     suspended = Observation(generation=2, suspended=True, table_exists=True, schema_id=1)
     assert health(topic(suspend=True, observed=suspended)) == {
-        "status": "Suspended", "message": "spec.suspend is true"}
+        "status": "Suspended",
+        "message": "spec.suspend is true",
+    }
 
 
 def test_health_is_degraded_with_the_reason_of_an_invalid_spec():
@@ -173,47 +207,76 @@ def test_health_is_degraded_with_the_reason_of_an_invalid_spec():
 
 def test_health_is_degraded_when_the_job_failed_for_data_loss():
     error = "DataLoss: topic orders: Kafka retention deleted records the table has not got"
-    failed = Observation(generation=2, app_state="FAILED", app_error=error,
-                         app_name="floe-orders", table_exists=True, schema_id=1)
+    failed = Observation(
+        generation=2,
+        app_state="FAILED",
+        app_error=error,
+        app_name="floe-orders",
+        table_exists=True,
+        schema_id=1,
+    )
     assert health(topic(observed=failed)) == {"status": "Degraded", "message": error}
 
 
 def test_health_is_progressing_while_the_job_starts():
-    starting = Observation(generation=2, app_state="SUBMITTED", app_name="floe-orders",
-                           table_exists=True, schema_id=1)
+    starting = Observation(
+        generation=2, app_state="SUBMITTED", app_name="floe-orders", table_exists=True, schema_id=1
+    )
     assert health(topic(observed=starting)) == {
-        "status": "Progressing", "message": "SparkApplication floe-orders is SUBMITTED"}
+        "status": "Progressing",
+        "message": "SparkApplication floe-orders is SUBMITTED",
+    }
 
 
 def test_health_is_degraded_while_a_failing_change_is_rolled_back():
-    rolled = Observation(generation=3, app_state="RUNNING", app_name="floe-orders",
-                         table_exists=True, schema_id=1,
-                         rolled_back="generation 3 did not become healthy within 10m")
+    rolled = Observation(
+        generation=3,
+        app_state="RUNNING",
+        app_name="floe-orders",
+        table_exists=True,
+        schema_id=1,
+        rolled_back="generation 3 did not become healthy within 10m",
+    )
     assert health(topic(generation=3, observed=rolled)) == {
-        "status": "Degraded", "message": "generation 3 did not become healthy within 10m"}
+        "status": "Degraded",
+        "message": "generation 3 did not become healthy within 10m",
+    }
 
 
 def test_an_operation_is_progressing_then_healthy_or_degraded_with_its_message():
     from floe_operator.operation import OperationWorld, plan
 
     def operation(status: dict | None) -> dict:
-        obj = {"apiVersion": "floe.dev/v1alpha1", "kind": "KafkaIcebergOperation",
-               "metadata": {"name": "undo", "namespace": "data", "generation": 1},
-               "spec": {"topic": "orders", "type": "Rollback"}}
+        obj = {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "KafkaIcebergOperation",
+            "metadata": {"name": "undo", "namespace": "data", "generation": 1},
+            "spec": {"topic": "orders", "type": "Rollback"},
+        }
         return {**obj, "status": status} if status is not None else obj
 
     assert health(operation(None), OPERATION_HEALTH_LUA)["status"] == "Progressing"
-    waiting = plan(OperationWorld(now_ms=1_795_000_000_000, name="undo", uid="u", generation=1,
-                                  spec=None, invalid="rollback needs exactly one of snapshotId "
-                                                     "and before")).status
+    waiting = plan(
+        OperationWorld(
+            now_ms=1_795_000_000_000,
+            name="undo",
+            uid="u",
+            generation=1,
+            spec=None,
+            invalid="rollback needs exactly one of snapshotId and before",
+        )
+    ).status
     assert health(operation(waiting), OPERATION_HEALTH_LUA) == {
         "status": "Degraded",
-        "message": "invalid spec: rollback needs exactly one of snapshotId and before"}
-    assert health(operation({"phase": "Running", "message": "moving main back"}),
-                  OPERATION_HEALTH_LUA) == {"status": "Progressing",
-                                            "message": "moving main back"}
-    assert health(operation({"phase": "Succeeded", "message": "done"}),
-                  OPERATION_HEALTH_LUA) == {"status": "Healthy", "message": "done"}
+        "message": "invalid spec: rollback needs exactly one of snapshotId and before",
+    }
+    assert health(
+        operation({"phase": "Running", "message": "moving main back"}), OPERATION_HEALTH_LUA
+    ) == {"status": "Progressing", "message": "moving main back"}
+    assert health(operation({"phase": "Succeeded", "message": "done"}), OPERATION_HEALTH_LUA) == {
+        "status": "Healthy",
+        "message": "done",
+    }
 
 
 def test_the_argocd_cm_patch_installs_the_same_scripts():
@@ -221,4 +284,5 @@ def test_the_argocd_cm_patch_installs_the_same_scripts():
     assert (patch["kind"], patch["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
     for key, script in ((HEALTH_KEY, HEALTH_LUA), (OPERATION_HEALTH_KEY, OPERATION_HEALTH_LUA)):
         assert patch["data"][key] == script.read_text(), (
-            f"argocd-cm-patch.yaml is stale: copy {script.name} into it")
+            f"argocd-cm-patch.yaml is stale: copy {script.name} into it"
+        )

@@ -14,8 +14,10 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"floe_operator": ROOT / "operator" / "floe_operator",
-            "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp"}
+PACKAGES = {
+    "floe_operator": ROOT / "operator" / "floe_operator",
+    "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp",
+}
 
 BLOCKER = """
 import importlib, importlib.abc, sys
@@ -34,24 +36,46 @@ importlib.import_module({module!r})
 
 def import_without(module: str, *blocked: str) -> subprocess.CompletedProcess:
     """Imports ``module`` in a fresh interpreter where importing any of ``blocked`` fails."""
-    return subprocess.run([sys.executable, "-c", BLOCKER.format(blocked=blocked, module=module)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER.format(blocked=blocked, module=module)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
 
 
 def test_the_planner_imports_without_kubernetes_a_catalog_kafka_or_spark():
-    done = import_without("floe_operator.plan", "kubernetes", "kopf", "pyiceberg.catalog",
-                          "confluent_kafka", "pyspark")
+    done = import_without(
+        "floe_operator.plan",
+        "kubernetes",
+        "kopf",
+        "pyiceberg.catalog",
+        "confluent_kafka",
+        "pyspark",
+    )
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("module", ["floe_operator.cli", "floe_operator.client",
-                                    "floe_operator.report"])
+@pytest.mark.parametrize(
+    "module", ["floe_operator.cli", "floe_operator.client", "floe_operator.report"]
+)
 def test_the_kubectl_plugin_imports_with_the_api_client_alone(module):
     """``pip install floe`` installs kubernetes and pyyaml only (the plugin's dependencies)."""
-    done = import_without(module, "kopf", "pydantic_settings", "pyiceberg",
-                          "confluent_kafka", "pyspark", "prometheus_client", "fastavro",
-                          "pyarrow", "boto3", "grpc_tools")
+    done = import_without(
+        module,
+        "kopf",
+        "pydantic_settings",
+        "pyiceberg",
+        "confluent_kafka",
+        "pyspark",
+        "prometheus_client",
+        "fastavro",
+        "pyarrow",
+        "boto3",
+        "grpc_tools",
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -67,16 +91,36 @@ def test_the_operator_imports_without_spark():
 
 def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, floe_operator.handlers; print(' '.join(sorted("
-         "m for m in sys.modules if m.startswith('floe_sparkapp.'))))"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        [
+            sys.executable,
+            "-c",
+            "import sys, floe_operator.handlers; print(' '.join(sorted("
+            "m for m in sys.modules if m.startswith('floe_sparkapp.'))))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr
     loaded = {name.removeprefix("floe_sparkapp.") for name in done.stdout.split()}
     assert "ledger" in loaded
-    assert loaded.isdisjoint({"commit", "table_writer", "batch_writer", "job", "session",
-                              "kafka_offsets", "decode", "protobuf_decode", "dead_letters",
-                              "upsert", "checkpoint"}), loaded
+    assert loaded.isdisjoint(
+        {
+            "commit",
+            "table_writer",
+            "batch_writer",
+            "job",
+            "session",
+            "kafka_offsets",
+            "decode",
+            "protobuf_decode",
+            "dead_letters",
+            "upsert",
+            "checkpoint",
+        }
+    ), loaded
 
 
 def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
@@ -85,7 +129,7 @@ def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
     def walk(module: str, path: list[str]) -> None:
         for imported in sorted(graph.get(module, ())):
             if imported in path:
-                found.add(tuple(path[path.index(imported):]))
+                found.add(tuple(path[path.index(imported) :]))
             elif imported not in seen:
                 seen.add(imported)
                 walk(imported, [*path, imported])
@@ -98,17 +142,24 @@ def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_no_module_imports_itself_back(package):
-    within = {name: {i for i in imported if i.startswith(f"{package}.")}
-              for name, imported in tree_imports().items() if name.startswith(f"{package}.")}
+    within = {
+        name: {i for i in imported if i.startswith(f"{package}.")}
+        for name, imported in tree_imports().items()
+        if name.startswith(f"{package}.")
+    }
     assert len(within) > 10 and any(within.values())  # (the package's modules, read)
     assert circles(within) == set()
 
 
 # Where the tree's modules live and the names they are imported by: the packages, and the
 # benchmarks' directory, whose scripts import each other by their plain names.
-TREE = {"floe_operator": ROOT / "operator" / "floe_operator",
-        "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp",
-        "hack": ROOT / "hack", "tests": ROOT / "tests", "": ROOT / "bench"}
+TREE = {
+    "floe_operator": ROOT / "operator" / "floe_operator",
+    "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp",
+    "hack": ROOT / "hack",
+    "tests": ROOT / "tests",
+    "": ROOT / "bench",
+}
 
 
 def tree_modules() -> dict[str, Path]:
@@ -144,12 +195,16 @@ def tree_imports() -> dict[str, set[str]]:
                 found.update(known(alias.name) for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
                     base = ".".join(filter(None, [base, node.module]))
                 else:
                     base = node.module or ""
-                found.update(known(f"{base}.{alias.name}") if f"{base}.{alias.name}" in modules
-                             else known(base) for alias in node.names)
+                found.update(
+                    known(f"{base}.{alias.name}")
+                    if f"{base}.{alias.name}" in modules
+                    else known(base)
+                    for alias in node.names
+                )
         graph[name] = found - {None, name}
     return graph
 
@@ -163,14 +218,21 @@ def test_no_import_circle_anywhere_in_the_tree():
 
 def test_the_tree_is_seen_whole():  # the test above would pass on a graph that missed modules
     graph = tree_imports()
-    assert {"floe_operator.plan", "floe_sparkapp.job", "hack.stack.components", "run",
-            "tests.e2e.conftest"} <= set(graph)
+    assert {
+        "floe_operator.plan",
+        "floe_sparkapp.job",
+        "hack.stack.components",
+        "run",
+        "tests.e2e.conftest",
+    } <= set(graph)
     assert "hack.stack.kube" in graph["hack.stack.node"]  # relative, from a package
     assert "benchkit" in graph["ab"]  # the benchmarks' plain names
     assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
 
 
 def test_the_circle_check_finds_a_circle():
-    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b", "c"),
-                                                                       ("b", "c", "a"),
-                                                                       ("c", "a", "b")}
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {
+        ("a", "b", "c"),
+        ("b", "c", "a"),
+        ("c", "a", "b"),
+    }

@@ -23,7 +23,9 @@ class View:
 def test_a_class_is_asked_for_once_by_its_full_name():
     view = View()
     assert java("org.apache.iceberg.spark.Spark3Util", view) == (
-        "class", "org.apache.iceberg.spark.Spark3Util")
+        "class",
+        "org.apache.iceberg.spark.Spark3Util",
+    )
     java("org.apache.iceberg.spark.Spark3Util", view)
     java("org.apache.hadoop.fs.Path", view)
     # not "org", "org.apache", ...: prefixes that are no class, each a failed search of every jar

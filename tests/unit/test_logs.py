@@ -51,8 +51,11 @@ def test_every_line_is_one_json_object_and_an_events_fields_are_its_own(lines, m
     assert '"event": "floe.batch"' in printed[0]  # as the log readers look for it
     assert warning["message"] == "table analytics.orders: multi\nline"
     assert warning["level"] == "warning"
-    assert (created["namespace"], created["name"], created["message"]) == ("data", "orders",
-                                                                           "created")
+    assert (created["namespace"], created["name"], created["message"]) == (
+        "data",
+        "orders",
+        "created",
+    )
     assert failed["message"] == "failed" and "ValueError: boom" in failed["exception"]
 
 
@@ -71,7 +74,8 @@ def test_text_names_the_resource_and_the_level_comes_from_the_environment(lines,
     monkeypatch.setenv("FLOE_LOG_FORMAT", "text")
     monkeypatch.setenv("FLOE_LOG_LEVEL", "debug")
     logs.configure(force=True)
-    logging.getLogger("kopf.objects").debug("visited", extra={
-        "k8s_ref": {"namespace": "data", "name": "orders"}})
+    logging.getLogger("kopf.objects").debug(
+        "visited", extra={"k8s_ref": {"namespace": "data", "name": "orders"}}
+    )
     [line] = lines()
     assert line.endswith("DEBUG kopf.objects [data/orders] visited")

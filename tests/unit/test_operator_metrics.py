@@ -15,10 +15,14 @@ def value(metric: str, **labels: str) -> float | None:
 
 
 def status(failovers: int, **runs: dict) -> dict:
-    return {"conditions": [{"type": "Ready", "status": "True"}],
-            "sparkApplication": {"failovers": failovers},
-            "maintenance": {"compaction": {"schedule": "0 3 * * *", **runs.get("compaction", {})},
-                            "expire_snapshots": {"schedule": "0 4 * * *"}}}
+    return {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "sparkApplication": {"failovers": failovers},
+        "maintenance": {
+            "compaction": {"schedule": "0 3 * * *", **runs.get("compaction", {})},
+            "expire_snapshots": {"schedule": "0 4 * * *"},
+        },
+    }
 
 
 def test_failovers_and_maintenance_runs_count_from_the_first_status_seen():
@@ -29,21 +33,26 @@ def test_failovers_and_maintenance_runs_count_from_the_first_status_seen():
     assert value("floe_topic_commit_interval_seconds", **where) == 30
     assert value("floe_maintenance_last_run_failed", **where, action="compaction") == 0
     assert value("floe_maintenance_last_run_failed", **where, action="expire_snapshots") == 0
-    metrics.record_status(*where.values(), status(7, compaction={"lastRun": {
-        "time": "2026-11-26T03:00:00Z", "outcome": "Failed"}}))
+    metrics.record_status(
+        *where.values(),
+        status(7, compaction={"lastRun": {"time": "2026-11-26T03:00:00Z", "outcome": "Failed"}}),
+    )
     assert value("floe_topic_failovers_total", **where) == 2
     assert value("floe_maintenance_last_run_failed", **where, action="compaction") == 1
-    assert value("floe_maintenance_runs_total", **where, action="compaction",
-                 outcome="Failed") == 1
+    assert value("floe_maintenance_runs_total", **where, action="compaction", outcome="Failed") == 1
     # The same run seen again is not counted again; the next one, a success, is.
-    metrics.record_status(*where.values(), status(7, compaction={"lastRun": {
-        "time": "2026-11-26T03:00:00Z", "outcome": "Failed"}}))
-    metrics.record_status(*where.values(), status(7, compaction={"lastRun": {
-        "time": "2026-11-27T03:00:00Z", "outcome": "Succeeded"}}))
-    assert value("floe_maintenance_runs_total", **where, action="compaction",
-                 outcome="Failed") == 1
-    assert value("floe_maintenance_runs_total", **where, action="compaction",
-                 outcome="Succeeded") == 1
+    metrics.record_status(
+        *where.values(),
+        status(7, compaction={"lastRun": {"time": "2026-11-26T03:00:00Z", "outcome": "Failed"}}),
+    )
+    metrics.record_status(
+        *where.values(),
+        status(7, compaction={"lastRun": {"time": "2026-11-27T03:00:00Z", "outcome": "Succeeded"}}),
+    )
+    assert value("floe_maintenance_runs_total", **where, action="compaction", outcome="Failed") == 1
+    assert (
+        value("floe_maintenance_runs_total", **where, action="compaction", outcome="Succeeded") == 1
+    )
     assert value("floe_maintenance_last_run_failed", **where, action="compaction") == 0
     # A deleted resource's series go.
     metrics.forget(*where.values())
@@ -61,14 +70,20 @@ def test_the_reconcile_histogram_has_one_series_for_all_resources():
 
 def test_the_lag_is_the_visits_own_and_a_stall_is_a_gauge():
     where = {"namespace": "metrics-test", "name": "stalled"}
-    shown = {"conditions": [{"type": "Ready", "status": "False", "reason": "Stalled"}],
-             "offsets": {"lag": 5}, "landedThrough": "2026-11-18T11:06:33Z"}
+    shown = {
+        "conditions": [{"type": "Ready", "status": "False", "reason": "Stalled"}],
+        "offsets": {"lag": 5},
+        "landedThrough": "2026-11-18T11:06:33Z",
+    }
     metrics.record_status(*where.values(), shown, lag=40)
     assert value("floe_topic_lag_records", **where) == 40  # not the status's older 5
     assert value("floe_topic_stalled", **where) == 1
     assert value("floe_topic_freshness_seconds", **where) > 0
-    metrics.record_status(*where.values(), {"conditions": [
-        {"type": "Ready", "status": "True", "reason": "Landing"}]}, lag=0)
+    metrics.record_status(
+        *where.values(),
+        {"conditions": [{"type": "Ready", "status": "True", "reason": "Landing"}]},
+        lag=0,
+    )
     assert value("floe_topic_stalled", **where) == 0
     metrics.forget(*where.values())
     assert value("floe_topic_stalled", **where) is None
@@ -96,11 +111,13 @@ def test_the_operator_says_what_the_jobs_driver_says_it_is_doing(monkeypatch):
     assert asked == [("data", "floe-orders-driver", 9464)]
     job_metrics.doing("waiting")
     assert observe.job_activity("data", App("floe-orders", driver="x")).startswith(
-        "between micro-batches")
+        "between micro-batches"
+    )
 
     def refused(namespace, pod, port):
         raise ConnectionError("refused")
 
     monkeypatch.setattr(observe.kube, "job_metrics", refused)
     assert "could not be read (ConnectionError: refused)" in observe.job_activity(
-        "data", App("floe-orders", driver="x"))
+        "data", App("floe-orders", driver="x")
+    )

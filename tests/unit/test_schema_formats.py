@@ -7,14 +7,28 @@ import json
 
 import pytest
 from pyiceberg.types import (
-    BinaryType, BooleanType, DateType, DoubleType, FloatType, IntegerType, ListType, LongType,
-    MapType, StringType, StructType, TimestamptzType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestamptzType,
 )
 
 from floe_sparkapp.avro_types import SchemaMappingError
 from floe_sparkapp.json_schema_types import json_schema_to_iceberg
-from floe_sparkapp.protobuf_types import (ProtobufCompileError, compile_schema, message_of,
-                                          protobuf_to_iceberg)
+from floe_sparkapp.protobuf_types import (
+    ProtobufCompileError,
+    compile_schema,
+    message_of,
+    protobuf_to_iceberg,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -46,11 +60,44 @@ def test_protobuf_types_follow_the_documented_mapping():
     descriptor = compile_schema(SCALARS, (("t/common.proto", COMMON),))
     mapped = protobuf_to_iceberg(descriptor, "t.v1.All")
     got = types(mapped.struct)
-    assert [got[n] for n in ("d", "f", "i32", "i64", "u32", "u64", "s32", "s64", "f32", "f64",
-                             "sf32", "sf64", "b", "s", "raw", "kind")] == [
-        DoubleType(), FloatType(), IntegerType(), LongType(), LongType(), LongType(),
-        IntegerType(), LongType(), LongType(), LongType(), IntegerType(), LongType(),
-        BooleanType(), StringType(), BinaryType(), StringType()]
+    assert [
+        got[n]
+        for n in (
+            "d",
+            "f",
+            "i32",
+            "i64",
+            "u32",
+            "u64",
+            "s32",
+            "s64",
+            "f32",
+            "f64",
+            "sf32",
+            "sf64",
+            "b",
+            "s",
+            "raw",
+            "kind",
+        )
+    ] == [
+        DoubleType(),
+        FloatType(),
+        IntegerType(),
+        LongType(),
+        LongType(),
+        LongType(),
+        IntegerType(),
+        LongType(),
+        LongType(),
+        LongType(),
+        IntegerType(),
+        LongType(),
+        BooleanType(),
+        StringType(),
+        BinaryType(),
+        StringType(),
+    ]
     assert isinstance(got["names"], ListType) and got["names"].element_type == StringType()
     assert isinstance(got["inners"], MapType) and got["inners"].key_type == StringType()
     assert types(got["inners"].value_type) == {"s": StringType()}  # Inner.again: recursive
@@ -67,19 +114,24 @@ def test_a_protobuf_records_message_index_names_its_message():
     assert (first.name, first.indexes) == ("t.v1.All", (b"\x00", b"\x02\x00"))
     deep = message_of(descriptor, "t.v1.Second.Deep")  # [1, 0]: count 2, then 1 and 0
     assert deep.indexes == (b"\x04\x02\x00",)
-    with pytest.raises(SchemaMappingError, match="has no message t.v1.Missing; it has t.v1.All"):
+    with pytest.raises(SchemaMappingError, match=r"has no message t.v1.Missing; it has t.v1.All"):
         message_of(descriptor, "t.v1.Missing")
 
 
 def test_a_protobuf_schema_protoc_refuses_is_reported_with_protocs_reason():
-    with pytest.raises(ProtobufCompileError, match="protoc cannot compile the schema: .*"
-                                                   "t/missing.proto"):
+    with pytest.raises(
+        ProtobufCompileError,
+        match=r"protoc cannot compile the schema: .*"
+        r"t/missing.proto",
+    ):
         compile_schema('syntax = "proto3";\nimport "t/missing.proto";\nmessage M { int32 a = 1; }')
 
 
 def test_protobuf_durations_are_refused_by_name():
-    schema = ('syntax = "proto3";\nimport "google/protobuf/duration.proto";\n'
-              'message M { google.protobuf.Duration took = 1; }')
+    schema = (
+        'syntax = "proto3";\nimport "google/protobuf/duration.proto";\n'
+        "message M { google.protobuf.Duration took = 1; }"
+    )
     with pytest.raises(SchemaMappingError, match="field took is a Duration"):
         protobuf_to_iceberg(compile_schema(schema), "M")
 
@@ -88,16 +140,22 @@ def test_json_schema_types_follow_the_documented_mapping():
     schema = {
         "type": "object",
         "properties": {
-            "b": {"type": "boolean"}, "i": {"type": "integer"}, "n": {"type": "number"},
-            "s": {"type": ["string", "null"]}, "at": {"type": "string", "format": "date-time"},
+            "b": {"type": "boolean"},
+            "i": {"type": "integer"},
+            "n": {"type": "number"},
+            "s": {"type": ["string", "null"]},
+            "at": {"type": "string", "format": "date-time"},
             "day": {"type": "string", "format": "date"},
-            "kind": {"enum": ["a", "b"]}, "any": {}, "either": {"type": ["string", "integer"]},
+            "kind": {"enum": ["a", "b"]},
+            "any": {},
+            "either": {"type": ["string", "integer"]},
             "maybe": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/Point"}]},
             "points": {"type": "array", "items": {"$ref": "#/definitions/Point"}},
             "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
             "free": {"type": "object"},
-            "both": {"allOf": [{"$ref": "#/$defs/Point"},
-                               {"properties": {"z": {"type": "number"}}}]},
+            "both": {
+                "allOf": [{"$ref": "#/$defs/Point"}, {"properties": {"z": {"type": "number"}}}]
+            },
             "money": {"$ref": "money.json"},
             "self": {"$ref": "#"},
         },
@@ -107,10 +165,18 @@ def test_json_schema_types_follow_the_documented_mapping():
     money = json.dumps({"type": "object", "properties": {"units": {"type": "integer"}}})
     mapped = json_schema_to_iceberg(json.dumps(schema), (("money.json", money),))
     got = types(mapped.struct)
-    assert [got[n] for n in ("b", "i", "n", "s", "at", "day", "kind", "any", "either",
-                             "free")] == [
-        BooleanType(), LongType(), DoubleType(), StringType(), TimestamptzType(), DateType(),
-        StringType(), StringType(), StringType(), StringType()]
+    assert [got[n] for n in ("b", "i", "n", "s", "at", "day", "kind", "any", "either", "free")] == [
+        BooleanType(),
+        LongType(),
+        DoubleType(),
+        StringType(),
+        TimestamptzType(),
+        DateType(),
+        StringType(),
+        StringType(),
+        StringType(),
+        StringType(),
+    ]
     assert types(got["maybe"]) == {"x": DoubleType()}
     assert types(got["points"].element_type) == {"y": DoubleType()}
     assert isinstance(got["counts"], MapType) and got["counts"].value_type == LongType()
@@ -120,10 +186,11 @@ def test_json_schema_types_follow_the_documented_mapping():
 
 
 def test_a_json_schema_that_is_not_an_object_is_one_value_field():
-    assert types(json_schema_to_iceberg('{"type": "array", "items": {"type": "string"}}')
-                 .struct)["value"] == ListType(1, StringType(), element_required=False)
+    assert types(json_schema_to_iceberg('{"type": "array", "items": {"type": "string"}}').struct)[
+        "value"
+    ] == ListType(1, StringType(), element_required=False)
 
 
 def test_a_json_schema_ref_to_nothing_is_refused_by_name():
-    with pytest.raises(SchemaMappingError, match="no referenced schema named 'other.json'"):
+    with pytest.raises(SchemaMappingError, match=r"no referenced schema named 'other.json'"):
         json_schema_to_iceberg('{"type": "object", "properties": {"a": {"$ref": "other.json"}}}')

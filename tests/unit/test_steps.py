@@ -11,12 +11,12 @@ def test_a_step_inside_another_counts_apart_and_each_batch_starts_anew(monkeypat
     clock = iter([0.0, 1.0, 3.0, 3.5, 3.5, 10.0, 10.0, 10.25])
     monkeypatch.setattr(steps.time, "monotonic", lambda: next(clock))
     steps.taken()
-    with steps.step("write"):          # 0.0
-        with steps.step("load"):       # 1.0 .. 3.0
+    with steps.step("write"):  # noqa: SIM117 - the nesting is the test. 0.0
+        with steps.step("load"):  # 1.0 .. 3.0
             pass
-    with steps.step("commit"):         # 3.5 (write ended at 3.5: 1.0 + 0.5 of its own)
-        pass                           # .. 10.0
-    with steps.step("write"):          # 10.0 .. 10.25
+    with steps.step("commit"):  # 3.5 (write ended at 3.5: 1.0 + 0.5 of its own)
+        pass  # .. 10.0
+    with steps.step("write"):  # 10.0 .. 10.25
         pass
     assert steps.taken() == {"commit": 6.5, "write": 1.75, "load": 2.0}
     assert steps.taken() == {}
