@@ -89,34 +89,29 @@ def one(env: dict[str, str], work: Path, partitions: int, per_partition: int, ba
 def record(entry: dict) -> None:
     """``batch_fixed_seconds_800`` in results/latest.json (with its steps and command), and
     the goal table in bench/README.md."""
-    from benchkit import versions
-    from run import RESULTS as LATEST
-    from run import write_readme
+    from run import record_latest
 
     small = [r for r in entry["runs"] if r["records_per_batch"] == 800]
     if not small:
         return
-    results = json.loads(LATEST.read_text()) if LATEST.exists() else {}
-    results["batch_fixed_seconds_800"] = small[0]["batch_seconds_median"]
-    results["batch_fixed_800"] = {
-        key: small[0][key]
-        for key in (
-            "partitions",
-            "batches",
-            "batch_seconds_median",
-            "write_seconds_median",
-            "commit_seconds_median",
-            "steps_median",
-        )
-    }
-    results.setdefault("runs", {})["batch_fixed_800"] = {
-        "command": entry["command"],
-        "date": entry["date"],
-        "machine": entry["machine"],
-        "versions": versions(),
-    }
-    LATEST.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    write_readme(results)
+    keys = (
+        "partitions",
+        "batches",
+        "batch_seconds_median",
+        "write_seconds_median",
+        "commit_seconds_median",
+        "steps_median",
+    )
+    record_latest(
+        {
+            "batch_fixed_seconds_800": small[0]["batch_seconds_median"],
+            "batch_fixed_800": {key: small[0][key] for key in keys},
+        },
+        "batch_fixed_800",
+        entry["command"],
+        entry["date"],
+        entry["machine"],
+    )
 
 
 def main() -> int:

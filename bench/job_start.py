@@ -263,25 +263,20 @@ def record_restart(measured: dict, command: str) -> None:
     """The default's median restart to its first commit on the node, as
     ``restart_to_first_commit_seconds`` in results/latest.json (with its steps and the
     command), and the goal table in bench/README.md."""
-    from benchkit import machine, versions
-    from run import RESULTS, write_readme
+    from run import record_latest
 
     default = measured["restarts"]["default"]
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["restart_to_first_commit_seconds"] = default["seconds"]
-    results["restart"] = {
+    steps = {
         key: default[key]
         for key in ("starts", "seconds", "submit", "pod", *STEPS, "each")
         if key in default
     }
-    results.setdefault("runs", {})["restart"] = {
-        "command": command,
-        "date": measured["date"],
-        "machine": machine(),
-        "versions": versions(),
-    }
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    write_readme(results)
+    record_latest(
+        {"restart_to_first_commit_seconds": default["seconds"], "restart": steps},
+        "restart",
+        command,
+        measured["date"],
+    )
 
 
 CLASS_LOG = (

@@ -445,6 +445,30 @@ def _goal(value: float | None, goal: float, lower_is_better: bool = False) -> st
     return "met" if met else "missed"
 
 
+def record_latest(
+    figures: dict[str, Any],
+    run: str,
+    command: str,
+    date: str,
+    machine_info: dict[str, Any] | None = None,
+) -> None:
+    """Merges ``figures`` into results/latest.json, stamps them as ``runs[run]`` (the
+    command, date, machine and versions), and rewrites the goal table in bench/README.md: what
+    a benchmark outside :func:`main` records (job_start, upsert_growth, commit_scale)."""
+    from benchkit import machine, versions
+
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results.update(figures)
+    results.setdefault("runs", {})[run] = {
+        "command": command,
+        "date": date,
+        "machine": machine_info or machine(),
+        "versions": versions(),
+    }
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_readme(results)
+
+
 def write_readme(results: dict[str, Any]) -> None:
     lines = [
         "<!-- latest:start (written by bench/run.py) -->",

@@ -256,8 +256,7 @@ def record(entry: dict) -> None:
     """``upsert_vs_append_50m_rows`` in results/latest.json: at 50,000,000 rows, the lowest of
     the patterns' ratios (each pattern's beside it, and every size's), and the goal table in
     bench/README.md."""
-    from benchkit import machine, versions
-    from run import RESULTS, write_readme
+    from run import record_latest
 
     ratios = {
         f"{s['rows']}_rows": {
@@ -270,17 +269,15 @@ def record(entry: dict) -> None:
     largest = ratios.get("50000000_rows")
     if not largest:
         return
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["upsert_vs_append_50m_rows"] = min(largest.values())
-    results["upsert_growth"] = {"batch": entry["batch"], "upsert_vs_append": ratios}
-    results.setdefault("runs", {})["upsert_growth"] = {
-        "command": entry["command"],
-        "date": entry["date"],
-        "machine": machine(),
-        "versions": versions(),
-    }
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    write_readme(results)
+    record_latest(
+        {
+            "upsert_vs_append_50m_rows": min(largest.values()),
+            "upsert_growth": {"batch": entry["batch"], "upsert_vs_append": ratios},
+        },
+        "upsert_growth",
+        entry["command"],
+        entry["date"],
+    )
 
 
 def main() -> int:
