@@ -221,11 +221,15 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert {
         "floe_operator.plan",
         "floe_sparkapp.job",
+        "floe_sparkapp.contract",
+        "floe_sparkapp.contract.topic",
         "hack.stack.components",
         "run",
         "tests.e2e.conftest",
     } <= set(graph)
     assert "hack.stack.kube" in graph["hack.stack.node"]  # relative, from a package
+    assert "floe_sparkapp.contract.base" in graph["floe_sparkapp.contract.table"]  # a subpackage
+    assert "floe_sparkapp.ledger" in graph["floe_sparkapp.contract.table"]  # out of it, relative
     assert "benchkit" in graph["ab"]  # the benchmarks' plain names
     assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
 
