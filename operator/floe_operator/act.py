@@ -123,7 +123,7 @@ def _run_on_table(
         return _evolve(world, topic, job, logger)
     if isinstance(action, ApplyApproved):
         table, registry = world.table.handle, world.registry
-        # planned only where the registry's value was read (plan._plan_schema)
+        # planned only where the registry's value was read (plan.table.plan_schema)
         assert registry is not None and registry.value is not None
         try:
             renamed = apply_approved_breaking(table, registry.value, action.version)
@@ -256,7 +256,7 @@ def _create_table(
 
 def _evolve(world: World, topic: Topic, job: JobConfig, logger: Any) -> World:
     table, registry = world.table.handle, world.registry
-    # planned only where the registry's value was read (plan._plan_schema)
+    # planned only where the registry's value was read (plan.table.plan_schema)
     assert registry is not None and registry.value is not None
     try:
         evolution = apply_evolution(table, registry.value)

@@ -46,9 +46,21 @@ def import_without(module: str, *blocked: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_planner_imports_without_kubernetes_a_catalog_kafka_or_spark():
+# The planner, and each of its modules by name (one its package did not import is checked too).
+PLANNER = [
+    "floe_operator.plan",
+    *(
+        f"floe_operator.plan.{path.stem}"
+        for path in sorted((PACKAGES["floe_operator"] / "plan").glob("*.py"))
+        if path.stem != "__init__"
+    ),
+]
+
+
+@pytest.mark.parametrize("module", PLANNER)
+def test_the_planner_imports_without_kubernetes_a_catalog_kafka_or_spark(module):
     done = import_without(
-        "floe_operator.plan",
+        module,
         "kubernetes",
         "kopf",
         "pyiceberg.catalog",
@@ -220,6 +232,7 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     graph = tree_imports()
     assert {
         "floe_operator.plan",
+        "floe_operator.plan.job",  # a subpackage's module
         "floe_sparkapp.job",
         "floe_sparkapp.contract",
         "floe_sparkapp.contract.topic",
