@@ -38,8 +38,8 @@ def destination(config: JobConfig, table: str | None) -> JobConfig:
 def _new_table(config: JobConfig, identifier: str) -> JobConfig:
     """``config`` on a new table ``identifier`` with its table's layout, made (or evolved)
     from the registry as the job makes its own; refused when a resource writes it."""
-    from .job import prepare_table, registry_of
     from .ledger import OWNER
+    from .prepare import prepare_table, registry_of
 
     landing = config.model_copy(
         update={"table": config.table.model_copy(update={"identifier": identifier})}
@@ -58,7 +58,7 @@ def _new_table(config: JobConfig, identifier: str) -> JobConfig:
 def operate(config: JobConfig, request: OperationRequest, spark: Any = None) -> dict[str, Any]:
     """Runs ``request`` on the topic of ``config``; returns the outcome it recorded."""
     from . import backfill, repair, replay
-    from .job import registry_of
+    from .prepare import registry_of
     from .session import build_session, spark_catalog_conf
     from .table_writer import TableWriter
 

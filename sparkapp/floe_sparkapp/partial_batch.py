@@ -17,8 +17,8 @@ records the digest of its routing (``floe.routing``) and where its batch was rea
 begun last): when a table of that batch's routing is below the batch's end, the batch is read
 again from Kafka and landed with that routing, each table taking only what it lacks; then the
 job's own routing applies, and a table the last batch's routing did not have goes on from
-where the others are (:func:`~.job.rejoining`).  A routing change with no partial batch keeps
-what it always did: the new routing from the next record on.
+where the others are (:func:`~.start_position.rejoining`).  A routing change with no partial
+batch keeps what it always did: the new routing from the next record on.
 """
 
 from __future__ import annotations

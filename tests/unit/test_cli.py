@@ -65,7 +65,7 @@ class Cluster:
 )
 def test_each_operation_command_makes_its_operation(argv, kind, section, monkeypatch, capsys):
     cluster = Cluster()
-    args = cli._parser().parse_args([*argv, "-w"])
+    args = cli.argument_parser().parse_args([*argv, "-w"])
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     assert cli.COMMANDS[args.command](cluster, "data", args) == 0
     (body,) = cluster.made
@@ -83,7 +83,7 @@ def test_each_operation_command_makes_its_operation(argv, kind, section, monkeyp
 
 def test_an_unknown_reason_is_refused_before_anything_is_made():
     with pytest.raises(SystemExit):
-        cli._parser().parse_args(["repair", "orders", "--reason", "bad"])
+        cli.argument_parser().parse_args(["repair", "orders", "--reason", "bad"])
 
 
 class Branched:
@@ -116,12 +116,12 @@ class Branched:
 def test_publish_names_the_head_the_status_shows_and_waits_for_the_answer(monkeypatch, capsys):
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     cluster = Branched()
-    args = cli._parser().parse_args(["publish", "orders", "-w"])
+    args = cli.argument_parser().parse_args(["publish", "orders", "-w"])
     assert cli.COMMANDS["publish"](cluster, "data", args) == 0
     assert cluster.annotations == {"floe.dev/publish": "42"}
     assert capsys.readouterr().out.splitlines()[-1] == "published: main is at snapshot 42"
     refused = Branched(answer={"snapshotId": "7", "error": "main diverged"})
-    args = cli._parser().parse_args(["publish", "orders", "--snapshot", "40", "-w"])
+    args = cli.argument_parser().parse_args(["publish", "orders", "--snapshot", "40", "-w"])
     assert cli.COMMANDS["publish"](refused, "data", args) == 1
     assert refused.annotations == {"floe.dev/publish": "40"}
     assert capsys.readouterr().out.splitlines()[-1] == "not published: main diverged"
@@ -136,7 +136,7 @@ def test_publish_names_the_head_the_status_shows_and_waits_for_the_answer(monkey
     ],
 )
 def test_publish_refuses_what_it_cannot_publish(cluster, argv, says):
-    args = cli._parser().parse_args(["publish", "orders", *argv])
+    args = cli.argument_parser().parse_args(["publish", "orders", *argv])
     with pytest.raises(cli.Failure, match=says.replace("(", r"\(").replace(")", r"\)")):
         cli.COMMANDS["publish"](cluster, "data", args)
     assert cluster.annotations == {}

@@ -70,9 +70,20 @@ def test_the_planner_imports_without_kubernetes_a_catalog_kafka_or_spark(module)
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize(
-    "module", ["floe_operator.cli", "floe_operator.client", "floe_operator.report"]
-)
+# The kubectl plugin, and each module of its package by name.
+PLUGIN = [
+    "floe_operator.cli",
+    *(
+        f"floe_operator.cli.{path.stem}"
+        for path in sorted((PACKAGES["floe_operator"] / "cli").glob("*.py"))
+        if path.stem != "__init__"
+    ),
+    "floe_operator.client",
+    "floe_operator.report",
+]
+
+
+@pytest.mark.parametrize("module", PLUGIN)
 def test_the_kubectl_plugin_imports_with_the_api_client_alone(module):
     """``pip install floe`` installs kubernetes and pyyaml only (the plugin's dependencies)."""
     done = import_without(
@@ -124,6 +135,9 @@ def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
             "table_writer",
             "batch_writer",
             "job",
+            "query",
+            "prepare",
+            "start_position",
             "session",
             "kafka_offsets",
             "decode",

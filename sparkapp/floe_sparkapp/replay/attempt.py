@@ -1,57 +1,30 @@
-"""Replay: a table's rows produced back to Kafka, each once (rebuilding a lost topic, seeding
-another topic, re-feeding a consumer).
-
-The rows are those of one snapshot (the request's, else the table's when the first attempt
-starts, held by the tag ``floe_replay_<uid>`` until the replay is recorded, so an attempt
-after a crash replays the same rows and expiry keeps them).  Each Kafka partition's rows go,
-in offset order, to the same partition of the target topic, with their key, headers and
-timestamp (or, with ``timestamps: now``, stamped when produced, the row's timestamp in header
-``floe.original-timestamp``); a value is encoded again in the registry's wire format with the
-row's writer schema id (Avro with the writer schema itself, JSON as JSON), and a row kept raw
-(or with a part kept raw) is produced as the bytes it came as.
-
-Exactly once: a transactional producer (``transactional.id`` ``floe-replay-<uid>``: a new
-attempt fences a zombie of the last one) commits, with each transaction of
-``recordsPerTransaction`` records, the partition's progress as the consumer group
-``floe-replay-<uid>``'s offset on the target partition (the next source offset to replay).  An
-attempt goes on from those offsets; a transaction that did not commit is aborted and its
-records never reach a ``read_committed`` consumer (floe's jobs read that way).
-
-Rows that keep their timestamps are refused where the target's time-based retention would
-delete them soon after they are produced (while the replay succeeds).
+"""One attempt of a replay (:func:`run`): the snapshot held by the replay's tag, its rows
+read, the target topic checked, each Kafka partition's rows produced in transactions that
+commit its progress, the outcome recorded on the table.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import io
-import json
 import logging
-import struct
 import time
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .config import JobConfig, kafka_client_settings, kafka_consumer
-from .contract import OperationRequest
-from .ledger import head, record_operation, retried
-from .librdkafka import librdkafka_settings
-from .registry import Registry
+from ..config import JobConfig, kafka_client_settings, kafka_consumer
+from ..contract import OperationRequest
+from ..ledger import head, record_operation, retried
+from ..librdkafka import librdkafka_settings
+from ..registry import Registry
+from .refusals import ORIGINAL_TIMESTAMP, ReplayRefused, retention_horizon, retention_refusal
+from .values import Encoder
 
 log = logging.getLogger("floe.operation")
 
 HOLD_PREFIX = "floe_replay_"
 HOLD_MAX_AGE_MS = 7 * 86_400_000
-ORIGINAL_TIMESTAMP = "floe.original-timestamp"  # timestamps now: the row's, epoch ms as text
-
-
-class ReplayRefused(ValueError):
-    """The target cannot take the replay: the message says what to change."""
-
 
 # The replay's producer, beside its transactional id and the topic's own Kafka settings. A
 # transaction's first send right after the last commit meets the broker still writing that
@@ -68,189 +41,6 @@ PRODUCER_SETTINGS = {
 
 def _group(request: OperationRequest) -> str:
     return f"floe-replay-{request.uid}"
-
-
-# --- values encoded again ----------------------------------------------------------------------
-
-
-def _named(schema: Any, named: dict[str, Any], namespace: str | None = None) -> None:
-    """Records the named types ``schema`` defines, by full and short name."""
-    if isinstance(schema, list):
-        for branch in schema:
-            _named(branch, named, namespace)
-        return
-    if not isinstance(schema, dict):
-        return
-    kind = schema.get("type")
-    if kind in ("record", "enum", "fixed") and schema.get("name"):
-        space = schema.get("namespace", namespace)
-        named.setdefault(schema["name"].rsplit(".", 1)[-1], schema)
-        named.setdefault(
-            schema["name"] if "." in schema["name"] or not space else f"{space}.{schema['name']}",
-            schema,
-        )
-        namespace = space
-    for field in schema.get("fields", ()):
-        _named(field["type"], named, namespace)
-    for key in ("items", "values"):
-        if key in schema:
-            _named(schema[key], named, namespace)
-    if isinstance(kind, (dict, list)):
-        _named(kind, named, namespace)
-
-
-def _datum(value: Any, schema: Any, named: dict[str, Any]) -> Any:
-    """A decoded column's value as fastavro writes it for the writer ``schema`` (the mapping
-    of :mod:`.avro_types`, read backwards)."""
-    if isinstance(schema, str) and schema in named:
-        schema = named[schema]
-    if isinstance(schema, list):
-        others = [b for b in schema if b != "null"]
-        if value is None:
-            return None
-        if len(others) == 1:
-            return _datum(value, others[0], named)
-        members = value if isinstance(value, dict) else value.asDict(recursive=True)
-        for index, branch in enumerate(others):  # struct<member0, member1, ...>
-            if members.get(f"member{index}") is not None:
-                return _datum(members[f"member{index}"], branch, named)
-        return None
-    if value is None:
-        return None
-    kind = schema.get("type") if isinstance(schema, dict) else schema
-    if kind == "record":
-        fields = value if isinstance(value, dict) else value.asDict(recursive=True)
-        return {
-            f["name"]: _datum(fields.get(f["name"]), f["type"], named) for f in schema["fields"]
-        }
-    if kind == "array":
-        return [_datum(item, schema["items"], named) for item in value]
-    if kind == "map":
-        pairs = value.items() if isinstance(value, dict) else value
-        return {k: _datum(v, schema["values"], named) for k, v in pairs}
-    if isinstance(kind, (dict, list)):
-        return _datum(value, kind, named)
-    logical = schema.get("logicalType") if isinstance(schema, dict) else None
-    if (
-        logical in ("timestamp-millis", "timestamp-micros")
-        and isinstance(value, dt.datetime)
-        and value.tzinfo is None
-    ):
-        return value.astimezone(dt.timezone.utc)  # Spark's naive local time
-    if logical == "uuid":
-        return str(value)
-    if kind in ("bytes", "fixed") and not isinstance(value, Decimal):
-        return bytes(value)
-    return value
-
-
-class Encoder:
-    """A row's value in the registry's wire format, by its writer schema id."""
-
-    def __init__(self, registry: Registry | None, fmt: str) -> None:
-        self.registry, self.fmt = registry, fmt
-        self.parsed: dict[int, tuple[Any, dict[str, Any], Any]] = {}
-
-    def _writer(self, schema_id: int) -> tuple[Any, dict[str, Any], Any]:
-        import fastavro
-
-        if schema_id not in self.parsed:
-            assert self.registry is not None
-            found = self.registry.by_id(schema_id)
-            if found is None:
-                raise ReplayRefused(
-                    f"schema id {schema_id} is not in the registry any more: "
-                    "its rows cannot be encoded again"
-                )
-            parsed_names: dict[str, Any] = {}
-            raw_names: dict[str, Any] = {}
-            for _, text in found.references:
-                reference = json.loads(text)
-                fastavro.parse_schema(reference, named_schemas=parsed_names)
-                _named(reference, raw_names)
-            raw = json.loads(found.schema)
-            _named(raw, raw_names)
-            self.parsed[schema_id] = (
-                fastavro.parse_schema(raw, named_schemas=parsed_names),
-                raw_names,
-                raw,
-            )
-        return self.parsed[schema_id]
-
-    def value(self, row: Any) -> bytes | None:
-        raw = row["value_raw"]
-        if raw is not None:  # kept raw (or a part of it): the bytes as they came
-            return bytes(raw)
-        value = row["value"] if "value" in row.__fields__ else None
-        if value is None:
-            return None  # a tombstone
-        schema_id = row["kafka"]["schema_id"]
-        header = b"" if schema_id is None else b"\x00" + struct.pack(">I", schema_id)
-        if self.fmt == "json":
-            plain = value.asDict(recursive=True) if hasattr(value, "asDict") else value
-            return header + json.dumps(plain, default=_json_default, separators=(",", ":")).encode()
-        import fastavro
-
-        parsed, named, raw = self._writer(schema_id)
-        buffer = io.BytesIO()
-        fastavro.schemaless_writer(buffer, parsed, _datum(value, raw, named))
-        return header + buffer.getvalue()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("latin-1")
-    return str(value)
-
-
-# --- the target's retention -------------------------------------------------------------------
-
-
-def retention_horizon(configs: dict[str, str], now_ms: int) -> int | None:
-    """The Kafka timestamp (epoch ms) below which a topic with ``configs`` deletes a record
-    produced with it now, or None where it keeps it: the topic is only compacted, keeps
-    records for ever (``retention.ms`` -1), or stamps them itself (LogAppendTime)."""
-    retention = int(configs.get("retention.ms") or -1)
-    if (
-        "delete" not in configs.get("cleanup.policy", "delete")
-        or retention < 0
-        or configs.get("message.timestamp.type", "CreateTime") != "CreateTime"
-    ):
-        return None
-    return now_ms - retention
-
-
-def retention_refusal(
-    topic: str, configs: dict[str, str], older: int, oldest_ms: int
-) -> str | None:
-    """Why rows cannot be replayed with their timestamps to ``topic``, whose retention deletes
-    ``older`` of them (the oldest stamped ``oldest_ms``), or None where it deletes none."""
-    if not older:
-        return None
-    retention = int(configs["retention.ms"])
-    oldest = dt.datetime.fromtimestamp(oldest_ms / 1000, dt.timezone.utc)
-    return (
-        f"topic {topic} deletes records older than {_span(retention)} (retention.ms "
-        f"{retention}), and {older} of the rows to replay are older (the oldest from "
-        f"{oldest:%Y-%m-%dT%H:%M:%SZ}): with their timestamps they would be deleted soon "
-        "after they are produced. Set replay.timestamps: now (each record stamped when "
-        f"produced, its original timestamp kept in header {ORIGINAL_TIMESTAMP}), or raise "
-        "the topic's retention.ms (-1 keeps records for ever)"
-    )
-
-
-def _span(ms: int) -> str:
-    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000)):
-        if ms >= size and ms % size == 0:
-            return f"{ms // size} {unit}" + "s" * (ms != size)
-    return f"{ms} ms"
-
-
-# --- the run -----------------------------------------------------------------------------------
 
 
 class Replay:
