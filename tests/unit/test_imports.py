@@ -46,11 +46,11 @@ def import_without(module: str, *blocked: str) -> subprocess.CompletedProcess:
     )
 
 
-# The planner and what it renders: each package, and each of its modules by name (one its
-# package did not import is checked too).
+# The planners (a topic's, an operation's) and what they render: each package, and each of its
+# modules by name (one its package did not import is checked too).
 PLANNER = [
     module
-    for package in ("plan", "render")
+    for package in ("plan", "operation", "render")
     for module in (
         f"floe_operator.{package}",
         *(
@@ -238,6 +238,7 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert {
         "floe_operator.plan",
         "floe_operator.plan.job",  # a subpackage's module
+        "floe_operator.operation.batch",
         "floe_operator.render.application",
         "floe_sparkapp.job",
         "floe_sparkapp.contract",
@@ -250,6 +251,7 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert "floe_sparkapp.contract.base" in graph["floe_sparkapp.contract.table"]  # a subpackage
     assert "floe_sparkapp.ledger" in graph["floe_sparkapp.contract.table"]  # out of it, relative
     assert "floe_operator.render.topic" in graph["floe_operator.render.config"]
+    assert "floe_operator.view" in graph["floe_operator.operation.batch"]
     assert "floe_operator.render" in graph["floe_operator.plan.job"]  # the package, re-exporting
     assert "benchkit" in graph["ab"]  # the benchmarks' plain names
     assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
