@@ -211,7 +211,7 @@ def operation_crd() -> dict[str, Any]:
 # The files of crds/: each CRD, and the module of the models it is generated from.
 FILES = {
     "floe.dev_kafkaicebergtopics.yaml": (crd, "resource.py"),
-    "floe.dev_kafkaicebergoperations.yaml": (operation_crd, "operation.py"),
+    "floe.dev_kafkaicebergoperations.yaml": (operation_crd, "operation/"),
 }
 
 

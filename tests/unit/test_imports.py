@@ -46,14 +46,19 @@ def import_without(module: str, *blocked: str) -> subprocess.CompletedProcess:
     )
 
 
-# The planner, and each of its modules by name (one its package did not import is checked too).
+# The planners (a topic's, an operation's) and what they render: each package, and each of its
+# modules by name (one its package did not import is checked too).
 PLANNER = [
-    "floe_operator.plan",
-    *(
-        f"floe_operator.plan.{path.stem}"
-        for path in sorted((PACKAGES["floe_operator"] / "plan").glob("*.py"))
-        if path.stem != "__init__"
-    ),
+    module
+    for package in ("plan", "operation", "render")
+    for module in (
+        f"floe_operator.{package}",
+        *(
+            f"floe_operator.{package}.{path.stem}"
+            for path in sorted((PACKAGES["floe_operator"] / package).glob("*.py"))
+            if path.stem != "__init__"
+        ),
+    )
 ]
 
 
@@ -247,6 +252,8 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert {
         "floe_operator.plan",
         "floe_operator.plan.job",  # a subpackage's module
+        "floe_operator.operation.batch",
+        "floe_operator.render.application",
         "floe_sparkapp.job",
         "floe_sparkapp.contract",
         "floe_sparkapp.contract.topic",
@@ -257,6 +264,9 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert "hack.stack.kube" in graph["hack.stack.node"]  # relative, from a package
     assert "floe_sparkapp.contract.base" in graph["floe_sparkapp.contract.table"]  # a subpackage
     assert "floe_sparkapp.ledger" in graph["floe_sparkapp.contract.table"]  # out of it, relative
+    assert "floe_operator.render.topic" in graph["floe_operator.render.config"]
+    assert "floe_operator.view" in graph["floe_operator.operation.batch"]
+    assert "floe_operator.render" in graph["floe_operator.plan.job"]  # the package, re-exporting
     assert "benchkit" in graph["ab"]  # the benchmarks' plain names
     assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
 
