@@ -125,12 +125,12 @@ def jvm_decode(df, value_type):
 
 
 def unchecked_decode(df, value_type):
-    """:func:`jvm_decode` without floe's walk of each Avro value (``decode._check``)."""
+    """:func:`jvm_decode` without floe's walk of each Avro value (``decode.writers._check``)."""
     from unittest import mock
 
-    from floe_sparkapp import decode
+    from floe_sparkapp.decode import writers
 
-    with mock.patch.object(decode, "_check", lambda framed, writer: None):
+    with mock.patch.object(writers, "_check", lambda framed, writer: None):
         return jvm_decode(df, value_type)
 
 

@@ -164,6 +164,7 @@ def stages(
     from pyspark.sql import functions as F
 
     from floe_sparkapp import decode
+    from floe_sparkapp.decode.writers import _read as read
 
     frame = decode.frame
     pid = consumers.jvm_pid(spark)
@@ -181,7 +182,7 @@ def stages(
         return df.select(
             "*",
             *[
-                F.when(this == F.lit(i), decode._read(F.col("value"), w)).alias(f"_decoded_{i}")
+                F.when(this == F.lit(i), read(F.col("value"), w)).alias(f"_decoded_{i}")
                 for i, w in writers.items()
             ],
         )

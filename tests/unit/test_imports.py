@@ -117,6 +117,15 @@ def test_the_operator_imports_without_spark():
     assert done.returncode == 0, done.stderr
 
 
+# The modules of the job's commit and decode packages, by name.
+COMMIT_AND_DECODE_MODULES = [
+    f"{package}.{path.stem}"
+    for package in ("commit", "decode")
+    for path in sorted((PACKAGES["floe_sparkapp"] / package).glob("*.py"))
+    if path.stem != "__init__"
+]
+
+
 def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
     done = subprocess.run(
         [
@@ -137,6 +146,7 @@ def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
     assert loaded.isdisjoint(
         {
             "commit",
+            *COMMIT_AND_DECODE_MODULES,
             "table_writer",
             "batch_writer",
             "job",
