@@ -45,7 +45,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import workload  # noqa: E402
-from benchkit import log, machine, steady_rate, step_medians, triggers, worktree  # noqa: E402
+from benchkit import (  # noqa: E402
+    log,
+    machine,
+    steady_lines,
+    steady_rate,
+    step_medians,
+    triggers,
+    worktree,
+)
 from consumers import cpu_seconds  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "ab.jsonl"
@@ -69,15 +77,27 @@ def _descendants(pid: int) -> set[int]:
 
 
 def batch_medians(lines: list[dict]) -> dict[str, Any]:
-    """The warm batches' median seconds and driver seconds by step (the first batch left out)."""
+    """The warm batches' median seconds and driver seconds by step (the first batch left out),
+    and those of the steady batches (:func:`benchkit.steady_lines`) when the run has them."""
     warm = lines[1:] or lines
     if not warm:
         return {}
     steps = step_medians(warm)
+    steady = steady_lines(lines)
     return {
         "batches": len(lines),
         "batch_seconds_median": round(statistics.median(line["seconds"] for line in warm), 3),
         **({"steps_median": steps} if steps else {}),
+        **(
+            {
+                "batch_seconds_steady": round(
+                    statistics.median(line["seconds"] for line in steady), 3
+                ),
+                "steps_steady": step_medians(steady),
+            }
+            if steady
+            else {}
+        ),
     }
 
 
@@ -217,7 +237,8 @@ def main() -> int:
                     f"{result['rows_per_second']:,} rows/s, steady "
                     f"{result['steady_rows_per_second']:,}, "
                     f"{result['cpu_microseconds_per_row']} CPU µs a row, batch "
-                    f"{result.get('batch_seconds_median')} s (median)"
+                    f"{result.get('batch_seconds_median')} s (median), "
+                    f"{result.get('batch_seconds_steady')} s (steady)"
                 )
     finally:
         for tree in trees.values():
@@ -240,6 +261,15 @@ def main() -> int:
                 r["cpu_microseconds_per_row"] for r in results
             ),
             "batch_seconds_median": statistics.median(r["batch_seconds_median"] for r in results),
+            **(
+                {"batch_seconds_steady": statistics.median(steady)}
+                if (
+                    steady := [
+                        r["batch_seconds_steady"] for r in results if "batch_seconds_steady" in r
+                    ]
+                )
+                else {}
+            ),
             "runs": results,
         }
         for name, results in runs.items()
@@ -265,6 +295,17 @@ def main() -> int:
         "batch_after_over_before": round(
             summary["after"]["batch_seconds_median"] / summary["before"]["batch_seconds_median"], 3
         ),
+        **(
+            {
+                "batch_steady_after_over_before": round(
+                    summary["after"]["batch_seconds_steady"]
+                    / summary["before"]["batch_seconds_steady"],
+                    3,
+                )
+            }
+            if all("batch_seconds_steady" in summary[name] for name in summary)
+            else {}
+        ),
         **({"partitions": args.partitions} if args.partitions != workload.PARTITIONS else {}),
         **job_options,
     }
@@ -274,7 +315,8 @@ def main() -> int:
     log(
         f"after/before: {ratio:.3f} over the run, {steady:.3f} steady, "
         f"{entry['cpu_after_over_before']:.3f} in CPU a row, "
-        f"{entry['batch_after_over_before']:.3f} a batch (median)"
+        f"{entry['batch_after_over_before']:.3f} a batch (median), "
+        f"{entry.get('batch_steady_after_over_before')} a steady batch"
     )
     print(json.dumps(entry, indent=2))
     return 0

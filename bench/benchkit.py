@@ -81,6 +81,16 @@ def step_medians(warm: list[dict[str, Any]]) -> dict[str, float]:
     return dict(sorted(found.items(), key=lambda item: -item[1]))
 
 
+STEADY_AFTER = 10  # batches a job's JVM runs before its batches are counted as steady
+
+
+def steady_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's batch lines once its JVM is warm: those after the first :data:`STEADY_AFTER`
+    (the JIT compiles the driver's planning and commit paths over the first batches); empty
+    when the run has fewer than twice that many."""
+    return lines[STEADY_AFTER:] if len(lines) >= 2 * STEADY_AFTER else []
+
+
 def steady_rate(batches: list[tuple[int, float]]) -> int | None:
     """Rows/s of a batch once the JVM is warm: the median of the batches' rows/s (each
     ``(rows, seconds)``; the first run cold)."""

@@ -207,9 +207,12 @@ def connection_env(state: State) -> dict[str, str]:
         ),
         "FLOE_SPARK_JARS": ",".join(jars),
         # The same jars on the driver's class path, where the JVMs' class-data-sharing archive
-        # (hack/stack/cds.py) holds their classes too: a local JVM starts seconds sooner.
+        # (hack/stack/cds.py) holds their classes too: a local JVM starts seconds sooner. A local
+        # JVM compiles with the Spark image's JIT thresholds, as the job's driver does.
         "FLOE_SPARK_CLASSPATH": classpath,
-        **({"SPARK_SUBMIT_OPTS": f"-XX:SharedArchiveFile={archive}"} if archive.exists() else {}),
+        "SPARK_SUBMIT_OPTS": " ".join(
+            ([f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []) + [cds.jit_options()]
+        ),
         "FLOE_KUBE_SERVER": components.apiserver_url(state),
         "FLOE_NODE_SHARED": str(node.shared_dir()),
         "FLOE_KUBE_CA": str(kube.ca_path()),
