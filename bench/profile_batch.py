@@ -240,8 +240,8 @@ def pass_counts(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
+    from floe_sparkapp.batch_write import Pass
     from floe_sparkapp.decode import frame
-    from floe_sparkapp.table_writer import _Pass
 
     pid = consumers.jvm_pid(spark)
 
@@ -252,7 +252,7 @@ def pass_counts(
         staged = writer.committer.stage(writer._decode(rows, table, ids))
         writer.committer.discard(staged)
 
-    now = _Pass(None, {"value_ids": ("_schema_id", ids)}).metrics
+    now = Pass(None, {"value_ids": ("_schema_id", ids)}).metrics
     kinds = {
         "none": None,
         "rows_bytes": lambda: now()[:2],

@@ -41,6 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import dead_letters, routing
+from .batch_write import undecodable
 from .commit import commit_with_retries
 from .config import JobConfig
 from .contract import BackfillSpec, OperationRequest, rfc3339_seconds
@@ -58,7 +59,7 @@ from .ledger import (
     summary_properties,
     summed,
 )
-from .table_writer import TableWriter, undecodable
+from .table_writer import TableWriter
 
 log = logging.getLogger("floe.operation")
 

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import checkpoint, metrics, routing, steps
+from .batch_write import record_bytes
 from .commit_size import CommitSize, Replan
 from .config import JobConfig
 from .contract import ROW_LEVEL
@@ -22,7 +23,7 @@ from .kafka_offsets import floor_offsets, group_consumer, topic_identity
 from .ledger import merge_offsets
 from .registry import Registry
 from .steps import step
-from .table_writer import TableWriter, record_bytes
+from .table_writer import TableWriter
 
 log = logging.getLogger("floe.job")
 

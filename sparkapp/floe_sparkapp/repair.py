@@ -37,6 +37,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from .batch_decoder import WOULD_EVOLVE
+from .batch_write import undecodable
 from .commit import CommitConflict, commit_with_retries, is_conflict
 from .config import JobConfig
 from .contract import OperationRequest, RepairSpec
@@ -52,7 +54,7 @@ from .ledger import (
     record_operation,
     summed,
 )
-from .table_writer import WOULD_EVOLVE, TableWriter, undecodable
+from .table_writer import TableWriter
 
 log = logging.getLogger("floe.operation")
 

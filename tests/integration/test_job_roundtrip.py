@@ -440,7 +440,7 @@ def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
     """kafka.ingest_timestamp is when floe landed a record (its batch's time): beside the
     producer's kafka.timestamp, never before an earlier commit's in the partition, even when
     the job's next driver runs on a node whose clock is an hour behind."""
-    from floe_sparkapp import table_writer
+    from floe_sparkapp import batch_write
 
     topic = f"ingest-{unique_name}".replace("_", "-")
     create_topic(stack.bootstrap, topic, partitions=2)
@@ -473,7 +473,7 @@ def test_the_ingest_timestamp_grows_per_partition_even_when_the_clock_goes_back(
     assert max(times) < last_commit_at
 
     behind = time.time_ns() - 3600 * 10**9
-    monkeypatch.setattr(table_writer, "clock", lambda: behind)
+    monkeypatch.setattr(batch_write, "clock", lambda: behind)
     for i in range(120, 140):
         producer.send(key=f"k{i}".encode(), value=order(i, 1), schema=V1)
     producer.flush()

@@ -1,17 +1,18 @@
-"""What an append's single pass makes of its counts, and how many tasks write it (no
-services)."""
+"""What an append's single pass makes of its counts (its valid-through time, the writer schema
+ids it was not decoded for), and how many tasks write it (no services)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from floe_sparkapp.table_writer import SMALL_BATCH_RECORDS, _Pass, write_tasks
+from floe_sparkapp.batch_decoder import BatchDecoder, UnplannedSchemas
+from floe_sparkapp.batch_write import SMALL_BATCH_RECORDS, Pass, write_tasks
 
 pytestmark = pytest.mark.unit
 
 
-def counted(seen: dict, expected: dict) -> _Pass:
-    return _Pass(SimpleNamespace(get={"rows": 9, "bytes": 900, **seen}), expected)
+def counted(seen: dict, expected: dict) -> Pass:
+    return Pass(SimpleNamespace(get={"rows": 9, "bytes": 900, **seen}), expected)
 
 
 def test_ids_found_are_those_decoded_for_that_were_seen_and_the_least_and_greatest_other():
@@ -65,3 +66,22 @@ def test_a_coalesced_batch_counts_the_newest_timestamp_of_each_partition():
     found = counted({"newest": ""}, {})  # no rows
     found.newest = True
     assert found.read()["newest"] == {}
+
+
+def test_the_valid_through_time_is_the_least_newest_timestamp_of_the_batchs_partitions():
+    found = counted({"newest": "3:1700000000123,11:1700000000456,12:1600000000000"}, {})
+    found.newest = True
+    # (partition 12's records were all below the table's offsets: not the batch's)
+    assert found.vtts(None, [3, 11], None) == 1700000000123
+    assert found.read()["vtts"] == 1700000000123  # kept with the counts, for the outcome
+
+
+def test_a_batchs_ids_are_noted_and_those_it_was_not_decoded_for_decode_it_again():
+    decoder = BatchDecoder(None, None, None, "c.t")
+    decoder.recent["value"].update({3: 1})
+    found = counted({"value_ids_3": True, "value_ids_low": 7, "value_ids_high": 7}, {})
+    found.expected = {"value_ids": ("_schema_id", [3])}
+    with pytest.raises(UnplannedSchemas, match=r"batch 2 has writer schema ids .*: value \[7\]"):
+        decoder.check(found.ids(None), 2)
+    assert decoder.recent["value"] == {3: 2, 7: 2}  # the next try is decoded for 7
+    decoder.check(found.ids(None), 2)
