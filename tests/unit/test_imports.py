@@ -184,6 +184,15 @@ def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
     return found
 
 
+def described(found: set[tuple[str, ...]]) -> list[str]:
+    """Each circle once, from its first module by name back to it: ``a → b → c → a``."""
+    once = set()
+    for circle in found:
+        first = circle.index(min(circle))
+        once.add((*circle[first:], *circle[:first]))
+    return [" → ".join((*circle, circle[0])) for circle in sorted(once)]
+
+
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_no_module_imports_itself_back(package):
     within = {
@@ -192,27 +201,47 @@ def test_no_module_imports_itself_back(package):
         if name.startswith(f"{package}.")
     }
     assert len(within) > 10 and any(within.values())  # (the package's modules, read)
-    assert circles(within) == set()
+    found = circles(within)
+    assert not found, "import circles:\n" + "\n".join(described(found))
 
 
-# Where the tree's modules live and the names they are imported by: the packages, and the
-# benchmarks' directory, whose scripts import each other by their plain names.
+# Where the tree's modules live and the names they are imported by: the packages, the stack,
+# the tests, the images' scripts (which nothing imports), and the benchmarks' directory, whose
+# scripts import each other by their plain names (each puts bench/ on sys.path).
 TREE = {
     "floe_operator": ROOT / "operator" / "floe_operator",
     "floe_sparkapp": ROOT / "sparkapp" / "floe_sparkapp",
     "hack": ROOT / "hack",
     "tests": ROOT / "tests",
+    "images": ROOT / "images",
     "": ROOT / "bench",
 }
 
+# Directories of the checkout that hold no module of the tree (build output, virtualenvs, and
+# hidden ones: .venv, .git, the tools' caches).
+NOT_THE_TREE = {"__pycache__", "build", "dist"}
 
-def tree_modules() -> dict[str, Path]:
+
+def python_files(root: Path = ROOT) -> set[Path]:
+    """Every Python file of the checkout, but those under :data:`NOT_THE_TREE`."""
+    found = set()
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [
+            d
+            for d in subdirectories
+            if not d.startswith(".")
+            and d not in NOT_THE_TREE
+            and not (Path(directory) / d / "pyvenv.cfg").exists()
+        ]
+        found.update(Path(directory) / f for f in files if f.endswith(".py"))
+    return found
+
+
+def tree_modules(tree: dict[str, Path] = TREE) -> dict[str, Path]:
     """Every module of the tree by its dotted name (a package by its own name)."""
     found = {}
-    for prefix, root in TREE.items():
-        for path in root.rglob("*.py"):
-            if any(part.startswith(".") or part == "__pycache__" for part in path.parts):
-                continue
+    for prefix, root in tree.items():
+        for path in python_files(root):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
@@ -220,15 +249,26 @@ def tree_modules() -> dict[str, Path]:
     return found
 
 
-def tree_imports() -> dict[str, set[str]]:
-    """Each module of the tree and the tree's modules it imports, anywhere in it (a name
-    imported from a package is the submodule when there is one, else the package)."""
-    modules = tree_modules()
+def tree_imports(tree: dict[str, Path] = TREE) -> dict[str, set[str]]:
+    """Each module of the tree and the tree's modules it imports (a name imported from a
+    package is the submodule when there is one, else the package).
+
+    Every import statement counts, wherever it is: at the top, inside a function (a lazy
+    import run later still needs the other module; put there to dodge a circle, it hides the
+    circle rather than undoing it), under ``if TYPE_CHECKING:``. Importing ``a.b.c`` runs
+    ``a`` and ``a.b`` first, so the module imports those packages too (a package's
+    ``__init__`` often imports all of its modules), but for the packages the importing module
+    is itself inside: they are already running when it is imported."""
+    modules = tree_modules(tree)
 
     def known(name: str) -> str | None:
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name or None
+
+    def packages(name: str) -> set[str]:
+        parts = name.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts))}
 
     graph = {}
     for name, path in modules.items():
@@ -249,18 +289,23 @@ def tree_imports() -> dict[str, set[str]]:
                     else known(base)
                     for alias in node.names
                 )
-        graph[name] = found - {None, name}
+        found.discard(None)
+        for imported in list(found):
+            found.update(p for p in packages(imported) - packages(name) if p in modules)
+        graph[name] = found - {name}
     return graph
 
 
 def test_no_import_circle_anywhere_in_the_tree():
-    """The product, the stack, the benchmarks and the tests: a lower module takes what two
-    modules both need, never one of them from the other (lazy imports inside functions
-    count: they hide a circle, they do not undo it)."""
-    assert circles(tree_imports()) == set()
+    """The product, the stack, the benchmarks, the tests and the images' scripts: a lower
+    module takes what two modules both need, never one of them from the other (lazy imports
+    inside functions count: they hide a circle, they do not undo it)."""
+    found = circles(tree_imports())
+    assert not found, "import circles:\n" + "\n".join(described(found))
 
 
 def test_the_tree_is_seen_whole():  # the test above would pass on a graph that missed modules
+    assert set(tree_modules().values()) == python_files()  # every Python file of the checkout
     graph = tree_imports()
     assert {
         "floe_operator.plan",
@@ -273,6 +318,8 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
         "hack.stack.components",
         "run",
         "tests.e2e.conftest",
+        "tests.integration.jobkit",
+        "images.spark.floe_job",
     } <= set(graph)
     assert "hack.stack.kube" in graph["hack.stack.node"]  # relative, from a package
     assert "floe_sparkapp.contract.base" in graph["floe_sparkapp.contract.table"]  # a subpackage
@@ -282,11 +329,52 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert "floe_operator.render" in graph["floe_operator.plan.job"]  # the package, re-exporting
     assert "benchkit" in graph["ab"]  # the benchmarks' plain names
     assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
+    # imports inside functions
+    assert "operator_scale" in graph["run"]  # in main()
+    assert "run" in graph["commit_scale"]  # its record_latest
+    assert "hack.stack.components" in graph["hack.stack.cluster"]  # in ready()
+    assert "tests.jobstarts" in graph["tests.conftest"]  # in pytest's hooks
+    assert "tests.integration.jobkit" in graph["operator_scale"]
+    # a package its module runs first, and none of the importer's own
+    assert {"hack.stack", "hack.stack.procs"} <= graph["operator_scale"]
+    assert "hack.stack" not in graph["hack.stack.node"]
+    assert "floe_sparkapp.__main__" in graph["images.spark.floe_job"]
 
 
 def test_the_circle_check_finds_a_circle():
-    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {
-        ("a", "b", "c"),
-        ("b", "c", "a"),
-        ("c", "a", "b"),
+    found = circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert found == {("a", "b", "c"), ("b", "c", "a"), ("c", "a", "b")}
+    assert described(found) == ["a → b → c → a"]
+
+
+def test_the_graph_sees_lazy_relative_and_plain_imports_and_the_packages_they_run(tmp_path):
+    """A tree of two packages and two scripts, each circle through a kind of import the
+    check must see: inside a function, relative, a package's ``__init__`` run by importing its
+    module, the scripts' plain names."""
+    files = {
+        "p/__init__.py": "from . import a\n",
+        "p/a.py": "def f():\n    from .b import x\n",
+        "p/b.py": "import os\nfrom q.c import y\n",
+        "q/__init__.py": "from p.a import f\n",
+        "q/c.py": "y = 1\n",
+        "scripts/s.py": "import t\n",
+        "scripts/t.py": "def g():\n    from s import z\n",
     }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = tree_imports({"p": tmp_path / "p", "q": tmp_path / "q", "": tmp_path / "scripts"})
+    assert graph == {
+        "p": {"p.a"},
+        "p.a": {"p.b"},
+        "p.b": {"q", "q.c"},
+        "q": {"p", "p.a"},
+        "q.c": set(),
+        "s": {"t"},
+        "t": {"s"},
+    }
+    assert described(circles(graph)) == [
+        "p → p.a → p.b → q → p",
+        "p.a → p.b → q → p.a",
+        "s → t → s",
+    ]
