@@ -117,13 +117,32 @@ def test_the_operator_imports_without_spark():
     assert done.returncode == 0, done.stderr
 
 
-# The modules of the job's commit and decode packages, by name.
-COMMIT_AND_DECODE_MODULES = [
-    f"{package}.{path.stem}"
-    for package in ("commit", "decode")
-    for path in sorted((PACKAGES["floe_sparkapp"] / package).glob("*.py"))
-    if path.stem != "__init__"
+def job_package_modules(*packages: str) -> list[str]:
+    """The modules of the job's ``packages``, by name (``ledger.commits``), their own
+    ``__init__`` left out."""
+    return [
+        f"{package}.{path.stem}"
+        for package in packages
+        for path in sorted((PACKAGES["floe_sparkapp"] / package).glob("*.py"))
+        if path.stem != "__init__"
+    ]
+
+
+# The modules of the job's commit, decode and repair packages, by name: the operator loads none.
+JOB_PACKAGE_MODULES = job_package_modules("commit", "decode", "repair")
+
+# The job's packages the operator imports, the ledger and the layout, and each of their
+# modules by name (one the package did not import is checked too).
+OPERATOR_READS = [
+    f"floe_sparkapp.{module}"
+    for module in ("ledger", "layout", *job_package_modules("ledger", "layout"))
 ]
+
+
+@pytest.mark.parametrize("module", OPERATOR_READS)
+def test_the_job_modules_the_operator_reads_import_without_spark_or_kubernetes(module):
+    done = import_without(module, "pyspark", "kopf", "kubernetes")
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
@@ -146,7 +165,8 @@ def test_the_operator_reads_the_jobs_ledger_never_its_committer_or_writer():
     assert loaded.isdisjoint(
         {
             "commit",
-            *COMMIT_AND_DECODE_MODULES,
+            "repair",
+            *JOB_PACKAGE_MODULES,
             "table_writer",
             "batch_decoder",
             "batch_write",
@@ -329,6 +349,7 @@ def test_the_tree_is_seen_whole():  # the test above would pass on a graph that 
     assert "floe_operator.render" in graph["floe_operator.plan.job"]  # the package, re-exporting
     assert "benchkit" in graph["ab"]  # the benchmarks' plain names
     assert "floe_sparkapp.ledger" in graph["floe_operator.observe"]
+    assert "floe_sparkapp.ledger.refs" in graph["floe_sparkapp.ledger.commits"]
     # imports inside functions
     assert "operator_scale" in graph["run"]  # in main()
     assert "run" in graph["commit_scale"]  # its record_latest

@@ -1,32 +1,6 @@
-"""Repair: a table's raw rows decoded again once their cause is fixed (a schema registered, a
-breaking change approved, ``schemaEvolution`` relaxed), beside the streaming job.
-
-The rows kept raw (``value_raw`` + ``value_error``, no ``value``) that the request selects (by
-reason, writer schema id, partition, offset or time) are read back as the Kafka records they
-were (key, value bytes, lineage) and decoded by the job's own decoder for the table as it is
-now (:class:`~.table_writer.TableWriter`: a writer schema the table lacks evolves it, as in
-the job).  The rows that now decode replace their raw rows in place, one MERGE per chunk of at
-most ``rowsPerCommit`` rows of one Kafka partition: each ``(partition, offset)`` stays one row.
-Each chunk's commit carries ``floe.operation`` (the operation's uid) and
-``floe.operation.rows`` in its snapshot summary; the MERGE matches only rows still raw, in
-the chunk's offset range, so a run killed midway and started again goes on with the rows
-still raw, and the streaming job's appends (offsets above every raw row's) never conflict
-with it.  Rows that still do not decode stay as they are, counted by their reason now.
-
-With a dead-letter topic, the repair also re-drives it (:meth:`Repair._redrive`): its records of
-this table that the table has no row for and that now decode are appended, with their own
-lineage.  It leaves out those it must not land (:func:`why_left_out`; counted on the outcome
-under ``deadLetters.leftOut``, each reason with what to do instead): a record at or above the
-table's offsets, whose batch was not committed when its dead letter was sent (the driver
-killed, a lost commit) and which the job lands again itself; and a dead letter another of the
-topic's tables sent, or one that does not say which table sent it when the topic has several.
-The table is not evolved for the dead letters left out.
-
-The outcome is recorded on the table (:func:`~.ledger.record_operation`), which is how the
-operator learns it.  A dry run decodes and counts, and changes no row and no schema: the rows
-of a writer schema the table would first evolve for count as decodable, and the outcome names
-those changes (``wouldEvolve``).
-"""
+"""One repair run (:class:`Repair`): the selected rows decoded again chunk by chunk, each
+chunk's rows that now decode merged in place of their raw rows, the dead letters re-driven,
+and the outcome recorded on the table (:func:`run`)."""
 
 from __future__ import annotations
 
@@ -34,18 +8,17 @@ import logging
 from functools import partial
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .batch_decoder import WOULD_EVOLVE
-from .batch_write import undecodable
-from .commit import CommitConflict, commit_with_retries, is_conflict
-from .config import JobConfig
-from .contract import OperationRequest, RepairSpec
-from .dead_letters import TABLE
-from .decode import frame, raw_reason
-from .layout import KEY_FIELDS
-from .ledger import (
+from ..batch_decoder import WOULD_EVOLVE
+from ..batch_write import undecodable
+from ..commit import CommitConflict, commit_with_retries, is_conflict
+from ..config import JobConfig
+from ..contract import OperationRequest
+from ..decode import raw_reason
+from ..layout import KEY_FIELDS
+from ..ledger import (
     OPERATION,
     OPERATION_ROWS,
     head,
@@ -54,146 +27,14 @@ from .ledger import (
     record_operation,
     summed,
 )
-from .table_writer import TableWriter
+from ..table_writer import TableWriter
+from .redrive import DEAD_LETTERS, REASON, landable_records, left_out, why_left_out
+from .selection import as_records, chunks, selection, within
 
 log = logging.getLogger("floe.operation")
 
 ATTEMPTS = 8  # a chunk whose commit conflicts (the job committed, a compaction) is tried this often
 EXAMPLES = 5  # still-raw rows' errors kept in the outcome, per reason
-DEAD_LETTERS = "floe.operation.dead-letters"  # a commit's rows re-driven from dead letters
-REASON = "_left_out"  # a dead letter's column: why it is not re-driven (null: it may be)
-# Why dead letters are not re-driven into the table, and what to do instead (the outcome's
-# ``deadLetters.leftOut``, which the operation's status shows)
-LEFT_OUT = {
-    "uncommitted": (
-        "at or above the table's offsets: their batch was not committed when they were sent "
-        "(the driver killed, a lost commit), and the job lands these records itself; nothing "
-        "to do (a record Kafka no longer has is re-driven by a repair once the table's "
-        "offsets are past it)"
-    ),
-    "otherTable": (
-        "sent by another of the topic's tables (a route's): a repair of that table "
-        "(repair.table) re-drives them"
-    ),
-    "unknownTable": (
-        "sent before floe named the table on each dead letter, and the topic has several "
-        "tables: no repair re-drives them; a Backfill of their partitions and offsets lands "
-        "those the table lacks, while Kafka has them"
-    ),
-}
-
-
-def _timestamp(text: str) -> Any:
-    return F.to_timestamp(F.lit(text.replace("Z", "+00:00")))
-
-
-def selection(rows: DataFrame, spec: RepairSpec) -> DataFrame:
-    """The rows the request selects: kept raw (their value undecoded), and within its
-    filters."""
-    chosen = rows.filter(undecodable(rows) & F.col("value_raw").isNotNull())
-    return _within(chosen, spec, F.col("value_error"), F.col("kafka.schema_id"), "kafka.")
-
-
-def _within(
-    rows: DataFrame, spec: RepairSpec, error: Any = None, schema_id: Any = None, lineage: str = ""
-) -> DataFrame:
-    """``rows`` within the request's filters: table rows (``lineage`` ``kafka.``) or Kafka
-    records (dead letters: their error and schema id found here when not given)."""
-    error = F.col("_dead_letter_error") if error is None else error
-    if spec.reasons:
-        rows = rows.filter(raw_reason(error).isin(*spec.reasons))
-    if spec.schema_ids:
-        if schema_id is None:
-            rows = frame(rows)
-            schema_id = F.col("_schema_id")
-        rows = rows.filter(schema_id.isin(*spec.schema_ids))
-        if "_schema_id" in rows.columns and not lineage:
-            rows = rows.drop("_schema_id", "_frame_error")
-    if spec.partitions:
-        rows = rows.filter(F.col(f"{lineage}partition").isin(*spec.partitions))
-    if spec.from_offset is not None:
-        rows = rows.filter(F.col(f"{lineage}offset") >= spec.from_offset)
-    if spec.to_offset is not None:
-        rows = rows.filter(F.col(f"{lineage}offset") < spec.to_offset)
-    if spec.from_time is not None:
-        rows = rows.filter(F.col(f"{lineage}timestamp") >= _timestamp(spec.from_time))
-    if spec.to_time is not None:
-        rows = rows.filter(F.col(f"{lineage}timestamp") < _timestamp(spec.to_time))
-    return rows
-
-
-def why_left_out(table: str, routed: bool, offsets: dict[int, int]) -> Column:
-    """Why a dead letter (:func:`.dead_letters.records`) is not re-driven into ``table`` (a
-    key of :data:`LEFT_OUT`), or null: another table sent it, or it does not say which table
-    did and the topic has several (``routed``); or its record is at or above the table's
-    ``offsets`` (any offset of a partition they lack), which the job lands itself."""
-    named = F.col(TABLE)
-    start = F.lit(0)
-    if offsets:
-        known = F.create_map(*[F.lit(x) for p, o in sorted(offsets.items()) for x in (p, o)])
-        start = F.coalesce(known[F.col("partition")], F.lit(0))
-    return (
-        F.when(named.isNotNull() & (named != F.lit(table)), F.lit("otherTable"))
-        .when(named.isNull() & F.lit(routed), F.lit("unknownTable"))
-        .when(F.col("offset") >= start, F.lit("uncommitted"))
-    )
-
-
-def _landable(letters: DataFrame) -> DataFrame:
-    """The dead letters not left out (:data:`REASON`), each record once, as the Kafka records
-    they were."""
-    return (
-        letters.filter(F.col(REASON).isNull())
-        .dropDuplicates(["partition", "offset"])
-        .drop(REASON, TABLE, "_dead_letter_error")
-    )
-
-
-def _left_out(letters: DataFrame) -> dict[str, Any]:
-    """The outcome's ``leftOut`` of the dead letters: how many of each reason, and what to do
-    instead; nothing when none is left out."""
-    counts = {
-        r[0]: int(r[1])
-        for r in letters.filter(F.col(REASON).isNotNull()).groupBy(REASON).count().collect()
-    }
-    if not counts:
-        return {}
-    return {
-        "leftOut": {
-            reason: {"count": count, "why": LEFT_OUT[reason]}
-            for reason, count in sorted(counts.items())
-        }
-    }
-
-
-def chunks(selected: DataFrame, size: int) -> list[tuple[int, int, int, int]]:
-    """The selected rows in chunks of at most ``size`` rows of one partition, in offset order:
-    ``(partition, first offset, last offset, rows)``."""
-    order = Window.partitionBy("p").orderBy("o")
-    numbered = selected.select(
-        F.col("kafka.partition").alias("p"), F.col("kafka.offset").alias("o")
-    ).withColumn("chunk", F.floor((F.row_number().over(order) - 1) / size))
-    found = (
-        numbered.groupBy("p", "chunk")
-        .agg(F.min("o").alias("lo"), F.max("o").alias("hi"), F.count(F.lit(1)).alias("n"))
-        .orderBy("p", "chunk")
-        .collect()
-    )
-    return [(int(r["p"]), int(r["lo"]), int(r["hi"]), int(r["n"])) for r in found]
-
-
-def as_records(rows: DataFrame) -> DataFrame:
-    """Table rows read back as the Kafka source rows they were decoded from."""
-    return rows.select(
-        F.col("key"),
-        F.col("value_raw").alias("value"),
-        F.col("kafka.topic").alias("topic"),
-        F.col("kafka.partition").alias("partition"),
-        F.col("kafka.offset").alias("offset"),
-        F.col("kafka.timestamp").alias("timestamp"),
-        F.col("kafka.timestamp_type").alias("timestampType"),
-        F.col("kafka.headers").alias("headers"),
-    )
 
 
 def _stayed(still: DataFrame) -> dict[str, dict[str, Any]]:
@@ -256,7 +97,7 @@ class Repair:
 
     def _merge(self, fixed: DataFrame, partition: int, lo: int, hi: int, count: int) -> None:
         """Replaces the chunk's raw rows by ``fixed`` in one commit."""
-        from .upsert import with_commit_properties
+        from ..upsert import with_commit_properties
 
         view = f"floe_repair_{self.request.uid.replace('-', '')[:12]}_{partition}_{lo}"
         fixed.createOrReplaceTempView(view)
@@ -336,8 +177,8 @@ class Repair:
         that holds only if ``main`` is still where they were checked against it (else read and
         checked again).  Those it must not land are left out (:func:`why_left_out`): the
         table is evolved only for the others."""
-        from .dead_letters import records
-        from .kafka_offsets import topic_partitions
+        from ..dead_letters import records
+        from ..kafka_offsets import topic_partitions
 
         assert self.config.dead_letter is not None
         dead = self.config.model_copy(
@@ -349,9 +190,9 @@ class Repair:
         )
         if not topic_partitions(dead):  # none was ever sent, or it was deleted
             return {"read": 0, "missing": 0, "landed": 0, "stayUndecodable": 0}
-        letters = _within(records(self.spark, self.config), self.spec)
+        letters = within(records(self.spark, self.config), self.spec)
         table = self.writer.catalog.load_table(self.config.table.identifier)
-        ids = self._plan(_landable(self._sorted(letters, table)))
+        ids = self._plan(landable_records(self._sorted(letters, table)))
         read = letters.count()
         outcome, _ = commit_with_retries(
             lambda: self._redrive_once(letters, ids), attempts=ATTEMPTS
@@ -364,8 +205,8 @@ class Repair:
         table = self.writer.catalog.load_table(self.config.table.identifier)
         base = head(table, self.config.table.ref).snapshot_id
         sorted_letters = self._sorted(letters, table)
-        left = _left_out(sorted_letters)
-        landable = _landable(sorted_letters)
+        left = left_out(sorted_letters)
+        landable = landable_records(sorted_letters)
         held = (
             self.spark.read.option("versionAsOf", str(base))
             .table(self.table_ref)
