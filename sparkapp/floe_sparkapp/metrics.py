@@ -19,7 +19,6 @@ from typing import Any
 from prometheus_client import Counter, Enum, Gauge, Histogram, start_http_server
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import (
-    JStreamingQueryListener,
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
@@ -150,26 +149,20 @@ class ProgressLogger(StreamingQueryListener):
         )
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
-        self.progress(json.loads(event.progress.json))
-
-    def progress(self, progress: dict[str, Any]) -> None:
-        """Logs a micro-batch's progress (Spark's ``StreamingQueryProgress`` as its JSON) and
-        records its sources' offsets (:func:`record_progress`)."""
-        record_progress(progress.get("sources") or [])
+        progress = event.progress
+        record_progress(progress.sources)
         log.info(
             json.dumps(
                 {
                     "event": "floe.progress",
-                    "name": progress.get("name"),
-                    "id": progress.get("id"),
-                    "batch": progress.get("batchId"),
-                    "input_rows": progress.get("numInputRows", 0),
-                    "input_rows_per_second": round(progress.get("inputRowsPerSecond") or 0.0, 1),
-                    "processed_rows_per_second": round(
-                        progress.get("processedRowsPerSecond") or 0.0, 1
-                    ),
-                    "batch_ms": progress.get("batchDuration"),
-                    "durations_ms": dict(progress.get("durationMs") or {}),
+                    "name": progress.name,
+                    "id": str(progress.id),
+                    "batch": progress.batchId,
+                    "input_rows": progress.numInputRows,
+                    "input_rows_per_second": round(progress.inputRowsPerSecond or 0.0, 1),
+                    "processed_rows_per_second": round(progress.processedRowsPerSecond or 0.0, 1),
+                    "batch_ms": progress.batchDuration,
+                    "durations_ms": dict(progress.durationMs or {}),
                 }
             )
         )
@@ -183,33 +176,6 @@ class ProgressLogger(StreamingQueryListener):
                 {"event": "floe.query.terminated", "id": str(event.id), "error": event.exception}
             )
         )
-
-    @property
-    def _jlistener(self) -> Any:
-        """What the JVM calls: :class:`_ProgressAsJson` in PySpark's wrapper."""
-        from pyspark import SparkContext
-
-        if not hasattr(self, "_jlistener_made"):
-            jvm = SparkContext._jvm
-            assert jvm is not None  # a listener is added to a running session
-            self._jlistener_made = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
-        return self._jlistener_made
-
-
-class _ProgressAsJson(JStreamingQueryListener):
-    """The listener's Java side, but for a batch's progress read as its JSON, in one py4j call.
-    PySpark's own makes a Python object of every field through py4j, each of hundreds a round
-    trip, each map it walks ending in a Java exception converted in Python: in a batch of 800
-    records, CPU taken from the batch's own planning, in another thread but under the same
-    interpreter lock.  (Idle events, which the logger does not log, are not converted.)"""
-
-    pylistener: ProgressLogger
-
-    def onQueryProgress(self, jevent: Any) -> None:  # noqa: N802 (Spark's names)
-        self.pylistener.progress(json.loads(jevent.progress().json()))
-
-    def onQueryIdle(self, jevent: Any) -> None:  # noqa: N802
-        pass
 
 
 _registered: set[int] = set()
@@ -345,17 +311,13 @@ def record_batch(
             COMMITTED.labels(table, str(partition)).set(offset)
 
 
-def record_progress(sources: list[dict[str, Any]]) -> None:
-    """Kafka's end offsets when the newest micro-batch was planned (``sources`` of a
-    progress's JSON), and the lag behind the offsets every table committed."""
-    for source in sources:
-        latest = source.get("latestOffset")
-        if isinstance(latest, str):  # (the offsets' JSON, where Spark left it as text)
-            try:
-                latest = json.loads(latest)
-            except ValueError:
-                continue
-        if not isinstance(latest, dict):
+def record_progress(sources: list[Any]) -> None:
+    """Kafka's end offsets when the newest micro-batch was planned, and the lag behind the
+    offsets every table committed."""
+    for source in sources or []:
+        try:
+            latest = json.loads(source.latestOffset or "null") or {}
+        except (TypeError, ValueError):
             continue
         for partitions in latest.values():
             for partition, end in partitions.items():
