@@ -3,7 +3,9 @@
 - ``python -m floe_sparkapp run --config FILE``: the streaming job;
 - ``python -m floe_sparkapp maintain --config FILE --action ACTION``: one maintenance action;
 - ``python -m floe_sparkapp operate --config FILE --operation JSON``: one operation of a
-  KafkaIcebergOperation (:mod:`.operations`).
+  KafkaIcebergOperation (:mod:`.operations`);
+- ``python -m floe_sparkapp pool --members DIR``: the streaming jobs of the topics whose configs
+  are in DIR, each its own query in one driver (:mod:`.pool`).
 
 Exit codes: 2 bad config, 3 data loss, 4 maintenance failed, 5 the table has another writer,
 6 an operation refused.
@@ -47,8 +49,28 @@ def main(argv: list[str] | None = None) -> int:
     operate = sub.add_parser("operate", help="run one operation (a KafkaIcebergOperation's)")
     operate.add_argument("--config", required=True, help="job config (JSON)")
     operate.add_argument("--operation", required=True, help="the operation (JSON)")
+    pool = sub.add_parser("pool", help="run the streaming jobs of a pool's members")
+    pool.add_argument("--members", required=True, help="directory of the members' job configs")
+    pool.add_argument(
+        "--refresh", type=float, default=10.0, help="seconds between two looks at the directory"
+    )
     args = parser.parse_args(argv)
     logs.configure()  # FLOE_LOG_LEVEL, FLOE_LOG_FORMAT (the operator sets them from the spec)
+
+    if args.command == "pool":
+        from pathlib import Path
+
+        from . import metrics
+        from .pool import serve
+
+        members = Path(args.members)
+        if not members.is_dir():
+            print(f"floe: {members} is not a directory of job configs", file=sys.stderr)
+            return INVALID_CONFIG
+        metrics.starting(f"pool {members.name}", entered)
+        metrics.serve(f"pool {members.name}", [], entered)
+        serve(members, args.refresh)
+        return 0
 
     try:
         config = load_config(args.config)

@@ -9,6 +9,7 @@ tables are made ready in :mod:`.prepare`, where the query starts is :mod:`.start
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = [
     "FIRST_FETCH_WAIT_MS",
     "VOLUME_CHECK_SECONDS",
     "BatchWriter",
+    "Stop",
+    "StopOnSigterm",
     "lowest_commit",
     "prepare_table",
     "ready_table",
@@ -67,14 +70,16 @@ def run(
     available_now: bool = False,
     timeout: float | None = None,
     restarts: int = 3,
+    stop: Stop | None = None,
 ) -> None:
     """Runs the query until it stops (``available_now``) or fails; raises what it failed with.
 
     A query stopped by :class:`CheckpointAhead` starts again, from the table's offsets; one
     stopped by :class:`.commit_size.Replan`, with the records a commit takes that its last
-    batch showed (not counted among the ``restarts``).  SIGTERM stops the query and returns (a
-    batch it interrupts is simply not committed)."""
-    terminated = _StopOnSigterm()
+    batch showed (not counted among the ``restarts``).  SIGTERM (or ``stop``, when given: a
+    pool's member) stops the query and returns (a batch it interrupts is simply not
+    committed)."""
+    terminated = stop if stop is not None else StopOnSigterm()
     size = CommitSize(config.commit)
     attempt = 0
     while attempt <= restarts:
@@ -87,7 +92,7 @@ def run(
         if not finished:
             query.stop()
         if terminated.signalled:
-            log.info("stopped by SIGTERM")
+            log.info("stopped by %s", terminated.by)
             return
         error = query.exception()
         if error is None:
@@ -154,30 +159,44 @@ def _data_loss(config: JobConfig, tries: int = 5, pause: float = 3) -> DataLossE
     return None  # the query's own failure stands
 
 
-class _StopOnSigterm:
-    """Stops the watched query on SIGTERM, also one started after the signal came.  Only the
-    main thread can take signals: elsewhere it never fires."""
+class Stop:
+    """Stops the watched query when asked (:meth:`request`), also one started after that."""
+
+    by = "request"
 
     def __init__(self) -> None:
-        import signal
-        import threading
-
         self.signalled = False
         self.query: Any = None
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._asked = threading.Event()
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        import threading
-
+    def request(self) -> None:
         self.signalled = True
-        if self.query is not None:  # not from the handler: the main thread waits on the query
+        self._asked.set()
+        if self.query is not None:  # (not from a signal handler: a thread waits on the query)
             threading.Thread(target=self.query.stop, daemon=True).start()
 
     def watch(self, query: Any) -> None:
         self.query = query
         if self.signalled:
             query.stop()
+
+    def wait(self, seconds: float | None) -> bool:
+        """Whether a stop was asked for within ``seconds``."""
+        return self._asked.wait(seconds)
+
+
+class StopOnSigterm(Stop):
+    """A :class:`Stop` that SIGTERM asks.  Only the main thread can take signals: elsewhere it
+    never fires."""
+
+    by = "SIGTERM"
+
+    def __init__(self) -> None:
+        import signal
+
+        super().__init__()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda signum, frame: self.request())
 
 
 def _java_stack_trace(query: Any) -> str:

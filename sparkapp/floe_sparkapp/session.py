@@ -27,9 +27,13 @@ SESSION_CONF = {
 }
 
 
-def build_session(config: JobConfig) -> SparkSession:
-    builder = SparkSession.builder.appName(f"floe {config.writer}")
-    for key, value in {**SESSION_CONF, **spark_catalog_conf(config)}.items():
+def build_session(
+    config: JobConfig, name: str | None = None, conf: dict[str, str] | None = None
+) -> SparkSession:
+    """The job's session (``name``: the application's, else the writer's), with ``conf``
+    beside the job's own settings and ``config``'s catalog."""
+    builder = SparkSession.builder.appName(name or f"floe {config.writer}")
+    for key, value in {**SESSION_CONF, **(conf or {}), **spark_catalog_conf(config)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     context = spark.sparkContext
