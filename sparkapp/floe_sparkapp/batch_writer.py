@@ -272,6 +272,7 @@ class BatchWriter:
             input_rows,
             input_bytes,
             seconds,
+            self.config.kafka.topic,
         )
         log.info(
             json.dumps(

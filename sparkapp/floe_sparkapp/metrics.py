@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -84,13 +85,13 @@ COMMITTED = Gauge(
 LATEST = Gauge(
     "floe_job_kafka_latest_offset",
     "The partition's end offset in Kafka when the newest micro-batch was planned.",
-    ["partition"],
+    ["topic", "partition"],
 )
 LAG = Gauge(
     "floe_job_kafka_lag_records",
     "Records in Kafka beyond what the job committed, per "
     "partition, when the newest micro-batch was planned.",
-    ["partition"],
+    ["topic", "partition"],
 )
 SCHEMAS = Gauge(
     "floe_job_schema_seen_timestamp_seconds",
@@ -179,14 +180,16 @@ class ProgressLogger(StreamingQueryListener):
 
 
 _registered: set[int] = set()
+_registering = threading.Lock()  # (a pool's members start their queries side by side)
 
 
 def register(spark: SparkSession) -> None:
     """Adds the listener to a session once."""
     key = id(spark)
-    if key not in _registered:
-        spark.streams.addListener(ProgressLogger())
-        _registered.add(key)
+    with _registering:
+        if key not in _registered:
+            spark.streams.addListener(ProgressLogger())
+            _registered.add(key)
 
 
 # When this process's job got to each step of its start (epoch seconds), for one log line at its
@@ -280,12 +283,19 @@ def doing(activity: str, batch: int | None = None) -> None:
 
 
 _committed: dict[str, dict[int, int]] = {}  # per table, the offsets the job committed
+_topic_of: dict[str, str] = {}  # per table, its topic (a pool's driver lands several)
 
 
 def record_batch(
-    tables: list[str], outcomes: list[Any], input_rows: int, input_bytes: int, seconds: float
+    tables: list[str],
+    outcomes: list[Any],
+    input_rows: int,
+    input_bytes: int,
+    seconds: float,
+    topic: str,
 ) -> None:
-    """What one micro-batch did, per table (``outcomes``: :class:`.table_writer.Outcome`)."""
+    """What one micro-batch of ``topic`` did, per table (``outcomes``:
+    :class:`.table_writer.Outcome`)."""
     now = time.time()
     BATCHES.inc()
     BATCH_SECONDS.observe(seconds)
@@ -306,7 +316,7 @@ def record_batch(
         COMMIT_SECONDS.observe(outcome.commit_seconds)
         if outcome.vtts is not None:
             LANDED.labels(table).set(outcome.vtts / 1000)
-        _committed[table] = dict(outcome.offsets)
+        _committed[table], _topic_of[table] = dict(outcome.offsets), topic
         for partition, offset in outcome.offsets.items():
             COMMITTED.labels(table, str(partition)).set(offset)
 
@@ -319,9 +329,10 @@ def record_progress(sources: list[Any]) -> None:
             latest = json.loads(source.latestOffset or "null") or {}
         except (TypeError, ValueError):
             continue
-        for partitions in latest.values():
+        for topic, partitions in latest.items():
+            mine = [c for table, c in _committed.items() if _topic_of.get(table) == topic]
             for partition, end in partitions.items():
-                LATEST.labels(partition).set(end)
-                held = [c[int(partition)] for c in _committed.values() if int(partition) in c]
+                LATEST.labels(topic, partition).set(end)
+                held = [c[int(partition)] for c in mine if int(partition) in c]
                 if held:
-                    LAG.labels(partition).set(max(0, end - min(held)))
+                    LAG.labels(topic, partition).set(max(0, end - min(held)))

@@ -48,7 +48,9 @@ def wait_for(what, log: Path, timeout: float = 120) -> None:
 def starts(log: Path, writer: str) -> int:
     """How many times the pool started the query of ``writer``."""
     name = f"floe_{writer.replace('/', '_')}"
-    return sum(1 for line in log_lines(log, "floe.query.started") if line["name"] == name)
+    runs = [line["run_id"] for line in log_lines(log, "floe.query.started") if line["name"] == name]
+    assert len(runs) == len(set(runs)), f"a query's start logged more than once: {runs}"
+    return len(runs)
 
 
 def member_states(log: Path, member: str) -> list[str]:
