@@ -330,7 +330,8 @@ def record_progress(sources: list[Any]) -> None:
         except (TypeError, ValueError):
             continue
         for topic, partitions in latest.items():
-            mine = [c for table, c in _committed.items() if _topic_of.get(table) == topic]
+            # (a copy: a pool's members record their batches in threads of their own)
+            mine = [c for table, c in list(_committed.items()) if _topic_of.get(table) == topic]
             for partition, end in partitions.items():
                 LATEST.labels(topic, partition).set(end)
                 held = [c[int(partition)] for c in mine if int(partition) in c]
