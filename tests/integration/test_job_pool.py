@@ -23,7 +23,7 @@ from .jobkit import (
     table_rows,
     wait_for_rows,
 )
-from .test_job_roundtrip import produce_orders
+from .test_job_roundtrip import V1, order, produce_orders
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +128,101 @@ def test_a_pool_lands_each_member_once_and_a_members_change_or_failure_touches_i
             pool.wait()
     assert "stopped by SIGTERM" in log.read_text()
     assert member_states(log, "b")[-1] == "stopped"
+
+
+def test_a_pool_killed_again_and_again_lands_an_append_and_an_upsert_member_exactly_once(
+    stack, tmp_path, unique_name
+):
+    """The driver's death restarts every member from its checkpoint and ledger: SIGKILLed six
+    times while records keep coming, then run until caught up, the append member holds every
+    record once and the upsert member the last record of each key."""
+    import random
+    import threading
+
+    topics = {m: f"pool-kill-{m}-{unique_name}".replace("_", "-") for m in ("a", "u")}
+    producers = {}
+    for member, topic in topics.items():
+        create_topic(stack.bootstrap, topic, partitions=3)
+        producers[member] = AvroProducer(stack, topic)
+        (tmp_path / member).mkdir()
+    configs = {
+        "a": job_config(stack, tmp_path / "a", topics["a"], writer="data/a", max_records=300),
+        "u": job_config(
+            stack, tmp_path / "u", topics["u"], writer="data/u", mode="upsert", max_records=300
+        ),
+    }
+    members = tmp_path / "members"
+    members.mkdir()
+    for member, config in configs.items():
+        (members / f"{member}.json").write_text(config.to_json())
+    latest: dict[str, str] = {}
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        i = 0
+        while not stop.is_set():
+            produce_orders(producers["a"], i, 20)
+            for n in range(i, i + 20):
+                key = f"k{n % 37}"
+                producers["u"].send(
+                    key=key.encode(), value={**order(n % 37, 1), "item": f"u{n}"}, schema=V1
+                )
+                latest[key] = f"u{n}"
+            producers["u"].flush()
+            i += 20
+            time.sleep(0.3)
+
+    command = [sys.executable, "-m", "floe_sparkapp", "pool", "--members", str(members)]
+    log = tmp_path / "pool.log"
+    rng = random.Random(11)
+    producing = threading.Thread(target=keep_producing)
+    producing.start()
+    try:
+        with log.open("w") as out:
+            for n in range(6):
+                commits = len(log_lines(log, "floe.batch"))
+                pool = subprocess.Popen(
+                    [*command, "--refresh", "1"],
+                    env=local_job_env(stack),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                if n % 2:  # once it has committed: mid-batch or between batches
+                    wait_for(lambda c=commits: len(log_lines(log, "floe.batch")) > c, log)
+                    time.sleep(rng.uniform(0, 3))
+                else:  # during its start
+                    time.sleep(rng.uniform(2, 8))
+                assert pool.poll() is None, log.read_text()[-4000:]
+                os.killpg(pool.pid, signal.SIGKILL)
+                pool.wait()
+    finally:
+        stop.set()
+        producing.join()
+
+    with log.open("a") as out:
+        pool = subprocess.Popen(
+            [*command, "--refresh", "1"],
+            env=local_job_env(stack),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        sent = len(producers["a"].sent)
+        assert len(wait_for_rows(configs["a"], sent, timeout=240)) >= sent, log.read_text()[-4000:]
+
+        def upserted() -> bool:
+            rows = table_rows(configs["u"])
+            return {r["key"].decode(): r["value"]["item"] for r in rows} == latest
+
+        wait_for(upserted, log, timeout=240)
+        os.killpg(pool.pid, signal.SIGTERM)
+        assert pool.wait(timeout=120) == 0, log.read_text()[-4000:]
+    finally:
+        if pool.poll() is None:
+            os.killpg(pool.pid, signal.SIGKILL)
+            pool.wait()
+    assert_exactly_once(table_rows(configs["a"]), producers["a"].sent)
+    rows = table_rows(configs["u"])
+    assert len(rows) == len(latest) == 37
