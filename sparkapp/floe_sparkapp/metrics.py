@@ -282,8 +282,8 @@ def doing(activity: str, batch: int | None = None) -> None:
         ACTIVITY_SINCE.set(time.time())
 
 
-_committed: dict[str, dict[int, int]] = {}  # per table, the offsets the job committed
-_topic_of: dict[str, str] = {}  # per table, its topic (a pool's driver lands several)
+# Per table, its topic (a pool's driver lands several) and the offsets the job committed.
+_committed: dict[str, tuple[str, dict[int, int]]] = {}
 
 
 def record_batch(
@@ -316,14 +316,14 @@ def record_batch(
         COMMIT_SECONDS.observe(outcome.commit_seconds)
         if outcome.vtts is not None:
             LANDED.labels(table).set(outcome.vtts / 1000)
-        _committed[table], _topic_of[table] = dict(outcome.offsets), topic
+        _committed[table] = (topic, dict(outcome.offsets))
         for partition, offset in outcome.offsets.items():
             COMMITTED.labels(table, str(partition)).set(offset)
 
 
 def record_progress(sources: list[Any]) -> None:
-    """Kafka's end offsets when the newest micro-batch was planned, and the lag behind the
-    offsets every table committed."""
+    """Kafka's end offsets when the newest micro-batch was planned, and each topic's lag
+    behind the offsets every table of it committed."""
     for source in sources or []:
         try:
             latest = json.loads(source.latestOffset or "null") or {}
@@ -331,7 +331,7 @@ def record_progress(sources: list[Any]) -> None:
             continue
         for topic, partitions in latest.items():
             # (a copy: a pool's members record their batches in threads of their own)
-            mine = [c for table, c in list(_committed.items()) if _topic_of.get(table) == topic]
+            mine = [c for of, c in list(_committed.values()) if of == topic]
             for partition, end in partitions.items():
                 LATEST.labels(topic, partition).set(end)
                 held = [c[int(partition)] for c in mine if int(partition) in c]

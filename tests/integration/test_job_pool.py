@@ -53,6 +53,33 @@ def starts(log: Path, writer: str) -> int:
     return len(runs)
 
 
+def start_pool(stack, members: Path, out) -> subprocess.Popen:
+    """The pool of ``members`` as its own process (its output to ``out``), reading the directory
+    every second."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "floe_sparkapp",
+            "pool",
+            "--members",
+            str(members),
+            "--refresh",
+            "1",
+        ],
+        env=local_job_env(stack),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def query_id(log: Path, writer: str) -> str:
+    """The id of ``writer``'s query (the same across its starts: it comes from the checkpoint)."""
+    name = f"floe_{writer.replace('/', '_')}"
+    return next(line["id"] for line in log_lines(log, "floe.query.started") if line["name"] == name)
+
+
 def member_states(log: Path, member: str) -> list[str]:
     lines = log_lines(log, "floe.pool.member")
     return [line["state"] for line in lines if line["member"] == member]
@@ -79,15 +106,8 @@ def test_a_pool_lands_each_member_once_and_a_members_change_or_failure_touches_i
     (members / "broken.json").write_text(broken.to_json())
 
     log = tmp_path / "pool.log"
-    command = [sys.executable, "-m", "floe_sparkapp", "pool", "--members", str(members)]
     with log.open("w") as out:
-        pool = subprocess.Popen(
-            [*command, "--refresh", "1"],
-            env=local_job_env(stack),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        pool = start_pool(stack, members, out)
     try:
         for member, config in configs.items():
             assert len(wait_for_rows(config, 40)) >= 40, log.read_text()[-4000:]
@@ -112,12 +132,16 @@ def test_a_pool_lands_each_member_once_and_a_members_change_or_failure_touches_i
         wait_for(lambda: "invalid" in member_states(log, "c"), log)
         (members / "a.json").unlink()
         wait_for(lambda: member_states(log, "a")[-1:] == ["stopped"], log)
+        a_query = query_id(log, "data/a")
+        wait_for(
+            lambda: any(line["id"] == a_query for line in log_lines(log, "floe.query.terminated")),
+            log,
+        )
         for member in ("a", "b"):
             produce_orders(producers[member], 60, 10)
         assert len(wait_for_rows(configs["b"], 70)) >= 70, log.read_text()[-4000:]
         assert_exactly_once(table_rows(configs["b"]), producers["b"].sent)
-        time.sleep(3)  # (two of b's intervals: a would have committed by now)
-        assert len(table_rows(configs["a"])) == 60
+        assert len(table_rows(configs["a"])) == 60  # (its query ended before they came)
         assert pool.poll() is None
 
         os.killpg(pool.pid, signal.SIGTERM)
@@ -172,7 +196,6 @@ def test_a_pool_killed_again_and_again_lands_an_append_and_an_upsert_member_exac
             i += 20
             time.sleep(0.3)
 
-    command = [sys.executable, "-m", "floe_sparkapp", "pool", "--members", str(members)]
     log = tmp_path / "pool.log"
     rng = random.Random(11)
     producing = threading.Thread(target=keep_producing)
@@ -181,13 +204,7 @@ def test_a_pool_killed_again_and_again_lands_an_append_and_an_upsert_member_exac
         with log.open("w") as out:
             for n in range(6):
                 commits = len(log_lines(log, "floe.batch"))
-                pool = subprocess.Popen(
-                    [*command, "--refresh", "1"],
-                    env=local_job_env(stack),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                pool = start_pool(stack, members, out)
                 if n % 2:  # once it has committed: mid-batch or between batches
                     wait_for(lambda c=commits: len(log_lines(log, "floe.batch")) > c, log)
                     time.sleep(rng.uniform(0, 3))
@@ -201,19 +218,16 @@ def test_a_pool_killed_again_and_again_lands_an_append_and_an_upsert_member_exac
         producing.join()
 
     with log.open("a") as out:
-        pool = subprocess.Popen(
-            [*command, "--refresh", "1"],
-            env=local_job_env(stack),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        pool = start_pool(stack, members, out)
     try:
         sent = len(producers["a"].sent)
         assert len(wait_for_rows(configs["a"], sent, timeout=240)) >= sent, log.read_text()[-4000:]
 
         def upserted() -> bool:
-            rows = table_rows(configs["u"])
+            try:
+                rows = table_rows(configs["u"])
+            except Exception:  # noqa: BLE001 - no table yet, or its catalog busy: asked again
+                return False
             return {r["key"].decode(): r["value"]["item"] for r in rows} == latest
 
         wait_for(upserted, log, timeout=240)
